@@ -1,0 +1,1 @@
+"""The forge-zoo command line: ``python -m harness --help``."""

@@ -1,0 +1,147 @@
+"""The vLLM generator: its logprobs agree with the trainer's, its completions are well
+formed, and weights pushed from the trainer change what it generates exactly as they
+change a transformers model."""
+
+from __future__ import annotations
+
+import torch
+
+from zoo.algorithms import get_algorithm
+from zoo.core.generator import SamplingConfig
+from zoo.core.models import load_hf_state_dict
+from zoo.core.tokenizer import EOS_ID
+from zoo.core.trainer import RolloutBatch, Trainer, TrainerConfig, response_logprobs
+from zoo.envs import get_env
+
+MAX_TOKENS = 6
+SAMPLING = SamplingConfig(temperature=1.0, max_tokens=MAX_TOKENS)
+
+
+def mixed_length_prompts(n: int, seed: int) -> list[list[int]]:
+    """Prompts of 6 ("12+34=") and 8 ("123-456=") tokens, interleaved, so rows of the
+    padded batch start their responses at different positions."""
+    two = get_env("arithmetic").train_prompts(0, n, seed=seed)
+    three = get_env("arithmetic", digits=3).train_prompts(0, n, seed=seed)
+    return [list(p.text.encode()) for pair in zip(two, three, strict=True) for p in pair]
+
+
+def rollout_tensors(groups):
+    """prompt + response rows, right padded with EOS; response_start; [B, T] mask."""
+    completions = [c for group in groups for c in group]
+    rows = [c.prompt_ids + c.token_ids for c in completions]
+    length = max(map(len, rows))
+    width = max(len(c.token_ids) for c in completions)
+    tokens = torch.tensor([r + [EOS_ID] * (length - len(r)) for r in rows])
+    start = torch.tensor([len(c.prompt_ids) for c in completions])
+    mask = torch.tensor(
+        [[1.0] * len(c.token_ids) + [0.0] * (width - len(c.token_ids)) for c in completions]
+    )
+    return completions, tokens, start, mask
+
+
+def greedy(generator, prompts: list[list[int]]) -> list[list[int]]:
+    out = generator.generate(prompts, n=1, sampling=SAMPLING, greedy=True)
+    return [group[0].token_ids for group in out]
+
+
+def hf_greedy(state_dict, tiny_path, prompts: list[list[int]]) -> list[list[int]]:
+    """Greedy continuations from transformers' Qwen3 holding ``state_dict`` (all prompts
+    have the same length, so no padding is involved)."""
+    from transformers import Qwen3ForCausalLM
+
+    model = Qwen3ForCausalLM.from_pretrained(tiny_path, dtype=torch.float32).eval()
+    model.load_state_dict(state_dict, strict=True)
+    ids = torch.tensor(prompts)
+    with torch.no_grad():
+        out = model.generate(
+            input_ids=ids,
+            attention_mask=torch.ones_like(ids),
+            max_new_tokens=MAX_TOKENS,
+            do_sample=False,
+            eos_token_id=EOS_ID,
+            pad_token_id=EOS_ID,
+        )[:, ids.shape[1] :].tolist()
+    return [row[: row.index(EOS_ID) + 1] if EOS_ID in row else row for row in out]
+
+
+def test_sampler_logprobs_agree_with_trainer_logprobs(generator, tiny_path):
+    prompts = mixed_length_prompts(6, seed=11)
+    groups = generator.generate(
+        prompts, n=4, sampling=SAMPLING, seeds=list(range(100, 100 + len(prompts)))
+    )
+    completions, tokens, start, mask = rollout_tensors(groups)
+    trainer = Trainer(tiny_path, TrainerConfig(), max_response_len=MAX_TOKENS)
+    with torch.no_grad():
+        ours = response_logprobs(trainer.model, tokens, start, mask.shape[1])
+    sampled = torch.tensor(
+        [c.logprobs + [0.0] * (mask.shape[1] - len(c.logprobs)) for c in completions]
+    )
+    assert ours.shape == sampled.shape
+    assert ((ours - sampled).abs() * mask).max() < 1e-3
+    assert mask.sum() >= 2 * len(completions)  # real responses, not just an EOS
+
+
+def test_completions_are_well_formed_at_policy_version_0(generator):
+    prompts = mixed_length_prompts(4, seed=12)
+    groups = generator.generate(prompts, n=4, sampling=SAMPLING, seeds=list(range(len(prompts))))
+    assert len(groups) == len(prompts)
+    for prompt, group in zip(prompts, groups, strict=True):
+        assert len(group) == 4
+        for c in group:
+            assert c.prompt_ids == prompt
+            assert c.policy_version == 0
+            assert c.finish_reason in {"stop", "length"}
+            assert len(c.logprobs) == len(c.token_ids) >= 1
+            assert len(c.token_ids) <= MAX_TOKENS
+            assert all(lp <= 0.0 for lp in c.logprobs)
+            if c.finish_reason == "stop":
+                assert c.token_ids[-1] == EOS_ID
+                assert EOS_ID not in c.token_ids[:-1]
+                assert c.text == bytes(c.token_ids[:-1]).decode()
+            else:
+                assert len(c.token_ids) == MAX_TOKENS and EOS_ID not in c.token_ids
+
+
+def test_seeded_sampling_is_reproducible(generator):
+    prompts = mixed_length_prompts(3, seed=13)
+    seeds = [5, 6, 7, 8, 9, 10]
+    a = generator.generate(prompts, n=4, sampling=SAMPLING, seeds=seeds)
+    b = generator.generate(prompts, n=4, sampling=SAMPLING, seeds=seeds)
+    assert [[c.token_ids for c in g] for g in a] == [[c.token_ids for c in g] for g in b]
+
+
+def test_weight_sync_makes_generator_match_transformers_with_trainer_weights(generator, tiny_path):
+    eval_prompts = [list(p.text.encode()) for p in get_env("arithmetic").eval_prompts()[:64]]
+    before = greedy(generator, eval_prompts)
+    original = load_hf_state_dict(tiny_path)
+    # sanity: before any update the generator already agrees with transformers
+    assert before == hf_greedy(original, tiny_path, eval_prompts)
+
+    prompts = mixed_length_prompts(4, seed=14)
+    groups = generator.generate(prompts, n=4, sampling=SAMPLING, seeds=list(range(len(prompts))))
+    completions, tokens, start, mask = rollout_tensors(groups)
+    advantages = torch.tensor([1.0, -1.0] * (len(completions) // 2))
+    old = torch.tensor(
+        [c.logprobs + [0.0] * (mask.shape[1] - len(c.logprobs)) for c in completions]
+    )
+    trainer = Trainer(tiny_path, TrainerConfig(lr=1e-2), max_response_len=MAX_TOKENS)
+    metrics = trainer.step(
+        RolloutBatch(tokens, start, mask, advantages, old_logprobs=old),
+        get_algorithm("grpo", beta=0.0).loss,
+    )
+    assert metrics["grad_norm"] > 0
+    new_state = trainer.hf_state_dict()
+
+    try:
+        generator.update_weights(new_state, version=1)
+        after = greedy(generator, eval_prompts)
+        assert after == hf_greedy(new_state, tiny_path, eval_prompts)
+        assert after != before  # the update reached the engine
+        out = generator.generate(eval_prompts[:2], n=2, sampling=SAMPLING, seeds=[0, 1])
+        assert all(c.policy_version == 1 for group in out for c in group)
+    finally:
+        generator.update_weights(original, version=0)
+
+    assert greedy(generator, eval_prompts) == before
+    out = generator.generate(eval_prompts[:2], n=2, sampling=SAMPLING, seeds=[0, 1])
+    assert all(c.policy_version == 0 for group in out for c in group)

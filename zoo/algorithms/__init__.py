@@ -1,0 +1,26 @@
+"""Algorithms: ``get_algorithm(name, **overrides)``. Built-ins are listed here by name;
+third parties register through the ``zoo.algorithms`` entry-point group."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from zoo.algorithms.base import Algorithm
+from zoo.core.registry import Registry
+
+ALGORITHMS = Registry(
+    "algorithm",
+    "zoo.algorithms",
+    builtins={"grpo": "zoo.algorithms.grpo:GRPO"},
+)
+
+
+def get_algorithm(name: str, **overrides: Any) -> Algorithm:
+    return ALGORITHMS.load(name)(**overrides)
+
+
+def list_algorithms() -> list[str]:
+    return ALGORITHMS.names()
+
+
+__all__ = ["ALGORITHMS", "Algorithm", "get_algorithm", "list_algorithms"]

@@ -1,0 +1,54 @@
+"""The algorithm plugin base class. A plugin sets ``name``, ``config_class`` and ``paper``
+and writes ``loss``; it may override ``advantages``, ``shape_rewards`` and ``keep``.
+It never sees a process, a device or a mesh: only tensors of rewards and a TrainBatch."""
+
+from __future__ import annotations
+
+import dataclasses
+from abc import ABC, abstractmethod
+from typing import Any, ClassVar
+
+import torch
+
+from zoo.core.config import make_config
+from zoo.core.losses import group_norm
+from zoo.core.types import LossOutput, TrainBatch
+
+
+class Algorithm(ABC):
+    name: ClassVar[str] = ""
+    config_class: ClassVar[type]
+    paper: ClassVar[str] = ""
+    """The paper it follows: authors, title, arXiv id."""
+
+    def __init__(self, **overrides: Any) -> None:
+        self.config = make_config(self.config_class, overrides, owner=f"algorithm {self.name!r}")
+
+    @property
+    def needs_reference(self) -> bool:
+        """True when the loss uses the frozen reference (a config ``beta`` > 0). When
+        False the loop never runs the reference model."""
+        return float(getattr(self.config, "beta", 0.0)) > 0.0
+
+    def advantages(self, rewards: torch.Tensor) -> torch.Tensor:
+        """[groups, G] rewards -> [groups, G] advantages. Default: group_norm (GRPO)."""
+        return group_norm(rewards)
+
+    def shape_rewards(
+        self, rewards: torch.Tensor, lengths: torch.Tensor, max_response_len: int
+    ) -> torch.Tensor:
+        """Adjust task rewards before advantages, given response lengths [groups, G]
+        (e.g. DAPO's overlong punishment). Default: unchanged."""
+        return rewards
+
+    def keep(self, rewards: torch.Tensor) -> torch.Tensor:
+        """Bool [groups]: which groups to train on (e.g. DAPO's dynamic sampling).
+        Default: all of them."""
+        return torch.ones(rewards.shape[0], dtype=torch.bool)
+
+    @abstractmethod
+    def loss(self, batch: TrainBatch) -> LossOutput:
+        """Minus the objective on ``batch``, plus metrics."""
+
+    def describe(self) -> dict[str, Any]:
+        return {"name": self.name, "paper": self.paper, "config": dataclasses.asdict(self.config)}

@@ -1,0 +1,50 @@
+"""GRPO: Group Relative Policy Optimization.
+
+Shao et al., "DeepSeekMath: Pushing the Limits of Mathematical Reasoning in Open Language
+Models", arXiv 2402.03300, 2024 (eq. 3). Exactly as shared/algorithms.md defines it:
+
+    A_i   = (R_i - mean(R)) / (std(R) + 1e-6)                  group_norm
+    r_it  = exp(lp_it - old_it)
+    l_it  = -min(r_it A_i, clip(r_it, 1 - eps, 1 + eps) A_i) + beta * KL_k3(it)
+    loss  = (1/B) sum_i (1/|o_i|) sum_t l_it                    seq_mean
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from zoo.algorithms.base import Algorithm
+from zoo.core.losses import aggregate, k3_kl, masked_mean, ratio_metrics
+from zoo.core.types import LossOutput, TrainBatch
+
+
+@dataclass
+class GRPOConfig:
+    eps: float = 0.2
+    """Symmetric clip range on the token ratio (DeepSeekMath, arXiv 2402.03300)."""
+    beta: float = 0.04
+    """Weight of the k3 KL penalty to the reference policy (DeepSeekMath, Sec. 4.2)."""
+
+
+class GRPO(Algorithm):
+    name = "grpo"
+    config_class = GRPOConfig
+    paper = "Shao et al., DeepSeekMath, arXiv 2402.03300 (2024)"
+
+    def loss(self, batch: TrainBatch) -> LossOutput:
+        eps, beta = self.config.eps, self.config.beta
+        adv = batch.token_advantages
+        ratio = torch.exp(batch.logprobs - batch.old_logprobs)
+
+        surrogate = torch.minimum(ratio * adv, torch.clamp(ratio, 1 - eps, 1 + eps) * adv)
+        per_token = -surrogate
+        metrics = ratio_metrics(ratio, batch, low=1 - eps, high=1 + eps)
+        if beta > 0:
+            kl = k3_kl(batch.logprobs, batch.ref_logprobs)
+            per_token = per_token + beta * kl
+            metrics["kl"] = masked_mean(kl.detach(), batch.mask)
+
+        loss = aggregate(per_token, batch, "seq_mean")
+        return LossOutput(loss, {"loss": float(loss.detach()), **metrics})

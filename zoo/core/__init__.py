@@ -1,0 +1,16 @@
+"""The shared infra core. Where to look:
+
+types.py      Completion, TrainBatch, LossOutput (the data between services)
+losses.py     aggregation modes, k3 KL, group advantages (shared by all plugins)
+tokenizer.py  the byte-level tokenizer of the embedded tiny model
+models.py     model presets and loading (the tiny model is built in tiny.py)
+generator.py  generation: vLLM
+trainer.py    training: TorchTitan's Qwen3, AdamW, micro-batching; the loss is called here
+reference.py  the frozen reference model
+ledger.py     compute accounting: FLOPs, tokens and seconds per phase
+loop.py       one RL step and the training loop
+"""
+
+from zoo.core.types import Completion, LossOutput, TrainBatch
+
+__all__ = ["Completion", "LossOutput", "TrainBatch"]

@@ -1,0 +1,85 @@
+"""Compute accounting: model FLOPs, tokens and wall seconds per phase.
+
+FLOPs are counted analytically from the model's shape (the usual 2-FLOPs-per-weight-per-
+token rule, with attention). A forward pass over one token at 0-based position p costs
+
+    2 * N_body + 4 * n_layers * n_heads * head_dim * (p + 1)      (+ 2 * N_head if the
+                                                                    LM head runs there)
+
+N_body = the transformer blocks' matmul weights, N_head = hidden * vocab (the LM head);
+the attention term is QK^T and AV over the p + 1 visible positions. The LM head runs only
+where a next token is needed: at each generated token's step in generation, and at the
+response positions in the reference and trainer passes (prompt positions skip it). A
+backward pass costs twice its forward, so training is 3x its forward.
+
+- generation of R tokens after a P-token prompt: body over positions 0 .. P + R - 2 (the
+  last sampled token is never fed back), head R times;
+- reference / training forward over P + R tokens: body over all, head R times.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from zoo.core.models import ModelShape
+
+PHASES = ("generate", "score", "reference", "train", "sync")
+
+
+class Ledger:
+    def __init__(self, shape: ModelShape) -> None:
+        self.shape = shape
+        self.flops: dict[str, float] = defaultdict(float)
+        self.tokens: dict[str, int] = defaultdict(int)
+        self.seconds: dict[str, float] = defaultdict(float)
+        self._mark = self._snapshot()
+
+    def forward_flops(self, length: int, head_tokens: int) -> float:
+        """One forward pass over positions 0 .. length - 1, LM head on ``head_tokens``."""
+        s = self.shape
+        visible = length * (length + 1) // 2  # sum over positions of (p + 1)
+        attention = 4.0 * s.num_layers * s.num_heads * s.head_dim * visible
+        return 2.0 * s.body_params * length + attention + 2.0 * s.head_params * head_tokens
+
+    def generation_flops(self, prompt_len: int, response_len: int) -> float:
+        if response_len == 0:
+            return 0.0
+        return self.forward_flops(prompt_len + response_len - 1, head_tokens=response_len)
+
+    def scoring_flops(self, prompt_len: int, response_len: int) -> float:
+        """A forward pass that scores a response (reference, or training's forward)."""
+        return self.forward_flops(prompt_len + response_len, head_tokens=response_len)
+
+    def add(self, phase: str, flops: float = 0.0, tokens: int = 0) -> None:
+        self.flops[phase] += flops
+        self.tokens[phase] += tokens
+
+    @contextmanager
+    def timed(self, phase: str) -> Iterator[None]:
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[phase] += time.perf_counter() - start
+
+    @property
+    def total_flops(self) -> float:
+        return sum(self.flops.values())
+
+    def _snapshot(self) -> dict[str, float]:
+        snap = {}
+        for p in PHASES:
+            snap[f"{p}_seconds"] = self.seconds[p]
+            snap[f"{p}_tokens"] = self.tokens[p]
+            snap[f"{p}_flops"] = self.flops[p]
+        return snap
+
+    def step_delta(self) -> dict[str, float]:
+        """Per-phase seconds, tokens and FLOPs since the previous call."""
+        now = self._snapshot()
+        delta = {k: now[k] - self._mark[k] for k in now}
+        self._mark = now
+        return delta

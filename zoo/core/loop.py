@@ -1,0 +1,297 @@
+"""The RL loop: one function per step, written against service interfaces.
+
+    env.train_prompts        -> prompts (the env keeps the answers)
+    generator.generate       -> G completions per prompt (ids, sampler logprobs, version)
+    env.score                -> rewards
+    algorithm.shape_rewards  -> e.g. DAPO's overlong punishment
+    algorithm.advantages     -> per-response advantages
+    algorithm.keep           -> e.g. DAPO's dynamic sampling (refill up to max rounds)
+    reference.logprobs       -> only if algorithm.needs_reference
+    trainer.step(batch, algorithm.loss)
+    generator.update_weights -> weight sync, new policy version
+    ledger                   -> FLOPs, tokens, seconds per phase
+
+Synchronous and on-policy: each batch is sampled by the current weights and used for one
+optimizer step. Services are built in this process by ``build_local_services``; a
+placement that puts them elsewhere only has to provide objects with the same methods.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from zoo.algorithms import Algorithm, get_algorithm
+from zoo.core.config import ConfigError
+from zoo.core.generator import SamplingConfig, VLLMGenerator
+from zoo.core.ledger import Ledger
+from zoo.core.models import ModelShape, resolve_model
+from zoo.core.reference import Reference
+from zoo.core.trainer import RolloutBatch, Trainer, TrainerConfig
+from zoo.core.types import Completion
+from zoo.envs import Env, Prompt, get_env
+
+
+@dataclass
+class RunConfig:
+    """Everything that defines a run. Defaults: shared/calibration.md's best GRPO recipe
+    for the tiny model (128 prompts x 8 samples, lr 2e-4, temperature 1, grad clip 1)."""
+
+    algorithm: str = "grpo"
+    env: str = "arithmetic"
+    model: str = "tiny"
+    seed: int = 0
+    steps: int = 150
+    prompts_per_step: int = 128
+    """Groups per optimizer step."""
+    group_size: int = 8
+    """G: completions sampled per prompt."""
+    max_response_len: int = 6
+    """Generation budget L_max in tokens."""
+    temperature: float = 1.0
+    lr: float = 2e-4
+    grad_clip: float = 1.0
+    micro_batch_size: int = 0
+    """Sequences per forward/backward in the trainer; 0 = whole batch."""
+    max_sampling_rounds: int = 10
+    """Bound on refills when the algorithm drops groups (DAPO's dynamic sampling)."""
+    eval_every: int = 25
+    """Greedy evaluation on the held-out split every this many steps (and at 0 and end)."""
+    algorithm_config: dict[str, Any] = field(default_factory=dict)
+    env_config: dict[str, Any] = field(default_factory=dict)
+
+    def validate(self) -> None:
+        for name in (
+            "steps",
+            "prompts_per_step",
+            "max_response_len",
+            "max_sampling_rounds",
+            "eval_every",
+        ):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.group_size < 2:
+            raise ConfigError(
+                f"group_size must be >= 2 (group advantages need a baseline), got {self.group_size}"
+            )
+        if not self.lr > 0 or self.temperature < 0:
+            raise ConfigError("lr must be > 0 and temperature >= 0")
+
+
+@dataclass
+class Services:
+    env: Env
+    algorithm: Algorithm
+    generator: Any
+    trainer: Any
+    reference: Any | None
+    encode: Callable[[str], list[int]]
+    ledger: Ledger
+
+
+def build_local_services(cfg: RunConfig, quiet: bool = False) -> Services:
+    """Every service in this process (the fast default for the tiny model and tests)."""
+    from transformers import AutoTokenizer
+
+    algorithm = get_algorithm(cfg.algorithm, **cfg.algorithm_config)
+    env = get_env(cfg.env, **cfg.env_config)
+    spec = resolve_model(cfg.model, quiet=quiet)
+    torch.manual_seed(cfg.seed)
+    tokenizer = AutoTokenizer.from_pretrained(spec.path)
+    trainer = Trainer(
+        spec.path,
+        TrainerConfig(lr=cfg.lr, grad_clip=cfg.grad_clip, micro_batch_size=cfg.micro_batch_size),
+        max_response_len=cfg.max_response_len,
+    )
+    reference = Reference(spec.path, cfg.micro_batch_size) if algorithm.needs_reference else None
+    generator = VLLMGenerator(spec.path, seed=cfg.seed)
+    return Services(
+        env=env,
+        algorithm=algorithm,
+        generator=generator,
+        trainer=trainer,
+        reference=reference,
+        encode=lambda text: tokenizer.encode(text, add_special_tokens=False),
+        ledger=Ledger(ModelShape.from_hf_dir(spec.path)),
+    )
+
+
+def sampling_seed(run_seed: int, prompt_index: int) -> int:
+    """Per-prompt sampler seed: samples do not depend on how prompts are batched."""
+    return (run_seed * 1_000_003 + prompt_index) % (2**31)
+
+
+def rollout_batch(groups: list[list[Completion]], advantages: torch.Tensor) -> RolloutBatch:
+    """Pack groups of completions ([groups, G] advantages) into right-padded sequences."""
+    flat = [c for g in groups for c in g]
+    width = max((len(c.token_ids) for c in flat), default=1) or 1
+    length = max(len(c.prompt_ids) + len(c.token_ids) for c in flat)
+    tokens = torch.zeros(len(flat), length, dtype=torch.long)
+    mask = torch.zeros(len(flat), width)
+    for i, c in enumerate(flat):
+        seq = c.prompt_ids + c.token_ids
+        tokens[i, : len(seq)] = torch.tensor(seq)
+        mask[i, : len(c.token_ids)] = 1.0
+    return RolloutBatch(
+        tokens=tokens,
+        response_start=torch.tensor([len(c.prompt_ids) for c in flat]),
+        mask=mask,
+        advantages=advantages.reshape(-1),
+    )
+
+
+class RLLoop:
+    def __init__(self, cfg: RunConfig, services: Services) -> None:
+        self.cfg = cfg
+        self.s = services
+        self.sampling = SamplingConfig(temperature=cfg.temperature, max_tokens=cfg.max_response_len)
+        self.cursor = 0  # next index in the env's train stream for this seed
+        self.samples = 0
+        self.train_seconds = 0.0
+
+    def sample_groups(self, n: int) -> tuple[list[Prompt], list[list[Completion]]]:
+        s, ledger = self.s, self.s.ledger
+        prompts = s.env.train_prompts(self.cursor, n, self.cfg.seed)
+        self.cursor += n
+        with ledger.timed("generate"):
+            groups = s.generator.generate(
+                [s.encode(p.text) for p in prompts],
+                n=self.cfg.group_size,
+                sampling=self.sampling,
+                seeds=[sampling_seed(self.cfg.seed, p.index) for p in prompts],
+            )
+        for g in groups:
+            for c in g:  # every generated token is charged, kept or not
+                ledger.add(
+                    "generate",
+                    ledger.generation_flops(len(c.prompt_ids), len(c.token_ids)),
+                    len(c.token_ids),
+                )
+        self.samples += n * self.cfg.group_size
+        return prompts, groups
+
+    def step(self) -> dict[str, Any]:
+        cfg, s, ledger = self.cfg, self.s, self.s.ledger
+        algo = s.algorithm
+        start = time.perf_counter()
+        kept_groups: list[list[Completion]] = []
+        kept_adv: list[torch.Tensor] = []
+        task_rewards: list[float] = []
+        rounds = 0
+        while len(kept_groups) < cfg.prompts_per_step and rounds < cfg.max_sampling_rounds:
+            rounds += 1
+            prompts, groups = self.sample_groups(cfg.prompts_per_step)
+            with ledger.timed("score"):
+                rewards = torch.tensor(
+                    [
+                        s.env.score_batch([p] * len(g), [c.text for c in g])
+                        for p, g in zip(prompts, groups, strict=True)
+                    ]
+                )
+            ledger.add("score", tokens=sum(len(c.token_ids) for g in groups for c in g))
+            task_rewards += rewards.flatten().tolist()
+            lengths = torch.tensor([[len(c.token_ids) for c in g] for g in groups])
+            shaped = algo.shape_rewards(rewards, lengths, cfg.max_response_len)
+            advantages = algo.advantages(shaped)
+            keep = algo.keep(shaped)
+            for i in torch.nonzero(keep).flatten().tolist():
+                if len(kept_groups) < cfg.prompts_per_step:
+                    kept_groups.append(groups[i])
+                    kept_adv.append(advantages[i])
+
+        record: dict[str, Any] = {
+            "reward_mean": statistics.fmean(task_rewards),
+            "reward_std": statistics.pstdev(task_rewards),
+            "sampling_rounds": rounds,
+            "kept_groups": len(kept_groups),
+        }
+        if kept_groups:
+            batch = rollout_batch(kept_groups, torch.stack(kept_adv))
+            shapes = [(len(c.prompt_ids), len(c.token_ids)) for g in kept_groups for c in g]
+            tokens = sum(p + r for p, r in shapes)
+            if algo.needs_reference:
+                with ledger.timed("reference"):
+                    batch.ref_logprobs = s.reference.logprobs(batch)
+                ledger.add("reference", sum(ledger.scoring_flops(p, r) for p, r in shapes), tokens)
+            with ledger.timed("train"):
+                record.update(s.trainer.step(batch, algo.loss))
+            ledger.add("train", sum(3 * ledger.scoring_flops(p, r) for p, r in shapes), tokens)
+            with ledger.timed("sync"):
+                s.generator.update_weights(s.trainer.hf_state_dict(), s.trainer.version)
+        self.train_seconds += time.perf_counter() - start
+        return record
+
+    def evaluate(self) -> dict[str, float]:
+        """Mean reward of greedy decoding on the held-out split (not charged to compute)."""
+        s = self.s
+        start = time.perf_counter()
+        prompts = s.env.eval_prompts()
+        groups = s.generator.generate(
+            [s.encode(p.text) for p in prompts], n=1, sampling=self.sampling, greedy=True
+        )
+        rewards = s.env.score_batch(prompts, [g[0].text for g in groups])
+        return {
+            "eval_reward": statistics.fmean(rewards),
+            "eval_seconds": time.perf_counter() - start,
+        }
+
+    def run(
+        self,
+        log: Callable[[dict[str, Any]], None],
+        on_step: Callable[[dict[str, Any]], None] | None = None,
+    ) -> list[dict[str, Any]]:
+        """Train for ``cfg.steps`` steps, logging one record per step (plus step 0, the
+        evaluation of the starting weights)."""
+        cfg, ledger = self.cfg, self.s.ledger
+        history = []
+        first = {"step": 0, "samples": 0, "flops": 0.0, "seconds": 0.0, **self.evaluate()}
+        log(first)
+        history.append(first)
+        for step in range(1, cfg.steps + 1):
+            record = {"step": step, **self.step()}
+            delta = ledger.step_delta()
+            record.update(delta)
+            record.update(
+                {
+                    "samples": self.samples,
+                    "flops": ledger.total_flops,
+                    "seconds": self.train_seconds,
+                    "policy_version": self.s.trainer.version,
+                    "generate_tokens_per_s": _ratio(
+                        delta["generate_tokens"], delta["generate_seconds"]
+                    ),
+                }
+            )
+            if step % cfg.eval_every == 0 or step == cfg.steps:
+                record.update(self.evaluate())
+            log(record)
+            history.append(record)
+            bad = [k for k, v in record.items() if isinstance(v, float) and not math.isfinite(v)]
+            if bad:
+                raise FloatingPointError(f"step {step}: {', '.join(bad)} not finite; stopping")
+            if on_step:
+                on_step(record)
+        return history
+
+
+def _ratio(a: float, b: float) -> float:
+    return a / b if b > 0 else 0.0
+
+
+def resolved_config(cfg: RunConfig, services: Services) -> dict[str, Any]:
+    """The run config with every default filled in, for config.json."""
+    return {
+        "run": dataclasses.asdict(cfg),
+        "algorithm": services.algorithm.describe(),
+        "env": services.env.describe(),
+        "model_path": str(Path(resolve_model(cfg.model, quiet=True).path)),
+        "seed": cfg.seed,
+    }

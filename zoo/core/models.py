@@ -1,0 +1,157 @@
+"""Model resolution and the Hugging Face <-> TorchTitan bridge.
+
+A model is a directory in Hugging Face format (config.json, model.safetensors,
+tokenizer.json). ``resolve_model`` turns a preset name or a path into such a directory;
+``titan_qwen3_config`` turns its config.json into TorchTitan's Qwen3 model config.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from zoo.core.config import ConfigError
+
+MODEL_PRESETS = {"tiny": "embedded ~476k-parameter Qwen3, warm-started on arithmetic (built here)"}
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    name: str
+    path: Path
+    """A directory in Hugging Face format."""
+
+
+def resolve_model(name: str, quiet: bool = False) -> ModelSpec:
+    """A preset name ("tiny") or a local directory holding a Qwen3 checkpoint."""
+    if name == "tiny":
+        from zoo.core.tiny import tiny_model_path
+
+        return ModelSpec("tiny", tiny_model_path(quiet=quiet))
+    path = Path(name).expanduser()
+    if path.is_dir() and (path / "config.json").exists():
+        return ModelSpec(path.name, path.resolve())
+    raise ConfigError(
+        f"unknown model {name!r}; valid models: {', '.join(MODEL_PRESETS)}, "
+        "or a local directory with a Hugging Face Qwen3 checkpoint (config.json, *.safetensors)"
+    )
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """What the compute ledger needs to count FLOPs."""
+
+    num_layers: int
+    hidden_size: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    intermediate_size: int
+    vocab_size: int
+
+    @classmethod
+    def from_hf_dir(cls, path: Path) -> ModelShape:
+        c = json.loads((Path(path) / "config.json").read_text())
+        return cls(
+            num_layers=c["num_hidden_layers"],
+            hidden_size=c["hidden_size"],
+            num_heads=c["num_attention_heads"],
+            num_kv_heads=c.get("num_key_value_heads", c["num_attention_heads"]),
+            head_dim=c.get("head_dim") or c["hidden_size"] // c["num_attention_heads"],
+            intermediate_size=c["intermediate_size"],
+            vocab_size=c["vocab_size"],
+        )
+
+    @property
+    def body_params(self) -> int:
+        """Weights of the transformer blocks that multiply activations (norms excluded)."""
+        d, hd = self.hidden_size, self.head_dim
+        attention = d * hd * 2 * (self.num_heads + self.num_kv_heads)  # q, o; k, v
+        mlp = 3 * d * self.intermediate_size  # gate, up, down
+        return self.num_layers * (attention + mlp)
+
+    @property
+    def head_params(self) -> int:
+        """The LM head (hidden x vocab). The embedding lookup does no matmul."""
+        return self.hidden_size * self.vocab_size
+
+
+def titan_qwen3_config(path: Path):
+    """TorchTitan's Qwen3Model.Config for an HF Qwen3 checkpoint, with plain causal SDPA as
+    the inner attention (TorchTitan's flex attention has no CPU backward and its varlen
+    attention needs CUDA; shared/stack.md). Uses the layer builders of torchtitan 0.3.0's
+    qwen3 package (pinned)."""
+    from torchtitan.models.common import CosSinRoPE, Embedding, Linear
+    from torchtitan.models.common.attention import ScaledDotProductAttention
+    from torchtitan.models.qwen3 import (
+        _EMBEDDING_INIT,
+        _LINEAR_INIT,
+        Qwen3Model,
+        _build_qwen3_layers,
+        _qwen3_norm,
+    )
+
+    c = json.loads((Path(path) / "config.json").read_text())
+    shape = ModelShape.from_hf_dir(path)
+    rope = c.get("rope_parameters") or {}
+    theta = float(rope.get("rope_theta", c.get("rope_theta", 1_000_000.0)))
+    if abs(float(c.get("rms_norm_eps", 1e-6)) - 1e-6) > 1e-12:
+        raise ConfigError(f"{path}: only rms_norm_eps=1e-6 (Qwen3's) is supported")
+    layers = _build_qwen3_layers(
+        n_layers=shape.num_layers,
+        dim=shape.hidden_size,
+        n_heads=shape.num_heads,
+        n_kv_heads=shape.num_kv_heads,
+        head_dim=shape.head_dim,
+        hidden_dim=shape.intermediate_size,
+        fuse_qkv=True,
+        attn_backend="flex",  # replaced just below
+        rope=CosSinRoPE.Config(
+            dim=shape.head_dim, max_seq_len=c.get("max_position_embeddings", 4096), theta=theta
+        ),
+    )
+    for layer in layers:
+        layer.attention.inner_attention = ScaledDotProductAttention.Config()
+    return Qwen3Model.Config(
+        vocab_size=shape.vocab_size,
+        dim=shape.hidden_size,
+        norm=_qwen3_norm(shape.hidden_size),
+        enable_weight_tying=bool(c.get("tie_word_embeddings", False)),
+        tok_embeddings=Embedding.Config(
+            num_embeddings=shape.vocab_size,
+            embedding_dim=shape.hidden_size,
+            param_init=_EMBEDDING_INIT,
+        ),
+        lm_head=Linear.Config(
+            in_features=shape.hidden_size, out_features=shape.vocab_size, param_init=_LINEAR_INIT
+        ),
+        layers=layers,
+    )
+
+
+def load_hf_state_dict(path: Path) -> dict[str, torch.Tensor]:
+    """All tensors of the checkpoint's safetensors files, in Hugging Face naming."""
+    from safetensors.torch import load_file
+
+    files = sorted(Path(path).glob("*.safetensors"))
+    if not files:
+        raise ConfigError(f"{path}: no *.safetensors weights found")
+    state: dict[str, torch.Tensor] = {}
+    for f in files:
+        state.update(load_file(str(f)))
+    return state
+
+
+def build_titan_model(path: Path) -> tuple[torch.nn.Module, object]:
+    """TorchTitan Qwen3 model holding the checkpoint's weights, and its state-dict adapter
+    (HF <-> TorchTitan naming)."""
+    from torchtitan.models.qwen3 import Qwen3StateDictAdapter
+
+    config = titan_qwen3_config(path)
+    model = config.build()
+    adapter = Qwen3StateDictAdapter(config, str(path))
+    model.load_state_dict(adapter.from_hf(load_hf_state_dict(path)), strict=True)
+    return model, adapter

@@ -1,0 +1,192 @@
+"""The embedded ``tiny`` model: a Qwen3-architecture causal LM built and warm-started here.
+
+Recipe (see shared/calibration.md): 2 layers, hidden 128, 4 query heads of size 32 (vLLM's
+CPU attention needs head size >= 32), 2 KV heads, MLP 384, untied embeddings, vocabulary
+of 257 byte-level tokens padded to 320 (~476k parameters). A short supervised stage on the
+arithmetic env's format ("37+45=82<|endoftext|>") stops at the first evaluation whose
+greedy held-out accuracy reaches ``target_accuracy``, so RL starts with room to improve
+and signal to learn from. The result is saved in Hugging Face format (config.json,
+model.safetensors, tokenizer.json) under the cache directory, keyed by a hash of this
+recipe, and reused. Same recipe and thread count give a bit-identical checkpoint.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from zoo.core.tokenizer import EOS_ID, save_tokenizer
+
+RECIPE_VERSION = 1
+
+
+@dataclass(frozen=True)
+class TinyRecipe:
+    hidden_size: int = 128
+    intermediate_size: int = 384
+    num_layers: int = 2
+    num_heads: int = 4
+    num_kv_heads: int = 2
+    head_dim: int = 32
+    vocab_size: int = 320
+    rope_theta: float = 1_000_000.0
+    seed: int = 0
+    batch_size: int = 128
+    lr: float = 1e-3
+    warmup_steps: int = 50
+    eval_every: int = 10
+    max_steps: int = 1500
+    target_accuracy: float = 0.25
+    """Stop at the first evaluation at or above this greedy held-out accuracy."""
+    threads: int = 2
+    """Torch threads during the warm start: fixed, so the checkpoint is reproducible."""
+
+    def key(self) -> str:
+        payload = json.dumps({"v": RECIPE_VERSION, **dataclasses.asdict(self)}, sort_keys=True)
+        return hashlib.sha256(payload.encode()).hexdigest()[:12]
+
+
+def cache_dir() -> Path:
+    """$FORGE_ZOO_CACHE, else ~/.cache/forge-zoo."""
+    root = os.environ.get("FORGE_ZOO_CACHE") or Path.home() / ".cache" / "forge-zoo"
+    return Path(root)
+
+
+def hf_config(recipe: TinyRecipe):
+    from transformers import Qwen3Config
+
+    return Qwen3Config(
+        vocab_size=recipe.vocab_size,
+        hidden_size=recipe.hidden_size,
+        intermediate_size=recipe.intermediate_size,
+        num_hidden_layers=recipe.num_layers,
+        num_attention_heads=recipe.num_heads,
+        num_key_value_heads=recipe.num_kv_heads,
+        head_dim=recipe.head_dim,
+        max_position_embeddings=256,
+        rope_parameters={"rope_type": "default", "rope_theta": recipe.rope_theta},
+        tie_word_embeddings=False,
+        eos_token_id=EOS_ID,
+        pad_token_id=EOS_ID,
+        bos_token_id=None,
+        dtype="float32",
+        architectures=["Qwen3ForCausalLM"],
+    )
+
+
+def tiny_model_path(recipe: TinyRecipe | None = None, quiet: bool = False) -> Path:
+    """Path of the warm-started tiny model, building it on first use."""
+    recipe = recipe or TinyRecipe()
+    path = cache_dir() / "models" / f"tiny-{recipe.key()}"
+    if not (path / "model.safetensors").exists():
+        build_tiny_model(recipe, path, quiet=quiet)
+    return path
+
+
+def build_tiny_model(recipe: TinyRecipe, path: Path, quiet: bool = False) -> dict:
+    """Warm-start the tiny model and save it (atomically) to ``path``."""
+    from transformers import Qwen3ForCausalLM
+
+    from zoo.core.progress import make_progress
+    from zoo.envs.arithmetic import Arithmetic
+
+    env = Arithmetic()
+    threads = torch.get_num_threads()
+    torch.set_num_threads(recipe.threads)
+    try:
+        torch.manual_seed(recipe.seed)
+        model = Qwen3ForCausalLM(hf_config(recipe))
+        opt = torch.optim.AdamW(model.parameters(), lr=recipe.lr)
+        sched = torch.optim.lr_scheduler.LambdaLR(
+            opt, lambda s: min(1.0, (s + 1) / recipe.warmup_steps)
+        )
+        history = []
+        with make_progress(quiet) as progress:
+            task = progress.add_task("warm-starting tiny model", total=recipe.max_steps)
+            for step in range(1, recipe.max_steps + 1):
+                prompts = env.train_prompts(
+                    (step - 1) * recipe.batch_size, recipe.batch_size, seed=recipe.seed
+                )
+                loss = sft_loss(model, [(p.text, str(p.answer)) for p in prompts])
+                opt.zero_grad(set_to_none=True)
+                loss.backward()
+                opt.step()
+                sched.step()
+                progress.update(task, advance=1)
+                if step % recipe.eval_every == 0:
+                    acc = greedy_accuracy(model, env)
+                    history.append({"step": step, "loss": float(loss.detach()), "accuracy": acc})
+                    progress.update(task, description=f"warm-starting tiny model: acc {acc:.1%}")
+                    if acc >= recipe.target_accuracy:
+                        break
+    finally:
+        torch.set_num_threads(threads)
+
+    info = {"recipe": dataclasses.asdict(recipe), "key": recipe.key(), "history": history}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=".building-"))
+    model.save_pretrained(tmp, safe_serialization=True)
+    save_tokenizer(tmp)
+    (tmp / "forge_zoo_recipe.json").write_text(json.dumps(info, indent=2))
+    if path.exists():
+        shutil.rmtree(path)
+    tmp.rename(path)
+    return info
+
+
+def encode(text: str) -> list[int]:
+    """Byte-level encoding: token id = byte value (see zoo/core/tokenizer.py)."""
+    return list(text.encode())
+
+
+def sft_loss(model: torch.nn.Module, pairs: list[tuple[str, str]]) -> torch.Tensor:
+    """Cross-entropy on the answer tokens and the end-of-text token only."""
+    seqs, masks = [], []
+    for prompt, answer in pairs:
+        p, a = encode(prompt), [*encode(answer), EOS_ID]
+        seqs.append(p + a)
+        masks.append([0] * len(p) + [1] * len(a))
+    width = max(map(len, seqs))
+    ids = torch.tensor([s + [EOS_ID] * (width - len(s)) for s in seqs])
+    mask = torch.tensor([m + [0] * (width - len(m)) for m in masks], dtype=torch.float32)
+    logits = model(input_ids=ids).logits[:, :-1]
+    nll = torch.nn.functional.cross_entropy(
+        logits.reshape(-1, logits.shape[-1]), ids[:, 1:].reshape(-1), reduction="none"
+    ).view_as(mask[:, 1:])
+    return (nll * mask[:, 1:]).sum() / mask[:, 1:].sum()
+
+
+@torch.no_grad()
+def greedy_accuracy(model: torch.nn.Module, env, max_new_tokens: int = 6) -> float:
+    """Held-out accuracy of greedy decoding (a plain loop; prompts grouped by length)."""
+    prompts = env.eval_prompts()
+    by_len: dict[int, list] = {}
+    for p in prompts:
+        by_len.setdefault(len(encode(p.text)), []).append(p)
+    correct = 0.0
+    for group in by_len.values():
+        ids = torch.tensor([encode(p.text) for p in group])
+        out = model.generate(
+            input_ids=ids,
+            attention_mask=torch.ones_like(ids),
+            max_new_tokens=max_new_tokens,
+            do_sample=False,
+            eos_token_id=EOS_ID,
+            pad_token_id=EOS_ID,
+        )[:, ids.shape[1] :]
+        for p, row in zip(group, out.tolist(), strict=True):
+            text = (
+                bytes(t for t in row if t < 256)
+                if EOS_ID not in row
+                else bytes(row[: row.index(EOS_ID)])
+            )
+            correct += env.score(p, text.decode(errors="replace"))
+    return correct / len(prompts)

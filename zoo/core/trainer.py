@@ -1,0 +1,192 @@
+"""The trainer: TorchTitan's Qwen3 model, AdamW, gradient clipping and micro-batching.
+
+This is where an algorithm's loss is called (``Trainer.step``). Sequences are laid out
+prompt + response, right-padded, so causal attention never lets a real token see a pad.
+Weights come in and go out in Hugging Face naming, the interchange format with the
+generator.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from zoo.core.models import build_titan_model
+from zoo.core.types import LossOutput, TrainBatch
+
+
+@dataclass
+class RolloutBatch:
+    """Sequences ready for training. ``tokens`` holds prompt + response per row (right
+    padded); response token t of row i sits at position ``response_start[i] + t``."""
+
+    tokens: torch.Tensor
+    """[B, L] token ids."""
+    response_start: torch.Tensor
+    """[B] index of the first response token (= prompt length)."""
+    mask: torch.Tensor
+    """[B, T] 1 on response tokens."""
+    advantages: torch.Tensor
+    """[B] or [B, T]."""
+    old_logprobs: torch.Tensor | None = None
+    """[B, T] the sampling policy's logprobs; None = on-policy (use the trainer's own)."""
+    ref_logprobs: torch.Tensor | None = None
+
+    @property
+    def size(self) -> int:
+        return self.tokens.shape[0]
+
+    def rows(self, sl: slice) -> RolloutBatch:
+        def cut(t: torch.Tensor | None) -> torch.Tensor | None:
+            return None if t is None else t[sl]
+
+        return RolloutBatch(
+            self.tokens[sl],
+            self.response_start[sl],
+            self.mask[sl],
+            self.advantages[sl],
+            cut(self.old_logprobs),
+            cut(self.ref_logprobs),
+        )
+
+
+def response_logprobs(
+    model: torch.nn.Module, tokens: torch.Tensor, response_start: torch.Tensor, width: int
+) -> torch.Tensor:
+    """[B, width] log-probability of each response token under ``model`` (a TorchTitan
+    decoder). The LM head runs only where a response token is predicted: on prompt
+    positions its output would be thrown away."""
+    positions = (response_start[:, None] - 1 + torch.arange(width)[None, :]).clamp(
+        max=tokens.shape[1] - 2
+    )
+    model._skip_lm_head = True  # TorchTitan's Decoder flag: forward returns final hidden states
+    try:
+        hidden = model(tokens)
+    finally:
+        model._skip_lm_head = False
+    picked = hidden.gather(1, positions[..., None].expand(-1, -1, hidden.shape[-1]))
+    logits = model.lm_head(picked).float()
+    targets = tokens.gather(1, positions + 1)
+    return torch.log_softmax(logits, dim=-1).gather(-1, targets[..., None]).squeeze(-1)
+
+
+@dataclass
+class TrainerConfig:
+    lr: float = 2e-4
+    """AdamW learning rate (calibration: 2e-4 at 128 prompts x 8)."""
+    weight_decay: float = 0.0
+    betas: tuple[float, float] = (0.9, 0.999)
+    grad_clip: float = 1.0
+    """Max global gradient norm."""
+    micro_batch_size: int = 0
+    """Sequences per forward/backward; 0 = the whole batch at once."""
+
+
+class Trainer:
+    def __init__(self, model_path: Path, config: TrainerConfig, max_response_len: int) -> None:
+        self.config = config
+        self.max_response_len = max_response_len
+        self.model, self.adapter = build_titan_model(model_path)
+        self.model.train()
+        self.optimizer = torch.optim.AdamW(
+            self.model.parameters(),
+            lr=config.lr,
+            betas=config.betas,
+            weight_decay=config.weight_decay,
+        )
+        self.version = 0
+        self.loss_fn: Callable[[TrainBatch], LossOutput] | None = None
+
+    def step(self, batch: RolloutBatch, loss_fn: Callable[[TrainBatch], LossOutput]) -> dict:
+        """One optimizer step on ``batch``; returns the loss metrics (token-weighted over
+        micro-batches) and the gradient norm."""
+        width = batch.mask.shape[1]
+        num_sequences = int((batch.mask.sum(-1) > 0).sum())
+        num_tokens = int(batch.mask.sum())
+        micro = self.config.micro_batch_size or batch.size
+        self.optimizer.zero_grad(set_to_none=True)
+        sums: dict[str, float] = {}
+        loss_total = 0.0  # micro-batch losses add up: each divides by whole-batch counts
+        for start in range(0, batch.size, micro):
+            mb = batch.rows(slice(start, start + micro))
+            logprobs = response_logprobs(self.model, mb.tokens, mb.response_start, width)
+            old = mb.old_logprobs if mb.old_logprobs is not None else logprobs.detach()
+            train_batch = TrainBatch(
+                logprobs=logprobs,
+                old_logprobs=old,
+                ref_logprobs=mb.ref_logprobs,
+                advantages=mb.advantages,
+                mask=mb.mask,
+                num_sequences=num_sequences,
+                num_tokens=num_tokens,
+                max_response_len=self.max_response_len,
+            )
+            out = loss_fn(train_batch)
+            out.loss.backward()
+            loss_total += float(out.loss.detach())
+            weight = float(mb.mask.sum()) / max(num_tokens, 1)
+            metrics = {**out.metrics, "entropy_sampled": -_masked_mean(logprobs, mb.mask)}
+            for k, v in metrics.items():
+                if k != "loss":
+                    sums[k] = sums.get(k, 0.0) + weight * v
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.grad_clip)
+        self.optimizer.step()
+        self.version += 1
+        return {
+            "loss": loss_total,
+            **sums,
+            "grad_norm": float(grad_norm),
+            "response_tokens": num_tokens,
+        }
+
+    def train_step(self, inputs: list[dict], targets: list[dict]) -> float:
+        """torchforge-compatible step: ``inputs = [{"tokens": [B, L]}]``, ``targets =
+        [{"response": [B, T], "ref_logprobs", "advantages", "padding_mask"}]``, one entry
+        per micro-batch, responses occupying the last T positions of ``tokens``. Uses the
+        loss function set in ``self.loss_fn``; returns the loss as a float."""
+        if self.loss_fn is None:
+            raise RuntimeError("set trainer.loss_fn (e.g. algorithm.loss) before train_step")
+        tokens = torch.cat([i["tokens"] for i in inputs])
+        width = targets[0]["response"].shape[1]
+        batch = RolloutBatch(
+            tokens=tokens,
+            response_start=torch.full((tokens.shape[0],), tokens.shape[1] - width),
+            mask=torch.cat([t["padding_mask"] for t in targets]).float(),
+            advantages=torch.cat([t["advantages"].reshape(-1) for t in targets]),
+            ref_logprobs=torch.cat([t["ref_logprobs"] for t in targets])
+            if targets[0].get("ref_logprobs") is not None
+            else None,
+        )
+        saved = self.config.micro_batch_size
+        self.config.micro_batch_size = inputs[0]["tokens"].shape[0]
+        try:
+            return float(self.step(batch, self.loss_fn)["loss"])
+        finally:
+            self.config.micro_batch_size = saved
+
+    def hf_state_dict(self) -> dict[str, torch.Tensor]:
+        """Current weights in Hugging Face naming (detached, contiguous)."""
+        state = {k: v.detach() for k, v in self.model.state_dict().items()}
+        return {k: v.contiguous() for k, v in self.adapter.to_hf(state).items()}
+
+    def save_hf(self, directory: Path, source: Path) -> None:
+        """Write the current weights as a Hugging Face checkpoint (config and tokenizer
+        copied from ``source``)."""
+        import shutil
+
+        from safetensors.torch import save_file
+
+        directory.mkdir(parents=True, exist_ok=True)
+        for f in Path(source).iterdir():
+            if f.is_file() and f.suffix != ".safetensors":
+                shutil.copy2(f, directory / f.name)
+        save_file(
+            self.hf_state_dict(), str(directory / "model.safetensors"), metadata={"format": "pt"}
+        )
+
+
+def _masked_mean(values: torch.Tensor, mask: torch.Tensor) -> float:
+    return float((values.detach() * mask).sum() / mask.sum().clamp(min=1))

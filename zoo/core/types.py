@@ -1,0 +1,69 @@
+"""The data that flows between services in one RL step."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+
+@dataclass
+class Completion:
+    """One sampled response, as the generator returns it."""
+
+    prompt_ids: list[int]
+    token_ids: list[int]
+    """Response tokens, the end-of-text token included when the model emitted it."""
+    logprobs: list[float]
+    """The sampler's log-probability of each token in ``token_ids``."""
+    text: str
+    """Decoded response without the end-of-text token."""
+    finish_reason: str
+    """"stop" (end-of-text) or "length" (hit the generation budget)."""
+    policy_version: int
+    """Version of the weights that sampled it (0 = initial weights)."""
+
+
+@dataclass
+class TrainBatch:
+    """What an algorithm's ``loss`` sees. All [B, T] tensors are aligned on response tokens.
+
+    ``num_sequences`` / ``num_tokens`` are the counts over the whole optimizer batch: with
+    micro-batching each micro-batch still divides by them, so accumulated gradients equal
+    the full-batch gradient. When left None they are taken from this batch.
+    """
+
+    logprobs: torch.Tensor
+    """[B, T] log pi_theta of each response token (requires grad)."""
+    old_logprobs: torch.Tensor
+    """[B, T] log pi_old, the policy that sampled (detached)."""
+    ref_logprobs: torch.Tensor | None
+    """[B, T] log pi_ref of the frozen reference, or None when the algorithm needs none."""
+    advantages: torch.Tensor
+    """[B] per response, or [B, T] per token."""
+    mask: torch.Tensor
+    """[B, T] 1.0 on response tokens, 0.0 on padding."""
+    num_sequences: int | None = None
+    num_tokens: int | None = None
+    max_response_len: int | None = None
+    """The run's generation budget L_max (for Dr. GRPO's fixed normaliser)."""
+
+    def __post_init__(self) -> None:
+        self.mask = self.mask.to(self.logprobs.dtype)
+        if self.num_sequences is None:
+            self.num_sequences = int((self.mask.sum(-1) > 0).sum())
+        if self.num_tokens is None:
+            self.num_tokens = int(self.mask.sum())
+
+    @property
+    def token_advantages(self) -> torch.Tensor:
+        """Advantages broadcast to [B, T]."""
+        adv = self.advantages.to(self.logprobs.dtype)
+        return adv if adv.dim() == 2 else adv[:, None].expand_as(self.logprobs)
+
+
+@dataclass
+class LossOutput:
+    loss: torch.Tensor
+    """Scalar, differentiable. Always minus the objective."""
+    metrics: dict[str, float] = field(default_factory=dict)

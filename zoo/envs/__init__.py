@@ -1,0 +1,26 @@
+"""Environments: ``get_env(name, **config)``; third parties register through the
+``zoo.envs`` entry-point group."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from zoo.core.registry import Registry
+from zoo.envs.base import Env, Prompt
+
+ENVS = Registry(
+    "environment",
+    "zoo.envs",
+    builtins={"arithmetic": "zoo.envs.arithmetic:Arithmetic"},
+)
+
+
+def get_env(name: str, **config: Any) -> Env:
+    return ENVS.load(name)(**config)
+
+
+def list_envs() -> list[str]:
+    return ENVS.names()
+
+
+__all__ = ["ENVS", "Env", "Prompt", "get_env", "list_envs"]

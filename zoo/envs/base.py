@@ -1,0 +1,62 @@
+"""The environment contract: a seeded, index-addressable train split, a fixed held-out
+split, and a scorer that turns completions into rewards in [-1, 1]."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import asdict, dataclass, field
+from typing import Any, ClassVar
+
+from zoo.core.config import make_config
+
+
+@dataclass(frozen=True)
+class Prompt:
+    """One task instance. ``answer`` is the ground truth: the env keeps it for scoring,
+    the generator only ever sees ``text``."""
+
+    text: str
+    answer: Any
+    index: int
+    """Position in its split (train: the seeded stream; eval: the fixed list)."""
+    split: str
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class EmptyConfig:
+    pass
+
+
+class Env(ABC):
+    """Subclasses set ``name``, ``config_class`` and ``reward_values``, and implement
+    ``train_prompt``, ``eval_prompts`` and ``score``."""
+
+    name: ClassVar[str] = ""
+    config_class: ClassVar[type] = EmptyConfig
+    reward_values: ClassVar[str] = ""
+    """Which rewards occur, in words (e.g. "0 or 1")."""
+
+    def __init__(self, **overrides: Any) -> None:
+        self.config = make_config(self.config_class, overrides, owner=f"env {self.name!r}")
+
+    @abstractmethod
+    def train_prompt(self, index: int, seed: int) -> Prompt:
+        """The ``index``-th prompt of the train stream for ``seed`` (pure function)."""
+
+    @abstractmethod
+    def eval_prompts(self) -> list[Prompt]:
+        """The fixed held-out split: the same list on every call and every run."""
+
+    @abstractmethod
+    def score(self, prompt: Prompt, completion: str) -> float:
+        """Reward of one completion text (ends before the end-of-text token)."""
+
+    def train_prompts(self, start: int, n: int, seed: int) -> list[Prompt]:
+        return [self.train_prompt(i, seed) for i in range(start, start + n)]
+
+    def score_batch(self, prompts: list[Prompt], completions: list[str]) -> list[float]:
+        return [self.score(p, c) for p, c in zip(prompts, completions, strict=True)]
+
+    def describe(self) -> dict[str, Any]:
+        return {"name": self.name, "config": asdict(self.config)}
