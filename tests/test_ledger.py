@@ -1,0 +1,62 @@
+"""The compute ledger's analytical FLOPs against FLOPs counted from the real model's
+matmuls (torch's FlopCounterMode) and a brute-force count of causal attention."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch.utils.flop_counter import FlopCounterMode
+
+from zoo.core.ledger import Ledger
+from zoo.core.models import ModelShape, build_titan_model
+from zoo.core.trainer import response_logprobs
+
+
+def attention_flops_by_hand(shape: ModelShape, length: int) -> int:
+    """QK^T and AV: 2 * head_dim FLOPs per (query, visible key) pair, each, per head."""
+    pairs = sum(p + 1 for p in range(length))
+    return shape.num_layers * shape.num_heads * 2 * (2 * shape.head_dim * pairs)
+
+
+@pytest.mark.parametrize(("length", "response"), [(11, 5), (20, 1), (8, 7)])
+def test_scoring_flops_match_counted_matmuls_plus_causal_attention(tiny_path, length, response):
+    model, _ = build_titan_model(tiny_path)
+    shape = ModelShape.from_hf_dir(tiny_path)
+    ledger = Ledger(shape)
+    batch = 3
+    tokens = torch.randint(0, 256, (batch, length))
+    with FlopCounterMode(display=False) as counter:
+        response_logprobs(model, tokens, torch.full((batch,), length - response), response)
+    counted_mm = counter.get_total_flops()  # CPU SDPA is not counted: matmuls only
+    expected = ledger.scoring_flops(length - response, response) * batch
+    assert expected - attention_flops_by_hand(shape, length) * batch == counted_mm
+
+
+def test_training_flops_are_three_forwards(tiny_path):
+    model, _ = build_titan_model(tiny_path)
+    tokens = torch.randint(0, 256, (2, 9))
+    with FlopCounterMode(display=False) as forward:
+        response_logprobs(model, tokens, torch.full((2,), 5), 4)
+    with FlopCounterMode(display=False) as both:
+        response_logprobs(model, tokens, torch.full((2,), 5), 4).sum().backward()
+    # backward of y = x W computes dx and dW: twice the forward's matmuls (the embedding
+    # lookup needs no input gradient, so the ratio is exact).
+    assert both.get_total_flops() == 3 * forward.get_total_flops()
+
+
+def test_generation_counts_every_position_but_the_last_token(tiny_path):
+    shape = ModelShape.from_hf_dir(tiny_path)
+    ledger = Ledger(shape)
+    prompt, response = 6, 4
+    body = 2 * shape.body_params * (prompt + response - 1)
+    head = 2 * shape.head_params * response
+    attention = attention_flops_by_hand(shape, prompt + response - 1)
+    assert ledger.generation_flops(prompt, response) == body + head + attention
+    assert ledger.generation_flops(prompt, 0) == 0
+
+
+def test_tiny_model_parameter_counts(tiny_path):
+    shape = ModelShape.from_hf_dir(tiny_path)
+    model, _ = build_titan_model(tiny_path)
+    linear = sum(m.weight.numel() for m in model.modules() if isinstance(m, torch.nn.Linear))
+    assert shape.body_params + shape.head_params == linear
