@@ -73,6 +73,15 @@ def build_parser() -> argparse.ArgumentParser:
 
     lst = sub.add_parser("list", help="list registered algorithms, envs or models")
     lst.add_argument("what", choices=["algorithms", "envs", "models"])
+
+    check = sub.add_parser(
+        "check-plugin",
+        help="run the conformance suite against a registered algorithm",
+        description="Check an algorithm against the invariants of shared/algorithms.md "
+        "(on-policy gradient, zero advantages, padding, micro-batching, clipping, "
+        "sequence-level ratio). Exit 0 if every applicable property holds.",
+    )
+    check.add_argument("algorithm", help="algorithm name (see `list algorithms`)")
     return parser
 
 
@@ -81,6 +90,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "run":
             return cmd_run(args)
+        if args.command == "check-plugin":
+            return cmd_check_plugin(args.algorithm)
         return cmd_list(args.what)
     except (ConfigError, PluginError) as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -182,10 +193,39 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_check_plugin(name: str) -> int:
+    from zoo.algorithms import ALGORITHMS
+    from zoo.algorithms.conformance import run_conformance
+
+    cls = ALGORITHMS.load(name)
+    source = ALGORITHMS.specs()[name].source
+    print(f"conformance of {name!r} ({source}):")
+    results = run_conformance(cls)
+    marks = {True: "PASS", False: "FAIL", None: "n/a "}
+    for r in results:
+        print(f"  {marks[r.passed]}  {r.name}: {r.detail}")
+    failed = [r.name for r in results if r.passed is False]
+    print(
+        f"{len(results) - len(failed)} of {len(results)} properties hold or do not apply"
+        + (f"; failed: {', '.join(failed)}" if failed else "")
+    )
+    return 1 if failed else 0
+
+
+def print_shadowed(registry) -> None:
+    for spec in registry.shadowed():
+        print(
+            f"warning: {spec.source} registers {registry.kind} {spec.name!r} "
+            f"({spec.target}), a name already taken; ignored",
+            file=sys.stderr,
+        )
+
+
 def cmd_list(what: str) -> int:
     if what == "algorithms":
         from zoo.algorithms import ALGORITHMS
 
+        print_shadowed(ALGORITHMS)
         for name, spec in sorted(ALGORITHMS.specs().items()):
             try:
                 cls = ALGORITHMS.load(name)
@@ -200,6 +240,7 @@ def cmd_list(what: str) -> int:
     elif what == "envs":
         from zoo.envs import ENVS
 
+        print_shadowed(ENVS)
         for name, spec in sorted(ENVS.specs().items()):
             try:
                 cls = ENVS.load(name)

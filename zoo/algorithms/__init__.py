@@ -11,7 +11,15 @@ from zoo.core.registry import Registry
 ALGORITHMS = Registry(
     "algorithm",
     "zoo.algorithms",
-    builtins={"grpo": "zoo.algorithms.grpo:GRPO"},
+    builtins={
+        "grpo": "zoo.algorithms.grpo:GRPO",
+        "dr_grpo": "zoo.algorithms.dr_grpo:DrGRPO",
+        "dapo": "zoo.algorithms.dapo:DAPO",
+        "cispo": "zoo.algorithms.cispo:CISPO",
+        "gspo": "zoo.algorithms.gspo:GSPO",
+        "sapo": "zoo.algorithms.sapo:SAPO",
+        "custom": "zoo.algorithms.custom:Custom",
+    },
 )
 
 

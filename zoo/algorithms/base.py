@@ -1,17 +1,21 @@
 """The algorithm plugin base class. A plugin sets ``name``, ``config_class`` and ``paper``
 and writes ``loss``; it may override ``advantages``, ``shape_rewards`` and ``keep``.
-It never sees a process, a device or a mesh: only tensors of rewards and a TrainBatch."""
+It never sees a process, a device or a mesh: only tensors of rewards and a TrainBatch.
+
+Three more class attributes describe the loss to generic checks
+(zoo/algorithms/conformance.py) and to readers; they do not change what the loss does:
+``aggregation``, ``clip_style`` and ``sequence_level``."""
 
 from __future__ import annotations
 
 import dataclasses
 from abc import ABC, abstractmethod
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 import torch
 
 from zoo.core.config import make_config
-from zoo.core.losses import group_norm
+from zoo.core.losses import Aggregation, group_norm
 from zoo.core.types import LossOutput, TrainBatch
 
 
@@ -20,6 +24,19 @@ class Algorithm(ABC):
     config_class: ClassVar[type]
     paper: ClassVar[str] = ""
     """The paper it follows: authors, title, arXiv id."""
+    aggregation: ClassVar[Aggregation] = "seq_mean"
+    """How ``loss`` reduces per-token terms to a scalar: "seq_mean", "token_mean" or
+    "fixed" (shared/algorithms.md, "Aggregation modes"). Pass it to
+    ``zoo.core.losses.aggregate``; the conformance suite builds its REINFORCE reference
+    -A*lp under the same mode."""
+    clip_style: ClassVar[Literal["zero", "cap", "none"]] = "zero"
+    """What happens to a token with A > 0 whose ratio is above the upper clip:
+    "zero": PPO-style clip, its gradient is zero (GRPO, DAPO, GSPO, ...);
+    "cap": the ratio's weight is capped, the gradient stays nonzero (CISPO);
+    "none": no hard clip (SAPO's soft gate)."""
+    sequence_level: ClassVar[bool] = False
+    """True when the loss sees a sequence's tokens only through its mean log-ratio
+    (GSPO's sequence ratio)."""
 
     def __init__(self, **overrides: Any) -> None:
         self.config = make_config(self.config_class, overrides, owner=f"algorithm {self.name!r}")
@@ -51,4 +68,9 @@ class Algorithm(ABC):
         """Minus the objective on ``batch``, plus metrics."""
 
     def describe(self) -> dict[str, Any]:
-        return {"name": self.name, "paper": self.paper, "config": dataclasses.asdict(self.config)}
+        return {
+            "name": self.name,
+            "paper": self.paper,
+            "aggregation": self.aggregation,
+            "config": dataclasses.asdict(self.config),
+        }

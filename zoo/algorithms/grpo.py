@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import torch
 
 from zoo.algorithms.base import Algorithm
-from zoo.core.losses import aggregate, k3_kl, masked_mean, ratio_metrics
+from zoo.core.losses import aggregate, clipped_objective, kl_penalty, log_ratio, ratio_metrics
 from zoo.core.types import LossOutput, TrainBatch
 
 
@@ -32,19 +32,15 @@ class GRPO(Algorithm):
     name = "grpo"
     config_class = GRPOConfig
     paper = "Shao et al., DeepSeekMath, arXiv 2402.03300 (2024)"
+    aggregation = "seq_mean"
 
     def loss(self, batch: TrainBatch) -> LossOutput:
         eps, beta = self.config.eps, self.config.beta
-        adv = batch.token_advantages
-        ratio = torch.exp(batch.logprobs - batch.old_logprobs)
+        ratio = torch.exp(log_ratio(batch))
 
-        surrogate = torch.minimum(ratio * adv, torch.clamp(ratio, 1 - eps, 1 + eps) * adv)
-        per_token = -surrogate
+        surrogate = clipped_objective(ratio, batch.token_advantages, 1 - eps, 1 + eps)
+        penalty, kl_metrics = kl_penalty(batch, beta)
+        loss = aggregate(-surrogate + penalty, batch, self.aggregation)
+
         metrics = ratio_metrics(ratio, batch, low=1 - eps, high=1 + eps)
-        if beta > 0:
-            kl = k3_kl(batch.logprobs, batch.ref_logprobs)
-            per_token = per_token + beta * kl
-            metrics["kl"] = masked_mean(kl.detach(), batch.mask)
-
-        loss = aggregate(per_token, batch, "seq_mean")
-        return LossOutput(loss, {"loss": float(loss.detach()), **metrics})
+        return LossOutput(loss, {"loss": float(loss.detach()), **metrics, **kl_metrics})

@@ -25,8 +25,13 @@ def group_center(rewards: torch.Tensor) -> torch.Tensor:
     """Dr. GRPO's advantage: R - mean_g R (no division by the std). An all-equal group
     gets exact zeros (the float mean of equal values need not equal them)."""
     check_groups(rewards)
-    all_equal = (rewards == rewards[:, :1]).all(dim=1, keepdim=True)
+    all_equal = all_equal_groups(rewards)[:, None]
     return (rewards - rewards.mean(dim=1, keepdim=True)).masked_fill(all_equal, 0.0)
+
+
+def all_equal_groups(rewards: torch.Tensor) -> torch.Tensor:
+    """Bool [groups]: the groups whose G rewards are exactly equal (zero advantages)."""
+    return (rewards == rewards[:, :1]).all(dim=1)
 
 
 def check_groups(rewards: torch.Tensor) -> None:
@@ -66,6 +71,33 @@ def aggregate(per_token: torch.Tensor, batch: TrainBatch, mode: Aggregation) -> 
             raise ConfigError("aggregation 'fixed' needs batch.max_response_len (L_max)")
         return masked.sum() / (max(batch.num_sequences, 1) * batch.max_response_len)
     raise ConfigError(f"unknown aggregation {mode!r}; valid: seq_mean, token_mean, fixed")
+
+
+def log_ratio(batch: TrainBatch) -> torch.Tensor:
+    """Per-token log importance ratio lp - old on response tokens, 0 on padding, so that
+    exp() of junk padding values can never overflow into the loss (inf * 0 = nan)."""
+    return torch.where(batch.mask > 0, batch.logprobs - batch.old_logprobs, 0.0)
+
+
+def clipped_objective(
+    ratio: torch.Tensor, advantages: torch.Tensor, low: float, high: float
+) -> torch.Tensor:
+    """PPO's clipped surrogate objective min(r A, clip(r, low, high) A) (Schulman et al.,
+    arXiv 1707.06347, eq. 7), elementwise; ``low``/``high`` are ratio bounds, e.g. 1 -+ eps.
+    Its gradient is zero where the clipped branch is the minimum."""
+    return torch.minimum(ratio * advantages, torch.clamp(ratio, low, high) * advantages)
+
+
+def kl_penalty(batch: TrainBatch, beta: float) -> tuple[torch.Tensor | float, dict[str, float]]:
+    """beta * k3 KL per token, to add to the per-token loss, and its metric ``{"kl": mean
+    k3 over response tokens}``. (0.0, {}) when beta == 0: the reference is then not run
+    and ``batch.ref_logprobs`` may be None."""
+    if beta == 0:
+        return 0.0, {}
+    if batch.ref_logprobs is None:
+        raise ConfigError(f"beta = {beta} > 0 needs reference log-probs (batch.ref_logprobs)")
+    kl = k3_kl(batch.logprobs, batch.ref_logprobs)
+    return beta * kl, {"kl": masked_mean(kl.detach(), batch.mask)}
 
 
 def masked_mean(values: torch.Tensor, mask: torch.Tensor) -> float:

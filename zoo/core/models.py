@@ -18,6 +18,48 @@ from zoo.core.config import ConfigError
 MODEL_PRESETS = {"tiny": "embedded ~476k-parameter Qwen3, warm-started on arithmetic (built here)"}
 
 
+# Architecture of the Qwen3 dense family, as data (Hugging Face config.json fields; Qwen3
+# technical report, arXiv 2505.09388, Table 1). Used to build random-init models for
+# throughput measurements where the weights are not at hand.
+QWEN3_COMMON = {
+    "architectures": ["Qwen3ForCausalLM"],
+    "model_type": "qwen3",
+    "vocab_size": 151936,
+    "head_dim": 128,
+    "max_position_embeddings": 40960,
+    "rms_norm_eps": 1e-6,
+    "rope_theta": 1_000_000.0,
+    "hidden_act": "silu",
+    "torch_dtype": "bfloat16",
+}
+QWEN3_SHAPES = {
+    "qwen3-0.6b": {"hidden_size": 1024, "num_hidden_layers": 28, "num_attention_heads": 16,
+                   "num_key_value_heads": 8, "intermediate_size": 3072,
+                   "tie_word_embeddings": True},
+    "qwen3-1.7b": {"hidden_size": 2048, "num_hidden_layers": 28, "num_attention_heads": 16,
+                   "num_key_value_heads": 8, "intermediate_size": 6144,
+                   "tie_word_embeddings": True},
+    "qwen3-4b": {"hidden_size": 2560, "num_hidden_layers": 36, "num_attention_heads": 32,
+                 "num_key_value_heads": 8, "intermediate_size": 9728,
+                 "tie_word_embeddings": True},
+    "qwen3-8b": {"hidden_size": 4096, "num_hidden_layers": 36, "num_attention_heads": 32,
+                 "num_key_value_heads": 8, "intermediate_size": 12288,
+                 "tie_word_embeddings": False},
+}  # fmt: skip
+
+
+def qwen3_config_dir(name: str, root: Path) -> Path:
+    """A directory holding only the config.json of a Qwen3 preset (no weights): enough for
+    ``build_titan_model(..., init="random")`` and the FLOPs model."""
+    if name not in QWEN3_SHAPES:
+        raise ConfigError(f"unknown Qwen3 shape {name!r}; valid: {', '.join(QWEN3_SHAPES)}")
+    directory = Path(root) / name
+    directory.mkdir(parents=True, exist_ok=True)
+    config = {**QWEN3_COMMON, **QWEN3_SHAPES[name]}
+    (directory / "config.json").write_text(json.dumps(config, indent=2))
+    return directory
+
+
 @dataclass(frozen=True)
 class ModelSpec:
     name: str
@@ -145,13 +187,24 @@ def load_hf_state_dict(path: Path) -> dict[str, torch.Tensor]:
     return state
 
 
-def build_titan_model(path: Path) -> tuple[torch.nn.Module, object]:
-    """TorchTitan Qwen3 model holding the checkpoint's weights, and its state-dict adapter
-    (HF <-> TorchTitan naming)."""
+def build_titan_model(
+    path: Path, init: str = "pretrained", device: str | torch.device = "cpu"
+) -> tuple[torch.nn.Module, object]:
+    """TorchTitan Qwen3 model and its state-dict adapter (HF <-> TorchTitan naming).
+
+    ``init="pretrained"`` loads the checkpoint's weights; ``init="random"`` uses TorchTitan's
+    own initialisation (for throughput at real sizes when weights are not at hand)."""
     from torchtitan.models.qwen3 import Qwen3StateDictAdapter
 
+    if init not in ("pretrained", "random"):
+        raise ConfigError(f"unknown init {init!r}; valid: pretrained, random")
     config = titan_qwen3_config(path)
-    model = config.build()
+    with torch.device("meta"):
+        model = config.build()
+    model.to_empty(device=device)
     adapter = Qwen3StateDictAdapter(config, str(path))
-    model.load_state_dict(adapter.from_hf(load_hf_state_dict(path)), strict=True)
+    with torch.no_grad():
+        model.init_weights()  # also fills non-persistent buffers (RoPE tables)
+    if init == "pretrained":
+        model.load_state_dict(adapter.from_hf(load_hf_state_dict(path)), strict=True)
     return model, adapter

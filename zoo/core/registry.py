@@ -37,12 +37,26 @@ class Registry:
 
     def specs(self) -> dict[str, PluginSpec]:
         specs = dict(self._builtins)
-        for ep in entry_points(group=self.group):
-            if ep.name in specs:
-                continue  # built-ins (and the first registration of a name) win
-            dist = ep.dist.name if ep.dist is not None else "unknown distribution"
-            specs[ep.name] = PluginSpec(ep.name, ep.value, dist)
+        for spec in self._entry_point_specs():
+            specs.setdefault(spec.name, spec)  # built-ins, then the first registration, win
         return specs
+
+    def shadowed(self) -> list[PluginSpec]:
+        """Entry points ignored because their name is already taken (reported, not used)."""
+        seen = set(self._builtins)
+        ignored = []
+        for spec in self._entry_point_specs():
+            if spec.name in seen:
+                ignored.append(spec)
+            seen.add(spec.name)
+        return ignored
+
+    def _entry_point_specs(self) -> list[PluginSpec]:
+        out = []
+        for ep in entry_points(group=self.group):
+            dist = ep.dist.name if ep.dist is not None else "unknown distribution"
+            out.append(PluginSpec(ep.name, ep.value, dist))
+        return out
 
     def names(self) -> list[str]:
         return sorted(self.specs())

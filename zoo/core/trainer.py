@@ -8,6 +8,7 @@ generator.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,6 +40,12 @@ class RolloutBatch:
     def size(self) -> int:
         return self.tokens.shape[0]
 
+    def to(self, device: torch.device) -> RolloutBatch:
+        def move(t: torch.Tensor | None) -> torch.Tensor | None:
+            return None if t is None else t.to(device, non_blocking=True)
+
+        return RolloutBatch(*(move(getattr(self, f.name)) for f in dataclasses.fields(self)))
+
     def rows(self, sl: slice) -> RolloutBatch:
         def cut(t: torch.Tensor | None) -> torch.Tensor | None:
             return None if t is None else t[sl]
@@ -59,7 +66,7 @@ def response_logprobs(
     """[B, width] log-probability of each response token under ``model`` (a TorchTitan
     decoder). The LM head runs only where a response token is predicted: on prompt
     positions its output would be thrown away."""
-    positions = (response_start[:, None] - 1 + torch.arange(width)[None, :]).clamp(
+    positions = (response_start[:, None] - 1 + torch.arange(width, device=tokens.device)).clamp(
         max=tokens.shape[1] - 2
     )
     model._skip_lm_head = True  # TorchTitan's Decoder flag: forward returns final hidden states
@@ -83,13 +90,28 @@ class TrainerConfig:
     """Max global gradient norm."""
     micro_batch_size: int = 0
     """Sequences per forward/backward; 0 = the whole batch at once."""
+    mixed_precision: str = "none"
+    """"bf16": compute in bfloat16 under autocast, float32 master weights and optimizer
+    state (TorchTitan's FSDP2 mixed-precision policy, on one device)."""
 
 
 class Trainer:
-    def __init__(self, model_path: Path, config: TrainerConfig, max_response_len: int) -> None:
+    def __init__(
+        self,
+        model_path: Path,
+        config: TrainerConfig,
+        max_response_len: int,
+        init: str = "pretrained",
+        device: str = "cpu",
+    ) -> None:
+        if config.mixed_precision not in ("none", "bf16"):
+            raise ValueError(
+                f"mixed_precision must be none or bf16, not {config.mixed_precision!r}"
+            )
         self.config = config
         self.max_response_len = max_response_len
-        self.model, self.adapter = build_titan_model(model_path)
+        self.device = torch.device(device)
+        self.model, self.adapter = build_titan_model(model_path, init=init, device=self.device)
         self.model.train()
         self.optimizer = torch.optim.AdamW(
             self.model.parameters(),
@@ -110,9 +132,13 @@ class Trainer:
         self.optimizer.zero_grad(set_to_none=True)
         sums: dict[str, float] = {}
         loss_total = 0.0  # micro-batch losses add up: each divides by whole-batch counts
+        autocast = torch.autocast(
+            self.device.type, dtype=torch.bfloat16, enabled=self.config.mixed_precision == "bf16"
+        )
         for start in range(0, batch.size, micro):
-            mb = batch.rows(slice(start, start + micro))
-            logprobs = response_logprobs(self.model, mb.tokens, mb.response_start, width)
+            mb = batch.rows(slice(start, start + micro)).to(self.device)
+            with autocast:
+                logprobs = response_logprobs(self.model, mb.tokens, mb.response_start, width)
             old = mb.old_logprobs if mb.old_logprobs is not None else logprobs.detach()
             train_batch = TrainBatch(
                 logprobs=logprobs,

@@ -1,0 +1,1 @@
+"""An example forge-zoo plugin package: the RLOO algorithm."""

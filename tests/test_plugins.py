@@ -1,0 +1,120 @@
+"""Third-party plugins for real: packages are pip-installed into a temporary directory
+(real dist-info, found through importlib.metadata) and used through `python -m harness`."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def write_package(root: Path, dist: str, module: str, source: str, entry_points: str) -> Path:
+    pkg = root / dist
+    (pkg / module).mkdir(parents=True)
+    (pkg / module / "__init__.py").write_text(textwrap.dedent(source))
+    (pkg / "pyproject.toml").write_text(
+        textwrap.dedent(f"""
+        [build-system]
+        requires = ["setuptools>=68"]
+        build-backend = "setuptools.build_meta"
+        [project]
+        name = "{dist}"
+        version = "0.0.1"
+        [tool.setuptools]
+        packages = ["{module}"]
+        """)
+        + entry_points
+    )
+    return pkg
+
+
+def pip_install(target: Path, *packages: Path) -> None:
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps",
+         "--no-build-isolation", "--disable-pip-version-check", "--target", str(target),
+         *map(str, packages)],
+        check=True, capture_output=True,
+    )  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def plugin_site(tmp_path_factory) -> Path:
+    """A site directory holding the example RLOO package, a broken plugin and one that
+    tries to shadow the built-in grpo."""
+    root = tmp_path_factory.mktemp("plugins")
+    broken = write_package(
+        root,
+        "zoo-broken",
+        "zoo_broken",
+        "raise ImportError('this plugin is broken')\n",
+        '[project.entry-points."zoo.algorithms"]\nbroken = "zoo_broken:Broken"\n',
+    )
+    shadow = write_package(
+        root,
+        "zoo-shadow",
+        "zoo_shadow",
+        "class Evil:\n    pass\n",
+        '[project.entry-points."zoo.algorithms"]\ngrpo = "zoo_shadow:Evil"\n',
+    )
+    site = root / "site"
+    pip_install(site, REPO / "examples" / "zoo-rloo", broken, shadow)
+    assert (site / "zoo_rloo-0.1.0.dist-info" / "entry_points.txt").exists()
+    return site
+
+
+def harness(site: Path, *args: str, cwd: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(site)]),
+           "FORGE_ZOO_PROGRESS": "0"}  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", "harness", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+
+
+def test_installed_plugin_lists_with_its_distribution_while_a_broken_one_is_reported(
+    plugin_site, tmp_path
+):
+    result = harness(plugin_site, "list", "algorithms", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert any(line.startswith("rloo") and "[zoo-rloo]" in line for line in lines)
+    assert any(line.startswith("grpo") and "[built-in]" in line for line in lines)
+    broken = [line for line in lines if line.startswith("broken")]
+    assert broken and "zoo-broken" in broken[0] and "this plugin is broken" in broken[0]
+    assert "zoo-shadow" in result.stderr and "'grpo'" in result.stderr
+
+
+def test_a_broken_plugin_fails_only_the_run_that_asks_for_it(plugin_site, tmp_path):
+    result = harness(plugin_site, "run", "broken", cwd=tmp_path)
+    assert result.returncode == 2
+    assert "zoo-broken" in result.stderr and "this plugin is broken" in result.stderr
+    assert not (tmp_path / "results").exists()
+
+
+def test_a_third_party_cannot_shadow_a_builtin(plugin_site):
+    code = "from zoo.algorithms import get_algorithm; print(type(get_algorithm('grpo')).__module__)"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(plugin_site)])}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert out.stdout.strip() == "zoo.algorithms.grpo", out.stderr
+
+
+def test_example_plugin_trains_through_harness_run(plugin_site, tiny_model_path, tmp_path):
+    result = harness(plugin_site, "run", "rloo", "--steps", "2", "--prompts-per-step", "16",
+                     "--eval-every", "1", "--set", "clip=0.3", "--out", "run", cwd=tmp_path)  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    config = json.loads((tmp_path / "run" / "config.json").read_text())
+    assert config["algorithm"]["name"] == "rloo" and config["algorithm"]["config"]["clip"] == 0.3
+    records = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records] == [0, 1, 2]
+    assert all("loss" in r and "ratio_mean" in r for r in records[1:])

@@ -1,0 +1,56 @@
+"""CISPO: Clipped Importance Sampling Policy Optimization.
+
+MiniMax, "MiniMax-M1: Scaling Test-Time Compute Efficiently with Lightning Attention",
+arXiv 2506.13585, 2025 (Sec. 3.1). Instead of clipping the token update (which drops the
+gradient of rare, high-ratio tokens), CISPO caps the importance weight and keeps every
+token's gradient. Exactly as shared/algorithms.md defines it:
+
+    A_i   = (R_i - mean(R)) / (std(R) + 1e-6)                  group_norm
+    r_it  = exp(lp_it - old_it)
+    l_it  = -sg(min(r_it, 1 + eps_high)) * A_i * lp_it          (sg = detach)
+    loss  = sum_it l_it / sum_i |o_i|                            token_mean
+
+No lower bound on the weight (the paper sets eps_low very large). The loss value contains
+lp, so only its gradient is meaningful; ``capped_frac`` is the fraction of response
+tokens whose weight was capped.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from zoo.algorithms.base import Algorithm
+from zoo.core.losses import aggregate, kl_penalty, log_ratio, masked_mean, ratio_metrics
+from zoo.core.types import LossOutput, TrainBatch
+
+
+@dataclass
+class CISPOConfig:
+    eps_high: float = 4.0
+    """Cap on the importance weight, min(r, 1 + eps_high) (MiniMax-M1, arXiv 2506.13585,
+    Sec. 3.1); 4.0 caps r at 5 (ScaleRL, arXiv 2510.13786, found caps of 4-8 equivalent)."""
+    beta: float = 0.0
+    """Weight of a k3 KL penalty to the reference; 0, CISPO's objective has no KL term."""
+
+
+class CISPO(Algorithm):
+    name = "cispo"
+    config_class = CISPOConfig
+    paper = "MiniMax, MiniMax-M1, arXiv 2506.13585 (2025)"
+    aggregation = "token_mean"
+    clip_style = "cap"
+
+    def loss(self, batch: TrainBatch) -> LossOutput:
+        cap = 1 + self.config.eps_high
+        ratio = torch.exp(log_ratio(batch))
+
+        weight = torch.clamp(ratio, max=cap).detach()
+        penalty, kl_metrics = kl_penalty(batch, self.config.beta)
+        per_token = -weight * batch.token_advantages * batch.logprobs + penalty
+        loss = aggregate(per_token, batch, self.aggregation)
+
+        metrics = ratio_metrics(ratio, batch, low=None, high=None)
+        metrics["capped_frac"] = masked_mean((ratio > cap).to(ratio.dtype), batch.mask)
+        return LossOutput(loss, {"loss": float(loss.detach()), **metrics, **kl_metrics})

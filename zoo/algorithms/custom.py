@@ -1,0 +1,76 @@
+"""custom: PPO-clip with a KL penalty, written as the template for your own algorithm.
+
+Copy this file to start a plugin. The loss below is PPO's clipped objective (Schulman et
+al., "Proximal Policy Optimization Algorithms", arXiv 1707.06347, eq. 7) plus a k3 KL
+penalty to the reference, with GRPO's group-normalised advantages:
+
+    A_i   = (R_i - mean(R)) / (std(R) + 1e-6)                  group_norm (the default)
+    r_it  = exp(lp_it - old_it)
+    l_it  = -min(r_it A_i, clip(r_it, 1 - clip_range, 1 + clip_range) A_i) + beta * KL_k3(it)
+    loss  = (1/B) sum_i (1/|o_i|) sum_t l_it                    seq_mean
+
+How to write a plugin
+  1. A config dataclass: one field per hyperparameter, each with its paper default and a
+     docstring under it. Overrides (``get_algorithm("custom", clip_range=0.3)``, or
+     ``python -m harness run custom --set clip_range=0.3``) are checked against these
+     fields. A field named ``beta`` turns the reference model on when it is > 0.
+  2. A subclass of ``Algorithm`` with ``name``, ``config_class`` and ``paper``, and a
+     ``loss(batch)`` returning ``LossOutput(loss, metrics)``: minus the objective, a scalar.
+     The batch holds [B, T] tensors ``logprobs`` (with grad), ``old_logprobs``,
+     ``ref_logprobs``, ``mask`` and ``advantages``; always reduce with
+     ``aggregate(per_token, batch, self.aggregation)`` so padding never counts and
+     micro-batches add up to the whole batch.
+  3. Optionally override ``advantages(rewards)``, ``shape_rewards(rewards, lengths,
+     max_response_len)`` and ``keep(rewards)`` (see dr_grpo.py and dapo.py), and set the
+     class attributes ``aggregation``, ``clip_style`` and ``sequence_level`` (base.py).
+
+How to register it
+  - In this repository: add ``"name": "zoo.algorithms.<module>:<Class>"`` to ``builtins``
+    in zoo/algorithms/__init__.py.
+  - In your own package (no change to forge-zoo): declare an entry point in the group
+    ``zoo.algorithms`` in your pyproject.toml, then ``pip install -e .``::
+
+        [project.entry-points."zoo.algorithms"]
+        myalgo = "my_package.myalgo:MyAlgo"
+
+    A built-in name cannot be taken. Check your plugin against the invariants of
+    shared/algorithms.md with ``python -m harness check-plugin myalgo``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from zoo.algorithms.base import Algorithm
+from zoo.core.losses import aggregate, clipped_objective, kl_penalty, log_ratio, ratio_metrics
+from zoo.core.types import LossOutput, TrainBatch
+
+
+@dataclass
+class CustomConfig:
+    clip_range: float = 0.2
+    """Symmetric clip range on the token ratio (PPO, arXiv 1707.06347, Sec. 3)."""
+    beta: float = 0.1
+    """Weight of the k3 KL penalty to the reference (Schulman, "Approximating KL", 2020)."""
+
+
+class Custom(Algorithm):
+    name = "custom"
+    config_class = CustomConfig
+    paper = "Schulman et al., Proximal Policy Optimization Algorithms, arXiv 1707.06347 (2017)"
+    aggregation = "seq_mean"  # (1/B) sum_i (1/|o_i|) sum_t
+    clip_style = "zero"  # a token whose ratio is clipped gets no policy gradient
+
+    def loss(self, batch: TrainBatch) -> LossOutput:
+        eps, beta = self.config.clip_range, self.config.beta
+        advantages = batch.token_advantages  # [B, T], A_i on every token of o_i
+        ratio = torch.exp(log_ratio(batch))  # r_it, exactly 1 on padding
+
+        surrogate = clipped_objective(ratio, advantages, 1 - eps, 1 + eps)  # min(r A, clip(r) A)
+        penalty, kl_metrics = kl_penalty(batch, beta)  # beta * KL_k3, {"kl": ...} if beta > 0
+        loss = aggregate(-surrogate + penalty, batch, self.aggregation)  # minus the objective
+
+        metrics = ratio_metrics(ratio, batch, low=1 - eps, high=1 + eps)  # ratio_mean, clip fracs
+        return LossOutput(loss, {"loss": float(loss.detach()), **metrics, **kl_metrics})

@@ -1,0 +1,95 @@
+"""DAPO: Decoupled Clip and Dynamic sAmpling Policy Optimization.
+
+Yu et al., "DAPO: An Open-Source LLM Reinforcement Learning System at Scale", arXiv
+2503.14476, 2025. Exactly as shared/algorithms.md defines it:
+
+    A_i   = (R_i - mean(R)) / (std(R) + 1e-6)                  group_norm
+    r_it  = exp(lp_it - old_it)
+    l_it  = -min(r_it A_i, clip(r_it, 1 - eps_low, 1 + eps_high) A_i)   (Sec. 3.1)
+    loss  = sum_it l_it / sum_i |o_i|                            token_mean (Sec. 3.3)
+
+Dynamic sampling (Sec. 3.2, ``keep``): drop every group whose rewards are all equal (its
+advantages are all zero); the loop refills up to its ``max_sampling_rounds``. ``keep``
+sees the shaped rewards, as the advantages do, so a group of equal task rewards that the
+overlong punishment separates is kept (its advantages are not zero).
+
+Soft overlong punishment (Sec. 3.4, eq. 13, ``shape_rewards``), added to the task reward,
+with L_max the generation budget and L_cache = ``overlong_cache``:
+
+    R_length(o) = 0                                 if |o| <= L_max - L_cache
+                  ((L_max - L_cache) - |o|) / L_cache   if L_max - L_cache < |o| <= L_max
+                  -1                                if |o| > L_max
+
+Not implemented: overlong filtering (Sec. 3.4, masking truncated responses out of the
+loss). Whether a response was truncated is its finish reason, which neither
+``shape_rewards`` nor the TrainBatch carries (a response of exactly L_max tokens may have
+ended with end-of-text), so it cannot be done honestly from inside this plugin.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from zoo.algorithms.base import Algorithm
+from zoo.core.config import ConfigError
+from zoo.core.losses import (
+    aggregate,
+    all_equal_groups,
+    clipped_objective,
+    kl_penalty,
+    log_ratio,
+    ratio_metrics,
+)
+from zoo.core.types import LossOutput, TrainBatch
+
+
+@dataclass
+class DAPOConfig:
+    eps_low: float = 0.2
+    """Lower clip range: r is clipped below at 1 - eps_low (DAPO, arXiv 2503.14476, Sec. 3.1)."""
+    eps_high: float = 0.28
+    """Upper clip range, decoupled from eps_low ("Clip-Higher", DAPO, Sec. 3.1)."""
+    beta: float = 0.0
+    """Weight of a k3 KL penalty to the reference; 0, DAPO removes the KL (Sec. 2.3)."""
+    overlong_punishment: bool = True
+    """Add the soft overlong punishment to the task reward (DAPO, Sec. 3.4, eq. 13)."""
+    overlong_cache: float | None = None
+    """L_cache, the punishment interval in tokens; None = L_max / 4 (DAPO uses 4096 of 20480)."""
+
+
+class DAPO(Algorithm):
+    name = "dapo"
+    config_class = DAPOConfig
+    paper = "Yu et al., DAPO, arXiv 2503.14476 (2025)"
+    aggregation = "token_mean"
+
+    def shape_rewards(
+        self, rewards: torch.Tensor, lengths: torch.Tensor, max_response_len: int
+    ) -> torch.Tensor:
+        if not self.config.overlong_punishment:
+            return rewards
+        max_len = float(max_response_len)
+        cache = self.config.overlong_cache
+        cache = max_len / 4 if cache is None else float(cache)
+        if not 0 < cache <= max_len:
+            raise ConfigError(f"dapo overlong_cache must be in (0, L_max={max_len:g}], got {cache}")
+        # the three pieces of eq. 13 in one expression: >= 0 (clamped to 0) while
+        # |o| <= L_max - L_cache, linear in between, <= -1 (clamped to -1) from L_max on
+        punishment = ((max_len - cache - lengths.to(rewards.dtype)) / cache).clamp(-1.0, 0.0)
+        return rewards + punishment
+
+    def keep(self, rewards: torch.Tensor) -> torch.Tensor:
+        return ~all_equal_groups(rewards)
+
+    def loss(self, batch: TrainBatch) -> LossOutput:
+        low, high = 1 - self.config.eps_low, 1 + self.config.eps_high
+        ratio = torch.exp(log_ratio(batch))
+
+        surrogate = clipped_objective(ratio, batch.token_advantages, low, high)
+        penalty, kl_metrics = kl_penalty(batch, self.config.beta)
+        loss = aggregate(-surrogate + penalty, batch, self.aggregation)
+
+        metrics = ratio_metrics(ratio, batch, low=low, high=high)
+        return LossOutput(loss, {"loss": float(loss.detach()), **metrics, **kl_metrics})

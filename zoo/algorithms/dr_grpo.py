@@ -1,0 +1,65 @@
+"""Dr. GRPO: GRPO Done Right.
+
+Liu et al., "Understanding R1-Zero-Like Training: A Critical Perspective", arXiv
+2503.20783, 2025 (Sec. 3.2). It removes GRPO's two normalisations that bias
+training: the per-response 1/|o_i| (longer wrong answers are punished less) and the
+std in the advantage (questions that are too easy or too hard weigh more). Exactly as
+shared/algorithms.md defines it:
+
+    A_i   = R_i - mean(R)                                         group_center
+    r_it  = exp(lp_it - old_it)
+    l_it  = -min(r_it A_i, clip(r_it, 0.8, 1.2) A_i) + beta * KL_k3(it)
+    loss  = sum_it l_it / (B * L_max)                             fixed
+
+L_max is the run's generation budget (``batch.max_response_len``): a constant, so every
+token weighs the same whatever the length of its response. beta = 0: the paper's
+objective has no KL term.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from zoo.algorithms.base import Algorithm
+from zoo.core.losses import (
+    aggregate,
+    clipped_objective,
+    group_center,
+    kl_penalty,
+    log_ratio,
+    ratio_metrics,
+)
+from zoo.core.types import LossOutput, TrainBatch
+
+
+@dataclass
+class DrGRPOConfig:
+    clip_low: float = 0.8
+    """Lower bound of the token-ratio clip, 1 - 0.2 (Dr. GRPO, arXiv 2503.20783, Sec. 3.2)."""
+    clip_high: float = 1.2
+    """Upper bound of the token-ratio clip, 1 + 0.2 (Dr. GRPO, arXiv 2503.20783, Sec. 3.2)."""
+    beta: float = 0.0
+    """Weight of a k3 KL penalty to the reference; 0: no KL term (Dr. GRPO, Sec. 3.2)."""
+
+
+class DrGRPO(Algorithm):
+    name = "dr_grpo"
+    config_class = DrGRPOConfig
+    paper = "Liu et al., Understanding R1-Zero-Like Training, arXiv 2503.20783 (2025)"
+    aggregation = "fixed"
+
+    def advantages(self, rewards: torch.Tensor) -> torch.Tensor:
+        return group_center(rewards)
+
+    def loss(self, batch: TrainBatch) -> LossOutput:
+        low, high = self.config.clip_low, self.config.clip_high
+        ratio = torch.exp(log_ratio(batch))
+
+        surrogate = clipped_objective(ratio, batch.token_advantages, low, high)
+        penalty, kl_metrics = kl_penalty(batch, self.config.beta)
+        loss = aggregate(-surrogate + penalty, batch, self.aggregation)
+
+        metrics = ratio_metrics(ratio, batch, low=low, high=high)
+        return LossOutput(loss, {"loss": float(loss.detach()), **metrics, **kl_metrics})

@@ -1,0 +1,60 @@
+"""SAPO: Soft Adaptive Policy Optimization.
+
+Gao et al., "Soft Adaptive Policy Optimization", arXiv 2511.20347, 2025. A smooth,
+temperature-controlled gate replaces the hard clip: off-policy tokens are attenuated
+instead of cut off, and tokens with negative advantages decay faster (tau_neg > tau_pos).
+Exactly as shared/algorithms.md defines it:
+
+    A_i   = (R_i - mean(R)) / (std(R) + 1e-6)                  group_norm
+    r_it  = exp(lp_it - old_it)
+    tau   = tau_pos if A_i > 0 else tau_neg
+    f(r)  = sigmoid(tau (r - 1)) * 4 / tau                      soft gate
+    l_it  = -f(r_it) * A_i
+    loss  = (1/B) sum_i (1/|o_i|) sum_t l_it                    seq_mean
+
+d l_it / d lp_it = -A_i * r_it * 4 p (1 - p), p = sigmoid(tau (r - 1)): the usual policy
+gradient weighted by 4p(1-p), which is 1 at r = 1 and decays smoothly away from it.
+``gate_weight_mean`` reports that weight's mean over response tokens.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from zoo.algorithms.base import Algorithm
+from zoo.core.losses import aggregate, kl_penalty, log_ratio, masked_mean, ratio_metrics
+from zoo.core.types import LossOutput, TrainBatch
+
+
+@dataclass
+class SAPOConfig:
+    tau_pos: float = 1.0
+    """Gate temperature for tokens with A > 0 (SAPO, arXiv 2511.20347)."""
+    tau_neg: float = 1.05
+    """Gate temperature for tokens with A <= 0, larger: faster decay (SAPO, arXiv 2511.20347)."""
+    beta: float = 0.0
+    """Weight of a k3 KL penalty to the reference; 0, SAPO's objective has no KL term."""
+
+
+class SAPO(Algorithm):
+    name = "sapo"
+    config_class = SAPOConfig
+    paper = "Gao et al., Soft Adaptive Policy Optimization, arXiv 2511.20347 (2025)"
+    aggregation = "seq_mean"
+    clip_style = "none"
+
+    def loss(self, batch: TrainBatch) -> LossOutput:
+        adv = batch.token_advantages
+        ratio = torch.exp(log_ratio(batch))
+        tau = torch.full_like(adv, self.config.tau_neg).masked_fill(adv > 0, self.config.tau_pos)
+
+        gate = torch.sigmoid(tau * (ratio - 1))
+        penalty, kl_metrics = kl_penalty(batch, self.config.beta)
+        loss = aggregate(-gate * 4 / tau * adv + penalty, batch, self.aggregation)
+
+        metrics = ratio_metrics(ratio, batch, low=None, high=None)
+        p = gate.detach()
+        metrics["gate_weight_mean"] = masked_mean(4 * p * (1 - p), batch.mask)
+        return LossOutput(loss, {"loss": float(loss.detach()), **metrics, **kl_metrics})

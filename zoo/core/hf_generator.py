@@ -1,0 +1,111 @@
+"""Generation with transformers' ``generate`` (KV cache, batched): the backend for places
+without vLLM (macOS, some clusters, the GPU check machine). Same fields as the vLLM
+backend: token ids, the sampler's logprob of each token, finish reason, policy version.
+
+Differences, stated plainly: prompts are left-padded into one batch; sampling uses the
+global torch generator seeded once per call (from the first prompt's seed), so samples
+depend on batch composition, unlike vLLM's per-request seeds.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from zoo.core.generator import SamplingConfig
+from zoo.core.types import Completion
+
+
+class HFGenerator:
+    def __init__(
+        self,
+        model_path: Path,
+        *,
+        seed: int,
+        device: str = "cpu",
+        dtype: torch.dtype = torch.float32,
+        init: str = "pretrained",
+    ) -> None:
+        from transformers import AutoConfig, AutoModelForCausalLM
+
+        config = AutoConfig.from_pretrained(model_path)
+        if init == "random":
+            self.model = AutoModelForCausalLM.from_config(config, dtype=dtype)
+        else:
+            self.model = AutoModelForCausalLM.from_pretrained(model_path, dtype=dtype)
+        self.model.to(device).eval().requires_grad_(False)
+        self.device = torch.device(device)
+        self.seed = seed
+        self.eos_id = config.eos_token_id
+        self.pad_id = config.pad_token_id if config.pad_token_id is not None else 0
+        self.tokenizer = None
+        if (Path(model_path) / "tokenizer.json").exists():
+            from transformers import AutoTokenizer
+
+            self.tokenizer = AutoTokenizer.from_pretrained(model_path)
+        self.policy_version = 0
+
+    @torch.no_grad()
+    def generate(
+        self,
+        prompts: list[list[int]],
+        n: int,
+        sampling: SamplingConfig,
+        seeds: list[int] | None = None,
+        greedy: bool = False,
+    ) -> list[list[Completion]]:
+        torch.manual_seed(seeds[0] if seeds else self.seed)
+        width = max(map(len, prompts))
+        rows = [p for p in prompts for _ in range(n)]
+        ids = torch.tensor([[self.pad_id] * (width - len(p)) + list(p) for p in rows])
+        attention = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in rows])
+        out = self.model.generate(
+            input_ids=ids.to(self.device),
+            attention_mask=attention.to(self.device),
+            do_sample=not greedy,
+            temperature=None if greedy else sampling.temperature,
+            top_p=None if greedy else sampling.top_p,
+            top_k=None,
+            max_new_tokens=sampling.max_tokens,
+            eos_token_id=self.eos_id,
+            pad_token_id=self.pad_id,
+            output_logits=True,
+            return_dict_in_generate=True,
+        )
+        new = out.sequences[:, width:]
+        # Raw logits, like vLLM's default logprobs (before temperature / top-p); one step at
+        # a time, so float32 log-softmax never holds [rows, steps, vocab] at once.
+        picked = torch.stack(
+            [
+                step.float().log_softmax(-1).gather(-1, tok[:, None]).squeeze(-1)
+                for step, tok in zip(out.logits, new.T, strict=True)
+            ],
+            dim=1,
+        ).cpu()
+        result: list[list[Completion]] = [[] for _ in prompts]
+        for row, (tokens, lps) in enumerate(zip(new.cpu().tolist(), picked.tolist(), strict=True)):
+            stop = tokens.index(self.eos_id) + 1 if self.eos_id in tokens else len(tokens)
+            finished = self.eos_id in tokens
+            token_ids = tokens[:stop]
+            text_ids = token_ids[:-1] if finished else token_ids
+            text = self.tokenizer.decode(text_ids) if self.tokenizer else ""
+            result[row // n].append(
+                Completion(
+                    prompt_ids=list(rows[row]),
+                    token_ids=token_ids,
+                    logprobs=lps[:stop],
+                    text=text,
+                    finish_reason="stop" if finished else "length",
+                    policy_version=self.policy_version,
+                )
+            )
+        return result
+
+    def update_weights(self, hf_state_dict: dict[str, torch.Tensor], version: int) -> None:
+        """Load new weights (Hugging Face naming). Tied weights may be absent."""
+        missing, unexpected = self.model.load_state_dict(hf_state_dict, strict=False)
+        tied = {"lm_head.weight"} if self.model.config.tie_word_embeddings else set()
+        if unexpected or set(missing) - tied:
+            raise KeyError(f"weight update mismatch: missing {missing}, unexpected {unexpected}")
+        self.policy_version = version
