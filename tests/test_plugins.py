@@ -110,8 +110,8 @@ def test_a_third_party_cannot_shadow_a_builtin(plugin_site):
 
 
 def test_example_plugin_trains_through_harness_run(plugin_site, tiny_model_path, tmp_path):
-    result = harness(plugin_site, "run", "rloo", "--steps", "2", "--prompts-per-step", "16",
-                     "--eval-every", "1", "--set", "clip=0.3", "--out", "run", cwd=tmp_path)  # fmt: skip
+    args = ["--steps", "2", "--prompts-per-step", "16", "--eval-every", "1", "--set", "clip=0.3"]
+    result = harness(plugin_site, "run", "rloo", *args, "--out", "run", cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
     config = json.loads((tmp_path / "run" / "config.json").read_text())
     assert config["algorithm"]["name"] == "rloo" and config["algorithm"]["config"]["clip"] == 0.3

@@ -1,0 +1,300 @@
+"""The conformance suite: shared/algorithms.md's "Invariants every loss must satisfy",
+checked generically against any Algorithm class (a built-in or a third-party plugin).
+
+    run_conformance(cls) -> list[CheckResult]      # what `python -m harness check-plugin` runs
+    run_conformance(cls, {"token_level": True})    # with config overrides
+    CHECKS["padding"](cls) -> CheckResult          # one property (tests/test_conformance.py)
+
+Every check builds the algorithm through its class with overrides (``beta = 0`` where the
+config has a ``beta`` and the property asks for it) and computes in float64 on small
+hand-shaped batches: sequences of different lengths, one without response tokens, junk
+values on padding. Tolerances are relative to the gradient's scale (TOL = 1e-6), so they
+only absorb rounding. A check that cannot apply (no hard clip, not sequence-level)
+returns ``passed=None`` with the reason.
+
+What the checks read from the class (zoo/algorithms/base.py): ``aggregation`` (how to
+build the REINFORCE reference), ``clip_style`` ("zero" / "cap" / "none") and
+``sequence_level``. The upper clip is read from the first config field among
+``eps_high``, ``eps``, ``clip_range``, ``clip`` (ratio bound 1 + value) and ``clip_high``
+(the ratio bound itself).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any
+
+import torch
+
+from zoo.algorithms.base import Algorithm
+from zoo.core.losses import aggregate
+from zoo.core.types import TrainBatch
+
+Overrides = Mapping[str, Any]
+NONE: Overrides = MappingProxyType({})
+TOL = 1e-6
+ZERO = 1e-12  # what counts as an exactly-zero loss or gradient in float64
+UPPER_CLIP_FIELDS = (
+    ("eps_high", 1.0),
+    ("eps", 1.0),
+    ("clip_range", 1.0),
+    ("clip", 1.0),
+    ("clip_high", 0.0),
+)
+"""(config field, offset): the upper ratio bound is offset + value."""
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    name: str
+    passed: bool | None
+    """True / False, or None when the property does not apply to this algorithm."""
+    detail: str
+
+
+@dataclass
+class Case:
+    """A batch's tensors (float64, detached); ``lp`` becomes the leaf that gets the grad."""
+
+    lp: torch.Tensor
+    old: torch.Tensor
+    ref: torch.Tensor
+    adv: torch.Tensor
+    mask: torch.Tensor
+    max_response_len: int = 8
+    """L_max, the run's generation budget: at least the longest response, and unchanged
+    by padding."""
+
+
+def lengths_mask(lengths: Sequence[int], width: int) -> torch.Tensor:
+    return torch.tensor([[1.0] * n + [0.0] * (width - n) for n in lengths], dtype=torch.float64)
+
+
+def random_case(seed: int, on_policy: bool) -> Case:
+    """B = 6 responses of lengths 7, 1, 0, 4, 6, 3 (T = 7). Off-policy rows have log-ratios
+    of scale 0.3-0.5, 1e-4 or 0, so that both tight (GSPO) and loose clips leave some
+    tokens with a gradient. Padding holds random values like any other position."""
+    g = torch.Generator().manual_seed(seed)
+    lengths, width = [7, 1, 0, 4, 6, 3], 7
+    shape = (len(lengths), width)
+    lp = -0.05 - 3 * torch.rand(shape, generator=g, dtype=torch.float64)
+    scale = torch.tensor([0.3, 0.0, 0.3, 1e-4, 0.5, 0.0], dtype=torch.float64)[:, None]
+    noise = torch.randn(shape, generator=g, dtype=torch.float64)
+    old = lp.clone() if on_policy else lp - scale * noise
+    ref = lp + 0.3 * torch.randn(shape, generator=g, dtype=torch.float64)
+    adv = torch.randn(len(lengths), generator=g, dtype=torch.float64)
+    return Case(lp, old, ref, adv, lengths_mask(lengths, width))
+
+
+def build(cls: type[Algorithm], overrides: Overrides, beta_zero: bool) -> Algorithm:
+    fields = {f.name for f in dataclasses.fields(cls.config_class)}
+    return cls(**{**overrides, **({"beta": 0.0} if beta_zero and "beta" in fields else {})})
+
+
+def loss_and_grad(
+    algo: Algorithm, case: Case, splits: Sequence[slice] = (slice(None),)
+) -> tuple[float, torch.Tensor]:
+    """Loss summed over micro-batches ``splits`` (each dividing by the whole batch's
+    counts) and the accumulated gradient with respect to ``case.lp``."""
+    lp = case.lp.clone().requires_grad_(True)
+    ref = case.ref if algo.needs_reference else None
+    whole = TrainBatch(lp.detach(), case.old, None, case.adv, case.mask)
+    total = 0.0
+    for rows in splits:
+        batch = TrainBatch(
+            lp[rows],
+            case.old[rows],
+            None if ref is None else ref[rows],
+            case.adv[rows],
+            case.mask[rows],
+            num_sequences=whole.num_sequences,
+            num_tokens=whole.num_tokens,
+            max_response_len=case.max_response_len,
+        )
+        out = algo.loss(batch)
+        out.loss.backward()
+        total += float(out.loss.detach())
+    grad = lp.grad if lp.grad is not None else torch.zeros_like(lp)
+    return total, grad
+
+
+def max_diff(a: torch.Tensor, b: torch.Tensor) -> float:
+    return float((a - b).abs().max())
+
+
+def compare_grads(name: str, got: torch.Tensor, want: torch.Tensor, what: str) -> CheckResult:
+    scale = float(want.abs().max())
+    if scale == 0:
+        return CheckResult(name, False, f"{what}: the gradient is zero everywhere (vacuous)")
+    diff = max_diff(got, want)
+    ok = diff <= TOL * scale
+    return CheckResult(name, ok, f"{what}: max |grad diff| {diff:.2e} (scale {scale:.2e})")
+
+
+# --- the properties ------------------------------------------------------------------------
+
+
+def check_reinforce_on_policy(cls: type[Algorithm], overrides: Overrides = NONE) -> CheckResult:
+    """(1) On-policy, beta = 0: grad equals that of -A*lp under ``cls.aggregation``."""
+    name = "reinforce_on_policy"
+    algo = build(cls, overrides, beta_zero=True)
+    case = random_case(0, on_policy=True)
+    _, grad = loss_and_grad(algo, case)
+
+    lp = case.lp.clone().requires_grad_(True)
+    batch = TrainBatch(
+        lp, case.old, None, case.adv, case.mask, max_response_len=case.max_response_len
+    )
+    aggregate(-batch.token_advantages * lp, batch, algo.aggregation).backward()
+    return compare_grads(name, grad, lp.grad, f"vs -A*lp under {algo.aggregation}")
+
+
+def check_zero_advantages(cls: type[Algorithm], overrides: Overrides = NONE) -> CheckResult:
+    """(2) Zero advantages, beta = 0, off-policy: loss 0 and gradient 0."""
+    case = random_case(1, on_policy=False)
+    algo = build(cls, overrides, beta_zero=True)
+    loss, grad = loss_and_grad(algo, dataclasses.replace(case, adv=torch.zeros_like(case.adv)))
+    worst = float(grad.abs().max())
+    ok = abs(loss) <= ZERO and worst <= ZERO
+    return CheckResult("zero_advantages", ok, f"loss {loss:.2e}, max |grad| {worst:.2e}")
+
+
+def check_padding(cls: type[Algorithm], overrides: Overrides = NONE) -> CheckResult:
+    """(3) Appending mask-0 columns holding junk changes neither loss nor gradient."""
+    name = "padding"
+    algo = build(cls, overrides, beta_zero=False)
+    case = random_case(2, on_policy=False)
+    loss, grad = loss_and_grad(algo, case)
+
+    def pad(x: torch.Tensor, junk: float) -> torch.Tensor:
+        return torch.cat([x, torch.full((x.shape[0], 3), junk, dtype=x.dtype)], dim=1)
+
+    junk = {"lp": 0.5, "old": -30.0, "ref": 10.0, "mask": 0.0}  # r = e^30.5 on padding
+    padded = dataclasses.replace(case, **{k: pad(getattr(case, k), v) for k, v in junk.items()})
+    loss_p, grad_p = loss_and_grad(algo, padded)
+    width = case.lp.shape[1]
+    if abs(loss_p - loss) > TOL * max(1.0, abs(loss)):
+        return CheckResult(name, False, f"loss changed from {loss!r} to {loss_p!r}")
+    if float(grad_p[:, width:].abs().max()) > ZERO:
+        return CheckResult(name, False, "padding tokens received a gradient")
+    return compare_grads(name, grad_p[:, :width], grad, "3 junk padding columns appended")
+
+
+def check_micro_batching(cls: type[Algorithm], overrides: Overrides = NONE) -> CheckResult:
+    """(4) Micro-batches carrying the whole batch's counts sum to the full loss and grad."""
+    name = "micro_batching"
+    algo = build(cls, overrides, beta_zero=False)
+    case = random_case(3, on_policy=False)
+    loss, grad = loss_and_grad(algo, case)
+    # unequal shares; the middle micro-batch holds only the empty response
+    loss_mb, grad_mb = loss_and_grad(algo, case, (slice(0, 2), slice(2, 3), slice(3, None)))
+    if abs(loss_mb - loss) > TOL * max(1.0, abs(loss)):
+        return CheckResult(name, False, f"summed loss {loss_mb!r} != full-batch loss {loss!r}")
+    return compare_grads(name, grad_mb, grad, "micro-batches [0:2], [2:3], [3:6] vs whole")
+
+
+def upper_ratio_bound(algo: Algorithm) -> tuple[str, float] | None:
+    for field, offset in UPPER_CLIP_FIELDS:
+        if hasattr(algo.config, field):
+            return field, offset + float(getattr(algo.config, field))
+    return None
+
+
+def check_clipping(cls: type[Algorithm], overrides: Overrides = NONE) -> CheckResult:
+    """(5) A > 0 and every token's ratio far above the upper clip: "zero" style gives those
+    tokens no gradient (a control response at r = 1 gets one); "cap" style gives them the
+    same nonzero gradient at 1.5x and 3x the bound (the weight is capped, not zeroed)."""
+    name = "clipping"
+    algo = build(cls, overrides, beta_zero=True)
+    found = upper_ratio_bound(algo)
+    if algo.clip_style == "none":
+        return CheckResult(name, None, "no hard clip (clip_style = 'none')")
+    if found is None:
+        fields = ", ".join(f for f, _ in UPPER_CLIP_FIELDS)
+        return CheckResult(name, None, f"no upper clip among config fields {fields}")
+    field, bound = found
+    # rows 0 and 1: 4 tokens each, the same A; row 2: a short response for company
+    second = 3.0 * bound if algo.clip_style == "cap" else 1.0
+    log_r = torch.tensor([math.log(1.5 * bound), math.log(second), 0.05], dtype=torch.float64)
+    lp = -0.1 - torch.arange(12, dtype=torch.float64).reshape(3, 4) / 7
+    mask = lengths_mask([4, 4, 2], 4)
+    adv = torch.tensor([1.0, 1.0, 0.7], dtype=torch.float64)
+    case = Case(lp, lp - log_r[:, None], lp.clone(), adv, mask)
+    _, grad = loss_and_grad(algo, case)
+    where = f"r = 1.5 x {bound:g} ({field})"
+    if algo.clip_style == "cap":
+        if float(grad[0].abs().min()) <= ZERO:
+            return CheckResult(name, False, f"{where}: gradient zeroed, but clip_style = 'cap'")
+        diff = max_diff(grad[0], grad[1])
+        ok = diff <= TOL * float(grad[0].abs().max())
+        return CheckResult(name, ok, f"{where} and 3 x: capped, not zeroed (diff {diff:.2e})")
+    worst = float(grad[0].abs().max())
+    if float(grad[1].abs().min()) <= ZERO:
+        return CheckResult(name, False, "control response at r = 1 got no gradient")
+    detail = f"{where}, A > 0: max |grad| {worst:.2e}"
+    if worst > ZERO:
+        detail += " (if the loss caps the weight instead, declare clip_style = 'cap')"
+    return CheckResult(name, worst <= ZERO, detail)
+
+
+def check_sequence_level(cls: type[Algorithm], overrides: Overrides = NONE) -> CheckResult:
+    """(6) For ``sequence_level`` algorithms: two responses with the same length, advantage
+    and mean log-ratio, but different per-token log-ratios and log-probs, get identical
+    gradients, constant over each response's tokens."""
+    name = "sequence_level"
+    if not cls.sequence_level:
+        return CheckResult(name, None, "not declared sequence-level (sequence_level = False)")
+    algo = build(cls, overrides, beta_zero=True)
+    # binary-exact log-ratios: each row's mean is exactly 0, so s_i = 1 lies inside any clip
+    log_r = torch.tensor(
+        [
+            [0.25, -0.125, -0.125, 0.0],
+            [0.5, 0.0, -0.5, 0.0],
+            [0.75, -0.25, -0.25, -0.25],
+            [-0.5, 0.5, 0.125, -0.125],
+        ],
+        dtype=torch.float64,
+    )
+    lp = -0.2 - torch.arange(16, dtype=torch.float64).reshape(4, 4) / 9
+    mask = lengths_mask([3, 3, 4, 4], 4)
+    adv = torch.tensor([0.9, 0.9, -0.6, -0.6], dtype=torch.float64)
+    _, grad = loss_and_grad(algo, Case(lp, lp - log_r, lp.clone(), adv, mask))
+    rows = [grad[i, : int(mask[i].sum())] for i in range(4)]
+    scale = max(float(r.abs().max()) for r in rows)
+    if scale == 0:
+        return CheckResult(name, False, "the gradient is zero everywhere (vacuous)")
+    within = max(float((r - r[0]).abs().max()) for r in rows)
+    across = max(max_diff(rows[0], rows[1]), max_diff(rows[2], rows[3]))
+    ok = max(within, across) <= TOL * scale
+    return CheckResult(name, ok, f"spread within a response {within:.2e}, between {across:.2e}")
+
+
+CHECKS: dict[str, Callable[[type[Algorithm], Overrides], CheckResult]] = {
+    "reinforce_on_policy": check_reinforce_on_policy,
+    "zero_advantages": check_zero_advantages,
+    "padding": check_padding,
+    "micro_batching": check_micro_batching,
+    "clipping": check_clipping,
+    "sequence_level": check_sequence_level,
+}
+
+
+def run_conformance(
+    algorithm_cls: type[Algorithm], overrides: Overrides = NONE
+) -> list[CheckResult]:
+    """Every property, on the algorithm built with ``overrides`` (default: its paper
+    defaults); a check that raises is reported as failed with the exception."""
+    results = []
+    for name, check in CHECKS.items():
+        try:
+            results.append(check(algorithm_cls, overrides))
+        except Exception as exc:  # a plugin's bug is a result, not a crash of the suite
+            results.append(CheckResult(name, False, f"raised {type(exc).__name__}: {exc}"))
+    return results
+
+
+__all__ = ["CHECKS", "CheckResult", "run_conformance"]
