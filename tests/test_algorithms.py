@@ -30,6 +30,7 @@ DEFAULTS = {  # shared/algorithms.md, "The built-ins"
         "beta": 0.0,
         "overlong_punishment": True,
         "overlong_cache": None,
+        "overlong_filtering": False,
     },
     "cispo": {"eps_high": 4.0, "beta": 0.0},
     "gspo": {"eps_low": 3e-4, "eps_high": 4e-4, "beta": 0.0, "token_level": False},
@@ -427,3 +428,10 @@ def test_other_builtins_neither_shape_rewards_nor_drop_groups(name):
     rewards = torch.tensor([[1.0, 1.0], [0.0, 1.0]])
     assert torch.equal(algo.shape_rewards(rewards, torch.tensor([[9, 9], [9, 9]]), 4), rewards)
     assert algo.keep(rewards).tolist() == [True, True]
+
+
+def test_dapo_overlong_filtering_masks_only_truncated_responses_when_on():
+    truncated = torch.tensor([[True, False], [False, False]])
+    assert get_algorithm("dapo").train_mask(truncated).all()
+    kept = get_algorithm("dapo", overlong_filtering=True).train_mask(truncated)
+    assert kept.tolist() == [[False, True], [True, True]]

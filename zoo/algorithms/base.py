@@ -1,5 +1,6 @@
 """The algorithm plugin base class. A plugin sets ``name``, ``config_class`` and ``paper``
-and writes ``loss``; it may override ``advantages``, ``shape_rewards`` and ``keep``.
+and writes ``loss``; it may override ``advantages``, ``shape_rewards``, ``keep`` and
+``train_mask``.
 It never sees a process, a device or a mesh: only tensors of rewards and a TrainBatch.
 
 Three more class attributes describe the loss to generic checks
@@ -62,6 +63,12 @@ class Algorithm(ABC):
         """Bool [groups]: which groups to train on (e.g. DAPO's dynamic sampling).
         Default: all of them."""
         return torch.ones(rewards.shape[0], dtype=torch.bool)
+
+    def train_mask(self, truncated: torch.Tensor) -> torch.Tensor:
+        """Bool [groups, G]: which responses enter the loss, given which were cut off by
+        the generation budget (finish reason "length"); e.g. DAPO's overlong filtering.
+        Default: all of them."""
+        return torch.ones_like(truncated, dtype=torch.bool)
 
     @abstractmethod
     def loss(self, batch: TrainBatch) -> LossOutput:

@@ -8,10 +8,9 @@ Yu et al., "DAPO: An Open-Source LLM Reinforcement Learning System at Scale", ar
     l_it  = -min(r_it A_i, clip(r_it, 1 - eps_low, 1 + eps_high) A_i)   (Sec. 3.1)
     loss  = sum_it l_it / sum_i |o_i|                            token_mean (Sec. 3.3)
 
-Dynamic sampling (Sec. 3.2, ``keep``): drop every group whose rewards are all equal (its
-advantages are all zero); the loop refills up to its ``max_sampling_rounds``. ``keep``
-sees the shaped rewards, as the advantages do, so a group of equal task rewards that the
-overlong punishment separates is kept (its advantages are not zero).
+Dynamic sampling (Sec. 3.2, ``keep``): drop every group whose task rewards (accuracy)
+are all equal, as the paper filters prompts with accuracy 0 or 1; the loop refills the
+batch up to its ``max_sampling_rounds`` and charges every generated token.
 
 Soft overlong punishment (Sec. 3.4, eq. 13, ``shape_rewards``), added to the task reward,
 with L_max the generation budget and L_cache = ``overlong_cache``:
@@ -20,10 +19,8 @@ with L_max the generation budget and L_cache = ``overlong_cache``:
                   ((L_max - L_cache) - |o|) / L_cache   if L_max - L_cache < |o| <= L_max
                   -1                                if |o| > L_max
 
-Not implemented: overlong filtering (Sec. 3.4, masking truncated responses out of the
-loss). Whether a response was truncated is its finish reason, which neither
-``shape_rewards`` nor the TrainBatch carries (a response of exactly L_max tokens may have
-ended with end-of-text), so it cannot be done honestly from inside this plugin.
+Overlong filtering (Sec. 3.4, ``train_mask``, off by default): responses cut off by the
+generation budget (finish reason "length") are masked out of the loss.
 """
 
 from __future__ import annotations
@@ -57,6 +54,8 @@ class DAPOConfig:
     """Add the soft overlong punishment to the task reward (DAPO, Sec. 3.4, eq. 13)."""
     overlong_cache: float | None = None
     """L_cache, the punishment interval in tokens; None = L_max / 4 (DAPO uses 4096 of 20480)."""
+    overlong_filtering: bool = False
+    """Mask truncated responses out of the loss (DAPO, Sec. 3.4); off, as in algorithms.md."""
 
 
 class DAPO(Algorithm):
@@ -82,6 +81,9 @@ class DAPO(Algorithm):
 
     def keep(self, rewards: torch.Tensor) -> torch.Tensor:
         return ~all_equal_groups(rewards)
+
+    def train_mask(self, truncated: torch.Tensor) -> torch.Tensor:
+        return ~truncated if self.config.overlong_filtering else ~torch.zeros_like(truncated)
 
     def loss(self, batch: TrainBatch) -> LossOutput:
         low, high = 1 - self.config.eps_low, 1 + self.config.eps_high

@@ -129,17 +129,21 @@ def sampling_seed(run_seed: int, prompt_index: int) -> int:
     return (run_seed * 1_000_003 + prompt_index) % (2**31)
 
 
-def rollout_batch(groups: list[list[Completion]], advantages: torch.Tensor) -> RolloutBatch:
-    """Pack groups of completions ([groups, G] advantages) into right-padded sequences."""
+def rollout_batch(
+    groups: list[list[Completion]], advantages: torch.Tensor, in_loss: torch.Tensor | None = None
+) -> RolloutBatch:
+    """Pack groups of completions ([groups, G] advantages) into right-padded sequences;
+    responses with ``in_loss`` False get an all-zero mask (they count nowhere)."""
     flat = [c for g in groups for c in g]
     width = max((len(c.token_ids) for c in flat), default=1) or 1
     length = max(len(c.prompt_ids) + len(c.token_ids) for c in flat)
     tokens = torch.zeros(len(flat), length, dtype=torch.long)
     mask = torch.zeros(len(flat), width)
+    included = [True] * len(flat) if in_loss is None else in_loss.reshape(-1).tolist()
     for i, c in enumerate(flat):
         seq = c.prompt_ids + c.token_ids
         tokens[i, : len(seq)] = torch.tensor(seq)
-        mask[i, : len(c.token_ids)] = 1.0
+        mask[i, : len(c.token_ids)] = float(included[i])
     return RolloutBatch(
         tokens=tokens,
         response_start=torch.tensor([len(c.prompt_ids) for c in flat]),
@@ -184,6 +188,7 @@ class RLLoop:
         start = time.perf_counter()
         kept_groups: list[list[Completion]] = []
         kept_adv: list[torch.Tensor] = []
+        kept_in_loss: list[torch.Tensor] = []
         task_rewards: list[float] = []
         rounds = 0
         while len(kept_groups) < cfg.prompts_per_step and rounds < cfg.max_sampling_rounds:
@@ -201,20 +206,24 @@ class RLLoop:
             lengths = torch.tensor([[len(c.token_ids) for c in g] for g in groups])
             shaped = algo.shape_rewards(rewards, lengths, cfg.max_response_len)
             advantages = algo.advantages(shaped)
-            keep = algo.keep(shaped)
+            keep = algo.keep(rewards)
+            truncated = torch.tensor([[c.finish_reason == "length" for c in g] for g in groups])
+            in_loss = algo.train_mask(truncated)
             for i in torch.nonzero(keep).flatten().tolist():
                 if len(kept_groups) < cfg.prompts_per_step:
                     kept_groups.append(groups[i])
                     kept_adv.append(advantages[i])
+                    kept_in_loss.append(in_loss[i])
 
         record: dict[str, Any] = {
             "reward_mean": statistics.fmean(task_rewards),
             "reward_std": statistics.pstdev(task_rewards),
             "sampling_rounds": rounds,
             "kept_groups": len(kept_groups),
+            "masked_responses": int(sum((~m).sum() for m in kept_in_loss)),
         }
         if kept_groups:
-            batch = rollout_batch(kept_groups, torch.stack(kept_adv))
+            batch = rollout_batch(kept_groups, torch.stack(kept_adv), torch.stack(kept_in_loss))
             shapes = [(len(c.prompt_ids), len(c.token_ids)) for g in kept_groups for c in g]
             tokens = sum(p + r for p, r in shapes)
             if algo.needs_reference:
