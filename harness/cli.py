@@ -124,16 +124,12 @@ def run_config(args: argparse.Namespace):
 def validate_names(cfg) -> None:
     """Fail fast, before any model is built or folder written."""
     from zoo.algorithms import get_algorithm
-    from zoo.core.models import MODEL_PRESETS
+    from zoo.core.models import check_model_name
     from zoo.envs import get_env
 
     get_algorithm(cfg.algorithm, **cfg.algorithm_config)
     get_env(cfg.env, **cfg.env_config)
-    if cfg.model not in MODEL_PRESETS and not (Path(cfg.model) / "config.json").exists():
-        raise ConfigError(
-            f"unknown model {cfg.model!r}; valid models: {', '.join(MODEL_PRESETS)}, or a "
-            "local directory with a Hugging Face Qwen3 checkpoint"
-        )
+    check_model_name(cfg.model)
 
 
 def cmd_run(args: argparse.Namespace) -> int:

@@ -4,28 +4,16 @@ gives the same numbers, and GRPO learns arithmetic on the tiny model."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from harness_cli import run_harness
 
 from zoo.core.runlog import is_timing_key
 
-REPO = Path(__file__).resolve().parents[1]
 
-
-def harness(*args: str, cwd: Path, timeout: float = 600) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(REPO), "FORGE_ZOO_PROGRESS": "0"}
-    return subprocess.run(
-        [sys.executable, "-m", "harness", *args],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
+def harness(*args: str, cwd: Path, timeout: float = 600):
+    return run_harness(*args, cwd=cwd, timeout=timeout)
 
 
 def read_metrics(run_dir: Path) -> list[dict]:

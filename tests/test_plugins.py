@@ -11,8 +11,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-
-REPO = Path(__file__).resolve().parents[1]
+from harness_cli import REPO, run_harness
 
 
 def write_package(root: Path, dist: str, module: str, source: str, entry_points: str) -> Path:
@@ -69,17 +68,8 @@ def plugin_site(tmp_path_factory) -> Path:
     return site
 
 
-def harness(site: Path, *args: str, cwd: Path) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(site)]),
-           "FORGE_ZOO_PROGRESS": "0"}  # fmt: skip
-    return subprocess.run(
-        [sys.executable, "-m", "harness", *args],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+def harness(site: Path, *args: str, cwd: Path):
+    return run_harness(*args, cwd=cwd, extra_path=(site,))
 
 
 def test_installed_plugin_lists_with_its_distribution_while_a_broken_one_is_reported(
@@ -118,3 +108,16 @@ def test_example_plugin_trains_through_harness_run(plugin_site, tiny_model_path,
     records = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in records] == [0, 1, 2]
     assert all("loss" in r and "ratio_mean" in r for r in records[1:])
+
+
+def test_check_plugin_runs_the_conformance_suite_on_an_installed_plugin(plugin_site, tmp_path):
+    result = harness(plugin_site, "check-plugin", "rloo", cwd=tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "zoo-rloo" in result.stdout
+    for prop in ("reinforce_on_policy", "zero_advantages", "padding", "micro_batching"):
+        assert any(prop in line and "PASS" in line for line in result.stdout.splitlines())
+
+
+def test_check_plugin_of_an_unknown_name_exits_2(plugin_site, tmp_path):
+    result = harness(plugin_site, "check-plugin", "no_such_algo", cwd=tmp_path)
+    assert result.returncode == 2 and "rloo" in result.stderr and "grpo" in result.stderr

@@ -21,7 +21,8 @@ How to write a plugin
      ``aggregate(per_token, batch, self.aggregation)`` so padding never counts and
      micro-batches add up to the whole batch.
   3. Optionally override ``advantages(rewards)``, ``shape_rewards(rewards, lengths,
-     max_response_len)`` and ``keep(rewards)`` (see dr_grpo.py and dapo.py), and set the
+     max_response_len)``, ``keep(rewards)`` and ``train_mask(truncated)`` (see dr_grpo.py
+     and dapo.py), and set the
      class attributes ``aggregation``, ``clip_style`` and ``sequence_level`` (base.py).
 
 How to register it

@@ -67,19 +67,26 @@ class ModelSpec:
     """A directory in Hugging Face format."""
 
 
-def resolve_model(name: str, quiet: bool = False) -> ModelSpec:
-    """A preset name ("tiny") or a local directory holding a Qwen3 checkpoint."""
-    if name == "tiny":
-        from zoo.core.tiny import tiny_model_path
-
-        return ModelSpec("tiny", tiny_model_path(quiet=quiet))
-    path = Path(name).expanduser()
-    if path.is_dir() and (path / "config.json").exists():
-        return ModelSpec(path.name, path.resolve())
+def check_model_name(name: str) -> None:
+    """Raise ConfigError unless ``name`` is a preset or a local checkpoint directory.
+    Cheap: builds nothing, so it can run before any work starts."""
+    if name in MODEL_PRESETS or (Path(name).expanduser() / "config.json").exists():
+        return
     raise ConfigError(
         f"unknown model {name!r}; valid models: {', '.join(MODEL_PRESETS)}, "
         "or a local directory with a Hugging Face Qwen3 checkpoint (config.json, *.safetensors)"
     )
+
+
+def resolve_model(name: str, quiet: bool = False) -> ModelSpec:
+    """A preset name ("tiny") or a local directory holding a Qwen3 checkpoint."""
+    check_model_name(name)
+    if name == "tiny":
+        from zoo.core.tiny import tiny_model_path
+
+        return ModelSpec("tiny", tiny_model_path(quiet=quiet))
+    path = Path(name).expanduser().resolve()
+    return ModelSpec(path.name, path)
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ import torch
 
 from zoo.algorithms import Algorithm
 from zoo.core import LossOutput, TrainBatch
-from zoo.core.losses import aggregate, check_groups, ratio_metrics
+from zoo.core.losses import aggregate, check_groups, clipped_objective, log_ratio, ratio_metrics
 
 
 @dataclass
@@ -44,8 +44,8 @@ class RLOO(Algorithm):
 
     def loss(self, batch: TrainBatch) -> LossOutput:
         clip, adv = self.config.clip, batch.token_advantages
-        ratio = torch.exp(batch.logprobs - batch.old_logprobs)
-        surrogate = torch.minimum(ratio * adv, torch.clamp(ratio, 1 - clip, 1 + clip) * adv)
+        ratio = torch.exp(log_ratio(batch))  # exactly 1 on padding
+        surrogate = clipped_objective(ratio, adv, 1 - clip, 1 + clip)
         loss = aggregate(-surrogate, batch, self.aggregation)
         metrics = ratio_metrics(ratio, batch, low=1 - clip, high=1 + clip)
         return LossOutput(loss, {"loss": float(loss.detach()), **metrics})

@@ -1,0 +1,27 @@
+"""Running `python -m harness` as a user would, in a subprocess (shared by CLI tests)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def run_harness(
+    *args: str, cwd: Path, extra_path: tuple[Path, ...] = (), timeout: float = 600
+) -> subprocess.CompletedProcess:
+    """Exit code, stdout and stderr of ``python -m harness ARGS`` run in ``cwd``, with
+    ``extra_path`` (e.g. a site directory of installed plugins) on PYTHONPATH."""
+    path = os.pathsep.join(str(p) for p in (REPO, *extra_path))
+    env = {**os.environ, "PYTHONPATH": path, "FORGE_ZOO_PROGRESS": "0"}
+    return subprocess.run(
+        [sys.executable, "-m", "harness", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
