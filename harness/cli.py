@@ -17,6 +17,8 @@ from zoo.core.config import ConfigError, field_docs, parse_overrides
 from zoo.core.registry import PluginError
 
 RESULTS = Path("results")
+DEFAULT_TINY_BUDGET = 2e12
+"""FLOPs per run of `compare` on the tiny model: ~50 GRPO steps, ~45 s each run on 2 cores."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -29,47 +31,39 @@ def build_parser() -> argparse.ArgumentParser:
     run = sub.add_parser(
         "run",
         help="train one algorithm on one env and model",
-        description="Train ALGORITHM with RL. Writes config.json and metrics.jsonl (one JSON "
-        "object per step) to results/<run-id>/ or --out.",
+        description="Train ALGORITHM with RL. Writes config.json, metrics.jsonl (one JSON "
+        "object per step) and resumable checkpoints to results/<run-id>/ or --out.",
     )
     run.add_argument("algorithm", help="algorithm name (see `list algorithms`)")
     run.add_argument("--env", default="arithmetic", help="environment (default: arithmetic)")
-    run.add_argument(
-        "--model",
-        default="tiny",
-        help="model preset or local HF checkpoint directory (default: tiny)",
-    )
-    run.add_argument("--steps", type=int, default=150, help="optimizer steps (default: 150)")
     run.add_argument("--seed", type=int, default=0)
     run.add_argument("--out", type=Path, help="run folder (default: results/<run-id>)")
+    run.add_argument("--resume", action="store_true",
+                     help="continue the run in --out from its last checkpoint")  # fmt: skip
+    add_training_arguments(run)
     run.add_argument(
-        "--set",
-        dest="algo_set",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
+        "--set", dest="algo_set", action="append", default=[], metavar="KEY=VALUE",
         help="algorithm hyperparameter override, e.g. --set eps=0.3 (repeatable)",
+    )  # fmt: skip
+    compare = sub.add_parser(
+        "compare",
+        help="matched-compute comparison of algorithms: runs, tables, plots, report",
+        description="Run every ALGORITHM on every --env for --seeds seeds with the same model, "
+        "prompts, sampling settings and compute budget; write runs/, tables/ (CSV + Markdown), "
+        "plots/ (PNG) and report.md to --out. Defaults fit a laptop CPU: tiny model, "
+        f"arithmetic, 3 seeds, a budget of {DEFAULT_TINY_BUDGET:.0e} FLOPs per run.",
     )
-    run.add_argument(
-        "--env-set",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="environment config override, e.g. --env-set digits=3",
-    )
-    run.add_argument("--prompts-per-step", type=int, default=128)
-    run.add_argument("--group-size", type=int, default=8, help="completions per prompt (G)")
-    run.add_argument("--max-response-len", type=int, default=6, help="generation budget in tokens")
-    run.add_argument("--lr", type=float, default=2e-4)
-    run.add_argument("--temperature", type=float, default=1.0)
-    run.add_argument(
-        "--micro-batch-size",
-        type=int,
-        default=0,
-        help="sequences per trainer forward/backward (0: whole batch)",
-    )
-    run.add_argument("--eval-every", type=int, default=25)
-    run.add_argument("--quiet", action="store_true", help="no progress bar")
+    compare.add_argument("algorithms", nargs="+", metavar="ALGORITHM")
+    compare.add_argument("--env", dest="envs", action="append", default=None,
+                         help="environment (repeat for several; default: arithmetic)")  # fmt: skip
+    compare.add_argument("--seeds", type=int, default=3, help="seeds 0..N-1 (default 3)")
+    compare.add_argument("--out", type=Path, help="experiment folder (default: results/...)")
+    compare.add_argument("--resume", action="store_true",
+                         help="continue an interrupted comparison in --out")  # fmt: skip
+    add_training_arguments(compare)
+
+    analyze = sub.add_parser("analyze", help="re-write an experiment's tables, plots, report")
+    analyze.add_argument("experiment", type=Path)
 
     lst = sub.add_parser("list", help="list registered algorithms, envs or models")
     lst.add_argument("what", choices=["algorithms", "envs", "models"])
@@ -85,6 +79,79 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def add_training_arguments(p: argparse.ArgumentParser) -> None:
+    """Options shared by `run` and `compare`."""
+    p.add_argument(
+        "--model",
+        default="tiny",
+        help="model preset or local HF checkpoint directory (default: tiny)",
+    )
+    p.add_argument(
+        "--steps",
+        type=int,
+        default=150,
+        help="optimizer steps, when no budget is given (default: 150)",
+    )
+    p.add_argument(
+        "--budget",
+        type=float,
+        default=0.0,
+        metavar="FLOPS",
+        help="stop at this many model FLOPs (all phases), e.g. 2e12",
+    )
+    p.add_argument(
+        "--budget-samples",
+        type=int,
+        default=0,
+        metavar="N",
+        help="stop after N generated completions (dropped ones count)",
+    )
+    p.add_argument(
+        "--budget-seconds",
+        type=float,
+        default=0.0,
+        metavar="S",
+        help="stop after S wall seconds of training",
+    )
+    p.add_argument(
+        "--eval-points",
+        type=int,
+        default=8,
+        help="with a budget: evaluate at K evenly spaced points of it (default 8)",
+    )
+    p.add_argument(
+        "--env-set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="environment config override, e.g. --env-set digits=3",
+    )
+    p.add_argument("--prompts-per-step", type=int, default=128)
+    p.add_argument("--group-size", type=int, default=8, help="completions per prompt (G)")
+    p.add_argument("--max-response-len", type=int, default=6, help="generation budget in tokens")
+    p.add_argument("--lr", type=float, default=2e-4)
+    p.add_argument("--temperature", type=float, default=1.0)
+    p.add_argument(
+        "--micro-batch-size",
+        type=int,
+        default=0,
+        help="sequences per trainer forward/backward (0: whole batch)",
+    )
+    p.add_argument(
+        "--eval-every",
+        type=int,
+        default=25,
+        help="without a budget: evaluate every N steps (default 25)",
+    )
+    p.add_argument(
+        "--checkpoint-every",
+        type=int,
+        default=10,
+        help="resumable checkpoint every N steps (default 10; 0: at the end only)",
+    )
+    p.add_argument("--quiet", action="store_true", help="no progress bars")
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
@@ -92,20 +159,28 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_run(args)
         if args.command == "check-plugin":
             return cmd_check_plugin(args.algorithm)
+        if args.command == "compare":
+            return cmd_compare(args)
+        if args.command == "analyze":
+            from harness.analysis import write_analysis
+
+            write_analysis(args.experiment)
+            print(f"wrote {args.experiment}/report.md")
+            return 0
         return cmd_list(args.what)
     except (ConfigError, PluginError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
 
 
-def run_config(args: argparse.Namespace):
+def run_config(args: argparse.Namespace, algorithm: str, env: str, seed: int):
     from zoo.core.loop import RunConfig
 
     cfg = RunConfig(
-        algorithm=args.algorithm,
-        env=args.env,
+        algorithm=algorithm,
+        env=env,
         model=args.model,
-        seed=args.seed,
+        seed=seed,
         steps=args.steps,
         prompts_per_step=args.prompts_per_step,
         group_size=args.group_size,
@@ -114,7 +189,12 @@ def run_config(args: argparse.Namespace):
         lr=args.lr,
         micro_batch_size=args.micro_batch_size,
         eval_every=args.eval_every,
-        algorithm_config=parse_overrides(args.algo_set),
+        budget_flops=args.budget,
+        budget_samples=args.budget_samples,
+        budget_seconds=args.budget_seconds,
+        eval_points=args.eval_points,
+        checkpoint_every=args.checkpoint_every,
+        algorithm_config=parse_overrides(getattr(args, "algo_set", [])),
         env_config=parse_overrides(args.env_set),
     )
     cfg.validate()
@@ -133,60 +213,76 @@ def validate_names(cfg) -> None:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    cfg = run_config(args)
+    cfg = run_config(args, args.algorithm, args.env, args.seed)
     validate_names(cfg)
+    if args.resume and not args.out:
+        raise ConfigError("--resume needs --out DIR, the folder of the run to continue")
 
-    from rich.progress import TextColumn
-
-    from zoo.core.loop import RLLoop, build_local_services, resolved_config
-    from zoo.core.progress import make_progress
-    from zoo.core.runlog import RunWriter
+    from harness.runner import execute_run
+    from zoo.core.loop import build_local_services
+    from zoo.core.progress import add_run_task, make_progress, run_columns, update_run_task
 
     services = build_local_services(cfg, quiet=args.quiet)
-    run_id = (
-        f"{cfg.algorithm}-{cfg.env}-{cfg.model}-seed{cfg.seed}-{time.strftime('%Y%m%d-%H%M%S')}"
-    )
-    out = args.out or RESULTS / run_id
-    writer = RunWriter(out)
-    writer.write_config(
-        {
-            "run_id": out.name,
-            "command": "python -m harness " + " ".join(sys.argv[1:]),
-            **resolved_config(cfg, services),
-        }
-    )
-    loop = RLLoop(cfg, services)
-    status = {"reward": float("nan"), "eval": float("nan"), "tps": 0.0}
-    columns = (
-        TextColumn("reward {task.fields[reward]:.3f}"),
-        TextColumn("eval {task.fields[eval]:.1%}"),
-        TextColumn("{task.fields[tps]:,.0f} gen tok/s"),
-    )
-    with make_progress(args.quiet, *columns) as progress:
-        task = progress.add_task(f"{cfg.algorithm} on {cfg.env}", total=cfg.steps, **status)
-
-        def log(record: dict) -> None:
-            writer.log(record)
-            if "eval_reward" in record:
-                status["eval"] = record["eval_reward"]
-            if record["step"] > 0:
-                status["reward"] = record["reward_mean"]
-                status["tps"] = record["generate_tokens_per_s"]
-                progress.update(task, advance=1, **status)
-            else:
-                progress.update(task, **status)
-
-        try:
-            history = loop.run(log)
-        finally:
-            writer.close()
-            services.trainer.save_hf(
-                out / "checkpoint", Path(resolved_config(cfg, services)["model_path"])
-            )
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    out = args.out or RESULTS / f"{cfg.algorithm}-{cfg.env}-{cfg.model}-seed{cfg.seed}-{stamp}"
+    with make_progress(args.quiet, *run_columns()) as progress:
+        task = add_run_task(progress, f"{cfg.algorithm} on {cfg.env}", cfg)
+        history = execute_run(
+            cfg, out, services, command=command_line(), resume=args.resume,
+            on_record=lambda r: update_run_task(progress, task, cfg, r),
+        )  # fmt: skip
     evals = [(r["step"], r["eval_reward"]) for r in history if "eval_reward" in r]
     print(f"run folder: {out}")
     print("held-out reward by step: " + ", ".join(f"{s}: {v:.3f}" for s, v in evals))
     return 0
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    from harness.experiment import expand, preflight, run_experiment
+
+    if args.resume and not args.out:
+        raise ConfigError("--resume needs --out DIR, the experiment folder to continue")
+    if not (args.budget or args.budget_samples or args.budget_seconds):
+        if args.model != "tiny":
+            raise ConfigError(
+                f"give a compute budget for {args.model!r}: --budget FLOPS (or "
+                "--budget-samples / --budget-seconds); runs stop at the budget, not a step count"
+            )
+        args.budget = DEFAULT_TINY_BUDGET
+    envs = args.envs or ["arithmetic"]
+    if len(set(args.algorithms)) != len(args.algorithms) or args.seeds < 1:
+        raise ConfigError("name each algorithm once, and give --seeds >= 1")
+    base = run_config(args, args.algorithms[0], envs[0], 0)
+    cfgs = expand(base, args.algorithms, envs, args.seeds)
+    preflight(cfgs)
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    out = args.out or RESULTS / f"compare-{'-'.join(args.algorithms)}-{args.model}-{stamp}"
+    summary = run_experiment(cfgs, out, command_line(), args.resume, quiet=args.quiet)
+    print_summary(out)
+    print(f"{len(summary)} runs done this time; experiment folder: {out} (report.md)")
+    return 0
+
+
+def print_summary(out: Path) -> None:
+    import pandas as pd
+    from rich.console import Console
+    from rich.table import Table
+
+    df = pd.read_csv(out / "tables" / "summary.csv")
+    table = Table(title="held-out reward at the budget (IQM across seeds, 95% CI)")
+    for col in ("env", "algorithm", "seeds", "final", "AUC", "fit A", "fit B"):
+        table.add_column(col)
+    for r in df.itertuples():
+        table.add_row(
+            r.env, r.algorithm, str(r.seeds),
+            f"{r.final_reward_iqm:.3f} [{r.final_ci_low:.3f}, {r.final_ci_high:.3f}]",
+            f"{r.auc_iqm:.3f}", f"{r.fit_A:.3f}", f"{r.fit_B:.3f}",
+        )  # fmt: skip
+    Console().print(table)
+
+
+def command_line() -> str:
+    return "python -m harness " + " ".join(sys.argv[1:])
 
 
 def cmd_check_plugin(name: str) -> int:

@@ -33,7 +33,7 @@ from zoo.algorithms import Algorithm, get_algorithm
 from zoo.core.config import ConfigError
 from zoo.core.generator import SamplingConfig, VLLMGenerator
 from zoo.core.ledger import Ledger
-from zoo.core.models import ModelShape, resolve_model
+from zoo.core.models import ModelShape, load_hf_state_dict, resolve_model
 from zoo.core.reference import Reference
 from zoo.core.trainer import RolloutBatch, Trainer, TrainerConfig
 from zoo.core.types import Completion
@@ -65,8 +65,36 @@ class RunConfig:
     """Bound on refills when the algorithm drops groups (DAPO's dynamic sampling)."""
     eval_every: int = 25
     """Greedy evaluation on the held-out split every this many steps (and at 0 and end)."""
+    budget_flops: float = 0.0
+    """If > 0: stop once the ledger's model FLOPs reach it (all phases), not at ``steps``."""
+    budget_samples: int = 0
+    """If > 0: stop once this many completions have been generated (dropped ones count)."""
+    budget_seconds: float = 0.0
+    """If > 0: stop once this many wall seconds of training have passed."""
+    eval_points: int = 8
+    """With a budget: evaluate when 1/K, 2/K, ... K/K of it is spent (same points for all
+    algorithms; evaluation is not charged to the budget)."""
+    checkpoint_every: int = 10
+    """Save a resumable checkpoint every this many steps, and at the end (0: end only).
+    After a crash the run resumes from the last one; metrics after it are re-done."""
     algorithm_config: dict[str, Any] = field(default_factory=dict)
     env_config: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def budget(self) -> tuple[str, float]:
+        """(unit, amount) of what ends the run: flops, samples, seconds or steps."""
+        chosen = [
+            (unit, float(v))
+            for unit, v in (
+                ("flops", self.budget_flops),
+                ("samples", self.budget_samples),
+                ("seconds", self.budget_seconds),
+            )
+            if v
+        ]
+        if len(chosen) > 1:
+            raise ConfigError(f"give one budget, not {', '.join(u for u, _ in chosen)}")
+        return chosen[0] if chosen else ("steps", float(self.steps))
 
     def validate(self) -> None:
         for name in (
@@ -75,9 +103,13 @@ class RunConfig:
             "max_response_len",
             "max_sampling_rounds",
             "eval_every",
+            "eval_points",
         ):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if min(self.budget_flops, self.budget_samples, self.budget_seconds) < 0:
+            raise ConfigError("budgets must be >= 0")
+        self.budget  # noqa: B018 (raises on several budgets)
         if self.group_size < 2:
             raise ConfigError(
                 f"group_size must be >= 2 (group advantages need a baseline), got {self.group_size}"
@@ -97,8 +129,12 @@ class Services:
     ledger: Ledger
 
 
-def build_local_services(cfg: RunConfig, quiet: bool = False) -> Services:
-    """Every service in this process (the fast default for the tiny model and tests)."""
+def build_local_services(
+    cfg: RunConfig, quiet: bool = False, generator: VLLMGenerator | None = None
+) -> Services:
+    """Every service in this process (the fast default for the tiny model and tests).
+    A ``generator`` from an earlier run on the same model is reused (its weights are
+    reset to the model's): comparisons start the engine once."""
     from transformers import AutoTokenizer
 
     algorithm = get_algorithm(cfg.algorithm, **cfg.algorithm_config)
@@ -112,7 +148,12 @@ def build_local_services(cfg: RunConfig, quiet: bool = False) -> Services:
         max_response_len=cfg.max_response_len,
     )
     reference = Reference(spec.path, cfg.micro_batch_size) if algorithm.needs_reference else None
-    generator = VLLMGenerator(spec.path, seed=cfg.seed)
+    if generator is None:
+        # Every sampling request carries its own seed (sampling_seed), so the engine's
+        # global seed never matters; a constant keeps shared and fresh engines identical.
+        generator = VLLMGenerator(spec.path, seed=0)
+    else:
+        generator.update_weights(load_hf_state_dict(spec.path), version=0)
     return Services(
         env=env,
         algorithm=algorithm,
@@ -160,6 +201,8 @@ class RLLoop:
         self.cursor = 0  # next index in the env's train stream for this seed
         self.samples = 0
         self.train_seconds = 0.0
+        self.step_index = 0  # optimizer steps done
+        self.evals_done = 0  # budget checkpoints evaluated
 
     def sample_groups(self, n: int) -> tuple[list[Prompt], list[list[Completion]]]:
         s, ledger = self.s, self.s.ledger
@@ -252,19 +295,43 @@ class RLLoop:
             "eval_seconds": time.perf_counter() - start,
         }
 
+    def spent(self, step: int) -> float:
+        """How much of the run's budget is used, in its unit."""
+        unit, _ = self.cfg.budget
+        return {"flops": self.s.ledger.total_flops, "samples": self.samples,
+                "seconds": self.train_seconds, "steps": step}[unit]  # fmt: skip
+
+    def eval_due(self, step: int) -> bool:
+        """Evaluate now? Step mode: every ``eval_every`` steps and at the end. Budget mode:
+        whenever the spend crosses the next of K evenly spaced points."""
+        unit, amount = self.cfg.budget
+        if unit == "steps":
+            return step % self.cfg.eval_every == 0 or step >= amount
+        due = self.spent(step) >= amount * (self.evals_done + 1) / self.cfg.eval_points
+        if due:
+            while self.spent(step) >= amount * (self.evals_done + 1) / self.cfg.eval_points:
+                self.evals_done += 1  # one evaluation even if a step crossed two points
+        return due
+
     def run(
         self,
         log: Callable[[dict[str, Any]], None],
         on_step: Callable[[dict[str, Any]], None] | None = None,
+        checkpoint: Callable[[int], None] | None = None,
     ) -> list[dict[str, Any]]:
-        """Train for ``cfg.steps`` steps, logging one record per step (plus step 0, the
-        evaluation of the starting weights)."""
+        """Train until the budget is spent, logging one record per step (plus step 0, the
+        evaluation of the starting weights). Resumes from ``self.step_index`` if a
+        checkpoint was loaded. ``checkpoint(step)`` is called every ``checkpoint_every``
+        steps and at the end."""
         cfg, ledger = self.cfg, self.s.ledger
+        _, amount = cfg.budget
         history = []
-        first = {"step": 0, "samples": 0, "flops": 0.0, "seconds": 0.0, **self.evaluate()}
-        log(first)
-        history.append(first)
-        for step in range(1, cfg.steps + 1):
+        if self.step_index == 0:
+            first = {"step": 0, "samples": 0, "flops": 0.0, "seconds": 0.0, **self.evaluate()}
+            log(first)
+            history.append(first)
+        while self.spent(self.step_index) < amount:
+            step = self.step_index + 1
             record = {"step": step, **self.step()}
             delta = ledger.step_delta()
             record.update(delta)
@@ -279,16 +346,37 @@ class RLLoop:
                     ),
                 }
             )
-            if step % cfg.eval_every == 0 or step == cfg.steps:
+            if self.eval_due(step) or self.spent(step) >= amount:
                 record.update(self.evaluate())
             log(record)
             history.append(record)
+            self.step_index = step  # only now is the step complete (and checkpointable)
             bad = [k for k, v in record.items() if isinstance(v, float) and not math.isfinite(v)]
             if bad:
                 raise FloatingPointError(f"step {step}: {', '.join(bad)} not finite; stopping")
+            if checkpoint and cfg.checkpoint_every and step % cfg.checkpoint_every == 0:
+                checkpoint(step)
             if on_step:
                 on_step(record)
         return history
+
+    def state(self) -> dict[str, Any]:
+        """Everything needed to continue this run exactly (with the trainer's state)."""
+        ledger = self.s.ledger
+        return {
+            "step_index": self.step_index, "cursor": self.cursor, "samples": self.samples,
+            "train_seconds": self.train_seconds, "evals_done": self.evals_done,
+            "ledger": {"flops": dict(ledger.flops), "tokens": dict(ledger.tokens),
+                       "seconds": dict(ledger.seconds)},
+        }  # fmt: skip
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        for key in ("step_index", "cursor", "samples", "train_seconds", "evals_done"):
+            setattr(self, key, state[key])
+        ledger = self.s.ledger
+        for name in ("flops", "tokens", "seconds"):
+            getattr(ledger, name).update(state["ledger"][name])
+        ledger.step_delta()  # the next step's delta starts from the restored totals
 
 
 def _ratio(a: float, b: float) -> float:

@@ -78,6 +78,29 @@ def check_model_name(name: str) -> None:
     )
 
 
+def model_shape(name: str) -> ModelShape:
+    """The shape of a model by name, without building or loading it."""
+    check_model_name(name)
+    if name == "tiny":
+        from zoo.core.tiny import TinyRecipe, hf_config
+
+        return ModelShape.from_config(hf_config(TinyRecipe()).to_dict())
+    return ModelShape.from_hf_dir(Path(name).expanduser())
+
+
+def training_memory_bytes(shape: ModelShape, sequences: int, seq_len: int, reference: bool,
+                          kv_cache_gib: float = 1.0) -> float:  # fmt: skip
+    """A rough upper estimate of host memory for a float32 run in one process: trainer
+    weights, gradients and AdamW moments (16 bytes/param), the generator's and (if used)
+    the reference's copies (4 bytes/param each), the KV cache, and activations kept for
+    backward (~(16 hidden + 6 intermediate) floats per token per layer)."""
+    params = shape.body_params + shape.head_params + shape.hidden_size * shape.vocab_size
+    weights = params * (16 + 4 + (4 if reference else 0))
+    per_token = shape.num_layers * (16 * shape.hidden_size + 6 * shape.intermediate_size) * 4
+    logits = shape.vocab_size * 4 * 2
+    return weights + sequences * seq_len * (per_token + logits) + kv_cache_gib * 2**30
+
+
 def resolve_model(name: str, quiet: bool = False) -> ModelSpec:
     """A preset name ("tiny") or a local directory holding a Qwen3 checkpoint."""
     check_model_name(name)
@@ -103,7 +126,11 @@ class ModelShape:
 
     @classmethod
     def from_hf_dir(cls, path: Path) -> ModelShape:
-        c = json.loads((Path(path) / "config.json").read_text())
+        return cls.from_config(json.loads((Path(path) / "config.json").read_text()))
+
+    @classmethod
+    def from_config(cls, c: dict) -> ModelShape:
+        """From the fields of a Hugging Face Qwen3 config.json."""
         return cls(
             num_layers=c["num_hidden_layers"],
             hidden_size=c["hidden_size"],

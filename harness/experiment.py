@@ -1,0 +1,126 @@
+"""`harness compare`: every algorithm on the same footing, then tables, plots, a report.
+
+Matched compute: every run gets the same model, env, prompt order per seed (the env's
+seeded stream), sampling settings, generation budget and compute budget, and is evaluated
+on the held-out split at the same points of that budget. Runs execute one after another
+in this process, sharing one generation engine per model (its weights reset per run; all
+sampling is seeded per request, so a run's numbers do not depend on what ran before).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import asdict, replace
+from pathlib import Path
+
+from harness.runner import execute_run, is_complete
+from zoo.algorithms import get_algorithm
+from zoo.core.config import ConfigError
+from zoo.core.ledger import Ledger
+from zoo.core.loop import RunConfig, build_local_services
+from zoo.core.models import check_model_name, model_shape, training_memory_bytes
+from zoo.core.progress import add_run_task, make_progress, run_columns, update_run_task
+from zoo.core.runlog import machine, package_versions
+from zoo.envs import get_env
+
+
+def run_name(cfg: RunConfig) -> str:
+    return f"{cfg.algorithm}__{cfg.env}__seed{cfg.seed}"
+
+
+def preflight(cfgs: list[RunConfig]) -> None:
+    """Fail before any work: unknown names, a budget below one step, a model the machine
+    cannot hold by the ledger's estimate."""
+    for cfg in cfgs:
+        cfg.validate()
+        algorithm = get_algorithm(cfg.algorithm, **cfg.algorithm_config)
+        env = get_env(cfg.env, **cfg.env_config)
+        check_model_name(cfg.model)
+        shape = model_shape(cfg.model)
+        prompt = max(len(env.train_prompt(i, cfg.seed).text.encode()) for i in range(8))
+        response = max(1, cfg.max_response_len // 2)
+        ledger = Ledger(shape)
+        per_sample = ledger.generation_flops(prompt, response) + 3 * ledger.scoring_flops(
+            prompt, response
+        )
+        if algorithm.needs_reference:
+            per_sample += ledger.scoring_flops(prompt, response)
+        step_samples = cfg.prompts_per_step * cfg.group_size
+        step_flops = step_samples * per_sample
+        if cfg.budget_flops and cfg.budget_flops < step_flops:
+            raise ConfigError(
+                f"--budget {cfg.budget_flops:.3g} FLOPs is less than one step of "
+                f"{cfg.algorithm} on {cfg.env} (~{step_flops:.3g} FLOPs, estimated with "
+                f"{step_samples} samples of ~{prompt}+{response} tokens); raise --budget"
+            )
+        if cfg.budget_samples and cfg.budget_samples < step_samples:
+            raise ConfigError(
+                f"--budget-samples {cfg.budget_samples} is less than one step "
+                f"({step_samples} samples); raise it"
+            )
+        micro = cfg.micro_batch_size or step_samples
+        need = training_memory_bytes(shape, micro, prompt + cfg.max_response_len,
+                                     algorithm.needs_reference)  # fmt: skip
+        have = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        if need > 0.9 * have:
+            raise ConfigError(
+                f"model {cfg.model!r} needs ~{need / 2**30:.1f} GiB by the ledger's estimate "
+                f"(weights, gradients, AdamW, activations); this machine has "
+                f"{have / 2**30:.1f} GiB. Use a smaller model or --micro-batch-size."
+            )
+
+
+def run_experiment(cfgs: list[RunConfig], out: Path, command: str, resume: bool,
+                   quiet: bool = False) -> list[dict]:  # fmt: skip
+    """Run every config into ``out/runs/<name>`` (skipping finished runs and resuming
+    partial ones with ``resume``), then write tables, plots and report.md."""
+    from harness.analysis import write_analysis
+
+    runs_dir = out / "runs"
+    if out.exists() and any(runs_dir.glob("*/metrics.jsonl")) and not resume:
+        raise ConfigError(f"{out} already holds runs; add --resume to continue it")
+    runs_dir.mkdir(parents=True, exist_ok=True)
+    manifest = {
+        "command": command,
+        "runs": {run_name(c): asdict(c) for c in cfgs},
+        "versions": package_versions(),
+        "machine": machine(),
+        "created": time.strftime("%Y-%m-%d %H:%M:%S"),
+    }
+    (out / "experiment.json").write_text(json.dumps(manifest, indent=2, default=str))
+
+    summary = []
+    generators: dict[str, object] = {}
+    with make_progress(quiet, *run_columns()) as progress:
+        overall = progress.add_task("all runs", total=len(cfgs), reward=float("nan"),
+                                    eval=float("nan"), tps=0.0)  # fmt: skip
+        for cfg in cfgs:
+            run_dir = runs_dir / run_name(cfg)
+            if is_complete(run_dir):
+                progress.advance(overall)
+                continue
+            services = build_local_services(cfg, quiet=True, generator=generators.get(cfg.model))
+            generators[cfg.model] = services.generator
+            task = add_run_task(progress, run_name(cfg), cfg)
+            history = execute_run(
+                cfg, run_dir, services, command=command, resume=resume,
+                on_record=lambda r, t=task, c=cfg: update_run_task(progress, t, c, r),
+            )  # fmt: skip
+            progress.remove_task(task)
+            progress.advance(overall)
+            summary.append({"run": run_name(cfg), "steps": history[-1]["step"],
+                            "final_eval": history[-1].get("eval_reward")})  # fmt: skip
+    write_analysis(out)
+    return summary
+
+
+def expand(base: RunConfig, algorithms: list[str], envs: list[str], seeds: int) -> list[RunConfig]:
+    """One config per (env, algorithm, seed), everything else shared."""
+    return [
+        replace(base, algorithm=a, env=e, seed=s)
+        for e in envs
+        for a in algorithms
+        for s in range(seeds)
+    ]

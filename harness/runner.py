@@ -1,0 +1,85 @@
+"""One run into one folder: config.json, metrics.jsonl (flushed per step), resumable
+checkpoints, and a ``complete.json`` marker once the budget is spent. Shared by
+``harness run`` and ``harness compare``."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from zoo.core.checkpoint import has_checkpoint, load_checkpoint, save_checkpoint
+from zoo.core.config import ConfigError
+from zoo.core.loop import RLLoop, RunConfig, Services, resolved_config
+from zoo.core.runlog import RunWriter
+
+COMPLETE = "complete.json"
+
+
+def is_complete(out: Path) -> bool:
+    return (out / COMPLETE).exists()
+
+
+def read_metrics(out: Path) -> list[dict[str, Any]]:
+    path = out / "metrics.jsonl"
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def truncate_metrics(out: Path, last_step: int) -> None:
+    """Keep the records up to ``last_step`` (those after a checkpoint are re-done)."""
+    kept = [r for r in read_metrics(out) if r["step"] <= last_step]
+    (out / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in kept))
+
+
+def execute_run(
+    cfg: RunConfig,
+    out: Path,
+    services: Services,
+    *,
+    command: str,
+    resume: bool = False,
+    on_record: Callable[[dict[str, Any]], None] | None = None,
+) -> list[dict[str, Any]]:
+    """Run ``cfg`` into ``out``. With ``resume``, continue from the last checkpoint there
+    (the metrics before it are kept, the ones after it re-done); a fresh run refuses a
+    folder that already holds metrics."""
+    loop = RLLoop(cfg, services)
+    config = {"run_id": out.name, "command": command, **resolved_config(cfg, services)}
+    model_path = Path(config["model_path"])
+    checkpoint_dir = out / "checkpoint"
+    if resume and has_checkpoint(checkpoint_dir):
+        saved = json.loads((out / "config.json").read_text())
+        if saved["run"] != config["run"]:
+            raise ConfigError(f"{out}: cannot resume, its config.json differs from this run's")
+        truncate_metrics(out, load_checkpoint(checkpoint_dir, loop))
+    elif read_metrics(out):
+        if not resume:
+            raise ConfigError(f"{out} already holds a run; use --resume or another --out")
+        (out / "metrics.jsonl").unlink()  # started, but no checkpoint yet: start over
+    writer = RunWriter(out)
+    if loop.step_index == 0:
+        writer.write_config(config)
+
+    def log(record: dict[str, Any]) -> None:
+        writer.log(record)
+        if on_record:
+            on_record(record)
+
+    def checkpoint(step: int) -> None:
+        save_checkpoint(checkpoint_dir, loop, model_path)
+
+    started = time.time()
+    try:
+        history = loop.run(log, checkpoint=checkpoint)
+    finally:
+        writer.close()
+    checkpoint(loop.step_index)
+    (out / COMPLETE).write_text(json.dumps({
+        "steps": loop.step_index, "flops": services.ledger.total_flops,
+        "samples": loop.samples, "wall_seconds_this_session": time.time() - started,
+    }))  # fmt: skip
+    return read_metrics(out) if resume else history
