@@ -65,6 +65,22 @@ def build_parser() -> argparse.ArgumentParser:
     analyze = sub.add_parser("analyze", help="re-write an experiment's tables, plots, report")
     analyze.add_argument("experiment", type=Path)
 
+    board = sub.add_parser(
+        "leaderboard", help="aggregate experiments under results/ into leaderboards/",
+        description="Write leaderboards/<model>__<env>.md, leaderboards/index.html (plots "
+        "embedded) and leaderboards/leaderboard.json from every experiment under --results.",
+    )  # fmt: skip
+    board.add_argument("--results", type=Path, default=RESULTS)
+    board.add_argument("--out", type=Path, default=Path("leaderboards"))
+
+    repro = sub.add_parser(
+        "reproduce", help="re-run a recorded run (or leaderboard row) and check the numbers",
+        description="TARGET is a run folder (with config.json and metrics.jsonl) or a "
+        "leaderboard row id. Exit 0 when the numbers match, 1 when they do not.",
+    )  # fmt: skip
+    repro.add_argument("target")
+    repro.add_argument("--leaderboards", type=Path, default=Path("leaderboards"))
+
     lst = sub.add_parser("list", help="list registered algorithms, envs or models")
     lst.add_argument("what", choices=["algorithms", "envs", "models"])
 
@@ -161,6 +177,14 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_check_plugin(args.algorithm)
         if args.command == "compare":
             return cmd_compare(args)
+        if args.command == "leaderboard":
+            from harness.leaderboard import build_leaderboards
+
+            for path in build_leaderboards(args.results, args.out):
+                print(f"wrote {path}")
+            return 0
+        if args.command == "reproduce":
+            return cmd_reproduce(args)
         if args.command == "analyze":
             from harness.analysis import write_analysis
 
@@ -261,6 +285,31 @@ def cmd_compare(args: argparse.Namespace) -> int:
     print_summary(out)
     print(f"{len(summary)} runs done this time; experiment folder: {out} (report.md)")
     return 0
+
+
+def cmd_reproduce(args: argparse.Namespace) -> int:
+    from harness.leaderboard import find_row
+    from harness.reproduce import reproduce_run
+
+    target = Path(args.target)
+    if (target / "config.json").exists():
+        jobs = [(target, None)]
+    else:
+        try:
+            row = find_row(args.leaderboards, args.target)
+        except (KeyError, FileNotFoundError) as exc:
+            where = args.leaderboards / "leaderboard.json"
+            raise ConfigError(
+                f"{args.target!r} is neither a run folder (config.json) nor a row id in {where}"
+            ) from exc
+        jobs = [(Path(d), (row["ci_low"], row["ci_high"])) for d in row["runs"]]
+    ok = True
+    for run_dir, interval in jobs:
+        verdict = reproduce_run(run_dir, interval)
+        ok &= verdict.matches
+        mark = "MATCH" if verdict.matches else "DIFFERS"
+        print(f"{mark} {run_dir}: {verdict.detail}")
+    return 0 if ok else 1
 
 
 def print_summary(out: Path) -> None:

@@ -4,6 +4,23 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# Model-written code runs only in the sandbox (zoo/envs/sandbox.py): it needs bubblewrap
+# (`bwrap`, from Debian), prlimit (util-linux, in every Debian install) and a python3
+# under /usr that uid nobody can run. Installed here when missing, as root (as CI runs).
+sandbox_pkgs=""
+command -v bwrap >/dev/null || sandbox_pkgs="bubblewrap"
+[ -x /usr/bin/python3 ] || [ -x /usr/local/bin/python3 ] || sandbox_pkgs="$sandbox_pkgs python3-minimal"
+if [ -n "$sandbox_pkgs" ]; then
+    if [ "$(id -u)" = 0 ]; then
+        apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $sandbox_pkgs
+    elif command -v sudo >/dev/null && sudo -n true 2>/dev/null; then
+        sudo -n apt-get update -qq && sudo -n env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $sandbox_pkgs
+    else
+        echo "WARNING: the code sandbox needs: $sandbox_pkgs (apt-get install as root);" \
+            "code environments will refuse to run until then." >&2
+    fi
+fi
+
 if [ ! -x .venv/bin/python ]; then
     python3 -m venv .venv
 fi

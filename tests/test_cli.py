@@ -104,6 +104,7 @@ def test_same_seed_gives_identical_metrics(tiny_model_path, tmp_path):
     )
 
 
+@pytest.mark.slow
 def test_grpo_raises_heldout_accuracy_by_15_points(tiny_model_path, tmp_path):
     """shared/calibration.md: +20..+31 points by step 100 at 128 prompts x 8, lr 2e-4."""
     result = harness(

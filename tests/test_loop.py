@@ -33,7 +33,7 @@ def services_for(tiny_path, generator):
             generator=generator,
             trainer=trainer,
             reference=Reference(tiny_path) if algorithm.needs_reference else None,
-            encode=lambda text: list(text.encode()),
+            encode=lambda prompt: list(prompt.text.encode()),
             ledger=Ledger(ModelShape.from_hf_dir(tiny_path)),
         )
 

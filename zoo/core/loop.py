@@ -125,7 +125,8 @@ class Services:
     generator: Any
     trainer: Any
     reference: Any | None
-    encode: Callable[[str], list[int]]
+    encode: Callable[[Prompt], list[int]]
+    """Prompt -> token ids (plain text, or the chat template when the env asks for it)."""
     ledger: Ledger
 
 
@@ -160,9 +161,30 @@ def build_local_services(
         generator=generator,
         trainer=trainer,
         reference=reference,
-        encode=lambda text: tokenizer.encode(text, add_special_tokens=False),
+        encode=prompt_encoder(tokenizer),
         ledger=Ledger(ModelShape.from_hf_dir(spec.path)),
     )
+
+
+def prompt_encoder(tokenizer) -> Callable[[Prompt], list[int]]:
+    """Token ids of a prompt: its chat messages through the tokenizer's chat template when
+    the env set ``meta["messages"]`` (prompt_format "chat"), else its plain text."""
+
+    def encode(prompt: Prompt) -> list[int]:
+        messages = prompt.meta.get("messages")
+        if messages is None:
+            return tokenizer.encode(prompt.text, add_special_tokens=False)
+        if not getattr(tokenizer, "chat_template", None):
+            raise ConfigError(
+                "the env asks for chat-formatted prompts but this model's tokenizer has no "
+                "chat template; use --env-set prompt_format=plain"
+            )
+        ids = tokenizer.apply_chat_template(
+            messages, add_generation_prompt=True, tokenize=True, return_dict=False
+        )
+        return list(ids)
+
+    return encode
 
 
 def sampling_seed(run_seed: int, prompt_index: int) -> int:
@@ -210,7 +232,7 @@ class RLLoop:
         self.cursor += n
         with ledger.timed("generate"):
             groups = s.generator.generate(
-                [s.encode(p.text) for p in prompts],
+                [s.encode(p) for p in prompts],
                 n=self.cfg.group_size,
                 sampling=self.sampling,
                 seeds=[sampling_seed(self.cfg.seed, p.index) for p in prompts],
@@ -287,7 +309,7 @@ class RLLoop:
         start = time.perf_counter()
         prompts = s.env.eval_prompts()
         groups = s.generator.generate(
-            [s.encode(p.text) for p in prompts], n=1, sampling=self.sampling, greedy=True
+            [s.encode(p) for p in prompts], n=1, sampling=self.sampling, greedy=True
         )
         rewards = s.env.score_batch(prompts, [g[0].text for g in groups])
         return {

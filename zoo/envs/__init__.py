@@ -11,7 +11,15 @@ from zoo.envs.base import Env, Prompt
 ENVS = Registry(
     "environment",
     "zoo.envs",
-    builtins={"arithmetic": "zoo.envs.arithmetic:Arithmetic"},
+    builtins={
+        "arithmetic": "zoo.envs.arithmetic:Arithmetic",
+        "countdown": "zoo.envs.reasoning_gym_envs:Countdown",
+        "basic_arithmetic": "zoo.envs.reasoning_gym_envs:BasicArithmetic",
+        "chain_sum": "zoo.envs.reasoning_gym_envs:ChainSum",
+        "gsm_symbolic": "zoo.envs.reasoning_gym_envs:GSMSymbolic",
+        "gsm8k": "zoo.envs.math_datasets:GSM8K",
+        "math": "zoo.envs.math_datasets:MATH",
+    },
 )
 
 

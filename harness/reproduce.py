@@ -1,0 +1,71 @@
+"""`harness reproduce`: re-run a recorded run from its config.json and say whether the
+numbers match. On the same kind of machine with the same versions and seed, a run on CPU
+must match exactly (every non-timing field of every step); elsewhere the check is whether
+the new final held-out reward falls inside the interval the leaderboard recorded."""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from harness.runner import execute_run, read_metrics
+from zoo.core.config import ConfigError
+from zoo.core.loop import RunConfig, build_local_services
+from zoo.core.runlog import is_timing_key, machine, package_versions
+
+
+@dataclass
+class Verdict:
+    matches: bool
+    exact: bool
+    """True when an exact comparison was possible (same versions, CPU, no time budget)."""
+    detail: str
+
+
+def comparable(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [{k: v for k, v in r.items() if not is_timing_key(k)} for r in records]
+
+
+def first_difference(old: list[dict], new: list[dict]) -> str | None:
+    if len(old) != len(new):
+        return f"{len(old)} recorded steps, {len(new)} reproduced"
+    for a, b in zip(old, new, strict=True):
+        for key in sorted(set(a) | set(b)):
+            if a.get(key) != b.get(key):
+                return f"step {a.get('step')}: {key} recorded {a.get(key)!r}, got {b.get(key)!r}"
+    return None
+
+
+def reproduce_run(run_dir: Path, interval: tuple[float, float] | None = None) -> Verdict:
+    config = json.loads((run_dir / "config.json").read_text())
+    cfg = RunConfig(**config["run"])
+    cfg.validate()
+    recorded = read_metrics(run_dir)
+    if not recorded:
+        raise ConfigError(f"{run_dir}: no metrics.jsonl to compare against")
+    with tempfile.TemporaryDirectory(prefix="reproduce-") as tmp:
+        services = build_local_services(cfg, quiet=True)
+        fresh = execute_run(cfg, Path(tmp) / run_dir.name, services,
+                            command=f"reproduce {run_dir}")  # fmt: skip
+    same_setup = (
+        config.get("versions") == package_versions()
+        and not config["machine"].get("cuda")
+        and not machine().get("cuda")
+        and not cfg.budget_seconds
+    )
+    diff = first_difference(comparable(recorded), comparable(fresh))
+    if same_setup:
+        if diff is None:
+            return Verdict(True, True, f"all {len(fresh)} steps match exactly")
+        return Verdict(False, True, f"numbers differ: {diff}")
+    final = next(r["eval_reward"] for r in reversed(fresh) if "eval_reward" in r)
+    if interval is None:
+        recorded_final = next(r["eval_reward"] for r in reversed(recorded) if "eval_reward" in r)
+        interval = (recorded_final, recorded_final)
+    inside = interval[0] <= final <= interval[1]
+    return Verdict(inside, False, f"different setup (versions, device or time budget); final "
+                   f"held-out reward {final:.4f} {'inside' if inside else 'outside'} "
+                   f"[{interval[0]:.4f}, {interval[1]:.4f}]")  # fmt: skip

@@ -1,0 +1,198 @@
+"""`harness compare`, `leaderboard` and `reproduce` through the CLI, on small real runs."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from harness_cli import REPO, run_harness
+
+from harness.stats import fit_sigmoid, iqm, sigmoid_curve, stratified_bootstrap_ci
+from zoo.core.runlog import is_timing_key
+
+SMALL = ["--prompts-per-step", "16", "--eval-points", "3", "--checkpoint-every", "2"]
+BUDGET = 2.5e10  # ~5 GRPO steps of 16 x 8 on the tiny model
+
+
+def metrics(run_dir: Path) -> list[dict]:
+    return [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+def without_timing(records: list[dict]) -> list[dict]:
+    return [{k: v for k, v in r.items() if not is_timing_key(k)} for r in records]
+
+
+@pytest.fixture(scope="module")
+def experiment(tiny_model_path, tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("compare")
+    result = run_harness("compare", "grpo", "dapo", "--seeds", "2", "--budget", str(BUDGET),
+                         *SMALL, "--out", "results/exp", cwd=root)  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    return root / "results" / "exp"
+
+
+def test_compare_writes_runs_tables_plots_and_report(experiment):
+    runs = sorted(p.name for p in (experiment / "runs").iterdir())
+    assert runs == [f"{a}__arithmetic__seed{s}" for a in ("dapo", "grpo") for s in (0, 1)]
+    for name in ("reward_at_checkpoints", "summary", "throughput"):
+        assert (experiment / "tables" / f"{name}.csv").stat().st_size > 0
+        assert "|" in (experiment / "tables" / f"{name}.md").read_text()
+    for name in ("reward_vs_flops", "reward_vs_seconds", "throughput"):
+        png = (experiment / "plots" / f"{name}.png").read_bytes()
+        assert png.startswith(b"\x89PNG\r\n\x1a\n") and len(png) > 5000
+    report = (experiment / "report.md").read_text()
+    assert "python -m harness compare grpo dapo" in report and "torch" in report
+
+    import pandas as pd
+
+    table = pd.read_csv(experiment / "tables" / "reward_at_checkpoints.csv")
+    assert sorted(table.algorithm.unique()) == ["dapo", "grpo"]
+    for _, g in table.groupby("algorithm"):
+        assert list(g.point) == [0, 1, 2, 3] and (g.seeds == 2).all()
+        assert (g.ci_low <= g.reward_iqm + 1e-12).all() and (
+            g.reward_iqm <= g.ci_high + 1e-12
+        ).all()
+    summary = pd.read_csv(experiment / "tables" / "summary.csv")
+    assert {"final_reward_iqm", "auc_iqm", "fit_A", "fit_B", "fit_converged"} <= set(summary)
+
+
+def test_matched_budgets_stop_within_one_step_of_each_other(experiment):
+    finals, step_flops = [], []
+    for run_dir in (experiment / "runs").iterdir():
+        records = metrics(run_dir)
+        flops = [r["flops"] for r in records]
+        finals.append(flops[-1])
+        step_flops.append(max(b - a for a, b in itertools.pairwise(flops)))
+        assert flops[-2] < BUDGET <= flops[-1]  # stops at the budget, not at a step count
+        evals = [r for r in records if "eval_reward" in r]
+        assert len(evals) == 4  # step 0 and the 3 budget points
+    assert max(finals) - min(finals) <= max(step_flops)
+
+
+def test_sigmoid_fit_recovers_known_parameters():
+    compute = np.geomspace(1e11, 1e14, 16)
+    reward = sigmoid_curve(compute, 0.2, 0.75, 1.4, 3e12)
+    fit = fit_sigmoid(compute, reward, r0=0.2)
+    assert fit.converged
+    assert abs(fit.a - 0.75) < 0.01 and abs(fit.b - 1.4) / 1.4 < 0.05
+    assert abs(np.log(fit.c_mid / 3e12)) < 0.05
+    noisy = reward + np.random.default_rng(0).normal(0, 0.005, reward.shape)
+    assert abs(fit_sigmoid(compute, noisy, r0=0.2).a - 0.75) < 0.03
+    flat = fit_sigmoid(compute[:2], reward[:2], r0=0.2)
+    assert not flat.converged and "fewer than 3" in flat.note
+
+
+def test_bootstrap_interval_covers_the_truth_and_narrows_with_more_seeds():
+    rng = np.random.default_rng(1)
+    truth = 0.5  # IQM of a symmetric distribution centred on 0.5
+    covered, widths = 0, {}
+    for n in (5, 40):
+        for trial in range(40):
+            scores = rng.normal(truth, 0.1, n)
+            low, high = stratified_bootstrap_ci([scores], reps=300, seed=trial)
+            covered += n == 40 and low <= truth <= high
+            widths.setdefault(n, []).append(high - low)
+    assert covered >= 32  # ~95% nominal; 80% is a safe floor for 40 trials
+    assert np.mean(widths[40]) < np.mean(widths[5])
+    assert stratified_bootstrap_ci([np.full(4, 0.3)]) == (0.3, 0.3)
+    assert iqm(np.array([0.0, 1.0, 1.0, 1.0, 1.0, 100.0])) == pytest.approx(1.0)
+
+
+@pytest.mark.slow
+def test_leaderboard_rows_carry_provenance_and_reproduce_matches(experiment):
+    root = experiment.parent.parent
+    result = run_harness("leaderboard", "--results", "results", "--out", "boards", cwd=root)
+    assert result.returncode == 0, result.stderr[-2000:]
+    rows = json.loads((root / "boards" / "leaderboard.json").read_text())
+    assert {r["algorithm"] for r in rows} == {"grpo", "dapo"}
+    for row in rows:
+        assert row["command"].startswith("python -m harness compare")
+        assert row["config_hash"] and row["git_commit"] is not None and row["date"]
+        assert "torch" in row["versions"] and row["seeds"] == 2
+    board = (root / "boards" / "tiny__arithmetic.md").read_text()
+    assert "grpo" in board and "dapo" in board
+    html = (root / "boards" / "index.html").read_text()
+    assert "data:image/png;base64," in html
+
+    grpo = next(r for r in rows if r["algorithm"] == "grpo")
+    result = run_harness("reproduce", grpo["id"], "--leaderboards", "boards", cwd=root)
+    assert result.returncode == 0, result.stdout + result.stderr[-2000:]
+    assert result.stdout.count("MATCH") == 2
+
+
+def test_reproduce_detects_a_tampered_result(experiment, tmp_path):
+    import shutil
+
+    run_dir = tmp_path / "run"
+    shutil.copytree(experiment / "runs" / "grpo__arithmetic__seed0", run_dir)
+    lines = (run_dir / "metrics.jsonl").read_text().splitlines()
+    record = json.loads(lines[-1])
+    record["eval_reward"] += 0.01
+    lines[-1] = json.dumps(record)
+    (run_dir / "metrics.jsonl").write_text("\n".join(lines) + "\n")
+    result = run_harness("reproduce", str(run_dir), cwd=tmp_path)
+    assert result.returncode == 1
+    assert "DIFFERS" in result.stdout and "eval_reward" in result.stdout
+
+
+@pytest.mark.slow
+def test_resume_after_a_kill_equals_an_uninterrupted_run(tiny_model_path, tmp_path):
+    args = ["compare", "grpo", "--seeds", "1", "--budget", "8e10", "--prompts-per-step", "32",
+            "--eval-points", "4", "--checkpoint-every", "2", "--quiet"]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(REPO), "FORGE_ZOO_PROGRESS": "0"}
+    proc = subprocess.Popen([sys.executable, "-m", "harness", *args, "--out", "killed"],
+                            cwd=tmp_path, env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
+    run_dir = tmp_path / "killed" / "runs" / "grpo__arithmetic__seed0"
+    deadline = time.time() + 300
+    while time.time() < deadline:  # kill once a checkpoint exists and a step came after it
+        ckpt = run_dir / "checkpoint" / "checkpoint.json"
+        if ckpt.exists() and (run_dir / "metrics.jsonl").exists():
+            done = len((run_dir / "metrics.jsonl").read_text().splitlines()) - 1
+            if done > json.loads(ckpt.read_text())["step"]:
+                break
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert not (run_dir / "complete.json").exists(), "the run finished before it was killed"
+
+    resumed = run_harness(*args, "--out", "killed", "--resume", cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    straight = run_harness(*args, "--out", "straight", cwd=tmp_path)
+    assert straight.returncode == 0, straight.stderr[-3000:]
+    a = without_timing(metrics(run_dir))
+    b = without_timing(metrics(tmp_path / "straight" / "runs" / "grpo__arithmetic__seed0"))
+    assert a == b and len(a) > 4
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["compare", "grpo", "--budget", "1e6"], "less than one step"),
+        (["compare", "grpo", "nope"], "valid algorithms"),
+        (["compare", "grpo", "--env", "nope"], "valid environments"),
+        (["compare", "grpo", "--model", "qwen3-1.7b"], "budget"),
+    ],
+)
+def test_invalid_comparisons_fail_before_any_work(tmp_path, args, message):
+    result = run_harness(*args, cwd=tmp_path, timeout=120)
+    assert result.returncode == 2 and message in result.stderr, result.stderr
+    assert not (tmp_path / "results").exists()
+
+
+def test_a_model_too_large_for_this_machine_is_refused(tmp_path):
+    from zoo.core.models import qwen3_config_dir
+
+    big = qwen3_config_dir("qwen3-8b", tmp_path)
+    result = run_harness("compare", "grpo", "--model", str(big), "--budget", "1e18",
+                         cwd=tmp_path, timeout=120)  # fmt: skip
+    assert result.returncode == 2 and "GiB" in result.stderr, result.stderr
+    assert not (tmp_path / "results").exists()
