@@ -379,17 +379,28 @@ def cmd_list(what: str) -> int:
             for key, value in defaults.items():
                 print(f"    {key} = {value!r}  {docs.get(key, '')}")
     elif what == "envs":
+        from rich.console import Console
+        from rich.table import Table
+
         from zoo.envs import ENVS
 
         print_shadowed(ENVS)
+        table = Table(title="environments (config: --env-set KEY=VALUE)")
+        for col in ("name", "registered by", "what it is / data source", "rewards",
+                    "held-out split", "config defaults"):  # fmt: skip
+            table.add_column(col, overflow="fold")
         for name, spec in sorted(ENVS.specs().items()):
             try:
                 cls = ENVS.load(name)
             except PluginError as exc:
-                print(f"{name:12s} [{spec.source}] BROKEN: {exc}")
+                table.add_row(name, spec.source, f"BROKEN: {exc}", "", "", "")
                 continue
-            defaults = json.dumps(dataclasses.asdict(cls.config_class()))
-            print(f"{name:12s} [{spec.source}] rewards: {cls.reward_values}; config {defaults}")
+            defaults = dataclasses.asdict(cls.config_class())
+            doc = (cls.__doc__ or sys.modules[cls.__module__].__doc__ or "").strip()
+            held_out = f"{defaults['eval_size']} problems" if "eval_size" in defaults else "fixed"
+            table.add_row(name, spec.source, doc.split("\n\n")[0].replace("\n", " "),
+                          cls.reward_values, held_out, json.dumps(defaults))  # fmt: skip
+        Console(width=200).print(table)
     else:
         from zoo.core.models import MODEL_PRESETS
 

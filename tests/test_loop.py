@@ -99,3 +99,20 @@ def test_beta_zero_algorithms_never_build_or_run_the_reference(services_for):
     assert services.reference is None
     RLLoop(cfg, services).step()
     assert services.ledger.flops["reference"] == 0
+
+
+def test_a_samples_budget_stops_the_run_once_spent_and_evaluates_at_its_points(
+    services_for, tmp_path
+):
+    cfg = RunConfig(algorithm="dr_grpo", prompts_per_step=16, budget_samples=300, eval_points=2)
+    loop = RLLoop(cfg, services_for(cfg))
+    records = loop.run(lambda record: None)
+    assert [r["samples"] for r in records] == [0, 128, 256, 384]  # stops once >= 300
+    assert [r["step"] for r in records if "eval_reward" in r] == [0, 2, 3]  # 150 and 300
+
+
+def test_several_budgets_are_a_config_error():
+    from zoo.core.config import ConfigError
+
+    with pytest.raises(ConfigError, match="one budget"):
+        RunConfig(budget_flops=1e12, budget_samples=100).validate()

@@ -121,3 +121,11 @@ def test_check_plugin_runs_the_conformance_suite_on_an_installed_plugin(plugin_s
 def test_check_plugin_of_an_unknown_name_exits_2(plugin_site, tmp_path):
     result = harness(plugin_site, "check-plugin", "no_such_algo", cwd=tmp_path)
     assert result.returncode == 2 and "rloo" in result.stderr and "grpo" in result.stderr
+
+
+def test_example_plugin_compares_against_a_builtin(plugin_site, tiny_model_path, tmp_path):
+    args = ["--seeds", "1", "--budget", "1e10", "--prompts-per-step", "16", "--eval-points", "2"]
+    result = harness(plugin_site, "compare", "grpo", "rloo", *args, "--out", "exp", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    summary = (tmp_path / "exp" / "tables" / "summary.csv").read_text()
+    assert "rloo" in summary and "grpo" in summary
