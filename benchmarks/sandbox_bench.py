@@ -41,18 +41,12 @@ check(add)
 
 
 def machine() -> str:
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
+    from zoo.core.runlog import cpu_model
+
     bwrap = subprocess.run(["bwrap", "--version"], capture_output=True, text=True).stdout
     load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
     return (
-        f"{cpu}; nproc {len(os.sched_getaffinity(0))}; load average {load}; "
+        f"{cpu_model()}; nproc {len(os.sched_getaffinity(0))}; load average {load}; "
         f"{bwrap.strip() or 'no bwrap'}; {platform.platform()}"
     )
 

@@ -58,17 +58,19 @@ def git_commit() -> dict[str, Any]:
         return {"commit": None, "dirty": None}
 
 
+def cpu_model() -> str:
+    """The CPU's model name (from /proc/cpuinfo on Linux)."""
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return platform.processor() or platform.machine()
+
+
 def machine() -> dict[str, Any]:
     import torch
 
-    cpu = platform.processor()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
+    cpu = cpu_model()
     mem_gib = None
     with contextlib.suppress(ValueError, OSError):
         mem_gib = round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1)
