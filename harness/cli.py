@@ -267,7 +267,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
     if args.resume and not args.out:
         raise ConfigError("--resume needs --out DIR, the experiment folder to continue")
     if not (args.budget or args.budget_samples or args.budget_seconds):
-        if args.model != "tiny":
+        from zoo.core.models import MODEL_PRESETS
+
+        if args.model not in MODEL_PRESETS:  # the tiny presets built here
             raise ConfigError(
                 f"give a compute budget for {args.model!r}: --budget FLOPS (or "
                 "--budget-samples / --budget-seconds); runs stop at the budget, not a step count"

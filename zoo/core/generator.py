@@ -62,6 +62,10 @@ class VLLMGenerator:
                 seed=seed,
                 max_model_len=max_model_len,
                 enable_prefix_caching=False,
+                # The CPU backend's default (4096 tokens per scheduler step) makes it chunk
+                # large prefills, and chunked prefill with per-request seeds fails there
+                # ("CPU Generator does not use offset"): schedule whole batches instead.
+                max_num_batched_tokens=64 * 1024,
             )
         finally:
             torch.set_num_threads = set_num_threads  # vLLM's CPU worker replaces it with a no-op

@@ -259,13 +259,12 @@ class RLLoop:
         while len(kept_groups) < cfg.prompts_per_step and rounds < cfg.max_sampling_rounds:
             rounds += 1
             prompts, groups = self.sample_groups(cfg.prompts_per_step)
-            with ledger.timed("score"):
-                rewards = torch.tensor(
-                    [
-                        s.env.score_batch([p] * len(g), [c.text for c in g])
-                        for p, g in zip(prompts, groups, strict=True)
-                    ]
+            with ledger.timed("score"):  # one call: envs may score a whole step in parallel
+                flat = s.env.score_batch(
+                    [p for p, g in zip(prompts, groups, strict=True) for _ in g],
+                    [c.text for g in groups for c in g],
                 )
+                rewards = torch.tensor(flat).view(len(groups), cfg.group_size)
             ledger.add("score", tokens=sum(len(c.token_ids) for g in groups for c in g))
             task_rewards += rewards.flatten().tolist()
             lengths = torch.tensor([[len(c.token_ids) for c in g] for g in groups])

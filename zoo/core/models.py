@@ -15,7 +15,12 @@ import torch
 
 from zoo.core.config import ConfigError
 
-MODEL_PRESETS = {"tiny": "embedded ~476k-parameter Qwen3, warm-started on arithmetic (built here)"}
+MODEL_PRESETS = {
+    "tiny": "embedded ~476k-parameter Qwen3, warm-started on arithmetic (built here)",
+    "tiny-code": "the tiny model warm-started on the pyfunc code env instead (built here; "
+    "use --env pyfunc --max-response-len 9)",
+}
+"""Preset names; each one is a recipe in zoo.core.tiny.TINY_PRESETS."""
 
 
 # Architecture of the Qwen3 dense family, as data (Hugging Face config.json fields; Qwen3
@@ -81,10 +86,10 @@ def check_model_name(name: str) -> None:
 def model_shape(name: str) -> ModelShape:
     """The shape of a model by name, without building or loading it."""
     check_model_name(name)
-    if name == "tiny":
-        from zoo.core.tiny import TinyRecipe, hf_config
+    if name in MODEL_PRESETS:
+        from zoo.core.tiny import TINY_PRESETS, hf_config
 
-        return ModelShape.from_config(hf_config(TinyRecipe()).to_dict())
+        return ModelShape.from_config(hf_config(TINY_PRESETS[name]).to_dict())
     return ModelShape.from_hf_dir(Path(name).expanduser())
 
 
@@ -102,12 +107,12 @@ def training_memory_bytes(shape: ModelShape, sequences: int, seq_len: int, refer
 
 
 def resolve_model(name: str, quiet: bool = False) -> ModelSpec:
-    """A preset name ("tiny") or a local directory holding a Qwen3 checkpoint."""
+    """A preset name ("tiny", "tiny-code") or a local directory holding a Qwen3 checkpoint."""
     check_model_name(name)
-    if name == "tiny":
-        from zoo.core.tiny import tiny_model_path
+    if name in MODEL_PRESETS:
+        from zoo.core.tiny import TINY_PRESETS, tiny_model_path
 
-        return ModelSpec("tiny", tiny_model_path(quiet=quiet))
+        return ModelSpec(name, tiny_model_path(TINY_PRESETS[name], quiet=quiet))
     path = Path(name).expanduser().resolve()
     return ModelSpec(path.name, path)
 

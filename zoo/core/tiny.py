@@ -8,6 +8,13 @@ greedy held-out accuracy reaches ``target_accuracy``, so RL starts with room to 
 and signal to learn from. The result is saved in Hugging Face format (config.json,
 model.safetensors, tokenizer.json) under the cache directory, keyed by a hash of this
 recipe, and reused. Same recipe and thread count give a bit-identical checkpoint.
+
+The ``tiny-code`` preset (``TINY_PRESETS``) is the same recipe with ``task="pyfunc"``:
+the supervised stage uses the pyfunc env's format ("f(0..4)=1,3,5,7,9 f(x)=2*x+1<|endoftext|>",
+its reference answers) and stops at the first evaluation whose held-out reward (the env's
+100 held-out functions, greedy, scored by running the model's expressions in the sandbox)
+reaches ``target_accuracy``. Only non-default tasks enter the cache key, so the ``tiny``
+model's key and checkpoint are unchanged.
 """
 
 from __future__ import annotations
@@ -48,10 +55,38 @@ class TinyRecipe:
     """Stop at the first evaluation at or above this greedy held-out accuracy."""
     threads: int = 2
     """Torch threads during the warm start: fixed, so the checkpoint is reproducible."""
+    task: str = "arithmetic"
+    """Warm-start task: "arithmetic" (the ``tiny`` preset) or "pyfunc" (``tiny-code``: the
+    pyfunc env's format with its reference answers, held-out reward scored in the sandbox)."""
 
     def key(self) -> str:
-        payload = json.dumps({"v": RECIPE_VERSION, **dataclasses.asdict(self)}, sort_keys=True)
+        fields = dataclasses.asdict(self)
+        if fields["task"] == "arithmetic":
+            del fields["task"]  # the field came later: keep the original tiny model's key
+        payload = json.dumps({"v": RECIPE_VERSION, **fields}, sort_keys=True)
         return hashlib.sha256(payload.encode()).hexdigest()[:12]
+
+
+TINY_PRESETS = {
+    "tiny": TinyRecipe(),
+    # One torch thread: as fast as two at this size, and unharmed by a busy machine.
+    "tiny-code": TinyRecipe(task="pyfunc", threads=1),
+}
+"""Model presets built here, by name (zoo.core.models resolves them)."""
+
+
+def warm_start_task(recipe: TinyRecipe):
+    """(env, reference answer of a prompt, max new tokens of the greedy evaluation)."""
+    if recipe.task == "arithmetic":
+        from zoo.envs.arithmetic import Arithmetic
+
+        return Arithmetic(), lambda p: str(p.answer), 6
+    if recipe.task == "pyfunc":
+        from zoo.envs.pyfunc import PyFunc
+
+        env = PyFunc()  # held-out: its 100 functions, scored through the sandbox
+        return env, env.reference_answer, 9
+    raise ValueError(f"unknown warm-start task {recipe.task!r}; valid: arithmetic, pyfunc")
 
 
 def cache_dir() -> Path:
@@ -96,9 +131,8 @@ def build_tiny_model(recipe: TinyRecipe, path: Path, quiet: bool = False) -> dic
     from transformers import Qwen3ForCausalLM
 
     from zoo.core.progress import make_progress
-    from zoo.envs.arithmetic import Arithmetic
 
-    env = Arithmetic()
+    env, reference, max_new_tokens = warm_start_task(recipe)
     threads = torch.get_num_threads()
     torch.set_num_threads(recipe.threads)
     try:
@@ -110,21 +144,22 @@ def build_tiny_model(recipe: TinyRecipe, path: Path, quiet: bool = False) -> dic
         )
         history = []
         with make_progress(quiet) as progress:
-            task = progress.add_task("warm-starting tiny model", total=recipe.max_steps)
+            label = f"warm-starting tiny model on {recipe.task}"
+            task = progress.add_task(label, total=recipe.max_steps)
             for step in range(1, recipe.max_steps + 1):
                 prompts = env.train_prompts(
                     (step - 1) * recipe.batch_size, recipe.batch_size, seed=recipe.seed
                 )
-                loss = sft_loss(model, [(p.text, str(p.answer)) for p in prompts])
+                loss = sft_loss(model, [(p.text, reference(p)) for p in prompts])
                 opt.zero_grad(set_to_none=True)
                 loss.backward()
                 opt.step()
                 sched.step()
                 progress.update(task, advance=1)
                 if step % recipe.eval_every == 0:
-                    acc = greedy_accuracy(model, env)
+                    acc = greedy_accuracy(model, env, max_new_tokens)
                     history.append({"step": step, "loss": float(loss.detach()), "accuracy": acc})
-                    progress.update(task, description=f"warm-starting tiny model: acc {acc:.1%}")
+                    progress.update(task, description=f"{label}: acc {acc:.1%}")
                     if acc >= recipe.target_accuracy:
                         break
     finally:
@@ -166,12 +201,13 @@ def sft_loss(model: torch.nn.Module, pairs: list[tuple[str, str]]) -> torch.Tens
 
 @torch.no_grad()
 def greedy_accuracy(model: torch.nn.Module, env, max_new_tokens: int = 6) -> float:
-    """Held-out accuracy of greedy decoding (a plain loop; prompts grouped by length)."""
+    """Held-out accuracy (mean reward) of greedy decoding (a plain loop; prompts grouped by
+    length), scored with one ``env.score_batch`` call."""
     prompts = env.eval_prompts()
     by_len: dict[int, list] = {}
     for p in prompts:
         by_len.setdefault(len(encode(p.text)), []).append(p)
-    correct = 0.0
+    scored, texts = [], []
     for group in by_len.values():
         ids = torch.tensor([encode(p.text) for p in group])
         out = model.generate(
@@ -188,5 +224,6 @@ def greedy_accuracy(model: torch.nn.Module, env, max_new_tokens: int = 6) -> flo
                 if EOS_ID not in row
                 else bytes(row[: row.index(EOS_ID)])
             )
-            correct += env.score(p, text.decode(errors="replace"))
-    return correct / len(prompts)
+            scored.append(p)
+            texts.append(text.decode(errors="replace"))
+    return sum(env.score_batch(scored, texts)) / len(prompts)

@@ -19,6 +19,9 @@ ENVS = Registry(
         "gsm_symbolic": "zoo.envs.reasoning_gym_envs:GSMSymbolic",
         "gsm8k": "zoo.envs.math_datasets:GSM8K",
         "math": "zoo.envs.math_datasets:MATH",
+        "humaneval": "zoo.envs.code_envs:HumanEval",
+        "mbpp": "zoo.envs.code_envs:MBPP",
+        "pyfunc": "zoo.envs.pyfunc:PyFunc",
     },
 )
 

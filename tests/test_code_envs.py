@@ -1,0 +1,392 @@
+"""Code environments (humaneval, mbpp, pyfunc): known-correct code scores 1, wrong code 0,
+malformed or hostile output 0 within a bounded time; fixed held-out splits and seeded
+train streams; MBPP through the real offline loading code; pyfunc's partial credit; the
+refusal without a sandbox; the tiny-code preset; and a few GRPO steps end to end.
+
+Code runs in the bubblewrap sandbox (scripts/setup.sh installs it)."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import math
+import time
+from pathlib import Path
+
+import pytest
+from harness_cli import run_harness
+
+from zoo.core.config import ConfigError
+from zoo.envs import Prompt, get_env, list_envs
+from zoo.envs import sandbox as sandbox_module
+from zoo.envs.code_envs import CodeEnvUnavailable
+from zoo.envs.pyfunc import HIDDEN_XS
+from zoo.envs.sandbox import SandboxUnavailable
+
+FAST = {"timeout_s": 2.0}
+
+
+@pytest.fixture(scope="module")
+def humaneval():
+    return get_env("humaneval", **FAST)
+
+
+@pytest.fixture(scope="module")
+def pyfunc():
+    return get_env("pyfunc")
+
+
+def test_code_envs_are_registered_and_describe_their_splits(humaneval, pyfunc, mbpp):
+    assert {"humaneval", "mbpp", "pyfunc"} <= set(list_envs())
+    for env, sizes in ((humaneval, (100, 64)), (pyfunc, (1039, 100)), (mbpp, (6, 3))):
+        d = env.describe()
+        assert (d["sizes"]["train"], d["sizes"]["eval"]) == sizes
+        assert d["sources"]["train"] and d["sources"]["eval"]
+        assert d["sandbox"]["sandboxed"] is True
+        assert d["reward_values"] == type(env).reward_values
+
+
+# --- humaneval ---------------------------------------------------------------------------
+
+
+def test_humaneval_ships_164_problems_and_canonical_solutions_score_one(humaneval):
+    prompts = humaneval.eval_prompts()[:3] + humaneval.train_prompts(0, 2, seed=0)
+    assert len(humaneval._train) + len(humaneval._eval) == 164
+    completions = [humaneval.reference_answer(p) for p in prompts]
+    assert humaneval.score_batch(prompts, completions) == [1.0] * 5
+    # A chat model's reply: the whole function in a Markdown block, after some prose.
+    p = prompts[0]
+    reply = f"Sure:\n```python\n{p.answer['prompt']}{completions[0]}```\nDone."
+    assert humaneval.score(p, reply) == 1.0
+
+
+def test_humaneval_wrong_code_scores_zero_with_the_pass_fraction_as_metric(humaneval):
+    p = next(p for p in humaneval.eval_prompts() + humaneval.train_prompts(0, 100, 0)
+             if p.answer["task_id"] == "HumanEval/0")  # fmt: skip
+    # check() has 7 asserts, 4 of which expect True.
+    details = humaneval.score_details([p, p, p], ["    return True\n", "    return None\n", ""])
+    assert details[0] == (0.0, pytest.approx(4 / 7))
+    assert details[1] == (0.0, 0.0)
+    assert details[2] == (0.0, 0.0)
+    assert humaneval.score_details([p], [humaneval.reference_answer(p)]) == [(1.0, 1.0)]
+
+
+def test_humaneval_malformed_and_hostile_output_scores_zero_quickly(humaneval, tmp_path):
+    marker = tmp_path / "pwned"
+    p = humaneval.eval_prompts()[0]
+    body = humaneval.reference_answer(p)
+    hostile = [
+        "    return (\n",  # syntax error
+        "    while True:\n        pass\n",  # infinite loop
+        f"    import os; os.system('touch {marker}'); open('{marker}', 'w')\n" + body,
+        "    import sys; sys.exit(0)\n",  # exit 0 before the tests run
+        "    import os; os._exit(0)\n",
+        "    print('ok'); raise SystemExit(0)\n",
+        "    x = bytearray(10**10)\n",  # memory bomb
+        "\x00\ufffd garbage",
+    ]
+    humaneval.reset_stats()
+    start = time.monotonic()
+    assert humaneval.score_batch([p] * len(hostile), hostile) == [0.0] * len(hostile)
+    assert time.monotonic() - start < 15
+    assert not marker.exists()
+    stats = humaneval.stats
+    assert stats["timeouts"] == 1 and stats["executions"] == len(hostile)
+    assert stats["executions_per_s"] > 0 and stats["exec_seconds"] > 0
+
+
+# --- pyfunc -----------------------------------------------------------------------------
+
+
+def test_pyfunc_reference_answers_score_one_and_are_short(pyfunc):
+    prompts = pyfunc.eval_prompts()[:40] + pyfunc.train_prompts(0, 40, seed=1)
+    answers = [pyfunc.reference_answer(p) for p in prompts]
+    assert max(len(a) for a in answers) <= 8 and max(len(p.text) for p in prompts) <= 60
+    assert pyfunc.score_batch(prompts, answers) == [1.0] * len(prompts)
+    # equivalent rewrites score 1 too: the hidden tests judge behaviour, not text
+    p = next(p for p in prompts if p.answer["expr"].count("x") == 1 and "%" not in p.text)
+    assert pyfunc.score(p, f"  ({pyfunc.reference_answer(p)}) + 0 \n") == 1.0
+
+
+def test_pyfunc_partial_credit_is_the_exact_fraction_of_hidden_inputs(pyfunc):
+    hidden = [[x, x * x] for x in HIDDEN_XS]  # f(x) = x*x; hidden x: 4 negative, 6 positive
+    p = Prompt(text="f(0)=0 f(1)=1 f(2)=4 f(3)=9 f(4)=16 f(x)=", answer={"expr": "x*x",
+               "hidden": hidden}, index=0, split="eval")  # fmt: skip
+    cases = {
+        "x*x": 1.0,
+        "x*abs(x)": 0.6,  # wrong on the 4 negative inputs
+        "x*x if x<8 else 0": 0.7,  # wrong on 8, 9, 12
+        "x*x+1//(x+4)*0": 0.9,  # ZeroDivisionError at x=-4 fails that input only
+        "x*x/1": 0.0,  # floats are not ints
+        "x*x==x*x": 0.0,  # nor are bools
+        "-x*x": 0.0,
+    }
+    got = dict(zip(cases, pyfunc.score_batch([p] * len(cases), list(cases)), strict=True))
+    assert got == pytest.approx(cases)
+
+
+def test_pyfunc_malformed_and_hostile_output_scores_zero_quickly(pyfunc, tmp_path):
+    marker = tmp_path / "pwned"
+    p = pyfunc.eval_prompts()[0]
+    hostile = [
+        "", "x+", "2*x+1)", "import os", "def f(x): return x",
+        f"__import__('os').system('touch {marker}')",
+        "__import__('sys').exit(0)",
+        "__import__('os')._exit(0)",
+        "[x for _ in iter(int, 1)]",  # infinite loop
+        "9**9**9",  # a huge computation
+        "print('" + "ok\\n" * 5 + "') or x",
+        "x" * 5000,
+    ]  # fmt: skip
+    start = time.monotonic()
+    assert pyfunc.score_batch([p] * len(hostile), hostile) == [0.0] * len(hostile)
+    assert time.monotonic() - start < 15
+    assert not marker.exists()
+
+
+def test_pyfunc_runs_duplicate_completions_once_and_counts_executions(pyfunc):
+    p = pyfunc.eval_prompts()[1]
+    pyfunc.reset_stats()
+    ref = pyfunc.reference_answer(p)
+    assert pyfunc.score_batch([p] * 6, [ref] * 4 + ["x+", "0"]) == [1.0] * 4 + [0.0, 0.0]
+    s = pyfunc.stats
+    assert (s["executions"], s["duplicates"], s["rejected"], s["passed"]) == (2, 3, 1, 4)
+
+
+# --- splits -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["humaneval", "pyfunc", "mbpp"])
+def test_held_out_split_is_fixed_and_train_is_a_pure_function_of_index_and_seed(name, mbpp_files):
+    config = mbpp_files if name == "mbpp" else {}
+    a, b = get_env(name, **config), get_env(name, **config)
+
+    def key(p):
+        return (p.text, json.dumps(p.answer, sort_keys=True))
+
+    assert [key(p) for p in a.eval_prompts()] == [key(p) for p in b.eval_prompts()]
+    assert [p.index for p in a.eval_prompts()] == list(range(len(a.eval_prompts())))
+    n = len(a._train)
+    indices = [0, 1, n - 1, n, 3 * n + 2, 5]
+    first = [key(a.train_prompt(i, 7)) for i in indices]
+    again = {i: key(b.train_prompt(i, 7)) for i in reversed(indices)}
+    assert first == [again[i] for i in indices]
+    epoch = [key(a.train_prompt(i, 7)) for i in range(n)]
+    assert len(set(epoch)) == n  # each train problem once per epoch
+    assert not {key(p) for p in a.eval_prompts()} & set(epoch)
+    assert epoch != [key(a.train_prompt(i, 8)) for i in range(n)]
+
+
+# --- mbpp --------------------------------------------------------------------------------
+
+
+def mbpp_row(task_id, text, code, tests, setup="", challenge=()):
+    return {"task_id": task_id, "text": text, "code": code, "test_list": list(tests),
+            "test_setup_code": setup, "challenge_test_list": list(challenge)}  # fmt: skip
+
+
+MBPP_TRAIN = [
+    mbpp_row(2, "Write a function to find the similar elements from the given two tuple lists.",
+             "def similar_elements(test_tup1, test_tup2):\r\n  res = tuple(set(test_tup1) & "
+             "set(test_tup2))\r\n  return (res) ",
+             ["assert similar_elements((3, 4, 5, 6),(5, 7, 4, 10)) == (4, 5)",
+              "assert similar_elements((1, 2, 3, 4),(5, 4, 3, 7)) == (3, 4)",
+              "assert similar_elements((11, 12, 14, 13),(17, 15, 14, 13)) == (13, 14)"]),
+    mbpp_row(3, "Write a python function to identify non-prime numbers.",
+             "import math\r\ndef is_not_prime(n):\r\n    result = False\r\n    for i in range(2,"
+             "int(math.sqrt(n)) + 1):\r\n        if n % i == 0:\r\n            result = True\r\n"
+             "    return result",
+             ["assert is_not_prime(2) == False", "assert is_not_prime(10) == True",
+              "assert is_not_prime(35) == True"]),
+    mbpp_row(4, "Write a function to find the largest integers from a given list of numbers "
+             "using heap queue algorithm.",
+             "import heapq as hq\r\ndef heap_queue_largest(nums,n):\r\n  largest_nums = "
+             "hq.nlargest(n, nums)\r\n  return largest_nums",
+             ["assert heap_queue_largest( [25, 35, 22, 85, 14, 65, 75, 22, 58],3)==[85, 75, 65]",
+              "assert heap_queue_largest( [25, 35, 22, 85, 14, 65, 75, 22, 58],2)==[85, 75]"]),
+    mbpp_row(5, "Write a function to find the area of a circle.",
+             "def circle_area(r):\r\n  return math.pi * r * r",
+             ["assert isclose(circle_area(1), 3.14159, rel_tol=1e-4)",
+              "assert isclose(circle_area(2), 12.56637, rel_tol=1e-4)"],
+             setup="import math\r\nfrom math import isclose"),
+    mbpp_row(6, "Write a python function to add two numbers.", "def add(a, b):\r\n  return a + b",
+             ["assert add(1, 2) == 3", "assert add(-1, 1) == 0"],
+             challenge=["assert add(10**20, 1) == 10**20 + 1"]),
+    mbpp_row(7, "Write a function to reverse a string.", "def rev(s):\r\n  return s[::-1]",
+             ["assert rev('abc') == 'cba'", "assert rev('') == ''"]),
+]  # fmt: skip
+MBPP_TEST = [
+    mbpp_row(11, "Write a python function to remove first and last occurrence of a given "
+             "character from the string.",
+             "def remove_Occ(s,ch): \r\n    for i in range(len(s)): \r\n        if (s[i] == ch): "
+             "\r\n            s = s[0 : i] + s[i + 1:] \r\n            break\r\n    for i in "
+             "range(len(s) - 1,-1,-1):  \r\n        if (s[i] == ch): \r\n            s = s[0 : i] "
+             "+ s[i + 1:] \r\n            break\r\n    return s ",
+             ['assert remove_Occ("hello","l") == "heo"',
+              'assert remove_Occ("abcda","a") == "bcd"', 'assert remove_Occ("PHP","P") == "H"']),
+    mbpp_row(12, "Write a function to square a number.", "def square(x):\r\n  return x * x",
+             ["assert square(3) == 9", "assert square(-2) == 4", "assert square(0) == 0"]),
+    mbpp_row(13, "Write a function to double a number.", "def double(x):\r\n  return 2 * x",
+             ["assert double(3) == 6", "assert double(0) == 0", "assert double(-1) == -2"]),
+]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def mbpp_files(tmp_path_factory):
+    import pandas as pd
+
+    d = tmp_path_factory.mktemp("mbpp-data")
+    train = d / "mbpp-train.jsonl"
+    train.write_text("".join(json.dumps(r) + "\n" for r in MBPP_TRAIN))
+    test = d / "mbpp-test.parquet"
+    pd.DataFrame(MBPP_TEST).to_parquet(test)
+    return {"data_files": str(train), "eval_files": str(test), **FAST}
+
+
+@pytest.fixture(scope="module")
+def mbpp(mbpp_files):
+    return get_env("mbpp", **mbpp_files)
+
+
+def test_mbpp_loads_the_real_row_format_and_scores_reference_code_one(mbpp):
+    prompts = mbpp.eval_prompts() + mbpp.train_prompts(0, 6, seed=0)
+    assert sorted(p.answer["task_id"] for p in prompts) == [2, 3, 4, 5, 6, 7, 11, 12, 13]
+    p = next(p for p in prompts if p.answer["task_id"] == 11)
+    assert p.text.startswith("You are an expert Python programmer, and here is your task: ")
+    assert 'assert remove_Occ("PHP","P") == "H"' in p.text
+    assert mbpp.score_batch(prompts, [mbpp.reference_answer(p) for p in prompts]) == [1.0] * 9
+    fenced = f"Here you go:\n```python\n{mbpp.reference_answer(p)}\n```\nIt loops twice."
+    assert mbpp.score(p, fenced) == 1.0
+
+
+def test_mbpp_wrong_and_malformed_code_scores_zero_with_pass_fraction(mbpp):
+    by_id = {p.answer["task_id"]: p for p in mbpp.eval_prompts() + mbpp.train_prompts(0, 6, 0)}
+    p3, p12 = by_id[3], by_id[12]
+    details = mbpp.score_details(
+        [p3, p12, p12, p12, p12, p12, p12],
+        [
+            "def is_not_prime(n):\n    return n % 2 == 0",  # passes 1 of 3
+            "def square(x):\n    return x * abs(x)",  # passes 2 of 3
+            "def square(x):\n    return (",  # syntax error
+            "def square(x):\n    while True: pass",  # infinite loop
+            "import sys\nsys.exit(0)",
+            "import os\nos.system('echo hi')\ndef square(x): return 1",
+            "",
+        ],
+    )
+    assert details == [
+        (0.0, pytest.approx(1 / 3)), (0.0, pytest.approx(2 / 3)), (0.0, 0.0), (0.0, 0.0),
+        (0.0, 0.0), (0.0, 0.0), (0.0, 0.0),
+    ]  # fmt: skip
+
+
+def test_mbpp_setup_code_and_challenge_tests(mbpp_files, mbpp):
+    by_id = {p.answer["task_id"]: p for p in mbpp.train_prompts(0, 6, 0)}
+    # task 5's code and tests use names that only its test_setup_code imports
+    assert mbpp.score(by_id[5], mbpp.reference_answer(by_id[5])) == 1.0
+    bounded = "def add(a, b):\n    return float(a) + b"  # fails only the challenge test
+    assert mbpp.score(by_id[6], bounded) == 1.0
+    strict = get_env("mbpp", **mbpp_files, challenge_tests=True)
+    assert strict.score(by_id[6], bounded) == 0.0
+    assert strict.score(by_id[6], mbpp.reference_answer(by_id[6])) == 1.0
+
+
+def test_mbpp_without_eval_files_splits_held_out_rows_off_train(mbpp_files):
+    env = get_env("mbpp", data_files=mbpp_files["data_files"], eval_size=2)
+    assert env.describe()["sizes"] == {"train": 4, "eval": 2}
+    held = {p.answer["task_id"] for p in env.eval_prompts()}
+    assert not held & {p.answer["task_id"] for p in env.train_prompts(0, 8, seed=0)}
+    with pytest.raises(ConfigError, match="eval_size"):
+        get_env("mbpp", data_files=mbpp_files["data_files"], eval_size=6)
+
+
+def test_mbpp_bad_rows_and_missing_data_errors_say_where_it_looked(tmp_path, monkeypatch):
+    import datasets
+
+    cache = tmp_path / "hf-datasets-cache"
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", cache)
+    start = time.monotonic()
+    with pytest.raises(ConfigError) as err:
+        get_env("mbpp")
+    message = str(err.value)
+    for part in ("google-research-datasets/mbpp", "full", str(cache), "offline", "data_files=",
+                 "test_list"):  # fmt: skip
+        assert part in message, part
+    assert time.monotonic() - start < 20  # offline: no network retries
+    missing = tmp_path / "nowhere" / "mbpp.jsonl"
+    with pytest.raises(ConfigError, match="data_files=") as err:
+        get_env("mbpp", data_files=str(missing))
+    assert str(missing) in str(err.value)
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps({"task_id": 1, "text": "t", "code": "c", "test_list": []}) + "\n")
+    with pytest.raises(ConfigError, match=r"row 0 of .*bad\.jsonl.*test_list"):
+        get_env("mbpp", data_files=str(bad), eval_size=1)
+
+
+# --- isolation required ------------------------------------------------------------------
+
+
+def test_code_envs_refuse_to_run_without_isolation(monkeypatch):
+    monkeypatch.setattr(sandbox_module, "_backend", None)
+    monkeypatch.setattr(sandbox_module.shutil, "which", lambda name: None)
+    monkeypatch.delenv(sandbox_module.UNSAFE_ENV_VAR, raising=False)
+    for name in ("pyfunc", "humaneval"):
+        with pytest.raises(CodeEnvUnavailable) as err:
+            get_env(name)
+        assert isinstance(err.value, ConfigError) and isinstance(err.value, SandboxUnavailable)
+        assert "bwrap" in str(err.value) and sandbox_module.UNSAFE_ENV_VAR in str(err.value)
+
+
+# --- the tiny-code preset, end to end ------------------------------------------------------
+
+
+def test_tiny_code_preset_leaves_the_tiny_recipe_key_alone():
+    from zoo.core.models import MODEL_PRESETS, model_shape
+    from zoo.core.tiny import RECIPE_VERSION, TINY_PRESETS, TinyRecipe
+
+    fields = dataclasses.asdict(TinyRecipe())
+    assert fields.pop("task") == "arithmetic"
+    legacy = json.dumps({"v": RECIPE_VERSION, **fields}, sort_keys=True)
+    assert TinyRecipe().key() == hashlib.sha256(legacy.encode()).hexdigest()[:12]
+    assert TINY_PRESETS["tiny"] == TinyRecipe()
+    assert TINY_PRESETS["tiny-code"].key() != TinyRecipe().key()
+    assert "tiny-code" in MODEL_PRESETS
+    assert model_shape("tiny-code") == model_shape("tiny")
+
+
+@pytest.fixture(scope="module")
+def tiny_code_path(tmp_path_factory):
+    import os
+
+    if not os.environ.get("FORGE_ZOO_CACHE"):
+        os.environ["FORGE_ZOO_CACHE"] = str(tmp_path_factory.mktemp("forge-zoo-cache"))
+    from zoo.core.tiny import TINY_PRESETS, tiny_model_path
+
+    return tiny_model_path(TINY_PRESETS["tiny-code"], quiet=True)
+
+
+def test_tiny_code_warm_start_reached_its_target_through_the_sandbox(tiny_code_path):
+    info = json.loads((tiny_code_path / "forge_zoo_recipe.json").read_text())
+    assert info["recipe"]["task"] == "pyfunc"
+    assert info["history"][-1]["accuracy"] >= info["recipe"]["target_accuracy"]
+
+
+def test_tiny_model_trains_on_pyfunc_for_a_few_steps_end_to_end(tiny_code_path, tmp_path):
+    result = run_harness(
+        "run", "grpo", "--env", "pyfunc", "--model", "tiny-code", "--steps", "3",
+        "--prompts-per-step", "16", "--eval-every", "3", "--max-response-len", "9",
+        "--env-set", "eval_size=50", "--out", "run", "--quiet",
+        cwd=tmp_path, timeout=300,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    records = [
+        json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().split("\n") if x
+    ]
+    assert sorted({r["step"] for r in records}) == [0, 1, 2, 3]
+    losses = [r["loss"] for r in records if "loss" in r]
+    assert len(losses) >= 1 and all(math.isfinite(x) for x in losses)
+    evals = [r["eval_reward"] for r in records if "eval_reward" in r]
+    assert len(evals) == 2 and all(0.0 <= e <= 1.0 for e in evals)
+    config = json.loads((tmp_path / "run" / "config.json").read_text())
+    assert Path(config["model_path"]).name.startswith("tiny-")
