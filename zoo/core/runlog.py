@@ -5,6 +5,7 @@ written, so a crash never loses a finished step)."""
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import platform
@@ -38,7 +39,10 @@ def package_versions() -> dict[str, str]:
     return out
 
 
+@functools.cache
 def git_commit() -> dict[str, Any]:
+    """The commit this process's code came from: read once, at the first call (a run that
+    starts before a later commit must not record that commit)."""
     root = Path(__file__).resolve().parents[2]
     try:
         commit = subprocess.run(
