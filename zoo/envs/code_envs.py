@@ -43,6 +43,7 @@ import re
 import secrets
 import threading
 import time
+from abc import abstractmethod
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
@@ -208,15 +209,16 @@ class SandboxedCodeEnv(Env):
 
     # ---- hooks ----
 
+    @abstractmethod
     def _job(self, prompt: Prompt, completion: str) -> tuple[str, str] | None:
-        raise NotImplementedError
+        """(candidate program, hidden tests) for the sandbox, or None if not runnable."""
 
     def _grade(self, prompt: Prompt, verdict: TestVerdict, tag: str) -> tuple[float, float]:
         return (1.0 if verdict.passed else 0.0), tally_fraction(verdict, tag)
 
+    @abstractmethod
     def reference_answer(self, prompt: Prompt) -> str:
         """A completion that scores 1 (the data set's reference solution)."""
-        raise NotImplementedError
 
     # ---- scoring ----
 
@@ -506,6 +508,7 @@ class MBPP(SandboxedCodeEnv, SplitMixin):
     # The offline loading and its "no data: looked in ..." error, shared with gsm8k/math.
     _load = MathDatasetEnv._load
     _missing = MathDatasetEnv._missing
+    _records = MathDatasetEnv._records
 
     def __init__(self, **overrides: Any) -> None:
         super().__init__(**overrides)
@@ -537,18 +540,6 @@ class MBPP(SandboxedCodeEnv, SplitMixin):
         if not self._train:
             raise ConfigError(f"{self.name}: no train rows in {train_source}")
         self._init_orders()
-
-    def _records(self, rows: list[dict[str, Any]], source: str) -> list[dict[str, Any]]:
-        out = []
-        for i, row in enumerate(rows):
-            try:
-                out.append(self._record(row))
-            except (KeyError, ValueError, TypeError) as exc:
-                raise ConfigError(
-                    f"{self.name}: row {i} of {source} is not in the expected format "
-                    f"({self.fields}): {type(exc).__name__}: {exc}; its fields: {sorted(row)}"
-                ) from exc
-        return out
 
     @staticmethod
     def _record(row: dict[str, Any]) -> dict[str, Any]:

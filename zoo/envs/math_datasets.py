@@ -37,6 +37,7 @@ import random
 import re
 import tempfile
 import threading
+from abc import abstractmethod
 from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
@@ -302,8 +303,9 @@ class MathDatasetEnv(Env):
                 ) from exc
         return out
 
+    @abstractmethod
     def _record(self, row: dict[str, Any]) -> dict[str, Any]:
-        raise NotImplementedError
+        """One data set row -> {"question", "answer", ...} (the env's own record)."""
 
     # ---- splits ----
 
