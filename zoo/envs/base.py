@@ -3,7 +3,10 @@ split, and a scorer that turns completions into rewards in [-1, 1]."""
 
 from __future__ import annotations
 
+import random
+import threading
 from abc import ABC, abstractmethod
+from collections import OrderedDict
 from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar
 
@@ -60,3 +63,29 @@ class Env(ABC):
 
     def describe(self) -> dict[str, Any]:
         return {"name": self.name, "config": asdict(self.config)}
+
+
+class EpochShuffle:
+    """A seeded, index-addressable stream over ``size`` items: ``stream(index, seed)`` is a
+    position in the items, drawn from a fresh permutation per (seed, epoch), so it is a pure
+    function of (index, seed). The last few permutations are kept; thread-safe."""
+
+    def __init__(self, name: str, size: int, keep: int = 4) -> None:
+        self.name, self.size, self.keep = name, size, keep
+        self._orders: OrderedDict[tuple[int, int], list[int]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def __call__(self, index: int, seed: int) -> int:
+        if index < 0:
+            raise IndexError(f"train index must be >= 0, got {index}")
+        epoch, pos = divmod(index, self.size)
+        key = (seed, epoch)
+        with self._lock:
+            if key not in self._orders:
+                order = list(range(self.size))
+                random.Random(f"{self.name}:train:{seed}:{epoch}").shuffle(order)
+                self._orders[key] = order
+                while len(self._orders) > self.keep:
+                    self._orders.popitem(last=False)
+            self._orders.move_to_end(key)
+            return self._orders[key][pos]

@@ -44,12 +44,11 @@ import secrets
 import threading
 import time
 from abc import abstractmethod
-from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
 from zoo.core.config import ConfigError
-from zoo.envs.base import Env, Prompt
+from zoo.envs.base import Env, EpochShuffle, Prompt
 from zoo.envs.math_datasets import MathDatasetEnv
 from zoo.envs.prompt_format import build_prompt, check_prompt_format
 from zoo.envs.sandbox import SandboxPool, SandboxUnavailable, TestVerdict, sandbox_info
@@ -316,25 +315,12 @@ class SplitMixin:
     name: str
 
     def _init_orders(self) -> None:
-        self._orders: OrderedDict[tuple[int, int], list[int]] = OrderedDict()
-        self._orders_lock = threading.Lock()
+        self._stream = EpochShuffle(self.name, len(self._train))
 
     def _train_item(self, index: int, seed: int):
-        if index < 0:
-            raise IndexError(f"train index must be >= 0, got {index}")
         if not self._train:
             raise ConfigError(f"{self.name}: no train problems (every problem is held out)")
-        epoch, pos = divmod(index, len(self._train))
-        with self._orders_lock:
-            key = (seed, epoch)
-            if key not in self._orders:
-                order = list(range(len(self._train)))
-                random.Random(f"{self.name}:train:{seed}:{epoch}").shuffle(order)
-                self._orders[key] = order
-                while len(self._orders) > 4:
-                    self._orders.popitem(last=False)
-            self._orders.move_to_end(key)
-            return self._train[self._orders[key][pos]]
+        return self._train[self._stream(index, seed)]
 
 
 def split_off(items: list, eval_size: int, name: str) -> tuple[list, list]:

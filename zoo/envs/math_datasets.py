@@ -38,13 +38,12 @@ import re
 import tempfile
 import threading
 from abc import abstractmethod
-from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
 from zoo.core.config import ConfigError
-from zoo.envs.base import Env, Prompt
+from zoo.envs.base import Env, EpochShuffle, Prompt
 from zoo.envs.math_grading import shared_grader
 from zoo.envs.prompt_format import build_prompt, check_prompt_format
 
@@ -233,8 +232,7 @@ class MathDatasetEnv(Env):
             self.sources = {"train": train_source, "eval": eval_source}
         if not self._train:
             raise ConfigError(f"{self.name}: no train rows in {train_source}")
-        self._orders: OrderedDict[tuple[int, int], list[int]] = OrderedDict()
-        self._orders_lock = threading.Lock()
+        self._stream = EpochShuffle(self.name, len(self._train))
         self._stats_lock = threading.Lock()
         self.stats: dict[str, int] = {}
         self.reset_stats()
@@ -309,18 +307,6 @@ class MathDatasetEnv(Env):
 
     # ---- splits ----
 
-    def _order(self, seed: int, epoch: int) -> list[int]:
-        with self._orders_lock:
-            key = (seed, epoch)
-            if key not in self._orders:
-                order = list(range(len(self._train)))
-                random.Random(f"{self.name}:train:{seed}:{epoch}").shuffle(order)
-                self._orders[key] = order
-                while len(self._orders) > 4:
-                    self._orders.popitem(last=False)
-            self._orders.move_to_end(key)
-            return self._orders[key]
-
     def _prompt(self, record: dict[str, Any], index: int, split: str) -> Prompt:
         cfg = self.config
         return build_prompt(
@@ -334,10 +320,7 @@ class MathDatasetEnv(Env):
         )
 
     def train_prompt(self, index: int, seed: int) -> Prompt:
-        if index < 0:
-            raise IndexError(f"train index must be >= 0, got {index}")
-        epoch, pos = divmod(index, len(self._train))
-        return self._prompt(self._train[self._order(seed, epoch)[pos]], index, "train")
+        return self._prompt(self._train[self._stream(index, seed)], index, "train")
 
     def eval_prompts(self) -> list[Prompt]:
         return [self._prompt(r, i, "eval") for i, r in enumerate(self._eval)]
