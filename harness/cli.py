@@ -97,10 +97,40 @@ def build_parser() -> argparse.ArgumentParser:
 
 def add_training_arguments(p: argparse.ArgumentParser) -> None:
     """Options shared by `run` and `compare`."""
+    from zoo.core.loop import REAL_MODEL_DEFAULTS, run_defaults
+
     p.add_argument(
         "--model",
         default="tiny",
-        help="model preset or local HF checkpoint directory (default: tiny)",
+        help="model preset (see `list models`) or a local Hugging Face Qwen3 checkpoint "
+        "directory (default: tiny)",
+    )
+    p.add_argument(
+        "--model-path",
+        default="",
+        metavar="DIR",
+        help="read the model's weights from DIR (config.json, *.safetensors, tokenizer.json) "
+        "instead of the Hugging Face cache",
+    )
+    p.add_argument(
+        "--init",
+        choices=["pretrained", "random"],
+        default="pretrained",
+        help="random: the architecture with random weights, to measure throughput where the "
+        "weights are not at hand (default: pretrained)",
+    )
+    p.add_argument(
+        "--generator",
+        choices=["auto", "vllm", "hf"],
+        default="auto",
+        help="generation backend: vllm, hf (transformers generate) or auto (vLLM where it "
+        "imports, else hf with a notice)",
+    )
+    p.add_argument(
+        "--device",
+        choices=["auto", "cpu", "cuda"],
+        default="auto",
+        help="where trainer and generator run; auto: cuda when available (bf16 there)",
     )
     p.add_argument(
         "--steps",
@@ -142,17 +172,35 @@ def add_training_arguments(p: argparse.ArgumentParser) -> None:
         metavar="KEY=VALUE",
         help="environment config override, e.g. --env-set digits=3",
     )
-    p.add_argument("--prompts-per-step", type=int, default=128)
-    p.add_argument("--group-size", type=int, default=8, help="completions per prompt (G)")
-    p.add_argument("--max-response-len", type=int, default=6, help="generation budget in tokens")
-    p.add_argument("--lr", type=float, default=2e-4)
+    sized = "(default: {} for the tiny presets, {} for real models)"
+    tiny, real = run_defaults("tiny"), REAL_MODEL_DEFAULTS
+    p.add_argument(
+        "--prompts-per-step",
+        type=int,
+        help="groups per optimizer step "
+        + sized.format(tiny["prompts_per_step"], real["prompts_per_step"]),
+    )
+    p.add_argument(
+        "--group-size",
+        type=int,
+        help="completions per prompt (G) " + sized.format(tiny["group_size"], real["group_size"]),
+    )
+    p.add_argument(
+        "--max-response-len",
+        type=int,
+        help="generation budget in tokens "
+        + sized.format(tiny["max_response_len"], real["max_response_len"]),
+    )
+    p.add_argument(
+        "--lr", type=float, help="AdamW learning rate " + sized.format(tiny["lr"], real["lr"])
+    )
     p.add_argument("--temperature", type=float, default=1.0)
     p.add_argument(
         "--micro-batch-size",
         type=int,
-        default=0,
-        help="sequences per trainer forward/backward (0: whole batch)",
-    )
+        help="sequences per trainer forward/backward; 0: the whole batch "
+        + sized.format(tiny["micro_batch_size"], real["micro_batch_size"]),
+    )  # fmt: skip
     p.add_argument(
         "--eval-every",
         type=int,
@@ -198,12 +246,21 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def run_config(args: argparse.Namespace, algorithm: str, env: str, seed: int):
-    from zoo.core.loop import RunConfig
+    from zoo.core.loop import RunConfig, run_defaults
+
+    defaults = run_defaults(args.model)
+    for name, value in defaults.items():  # options left unset take the model's defaults
+        if getattr(args, name) is None:
+            setattr(args, name, value)
 
     cfg = RunConfig(
         algorithm=algorithm,
         env=env,
         model=args.model,
+        model_path=args.model_path,
+        init=args.init,
+        generator=args.generator,
+        device=args.device,
         seed=seed,
         steps=args.steps,
         prompts_per_step=args.prompts_per_step,
@@ -225,20 +282,11 @@ def run_config(args: argparse.Namespace, algorithm: str, env: str, seed: int):
     return cfg
 
 
-def validate_names(cfg) -> None:
-    """Fail fast, before any model is built or folder written."""
-    from zoo.algorithms import get_algorithm
-    from zoo.core.models import check_model_name
-    from zoo.envs import get_env
-
-    get_algorithm(cfg.algorithm, **cfg.algorithm_config)
-    get_env(cfg.env, **cfg.env_config)
-    check_model_name(cfg.model)
-
-
 def cmd_run(args: argparse.Namespace) -> int:
+    from harness.experiment import preflight
+
     cfg = run_config(args, args.algorithm, args.env, args.seed)
-    validate_names(cfg)
+    preflight([cfg])
     if args.resume and not args.out:
         raise ConfigError("--resume needs --out DIR, the folder of the run to continue")
 
@@ -267,9 +315,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
     if args.resume and not args.out:
         raise ConfigError("--resume needs --out DIR, the experiment folder to continue")
     if not (args.budget or args.budget_samples or args.budget_seconds):
-        from zoo.core.models import MODEL_PRESETS
+        from zoo.core.models import TINY_MODELS
 
-        if args.model not in MODEL_PRESETS:  # the tiny presets built here
+        if args.model not in TINY_MODELS:
             raise ConfigError(
                 f"give a compute budget for {args.model!r}: --budget FLOPS (or "
                 "--budget-samples / --budget-seconds); runs stop at the budget, not a step count"
@@ -404,8 +452,47 @@ def cmd_list(what: str) -> int:
                           cls.reward_values, held_out, json.dumps(defaults))  # fmt: skip
         Console(width=200).print(table)
     else:
-        from zoo.core.models import MODEL_PRESETS
-
-        for name, text in MODEL_PRESETS.items():
-            print(f"{name:12s} {text}")
+        print_models()
     return 0
+
+
+def print_models() -> None:
+    """Every preset with its size and the memory a run needs, by part (the pre-flight
+    check's estimate), at the run's default batch: the tiny presets in float32 on the CPU,
+    the Qwen3 presets in bf16 on a GPU."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from zoo.core.loop import run_defaults
+    from zoo.core.models import MODEL_PRESETS, TINY_MODELS, memory_estimate, model_shape
+
+    gib = "{:.2f}".format
+    table = Table(title="models (memory in GiB, one process, GRPO with a reference model)")
+    for column in ("model", "description", "params", "weights+grads+AdamW", "generator",
+                   "reference", "KV cache (all / min)", "activations", "total / min",
+                   "at"):  # fmt: skip
+        table.add_column(column, overflow="fold")
+    for name, text in MODEL_PRESETS.items():
+        shape, d = model_shape(name), run_defaults(name)
+        tiny = name in TINY_MODELS
+        sequences = d["prompts_per_step"] * d["group_size"]
+        seq_len = (32 if tiny else 256) + d["max_response_len"]  # prompt room: arithmetic, gsm8k
+        m = memory_estimate(shape, sequences=sequences, seq_len=seq_len, reference=True,
+                            micro_batch=d["micro_batch_size"] or sequences,
+                            compute_bytes=4 if tiny else 2)  # fmt: skip
+        at = (
+            f"{sequences} seqs x {seq_len} tokens, micro-batch "
+            f"{d['micro_batch_size'] or sequences}, {'fp32 CPU' if tiny else 'bf16 GPU'}"
+        )
+        table.add_row(name, text, f"{shape.params / 1e6:,.1f}M",
+                      gib((m.weights + m.gradients + m.optimizer) / 2**30),
+                      gib(m.generator / 2**30), gib(m.reference / 2**30),
+                      f"{gib(m.kv_cache / 2**30)} / {gib(m.kv_cache_minimum / 2**30)}",
+                      gib(m.activations / 2**30),
+                      f"{gib(m.total / 2**30)} / {gib(m.minimum / 2**30)}", at)  # fmt: skip
+    Console(width=220).print(table)
+    print(
+        "all: KV cache for every sequence of a step at once; min: for one micro-batch "
+        "(the generator then batches fewer sequences; the pre-flight check uses min). "
+        "Qwen3 presets load offline (Hugging Face cache or --model-path) or --init random."
+    )

@@ -20,7 +20,7 @@ from zoo.algorithms import get_algorithm
 from zoo.core.config import ConfigError
 from zoo.core.ledger import Ledger
 from zoo.core.loop import RunConfig, build_local_services
-from zoo.core.models import check_model_name, model_shape, training_memory_bytes
+from zoo.core.models import TINY_MODELS, check_model_name, memory_estimate, model_shape
 from zoo.core.progress import add_run_task, make_progress, run_columns, update_run_task
 from zoo.core.runlog import machine, package_versions
 from zoo.envs import get_env
@@ -38,7 +38,8 @@ def preflight(cfgs: list[RunConfig]) -> None:
         algorithm = get_algorithm(cfg.algorithm, **cfg.algorithm_config)
         env = get_env(cfg.env, **cfg.env_config)
         check_model_name(cfg.model)
-        shape = model_shape(cfg.model)
+        device = cfg.resolved_device()
+        shape = model_shape(cfg.model, cfg.model_path)
         prompt = max(len(env.train_prompt(i, cfg.seed).text.encode()) for i in range(8))
         response = max(1, cfg.max_response_len // 2)
         ledger = Ledger(shape)
@@ -60,16 +61,38 @@ def preflight(cfgs: list[RunConfig]) -> None:
                 f"--budget-samples {cfg.budget_samples} is less than one step "
                 f"({step_samples} samples); raise it"
             )
-        micro = cfg.micro_batch_size or step_samples
-        need = training_memory_bytes(shape, micro, prompt + cfg.max_response_len,
-                                     algorithm.needs_reference)  # fmt: skip
-        have = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-        if need > 0.9 * have:
-            raise ConfigError(
-                f"model {cfg.model!r} needs ~{need / 2**30:.1f} GiB by the ledger's estimate "
-                f"(weights, gradients, AdamW, activations); this machine has "
-                f"{have / 2**30:.1f} GiB. Use a smaller model or --micro-batch-size."
-            )
+        check_memory(cfg, shape, step_samples, prompt + cfg.max_response_len,
+                     algorithm.needs_reference, device)  # fmt: skip
+        if cfg.model not in TINY_MODELS or cfg.model_path:  # (tiny presets are built later)
+            cfg.model_spec()  # the weights are there (or --init random)
+
+
+def check_memory(cfg: RunConfig, shape, sequences: int, seq_len: int, reference: bool,
+                 device: str) -> None:  # fmt: skip
+    """Refuse a run whose estimated minimum memory (MemoryEstimate.minimum) exceeds 90% of
+    the device's (GPU memory on cuda, host memory on cpu)."""
+    need = memory_estimate(
+        shape,
+        sequences=sequences,
+        seq_len=seq_len,
+        micro_batch=cfg.micro_batch_size or sequences,
+        reference=reference,
+        compute_bytes=2 if device == "cuda" else 4,
+    )
+    if device == "cuda":
+        import torch
+
+        have, where = torch.cuda.get_device_properties(0).total_memory, "this GPU"
+    else:
+        have, where = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"), "this machine"
+    if need.minimum > 0.9 * have:
+        parts = ", ".join(f"{k.replace('_', ' ')} {v / 2**30:.1f}"
+                          for k, v in asdict(need).items() if v and k != "kv_cache")  # fmt: skip
+        raise ConfigError(
+            f"model {cfg.model!r} needs ~{need.minimum / 2**30:.1f} GiB by the ledger's estimate "
+            f"({parts} GiB); {where} has {have / 2**30:.1f} GiB. Use a smaller model, "
+            "--micro-batch-size, fewer --prompts-per-step or a shorter --max-response-len."
+        )
 
 
 def run_experiment(cfgs: list[RunConfig], out: Path, command: str, resume: bool,
@@ -92,7 +115,7 @@ def run_experiment(cfgs: list[RunConfig], out: Path, command: str, resume: bool,
     (out / "experiment.json").write_text(json.dumps(manifest, indent=2, default=str))
 
     summary = []
-    generators: dict[str, object] = {}
+    generators: dict[tuple, object] = {}
     with make_progress(quiet, *run_columns()) as progress:
         overall = progress.add_task("all runs", total=len(cfgs), reward=float("nan"),
                                     eval=float("nan"), tps=0.0)  # fmt: skip
@@ -101,8 +124,9 @@ def run_experiment(cfgs: list[RunConfig], out: Path, command: str, resume: bool,
             if is_complete(run_dir):
                 progress.advance(overall)
                 continue
-            services = build_local_services(cfg, quiet=True, generator=generators.get(cfg.model))
-            generators[cfg.model] = services.generator
+            key = (cfg.model, cfg.model_path, cfg.init, cfg.generator, cfg.device)
+            services = build_local_services(cfg, quiet=True, generator=generators.get(key))
+            generators[key] = services.generator
             task = add_run_task(progress, run_name(cfg), cfg)
             history = execute_run(
                 cfg, run_dir, services, command=command, resume=resume,

@@ -11,14 +11,29 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def run_harness(
-    *args: str, cwd: Path, extra_path: tuple[Path, ...] = (), timeout: float = 600
+    *args: str,
+    cwd: Path,
+    extra_path: tuple[Path, ...] = (),
+    timeout: float = 600,
+    env: dict[str, str] | None = None,
+    without: tuple[str, ...] = (),
 ) -> subprocess.CompletedProcess:
     """Exit code, stdout and stderr of ``python -m harness ARGS`` run in ``cwd``, with
-    ``extra_path`` (e.g. a site directory of installed plugins) on PYTHONPATH."""
+    ``extra_path`` (e.g. a site directory of installed plugins) on PYTHONPATH, ``env``
+    added to the environment, and the packages named in ``without`` unimportable (as on
+    a machine where they are not installed)."""
     path = os.pathsep.join(str(p) for p in (REPO, *extra_path))
-    env = {**os.environ, "PYTHONPATH": path, "FORGE_ZOO_PROGRESS": "0"}
+    env = {**os.environ, "PYTHONPATH": path, "FORGE_ZOO_PROGRESS": "0", **(env or {})}
+    command = [sys.executable, "-m", "harness"]
+    if without:
+        command = [
+            sys.executable,
+            "-c",
+            "import sys; sys.modules.update(dict.fromkeys("
+            f"{list(without)!r})); from harness.cli import main; sys.exit(main())",
+        ]
     return subprocess.run(
-        [sys.executable, "-m", "harness", *args],
+        [*command, *args],
         cwd=cwd,
         env=env,
         capture_output=True,

@@ -60,3 +60,29 @@ def test_tiny_model_parameter_counts(tiny_path):
     model, _ = build_titan_model(tiny_path)
     linear = sum(m.weight.numel() for m in model.modules() if isinstance(m, torch.nn.Linear))
     assert shape.body_params + shape.head_params == linear
+
+
+@pytest.mark.parametrize("name", ["qwen3-0.6b", "qwen3-1.7b", "qwen3-4b", "qwen3-8b"])
+def test_ledger_matches_counted_matmuls_at_qwen3_sizes(name, tmp_path):
+    """The real architectures, built on the meta device (shapes only, no memory): the
+    matmuls torch counts equal the ledger's non-attention FLOPs exactly, and the whole
+    count is within 2% of the ledger (torch's meta attention is the non-causal math path,
+    so it counts every query-key pair; the ledger counts the causal half)."""
+    from zoo.core.models import qwen3_config_dir, titan_qwen3_config
+
+    path = qwen3_config_dir(name, tmp_path)
+    with torch.device("meta"):
+        model = titan_qwen3_config(path).build()
+    shape = ModelShape.from_hf_dir(path)
+    batch, length, response = 2, 48, 16
+    tokens = torch.zeros((batch, length), dtype=torch.long, device="meta")
+    with FlopCounterMode(display=False) as counter:
+        response_logprobs(model, tokens, torch.full((batch,), length - response, device="meta"),
+                          response)  # fmt: skip
+    counts = {str(op): n for op, n in counter.get_flop_counts()["Global"].items()}
+    expected = Ledger(shape).scoring_flops(length - response, response) * batch
+    causal_attention = attention_flops_by_hand(shape, length) * batch
+    assert counts["aten.mm"] == expected - causal_attention
+    full_attention = 4 * shape.num_layers * shape.num_heads * shape.head_dim * length**2 * batch
+    assert counts["aten.bmm"] == full_attention
+    assert abs(counter.get_total_flops() / expected - 1) < 0.02

@@ -32,7 +32,7 @@ def services_for(tiny_path, generator):
             algorithm=algorithm,
             generator=generator,
             trainer=trainer,
-            reference=Reference(tiny_path) if algorithm.needs_reference else None,
+            reference=Reference(trainer.model) if algorithm.needs_reference else None,
             encode=lambda prompt: list(prompt.text.encode()),
             ledger=Ledger(ModelShape.from_hf_dir(tiny_path)),
         )

@@ -4,7 +4,8 @@ types.py      Completion, TrainBatch, LossOutput (the data between services)
 losses.py     aggregation modes, k3 KL, group advantages (shared by all plugins)
 tokenizer.py  the byte-level tokenizer of the embedded tiny model
 models.py     model presets and loading (the tiny model is built in tiny.py)
-generator.py  generation: vLLM
+generator.py  generation: vLLM, and the choice of backend (make_generator)
+hf_generator.py  generation with transformers, where vLLM is not available
 trainer.py    training: TorchTitan's Qwen3, AdamW, micro-batching; the loss is called here
 reference.py  the frozen reference model
 ledger.py     compute accounting: FLOPs, tokens and seconds per phase

@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -41,7 +43,11 @@ class VLLMGenerator:
         max_model_len: int = 256,
         kv_cache_gib: int = 1,
         dtype: str = "float32",
+        load_format: str = "auto",
+        **engine_args: Any,
     ) -> None:
+        """``load_format="dummy"`` starts without reading weights (random ones), for a
+        model whose weights arrive by ``update_weights`` (``--init random``)."""
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(kv_cache_gib))
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
         os.environ.setdefault("OMP_NUM_THREADS", str(torch.get_num_threads()))
@@ -58,6 +64,7 @@ class VLLMGenerator:
             self.llm = LLM(
                 model=str(model_path),
                 dtype=dtype,
+                load_format=load_format,
                 enforce_eager=True,
                 seed=seed,
                 max_model_len=max_model_len,
@@ -66,6 +73,7 @@ class VLLMGenerator:
                 # large prefills, and chunked prefill with per-request seeds fails there
                 # ("CPU Generator does not use offset"): schedule whole batches instead.
                 max_num_batched_tokens=64 * 1024,
+                **engine_args,
             )
         finally:
             torch.set_num_threads = set_num_threads  # vLLM's CPU worker replaces it with a no-op
@@ -123,7 +131,69 @@ class VLLMGenerator:
 
     def update_weights(self, hf_state_dict: dict[str, torch.Tensor], version: int) -> None:
         """Load new weights (Hugging Face naming) into the running engine."""
+        weights = dict(hf_state_dict)
+        if "lm_head.weight" not in weights and "model.embed_tokens.weight" in weights:
+            # Tied embeddings (Qwen3 0.6B-4B): checkpoints carry no lm_head.weight, and
+            # vLLM 0.32's reload replaces the embedding without its tied LM head, which
+            # would keep sampling from the old head. Send the head explicitly.
+            weights["lm_head.weight"] = weights["model.embed_tokens.weight"]
         self.llm.collective_rpc(
-            "reload_weights", kwargs={"weights_iterator": list(hf_state_dict.items())}
+            "reload_weights", kwargs={"weights_iterator": list(weights.items())}
         )
         self.policy_version = version
+
+
+GPU_SHARE_FOR_GENERATION = 0.35
+"""Share of the GPU's memory vLLM may take (its weights + KV cache) when the trainer runs
+on the same device (vLLM's default, 0.9, would leave the trainer nothing)."""
+
+GENERATOR_BACKENDS = ("auto", "vllm", "hf")
+"""``--generator``: vLLM, transformers (zoo.core.hf_generator), or vLLM where it imports."""
+
+
+def vllm_import_error() -> str | None:
+    """Why vLLM cannot be used here, or None when it imports."""
+    try:
+        import vllm  # noqa: F401
+    except Exception as exc:  # a broken install fails with more than ImportError
+        return f"{type(exc).__name__}: {exc}"
+    return None
+
+
+def make_generator(
+    backend: str,
+    model_path: Path,
+    *,
+    seed: int,
+    init: str = "pretrained",
+    device: str = "cpu",
+    max_model_len: int = 256,
+):
+    """A generation service for ``model_path``. ``init="random"`` starts without reading
+    weights: the caller sends the trainer's by ``update_weights``. ``auto`` falls back to
+    transformers, with a one-line notice, where vLLM cannot be imported."""
+    from zoo.core.config import ConfigError
+
+    if backend not in GENERATOR_BACKENDS:
+        raise ConfigError(f"unknown generator {backend!r}; valid: {', '.join(GENERATOR_BACKENDS)}")
+    if backend == "auto":
+        error = vllm_import_error()
+        backend = "vllm" if error is None else "hf"
+        if error is not None:
+            print(f"notice: vLLM cannot be imported ({error}); generating with transformers "
+                  "(--generator hf)", file=sys.stderr)  # fmt: skip
+    on_gpu = torch.device(device).type == "cuda"
+    if backend == "vllm":
+        return VLLMGenerator(
+            model_path,
+            seed=seed,
+            max_model_len=max_model_len,
+            dtype="bfloat16" if on_gpu else "float32",
+            load_format="dummy" if init == "random" else "auto",
+            # on one GPU the trainer shares the device: leave it most of the memory
+            **({"gpu_memory_utilization": GPU_SHARE_FOR_GENERATION} if on_gpu else {}),
+        )
+    from zoo.core.hf_generator import HFGenerator
+
+    dtype = torch.bfloat16 if on_gpu else torch.float32
+    return HFGenerator(model_path, seed=seed, device=device, dtype=dtype, init=init)

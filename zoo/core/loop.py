@@ -19,6 +19,7 @@ placement that puts them elsewhere only has to provide objects with the same met
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import statistics
 import time
@@ -31,9 +32,9 @@ import torch
 
 from zoo.algorithms import Algorithm, get_algorithm
 from zoo.core.config import ConfigError
-from zoo.core.generator import SamplingConfig, VLLMGenerator
+from zoo.core.generator import GENERATOR_BACKENDS, SamplingConfig, make_generator
 from zoo.core.ledger import Ledger
-from zoo.core.models import ModelShape, load_hf_state_dict, resolve_model
+from zoo.core.models import INITS, TINY_MODELS, ModelShape, ModelSpec, resolve_model
 from zoo.core.reference import Reference
 from zoo.core.trainer import RolloutBatch, Trainer, TrainerConfig
 from zoo.core.types import Completion
@@ -77,6 +78,15 @@ class RunConfig:
     checkpoint_every: int = 10
     """Save a resumable checkpoint every this many steps, and at the end (0: end only).
     After a crash the run resumes from the last one; metrics after it are re-done."""
+    model_path: str = ""
+    """Hugging Face checkpoint folder for ``model`` (overrides the preset's lookup)."""
+    init: str = "pretrained"
+    """"random": the model's architecture with random weights (throughput without weights)."""
+    generator: str = "auto"
+    """Generation backend: vllm, hf (transformers), or auto (vLLM where it imports)."""
+    device: str = "auto"
+    """Where the trainer, reference and generator run: cpu, cuda, or auto (cuda when
+    available). On cuda the trainer computes in bf16 and generation is bf16."""
     algorithm_config: dict[str, Any] = field(default_factory=dict)
     env_config: dict[str, Any] = field(default_factory=dict)
 
@@ -116,6 +126,45 @@ class RunConfig:
             )
         if not self.lr > 0 or self.temperature < 0:
             raise ConfigError("lr must be > 0 and temperature >= 0")
+        for name, valid in (
+            ("init", INITS),
+            ("generator", GENERATOR_BACKENDS),
+            ("device", ("auto", "cpu", "cuda")),
+        ):
+            if getattr(self, name) not in valid:
+                raise ConfigError(
+                    f"unknown {name} {getattr(self, name)!r}; valid: {', '.join(valid)}"
+                )
+
+    def resolved_device(self) -> str:
+        if self.device == "auto":
+            return "cuda" if torch.cuda.is_available() else "cpu"
+        if self.device == "cuda" and not torch.cuda.is_available():
+            raise ConfigError("--device cuda, but torch sees no CUDA device here; use cpu")
+        return self.device
+
+    def model_spec(self, quiet: bool = True) -> ModelSpec:
+        return resolve_model(self.model, quiet=quiet, model_path=self.model_path, init=self.init)
+
+
+REAL_MODEL_DEFAULTS = {
+    "prompts_per_step": 64,
+    "group_size": 8,
+    "max_response_len": 1024,
+    "lr": 1e-6,
+    "micro_batch_size": 8,
+}
+"""Where a run of a real model starts when the command line does not say: the scale of
+published GRPO/DAPO recipes for 1-8B models (lr 1e-6, G = 8 or 16, responses of ~1k
+tokens for GSM8K-level math), cut to a batch one GPU node handles."""
+
+
+def run_defaults(model: str) -> dict[str, Any]:
+    """Batch, lengths and learning rate for ``model``: shared/calibration.md's recipe
+    (RunConfig's defaults) for the tiny presets, REAL_MODEL_DEFAULTS for anything else."""
+    if model in TINY_MODELS:
+        return {name: getattr(RunConfig, name) for name in REAL_MODEL_DEFAULTS}
+    return dict(REAL_MODEL_DEFAULTS)
 
 
 @dataclass
@@ -130,9 +179,7 @@ class Services:
     ledger: Ledger
 
 
-def build_local_services(
-    cfg: RunConfig, quiet: bool = False, generator: VLLMGenerator | None = None
-) -> Services:
+def build_local_services(cfg: RunConfig, quiet: bool = False, generator: Any = None) -> Services:
     """Every service in this process (the fast default for the tiny model and tests).
     A ``generator`` from an earlier run on the same model is reused (its weights are
     reset to the model's): comparisons start the engine once."""
@@ -140,21 +187,40 @@ def build_local_services(
 
     algorithm = get_algorithm(cfg.algorithm, **cfg.algorithm_config)
     env = get_env(cfg.env, **cfg.env_config)
-    spec = resolve_model(cfg.model, quiet=quiet)
+    spec = cfg.model_spec(quiet=quiet)
+    device = cfg.resolved_device()
     torch.manual_seed(cfg.seed)
     tokenizer = AutoTokenizer.from_pretrained(spec.path)
     trainer = Trainer(
         spec.path,
-        TrainerConfig(lr=cfg.lr, grad_clip=cfg.grad_clip, micro_batch_size=cfg.micro_batch_size),
+        TrainerConfig(
+            lr=cfg.lr,
+            grad_clip=cfg.grad_clip,
+            micro_batch_size=cfg.micro_batch_size,
+            mixed_precision="bf16" if device == "cuda" else "none",
+        ),
         max_response_len=cfg.max_response_len,
+        init=cfg.init,
+        device=device,
     )
-    reference = Reference(spec.path, cfg.micro_batch_size) if algorithm.needs_reference else None
+    reference = (
+        Reference(trainer.model, cfg.micro_batch_size) if algorithm.needs_reference else None
+    )
     if generator is None:
         # Every sampling request carries its own seed (sampling_seed), so the engine's
         # global seed never matters; a constant keeps shared and fresh engines identical.
-        generator = VLLMGenerator(spec.path, seed=0)
+        generator = make_generator(
+            cfg.generator,
+            spec.path,
+            seed=0,
+            init=cfg.init,
+            device=device,
+            max_model_len=max_model_len(spec.path, cfg),
+        )
+        if cfg.init == "random":  # the engine started without weights: send the trainer's
+            generator.update_weights(trainer.hf_state_dict(), version=0)
     else:
-        generator.update_weights(load_hf_state_dict(spec.path), version=0)
+        generator.update_weights(trainer.hf_state_dict(), version=0)
     return Services(
         env=env,
         algorithm=algorithm,
@@ -163,6 +229,20 @@ def build_local_services(
         reference=reference,
         encode=prompt_encoder(tokenizer),
         ledger=Ledger(ModelShape.from_hf_dir(spec.path)),
+    )
+
+
+MAX_PROMPT_TOKENS = 1024
+"""Room for the prompt in the generator's context (the math and code envs' chat prompts
+are a few hundred tokens)."""
+
+
+def max_model_len(model_path: Path, cfg: RunConfig) -> int:
+    """The generator's context length: prompt room plus the generation budget, capped at
+    the model's (256 for the tiny presets)."""
+    config = json.loads((Path(model_path) / "config.json").read_text())
+    return min(
+        config.get("max_position_embeddings", 4096), MAX_PROMPT_TOKENS + cfg.max_response_len
     )
 
 
@@ -410,6 +490,7 @@ def resolved_config(cfg: RunConfig, services: Services) -> dict[str, Any]:
         "run": dataclasses.asdict(cfg),
         "algorithm": services.algorithm.describe(),
         "env": services.env.describe(),
-        "model_path": str(Path(resolve_model(cfg.model, quiet=True).path)),
+        "model_path": str(Path(cfg.model_spec().path)),
+        "device": cfg.resolved_device(),
         "seed": cfg.seed,
     }

@@ -7,6 +7,7 @@ tokenizer.json). ``resolve_model`` turns a preset name or a path into such a dir
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,13 +16,28 @@ import torch
 
 from zoo.core.config import ConfigError
 
-MODEL_PRESETS = {
+TINY_MODELS = {
     "tiny": "embedded ~476k-parameter Qwen3, warm-started on arithmetic (built here)",
     "tiny-code": "the tiny model warm-started on the pyfunc code env instead (built here; "
     "use --env pyfunc --max-response-len 9)",
 }
-"""Preset names; each one is a recipe in zoo.core.tiny.TINY_PRESETS."""
+"""Presets built here, each a recipe in zoo.core.tiny.TINY_PRESETS."""
 
+QWEN3_HF_IDS = {
+    "qwen3-0.6b": "Qwen/Qwen3-0.6B",
+    "qwen3-1.7b": "Qwen/Qwen3-1.7B",
+    "qwen3-4b": "Qwen/Qwen3-4B",
+    "qwen3-8b": "Qwen/Qwen3-8B",
+}
+"""Released Qwen3 dense models: weights are read offline from the Hugging Face cache or
+``--model-path``; never downloaded at run time."""
+
+MODEL_PRESETS = {
+    **TINY_MODELS,
+    **{name: f"{hf_id}, read from the Hugging Face cache or --model-path"
+       for name, hf_id in QWEN3_HF_IDS.items()},
+}  # fmt: skip
+"""Every preset name with a one-line description."""
 
 # Architecture of the Qwen3 dense family, as data (Hugging Face config.json fields; Qwen3
 # technical report, arXiv 2505.09388, Table 1). Used to build random-init models for
@@ -53,15 +69,32 @@ QWEN3_SHAPES = {
 }  # fmt: skip
 
 
+# Qwen's chat format (ChatML), for the byte-level tokenizer that stands in for Qwen's own
+# in --init random directories and in tests (Qwen3's released template adds tool calls
+# and <think> handling on top of this).
+CHATML_TEMPLATE = (
+    "{% for message in messages %}<|im_start|>{{ message['role'] }}\n"
+    "{{ message['content'] }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+INITS = ("pretrained", "random")
+
+
 def qwen3_config_dir(name: str, root: Path) -> Path:
-    """A directory holding only the config.json of a Qwen3 preset (no weights): enough for
-    ``build_titan_model(..., init="random")`` and the FLOPs model."""
+    """A directory with a Qwen3 preset's config.json and a tokenizer but no weights: enough
+    for ``--init random`` (throughput at real sizes where the weights are not at hand) and
+    the FLOPs model. The tokenizer is the byte-level one (ids 0..256 of the 151,936-token
+    vocabulary) with the ChatML template, standing in for Qwen's, which is not at hand."""
+    from zoo.core.tokenizer import save_tokenizer
+
     if name not in QWEN3_SHAPES:
         raise ConfigError(f"unknown Qwen3 shape {name!r}; valid: {', '.join(QWEN3_SHAPES)}")
     directory = Path(root) / name
     directory.mkdir(parents=True, exist_ok=True)
-    config = {**QWEN3_COMMON, **QWEN3_SHAPES[name]}
+    config = {**QWEN3_COMMON, **QWEN3_SHAPES[name], "eos_token_id": 256, "pad_token_id": 256}
     (directory / "config.json").write_text(json.dumps(config, indent=2))
+    save_tokenizer(directory, chat_template=CHATML_TEMPLATE)
     return directory
 
 
@@ -83,38 +116,159 @@ def check_model_name(name: str) -> None:
     )
 
 
-def model_shape(name: str) -> ModelShape:
-    """The shape of a model by name, without building or loading it."""
+def check_checkpoint(path: Path, init: str = "pretrained") -> None:
+    """Raise ConfigError unless ``path`` holds a Qwen3 checkpoint in Hugging Face format
+    (weights only needed with ``init="pretrained"``)."""
+    config_file = path / "config.json"
+    if not config_file.exists():
+        raise ConfigError(f"{path}: no config.json; expected a Hugging Face checkpoint folder")
+    model_type = json.loads(config_file.read_text()).get("model_type")
+    if model_type != "qwen3":
+        raise ConfigError(
+            f"{path}: model_type {model_type!r}; the trainer builds Qwen3 models "
+            "(model_type 'qwen3') only"
+        )
+    if not (path / "tokenizer.json").exists():
+        raise ConfigError(f"{path}: no tokenizer.json next to config.json")
+    if init == "pretrained" and not any(path.glob("*.safetensors")):
+        raise ConfigError(
+            f"{path}: config.json but no *.safetensors weights; add them, or pass --init "
+            "random to build the architecture with random weights"
+        )
+
+
+def hf_cache_snapshot(hf_id: str) -> Path | None:
+    """The cached snapshot folder of Hugging Face repo ``hf_id``, offline (no request is
+    made); None when it is not in the cache ($HF_HUB_CACHE, else $HF_HOME/hub)."""
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import LocalEntryNotFoundError
+
+    try:
+        return Path(snapshot_download(hf_id, local_files_only=True))
+    except LocalEntryNotFoundError:
+        return None
+
+
+def missing_weights_message(name: str, hf_id: str) -> str:
+    from huggingface_hub.constants import HF_HUB_CACHE
+
+    folder = Path(HF_HUB_CACHE) / f"models--{hf_id.replace('/', '--')}"
+    return (
+        f"no weights for {name} ({hf_id}) found offline: looked in the Hugging Face cache at "
+        f"{folder} (set HF_HUB_CACHE or HF_HOME to look elsewhere). Nothing is downloaded at "
+        f"run time. Provide them with `hf download {hf_id}` on a machine with network (then "
+        "copy the cache here), or --model-path DIR (config.json, *.safetensors, "
+        "tokenizer.json), or use --init random to measure throughput without weights."
+    )
+
+
+def resolve_model(
+    name: str, quiet: bool = False, model_path: str = "", init: str = "pretrained"
+) -> ModelSpec:
+    """The Hugging Face-format directory of a model: ``model_path`` when given; a tiny
+    preset (built here on first use); a Qwen3 preset from the Hugging Face cache (or, with
+    ``init="random"`` and no cached weights, its config only); or a local directory."""
     check_model_name(name)
-    if name in MODEL_PRESETS:
-        from zoo.core.tiny import TINY_PRESETS, hf_config
-
-        return ModelShape.from_config(hf_config(TINY_PRESETS[name]).to_dict())
-    return ModelShape.from_hf_dir(Path(name).expanduser())
-
-
-def training_memory_bytes(shape: ModelShape, sequences: int, seq_len: int, reference: bool,
-                          kv_cache_gib: float = 1.0) -> float:  # fmt: skip
-    """A rough upper estimate of host memory for a float32 run in one process: trainer
-    weights, gradients and AdamW moments (16 bytes/param), the generator's and (if used)
-    the reference's copies (4 bytes/param each), the KV cache, and activations kept for
-    backward (~(16 hidden + 6 intermediate) floats per token per layer)."""
-    params = shape.body_params + shape.head_params + shape.hidden_size * shape.vocab_size
-    weights = params * (16 + 4 + (4 if reference else 0))
-    per_token = shape.num_layers * (16 * shape.hidden_size + 6 * shape.intermediate_size) * 4
-    logits = shape.vocab_size * 4 * 2
-    return weights + sequences * seq_len * (per_token + logits) + kv_cache_gib * 2**30
-
-
-def resolve_model(name: str, quiet: bool = False) -> ModelSpec:
-    """A preset name ("tiny", "tiny-code") or a local directory holding a Qwen3 checkpoint."""
-    check_model_name(name)
-    if name in MODEL_PRESETS:
+    if init not in INITS:
+        raise ConfigError(f"unknown init {init!r}; valid: {', '.join(INITS)}")
+    if model_path:
+        path = Path(model_path).expanduser().resolve()
+        check_checkpoint(path, init)
+        return ModelSpec(name, path)
+    if name in TINY_MODELS:
         from zoo.core.tiny import TINY_PRESETS, tiny_model_path
 
         return ModelSpec(name, tiny_model_path(TINY_PRESETS[name], quiet=quiet))
+    if name in QWEN3_HF_IDS:
+        snapshot = hf_cache_snapshot(QWEN3_HF_IDS[name])
+        if snapshot is not None and any(snapshot.glob("*.safetensors")):
+            check_checkpoint(snapshot, init)
+            return ModelSpec(name, snapshot)
+        if init == "random":
+            from zoo.core.tiny import cache_dir
+
+            return ModelSpec(name, qwen3_config_dir(name, cache_dir() / "configs"))
+        raise ConfigError(missing_weights_message(name, QWEN3_HF_IDS[name]))
     path = Path(name).expanduser().resolve()
+    check_checkpoint(path, init)
     return ModelSpec(path.name, path)
+
+
+def model_shape(name: str, model_path: str = "") -> ModelShape:
+    """The shape of a model by name (or ``model_path``), without building or loading it."""
+    check_model_name(name)
+    if model_path:
+        return ModelShape.from_hf_dir(Path(model_path).expanduser())
+    if name in TINY_MODELS:
+        from zoo.core.tiny import TINY_PRESETS, hf_config
+
+        return ModelShape.from_config(hf_config(TINY_PRESETS[name]).to_dict())
+    if name in QWEN3_SHAPES:
+        snapshot = hf_cache_snapshot(QWEN3_HF_IDS[name])  # the config of what will load
+        if snapshot is not None and (snapshot / "config.json").exists():
+            return ModelShape.from_hf_dir(snapshot)
+        return ModelShape.from_config({**QWEN3_COMMON, **QWEN3_SHAPES[name]})
+    return ModelShape.from_hf_dir(Path(name).expanduser())
+
+
+@dataclass(frozen=True)
+class MemoryEstimate:
+    """Bytes one run needs in one process, by part: a rough upper estimate that the
+    pre-flight check compares with the machine's memory."""
+
+    weights: float
+    """Trainer weights, float32 masters (also under bf16 compute: TorchTitan's policy)."""
+    gradients: float
+    optimizer: float
+    """AdamW's two moments."""
+    generator: float
+    """The generator's copy of the weights, in the compute dtype."""
+    reference: float
+    """The frozen reference copy, when the algorithm uses one."""
+    kv_cache: float
+    """K and V of every sequence of one step at once, all layers, in the compute dtype.
+    With less memory free the generator runs fewer sequences at a time (slower)."""
+    kv_cache_minimum: float
+    """K and V of one micro-batch of sequences: below this generation cannot batch."""
+    activations: float
+    """Kept for backward over one micro-batch (~16 hidden + 6 intermediate values per token
+    per layer), plus its float32 logits and their gradient."""
+
+    @property
+    def total(self) -> float:
+        """Everything, with the whole step's sequences generated at once."""
+        return sum(dataclasses.astuple(self)) - self.kv_cache_minimum
+
+    @property
+    def minimum(self) -> float:
+        """Everything, with the smallest useful KV cache: what the pre-flight check asks."""
+        return self.total - self.kv_cache + self.kv_cache_minimum
+
+
+def memory_estimate(
+    shape: ModelShape,
+    *,
+    sequences: int,
+    seq_len: int,
+    micro_batch: int,
+    reference: bool,
+    compute_bytes: int = 4,
+) -> MemoryEstimate:
+    """Memory of a run with ``sequences`` per step of up to ``seq_len`` tokens, trained
+    ``micro_batch`` sequences at a time; ``compute_bytes`` 4 (float32, CPU) or 2 (bf16)."""
+    params = shape.params
+    per_token = shape.num_layers * (16 * shape.hidden_size + 6 * shape.intermediate_size)
+    kv_per_token = shape.num_layers * 2 * shape.num_kv_heads * shape.head_dim
+    return MemoryEstimate(
+        weights=4 * params,
+        gradients=4 * params,
+        optimizer=8 * params,
+        generator=compute_bytes * params,
+        reference=compute_bytes * params if reference else 0.0,
+        kv_cache=compute_bytes * kv_per_token * sequences * seq_len,
+        kv_cache_minimum=compute_bytes * kv_per_token * min(micro_batch, sequences) * seq_len,
+        activations=micro_batch * seq_len * (compute_bytes * per_token + 8 * shape.vocab_size),
+    )
 
 
 @dataclass(frozen=True)
@@ -128,6 +282,8 @@ class ModelShape:
     head_dim: int
     intermediate_size: int
     vocab_size: int
+    tied_embeddings: bool = False
+    """The LM head shares the embedding matrix (small Qwen3 releases)."""
 
     @classmethod
     def from_hf_dir(cls, path: Path) -> ModelShape:
@@ -144,6 +300,7 @@ class ModelShape:
             head_dim=c.get("head_dim") or c["hidden_size"] // c["num_attention_heads"],
             intermediate_size=c["intermediate_size"],
             vocab_size=c["vocab_size"],
+            tied_embeddings=bool(c.get("tie_word_embeddings", False)),
         )
 
     @property
@@ -158,6 +315,12 @@ class ModelShape:
     def head_params(self) -> int:
         """The LM head (hidden x vocab). The embedding lookup does no matmul."""
         return self.hidden_size * self.vocab_size
+
+    @property
+    def params(self) -> int:
+        """All weights but the norms: blocks, embedding and (unless tied) the LM head."""
+        embedding = self.hidden_size * self.vocab_size
+        return self.body_params + embedding + (0 if self.tied_embeddings else self.head_params)
 
 
 def titan_qwen3_config(path: Path):

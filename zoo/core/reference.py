@@ -3,27 +3,30 @@ algorithms whose loss uses it (``algorithm.needs_reference``, i.e. beta > 0)."""
 
 from __future__ import annotations
 
-from pathlib import Path
+import copy
 
 import torch
 
-from zoo.core.models import build_titan_model
 from zoo.core.trainer import RolloutBatch, response_logprobs
 
 
 class Reference:
-    def __init__(self, model_path: Path, micro_batch_size: int = 0) -> None:
-        self.model, _ = build_titan_model(model_path)
-        self.model.eval().requires_grad_(False)
+    def __init__(self, initial_model: torch.nn.Module, micro_batch_size: int = 0) -> None:
+        """``initial_model``: the trainer's model before its first step (copied here, so
+        pretrained and random initialisations are handled alike)."""
+        self.model = copy.deepcopy(initial_model).eval().requires_grad_(False)
+        self.device = next(self.model.parameters()).device
         self.micro_batch_size = micro_batch_size
 
     @torch.no_grad()
     def logprobs(self, batch: RolloutBatch) -> torch.Tensor:
-        """[B, T] log pi_ref of each response token."""
+        """[B, T] log pi_ref of each response token (on the CPU, like the batch)."""
         width = batch.mask.shape[1]
         micro = self.micro_batch_size or batch.size
         parts = [
-            response_logprobs(self.model, mb.tokens, mb.response_start, width)
-            for mb in (batch.rows(slice(i, i + micro)) for i in range(0, batch.size, micro))
+            response_logprobs(self.model, mb.tokens, mb.response_start, width).cpu()
+            for mb in (
+                batch.rows(slice(i, i + micro)).to(self.device) for i in range(0, batch.size, micro)
+            )
         ]
         return torch.cat(parts)

@@ -43,8 +43,9 @@ def build_byte_tokenizer() -> Tokenizer:
     return tok
 
 
-def save_tokenizer(directory: Path) -> None:
-    """Write tokenizer.json and the Hugging Face tokenizer config next to a model."""
+def save_tokenizer(directory: Path, chat_template: str | None = None) -> None:
+    """Write tokenizer.json and the Hugging Face tokenizer config next to a model, with
+    ``chat_template`` (Jinja) when given."""
     import json
 
     directory.mkdir(parents=True, exist_ok=True)
@@ -57,6 +58,8 @@ def save_tokenizer(directory: Path) -> None:
         "model_max_length": 512,
         "clean_up_tokenization_spaces": False,
     }
+    if chat_template is not None:
+        config["chat_template"] = chat_template
     (directory / "tokenizer_config.json").write_text(json.dumps(config, indent=2))
     (directory / "special_tokens_map.json").write_text(
         json.dumps({"eos_token": EOS_TOKEN, "pad_token": EOS_TOKEN}, indent=2)
