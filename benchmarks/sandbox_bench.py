@@ -1,6 +1,6 @@
 """Sandbox throughput: executions per second, serial and pooled, and the cost of one.
 
-    python benchmarks/sandbox_bench.py --n 40 [--workers 2]
+    python -m benchmarks.sandbox_bench --n 40 [--workers 2]
 
 Two programs: a trivial one (``print(1)``, the fixed cost of a sandbox: reaper, bwrap
 namespaces and mounts, interpreter start) and a small test-running one (``run_tests`` of
@@ -17,11 +17,7 @@ import argparse
 import os
 import platform
 import subprocess
-import sys
 import time
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from zoo.envs.sandbox import SandboxPool, execute, run_tests, sandbox_info
 
@@ -78,30 +74,32 @@ def pooled(kind: str, n: int, workers: int) -> tuple[float, float]:
         return pool.stats.wall_seconds, pool.stats.exec_seconds / n
 
 
+def sandbox_table(n: int = 40, workers: int = 2) -> list[dict[str, object]]:
+    """One row per (program, mode): executions/s and milliseconds per execution."""
+    execute(TRIVIAL, **LIMITS)  # warm the page cache; not counted
+    rows = []
+    for kind in ("trivial", "tests"):
+        for mode in ("serial", f"pool({workers})"):
+            wall, own = serial(kind, n) if mode == "serial" else pooled(kind, n, workers)
+            rows.append({"program": kind, "mode": mode, "exec/s": n / wall,
+                         "ms/exec (wall)": wall / n * 1e3, "ms/exec (own)": own * 1e3})  # fmt: skip
+    return rows
+
+
 def main() -> None:
+    import pandas as pd
+
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--n", type=int, default=40, help="executions per row")
     parser.add_argument("--workers", type=int, default=2, help="pool size")
     args = parser.parse_args()
-
     info = sandbox_info()
-    execute(TRIVIAL, **LIMITS)  # warm the page cache; not counted
     print(f"machine: {machine()}")
     print(f"sandbox: sandboxed={info['sandboxed']} python={info['python']} uid={info['uid']}")
     print(f"n = {args.n} executions per row\n")
-    header = f"{'program':<14}{'mode':<10}{'exec/s':>10}{'ms/exec (wall)':>17}"
-    print(header + f"{'ms/exec (own)':>16}")
-    print("-" * (len(header) + 16))
-    for kind in ("trivial", "tests"):
-        for mode in ("serial", f"pool({args.workers})"):
-            if mode == "serial":
-                wall, own = serial(kind, args.n)
-            else:
-                wall, own = pooled(kind, args.n, args.workers)
-            print(
-                f"{kind:<14}{mode:<10}{args.n / wall:>10.1f}{wall / args.n * 1e3:>17.1f}"
-                f"{own * 1e3:>16.1f}"
-            )
+    print(
+        pd.DataFrame(sandbox_table(args.n, args.workers)).to_markdown(index=False, floatfmt=".1f")
+    )
 
 
 if __name__ == "__main__":

@@ -81,6 +81,21 @@ def build_parser() -> argparse.ArgumentParser:
     repro.add_argument("target")
     repro.add_argument("--leaderboards", type=Path, default=Path("leaderboards"))
 
+    bench = sub.add_parser(
+        "bench", help="run the performance benchmarks, write performance.md and plots",
+        description="Run the benchmarks under benchmarks/ (RL step against TRL and a bare "
+        "torch loop, generation against transformers, training utilisation, cost scaling, "
+        "sandbox) in one process and write OUT/performance.md, OUT/perf/*.png and "
+        "OUT/perf/bench.json. Takes ~10 minutes on 2 cores; --quick runs tiny settings.",
+    )  # fmt: skip
+    bench.add_argument("--only", action="append", metavar="NAME",
+                       help="run only these (repeatable): rl_step, generation, utilisation, "
+                       "scaling, sandbox")  # fmt: skip
+    bench.add_argument("--out", type=Path, default=Path("leaderboards"))
+    bench.add_argument("--quick", action="store_true",
+                       help="tiny settings: checks that every benchmark runs (figures "
+                       "meaningless)")  # fmt: skip
+
     lst = sub.add_parser("list", help="list registered algorithms, envs or models")
     lst.add_argument("what", choices=["algorithms", "envs", "models"])
 
@@ -233,6 +248,13 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         if args.command == "reproduce":
             return cmd_reproduce(args)
+        if args.command == "bench":
+            from harness.bench import BENCHMARKS, run_all
+
+            report = run_all(args.only or list(BENCHMARKS), args.out, args.quick,
+                             command_line())  # fmt: skip
+            print(f"wrote {report}")
+            return 0
         if args.command == "analyze":
             from harness.analysis import write_analysis
 

@@ -68,6 +68,7 @@ class HFGenerator:
             top_p=None if greedy else sampling.top_p,
             top_k=None,
             max_new_tokens=sampling.max_tokens,
+            min_new_tokens=sampling.max_tokens if sampling.ignore_eos else None,
             eos_token_id=self.eos_id,
             pad_token_id=self.pad_id,
             output_logits=True,
@@ -85,8 +86,8 @@ class HFGenerator:
         ).cpu()
         result: list[list[Completion]] = [[] for _ in prompts]
         for row, (tokens, lps) in enumerate(zip(new.cpu().tolist(), picked.tolist(), strict=True)):
-            stop = tokens.index(self.eos_id) + 1 if self.eos_id in tokens else len(tokens)
-            finished = self.eos_id in tokens
+            finished = self.eos_id in tokens and not sampling.ignore_eos
+            stop = tokens.index(self.eos_id) + 1 if finished else len(tokens)
             token_ids = tokens[:stop]
             text_ids = token_ids[:-1] if finished else token_ids
             text = self.tokenizer.decode(text_ids) if self.tokenizer else ""

@@ -1,0 +1,202 @@
+"""RL step throughput: forge-zoo's synchronous GRPO step against two baselines on the same
+tiny model weights, prompts, group size, batch, max new tokens and one optimizer step per
+batch (beta = 0 everywhere: no reference model):
+
+- bare: ~100 lines of plain torch (benchmarks/baselines/bare_grpo.py), the floor;
+- TRL: GRPOTrainer (trl 1.16, CPU, no vLLM), with its default config and with gradient
+  checkpointing off (benchmarks/baselines/trl_grpo.py).
+
+    python -m benchmarks.rl_step [--quick]
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from zoo.envs import get_env
+
+
+@dataclass
+class StepSetting:
+    prompts_per_step: int = 128
+    group_size: int = 8
+    max_new_tokens: int = 6
+    steps: int = 5
+    warmup: int = 1
+
+
+def forge_zoo_steps(
+    model: str | Path,
+    setting: StepSetting,
+    *,
+    init: str = "pretrained",
+    ignore_eos: bool = False,
+    generator: Any = None,
+    generator_backend: str = "vllm",
+) -> dict[str, float]:
+    """Median wall seconds of forge-zoo's RL step (RLLoop.step, local placement) and of
+    its phases, GRPO with beta 0, after ``warmup`` steps."""
+    from zoo.core.loop import RLLoop, RunConfig, build_local_services
+
+    cfg = RunConfig(
+        model=str(model), init=init, generator=generator_backend, device="cpu",
+        prompts_per_step=setting.prompts_per_step, group_size=setting.group_size,
+        max_response_len=setting.max_new_tokens, algorithm_config={"beta": 0.0},
+        eval_every=10**9, checkpoint_every=0,
+    )  # fmt: skip
+    services = build_local_services(cfg, quiet=True, generator=generator)
+    loop = RLLoop(cfg, services)
+    loop.sampling.ignore_eos = ignore_eos
+    walls, records = [], []
+    for i in range(setting.warmup + setting.steps):
+        start = time.perf_counter()
+        record = {**loop.step(), **services.ledger.step_delta()}  # + seconds per phase
+        if i >= setting.warmup:
+            walls.append(time.perf_counter() - start)
+            records.append(record)
+    phases = {
+        f"{p}_seconds": statistics.median(r[f"{p}_seconds"] for r in records)
+        for p in ("generate", "score", "reference", "train", "sync")
+    }
+    tokens = statistics.mean(r["response_tokens"] for r in records)
+    return {"step_seconds": statistics.median(walls), "response_tokens": tokens, **phases,
+            "generator": services.generator}  # fmt: skip
+
+
+def arithmetic_batches(setting: StepSetting, seed: int = 0):
+    """The prompts of each step (the same for every system), and a reward function."""
+    env = get_env("arithmetic")
+    batches = [
+        env.train_prompts(i * setting.prompts_per_step, setting.prompts_per_step, seed)
+        for i in range(setting.warmup + setting.steps)
+    ]
+    return env, batches
+
+
+def bare_steps(model_path: Path, setting: StepSetting) -> dict[str, float]:
+    from benchmarks.baselines.bare_grpo import BareGRPO
+
+    env, batches = arithmetic_batches(setting)
+    loop = BareGRPO(model_path)
+    records, walls = [], []
+    for i, prompts in enumerate(batches):
+        repeated = [p for p in prompts for _ in range(setting.group_size)]
+
+        def rewards(texts: list[str], repeated=repeated) -> list[float]:
+            return env.score_batch(repeated, texts)
+
+        start = time.perf_counter()
+        record = loop.step([list(p.text.encode()) for p in prompts], rewards,
+                           setting.group_size, setting.max_new_tokens)  # fmt: skip
+        if i >= setting.warmup:
+            walls.append(time.perf_counter() - start)
+            records.append(record)
+    return {
+        "step_seconds": statistics.median(walls),
+        "generate_seconds": statistics.median(r["generate_seconds"] for r in records),
+        "train_seconds": statistics.median(r["train_seconds"] for r in records),
+    }
+
+
+def trl_steps(model_path: Path, setting: StepSetting, checkpointing: bool) -> dict[str, float]:
+    from benchmarks.baselines.trl_grpo import trl_grpo_step_seconds
+
+    env, batches = arithmetic_batches(setting)
+    prompts = [p for batch in batches for p in batch]
+    by_text = {p.text: p for p in prompts}
+
+    def rewards(texts: list[str], prompt_texts: list[str]) -> list[float]:
+        return env.score_batch([by_text[t] for t in prompt_texts], texts)
+
+    out = trl_grpo_step_seconds(
+        model_path, [p.text for p in prompts], [p.text for p in prompts], rewards,
+        group_size=setting.group_size, prompts_per_step=setting.prompts_per_step,
+        max_new_tokens=setting.max_new_tokens, steps=setting.steps, warmup=setting.warmup,
+        gradient_checkpointing=checkpointing,
+    )  # fmt: skip
+    return {"step_seconds": out["step_seconds"]}
+
+
+SYSTEMS = {
+    "forge-zoo, local sync, vLLM generator (default)": ("forge-zoo", "vllm"),
+    "forge-zoo, local sync, --generator hf": ("forge-zoo", "hf"),
+    "bare torch loop": ("bare", None),
+    "TRL GRPOTrainer, default config (gradient checkpointing on)": ("trl", True),
+    "TRL GRPOTrainer, gradient checkpointing off": ("trl", False),
+}
+"""Row name -> (system, option). The bare loop is the floor the ratios are taken against."""
+
+
+def measure(system: str, option: Any, setting: StepSetting) -> dict[str, float]:
+    from zoo.core.tiny import tiny_model_path
+
+    path = tiny_model_path(quiet=True)
+    if system == "forge-zoo":
+        out = forge_zoo_steps(path, setting, generator_backend=option)
+        out.pop("generator")
+        return out
+    if system == "bare":
+        return bare_steps(path, setting)
+    return trl_steps(path, setting, checkpointing=option)
+
+
+def rl_step_table(setting: StepSetting) -> list[dict[str, Any]]:
+    """One row per system, each measured in a fresh process (vLLM's start-up changes
+    process-wide settings such as thread binding; no system should inherit another's):
+    seconds per step, steps/s, samples/s, and bare seconds / this system's seconds
+    (> 1: faster than the floor)."""
+    results = {name: in_subprocess(*SYSTEMS[name], setting) for name in SYSTEMS}
+    floor = results["bare torch loop"]["step_seconds"]
+    samples = setting.prompts_per_step * setting.group_size
+    return [
+        {
+            "system": name,
+            "s/step": r["step_seconds"],
+            "steps/s": 1 / r["step_seconds"],
+            "samples/s": samples / r["step_seconds"],
+            "generate s": r.get("generate_seconds", float("nan")),
+            "train s": r.get("train_seconds", float("nan")),
+            "bare s / this s": floor / r["step_seconds"],
+        }
+        for name, r in results.items()
+    ]
+
+
+def in_subprocess(system: str, option: Any, setting: StepSetting) -> dict[str, float]:
+    import dataclasses
+    import json
+    import subprocess
+    import sys
+
+    payload = json.dumps({"system": system, "option": option,
+                          "setting": dataclasses.asdict(setting)})  # fmt: skip
+    done = subprocess.run([sys.executable, "-m", "benchmarks.rl_step", "--measure", payload],
+                          capture_output=True, text=True, check=False)  # fmt: skip
+    if done.returncode != 0:
+        raise RuntimeError(f"{system} ({option}) failed:\n{done.stderr[-3000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+QUICK = StepSetting(8, 4, 4, 1, 1)
+"""A smoke-test setting (figures meaningless)."""
+
+
+def table(root: Path, quick: bool = False) -> list[dict[str, Any]]:
+    return rl_step_table(QUICK if quick else StepSetting())
+
+
+if __name__ == "__main__":
+    import json
+    import sys
+
+    if len(sys.argv) == 3 and sys.argv[1] == "--measure":  # one system, for rl_step_table
+        job = json.loads(sys.argv[2])
+        print(json.dumps(measure(job["system"], job["option"], StepSetting(**job["setting"]))))
+    else:
+        from benchmarks.common import script_main
+
+        script_main(__doc__, table, ".3f")

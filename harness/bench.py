@@ -1,0 +1,145 @@
+"""`harness bench`: every performance benchmark under benchmarks/, one after another in
+this process, into ``<out>/performance.md`` (tables with the machine described), a plot
+per benchmark that has one, and the raw figures as JSON.
+
+Each benchmark compares forge-zoo against a named baseline measured in the same run and
+reports ratios. Hand-written analysis (profiles, what changed because of them) lives in
+``performance_notes.md`` and the GPU check's figures in ``gpu_check.md``, both next to the
+output and included verbatim, so a re-run never loses them.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+BENCHMARKS = ("rl_step", "generation", "utilisation", "scaling", "sandbox")
+
+TARGETS = {
+    "rl_step": "framework overhead over the bare loop at most 15% in synchronous mode "
+    "(bare s / forge-zoo s >= 0.87); with generation and training overlapped (Monarch "
+    "placement, not built yet) at least 1.3x the bare loop",
+    "generation": "at least 2x transformers' generate at the 50m setting; at the tiny "
+    "setting, report honestly",
+    "utilisation": "at least 30% of the measured float32 matmul peak on the 50m shape",
+    "scaling": "no target: where the curves bend, and why",
+    "sandbox": "no target: executions per second, serial and pooled",
+}
+
+
+def run_benchmark(name: str, root: Path, quick: bool) -> list[dict[str, Any]]:
+    if name == "rl_step":
+        from benchmarks.rl_step import table
+
+        return table(root, quick)
+    if name == "generation":
+        from benchmarks.generation import generation_table
+
+        return generation_table(root, quick)
+    if name == "utilisation":
+        from benchmarks.utilisation import utilisation_table
+
+        return utilisation_table(root, quick)
+    if name == "scaling":
+        from benchmarks.scaling import scaling_table
+
+        return scaling_table(root, quick)
+    from benchmarks.sandbox_bench import sandbox_table
+
+    return sandbox_table(n=6 if quick else 40)
+
+
+def plot_rl_step(rows: list[dict[str, Any]], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(9, 3))
+    names = [r["system"] for r in rows]
+    family = {"forge-zoo": "C0", "bare": "C7", "TRL": "C1"}  # one colour per system
+    colors = [next(c for k, c in family.items() if k in name) for name in names]
+    ax.barh(names, [r["s/step"] for r in rows], color=colors)
+    for i, r in enumerate(rows):
+        ax.text(r["s/step"], i, f" {r['s/step']:.3f} s", va="center", fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xlabel("seconds per RL step (lower is better)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def write_report(results: dict[str, list[dict[str, Any]]], out: Path, command: str,
+                 machine: str, seconds: float) -> Path:  # fmt: skip
+    """performance.md from the tables, with the notes and the GPU check included."""
+    from benchmarks.scaling import exponents, plot
+
+    plots = out / "perf"
+    plots.mkdir(parents=True, exist_ok=True)
+    lines = [
+        "# Performance",
+        "",
+        "Figures are measured, each with its command, machine and denominator; ratios are "
+        "against a baseline measured in the same run. Speed claims live here and in "
+        "`benchmarks/`, never in tests.",
+        "",
+        f"Command: `{command}` ({time.strftime('%Y-%m-%d %H:%M')}, {seconds / 60:.1f} min)",
+        "",
+        f"Machine: {machine}",
+        "",
+    ]
+    titles = {"rl_step": "1. RL step throughput", "generation": "2. Generation",
+              "utilisation": "3. Training utilisation", "scaling": "4. How cost grows",
+              "sandbox": "5. Sandbox executions"}  # fmt: skip
+    for name, rows in results.items():
+        module = "sandbox_bench" if name == "sandbox" else name
+        doc = __import__(f"benchmarks.{module}", fromlist=["_"]).__doc__ or ""
+        lines += [f"## {titles[name]}", "", doc.split("\n\n")[0].replace("\n", " "), "",
+                  f"Target: {TARGETS[name]}.", ""]  # fmt: skip
+        table = pd.DataFrame(rows)
+        if name == "scaling":
+            table = table[["sweep", "x", "model", "params", "step_seconds", "generate_seconds",
+                           "train_seconds", "response_tokens"]]  # fmt: skip
+            slopes = exponents(rows)
+            plot(rows, plots / "scaling.png")
+            lines += ["Fitted exponents (seconds per step ~ x^k): "
+                      + ", ".join(f"{k}: k = {v:.2f}" for k, v in slopes.items()), "",
+                      "![scaling](perf/scaling.png)", ""]  # fmt: skip
+        if name == "rl_step":
+            plot_rl_step(rows, plots / "rl_step.png")
+            lines += ["![rl step](perf/rl_step.png)", ""]
+        lines += [table.to_markdown(index=False, floatfmt=".3g"), ""]
+    for extra in ("performance_notes.md", "gpu_check.md"):
+        if (out / extra).exists():
+            lines += [(out / extra).read_text().strip(), ""]
+    (plots / "bench.json").write_text(json.dumps(results, indent=2, default=str))
+    report = out / "performance.md"
+    report.write_text("\n".join(lines))
+    return report
+
+
+def run_all(names: list[str], out: Path, quick: bool, command: str,
+            log: Callable[[str], None] = print) -> Path:  # fmt: skip
+    from benchmarks.common import machine_line
+
+    unknown = sorted(set(names) - set(BENCHMARKS))
+    if unknown:
+        from zoo.core.config import ConfigError
+
+        raise ConfigError(f"unknown benchmark(s) {unknown}; valid: {', '.join(BENCHMARKS)}")
+    start = time.perf_counter()
+    machine = machine_line()
+    results = {}
+    with tempfile.TemporaryDirectory(prefix="bench-") as tmp:
+        for name in names:
+            log(f"[bench] {name} ...")
+            t = time.perf_counter()
+            results[name] = run_benchmark(name, Path(tmp), quick)
+            log(f"[bench] {name} done in {time.perf_counter() - t:.0f} s")
+    return write_report(results, out, command, machine, time.perf_counter() - start)

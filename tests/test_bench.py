@@ -1,0 +1,44 @@
+"""`harness bench` runs every benchmark on tiny settings and writes its tables and plots.
+These check that the benchmarks work, not how fast anything is (speed claims live in
+leaderboards/performance.md, produced by `python -m harness bench`)."""
+
+from __future__ import annotations
+
+import pytest
+from harness_cli import run_harness
+
+
+def test_an_unknown_benchmark_is_refused_with_the_valid_names(tmp_path):
+    result = run_harness("bench", "--only", "nope", "--out", str(tmp_path), cwd=tmp_path,
+                         timeout=120)  # fmt: skip
+    assert result.returncode == 2
+    assert "rl_step" in result.stderr and "sandbox" in result.stderr
+
+
+def test_utilisation_and_sandbox_benchmarks_write_their_tables(tmp_path, tiny_model_path):
+    (tmp_path / "gpu_check.md").write_text("## GPU check\n\nkept verbatim\n")
+    result = run_harness("bench", "--quick", "--only", "utilisation", "--only", "sandbox",
+                         "--out", str(tmp_path), cwd=tmp_path, timeout=600)  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    report = (tmp_path / "performance.md").read_text()
+    assert "## 3. Training utilisation" in report and "## 5. Sandbox executions" in report
+    assert "% of peak" in report and "exec/s" in report
+    assert report.rstrip().endswith("kept verbatim")  # hand-written sections survive
+    assert "Machine: " in report and "Command: `" in report
+
+
+@pytest.mark.slow
+def test_every_benchmark_runs_on_tiny_settings(tmp_path, tiny_model_path):
+    result = run_harness("bench", "--quick", "--out", str(tmp_path), cwd=tmp_path,
+                         timeout=1800)  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    report = (tmp_path / "performance.md").read_text()
+    for title in ("1. RL step throughput", "2. Generation", "3. Training utilisation",
+                  "4. How cost grows", "5. Sandbox executions"):  # fmt: skip
+        assert f"## {title}" in report
+    for system in ("forge-zoo, local sync", "bare torch loop", "TRL GRPOTrainer"):
+        assert system in report
+    assert "Fitted exponents" in report
+    for png in ("rl_step.png", "scaling.png"):
+        data = (tmp_path / "perf" / png).read_bytes()
+        assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 5000
