@@ -40,7 +40,7 @@ def forge_zoo_steps(
 ) -> dict[str, float]:
     """Median wall seconds of forge-zoo's RL step (RLLoop.step, local placement) and of
     its phases, GRPO with beta 0, after ``warmup`` steps."""
-    from zoo.core.loop import RLLoop, RunConfig, build_local_services
+    from zoo.core.loop import RLLoop, RunConfig, build_services
 
     cfg = RunConfig(
         model=str(model), init=init, generator=generator_backend, device="cpu",
@@ -48,7 +48,7 @@ def forge_zoo_steps(
         max_response_len=setting.max_new_tokens, algorithm_config={"beta": 0.0},
         eval_every=10**9, checkpoint_every=0,
     )  # fmt: skip
-    services = build_local_services(cfg, quiet=True, generator=generator)
+    services = build_services(cfg, quiet=True, generator=generator)
     loop = RLLoop(cfg, services)
     loop.sampling.ignore_eos = ignore_eos
     walls, records = [], []

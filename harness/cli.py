@@ -142,6 +142,13 @@ def add_training_arguments(p: argparse.ArgumentParser) -> None:
         "imports, else hf with a notice)",
     )
     p.add_argument(
+        "--placement",
+        choices=["local", "monarch"],
+        default="local",
+        help="local: every service in this process; monarch: generator, trainer and "
+        "reference each in their own process as Monarch actors (same numbers, synchronous)",
+    )
+    p.add_argument(
         "--device",
         choices=["auto", "cpu", "cuda"],
         default="auto",
@@ -265,6 +272,11 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, PluginError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except RuntimeError as exc:
+        if type(exc).__name__ != "ServiceFailure":  # (zoo.core.placement, imported lazily)
+            raise
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
 
 
 def run_config(args: argparse.Namespace, algorithm: str, env: str, seed: int):
@@ -283,6 +295,7 @@ def run_config(args: argparse.Namespace, algorithm: str, env: str, seed: int):
         init=args.init,
         generator=args.generator,
         device=args.device,
+        placement=args.placement,
         seed=seed,
         steps=args.steps,
         prompts_per_step=args.prompts_per_step,
@@ -313,18 +326,21 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise ConfigError("--resume needs --out DIR, the folder of the run to continue")
 
     from harness.runner import execute_run
-    from zoo.core.loop import build_local_services
+    from zoo.core.loop import build_services
     from zoo.core.progress import add_run_task, make_progress, run_columns, update_run_task
 
-    services = build_local_services(cfg, quiet=args.quiet)
+    services = build_services(cfg, quiet=args.quiet)
     stamp = time.strftime("%Y%m%d-%H%M%S")
     out = args.out or RESULTS / f"{cfg.algorithm}-{cfg.env}-{cfg.model}-seed{cfg.seed}-{stamp}"
     with make_progress(args.quiet, *run_columns()) as progress:
         task = add_run_task(progress, f"{cfg.algorithm} on {cfg.env}", cfg)
-        history = execute_run(
-            cfg, out, services, command=command_line(), resume=args.resume,
-            on_record=lambda r: update_run_task(progress, task, cfg, r),
-        )  # fmt: skip
+        try:
+            history = execute_run(
+                cfg, out, services, command=command_line(), resume=args.resume,
+                on_record=lambda r: update_run_task(progress, task, cfg, r),
+            )  # fmt: skip
+        finally:
+            services.close()
     evals = [(r["step"], r["eval_reward"]) for r in history if "eval_reward" in r]
     print(f"run folder: {out}")
     print("held-out reward by step: " + ", ".join(f"{s}: {v:.3f}" for s, v in evals))

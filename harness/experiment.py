@@ -19,7 +19,7 @@ from harness.runner import execute_run, is_complete
 from zoo.algorithms import get_algorithm
 from zoo.core.config import ConfigError
 from zoo.core.ledger import Ledger
-from zoo.core.loop import RunConfig, build_local_services
+from zoo.core.loop import RunConfig, build_services
 from zoo.core.models import TINY_MODELS, check_model_name, memory_estimate, model_shape
 from zoo.core.progress import add_run_task, make_progress, run_columns, update_run_task
 from zoo.core.runlog import machine, package_versions
@@ -125,13 +125,19 @@ def run_experiment(cfgs: list[RunConfig], out: Path, command: str, resume: bool,
                 progress.advance(overall)
                 continue
             key = (cfg.model, cfg.model_path, cfg.init, cfg.generator, cfg.device)
-            services = build_local_services(cfg, quiet=True, generator=generators.get(key))
-            generators[key] = services.generator
+            if cfg.placement == "local":  # one engine per model, its weights reset per run
+                services = build_services(cfg, quiet=True, generator=generators.get(key))
+                generators[key] = services.generator
+            else:
+                services = build_services(cfg, quiet=True)
             task = add_run_task(progress, run_name(cfg), cfg)
-            history = execute_run(
-                cfg, run_dir, services, command=command, resume=resume,
-                on_record=lambda r, t=task, c=cfg: update_run_task(progress, t, c, r),
-            )  # fmt: skip
+            try:
+                history = execute_run(
+                    cfg, run_dir, services, command=command, resume=resume,
+                    on_record=lambda r, t=task, c=cfg: update_run_task(progress, t, c, r),
+                )  # fmt: skip
+            finally:
+                services.close()
             progress.remove_task(task)
             progress.advance(overall)
             summary.append({"run": run_name(cfg), "steps": history[-1]["step"],

@@ -13,7 +13,7 @@ from typing import Any
 
 from harness.runner import execute_run, read_metrics
 from zoo.core.config import ConfigError
-from zoo.core.loop import RunConfig, build_local_services
+from zoo.core.loop import RunConfig, build_services
 from zoo.core.runlog import is_timing_key, machine, package_versions
 
 
@@ -47,9 +47,12 @@ def reproduce_run(run_dir: Path, interval: tuple[float, float] | None = None) ->
     if not recorded:
         raise ConfigError(f"{run_dir}: no metrics.jsonl to compare against")
     with tempfile.TemporaryDirectory(prefix="reproduce-") as tmp:
-        services = build_local_services(cfg, quiet=True)
-        fresh = execute_run(cfg, Path(tmp) / run_dir.name, services,
-                            command=f"reproduce {run_dir}")  # fmt: skip
+        services = build_services(cfg, quiet=True)
+        try:
+            fresh = execute_run(cfg, Path(tmp) / run_dir.name, services,
+                                command=f"reproduce {run_dir}")  # fmt: skip
+        finally:
+            services.close()
     same_setup = (
         config.get("versions") == package_versions()
         and not config["machine"].get("cuda")

@@ -17,7 +17,7 @@ import torch
 from harness_cli import run_harness
 
 from zoo.core.config import ConfigError
-from zoo.core.loop import RLLoop, RunConfig, build_local_services, prompt_encoder
+from zoo.core.loop import RLLoop, RunConfig, build_services, prompt_encoder
 from zoo.core.models import (
     CHATML_TEMPLATE,
     QWEN3_SHAPES,
@@ -171,7 +171,7 @@ def test_weights_flow_trainer_to_vllm_in_hugging_face_naming(source, hf_cache, t
             "device": "cpu",
         }
     )
-    services = build_local_services(cfg, quiet=True)
+    services = build_services(cfg, quiet=True)
     prompts = [list(b"12+34="), list(b"7*8="), list(b"hello")]
     assert greedy_agrees_with_trainer(services, prompts) < 1e-4
     torch.manual_seed(0)

@@ -26,7 +26,7 @@ def save_checkpoint(directory: Path, loop: RLLoop, source_model: Path) -> None:
         shutil.rmtree(tmp)
     trainer.save_hf(tmp, source_model)
     torch.save(
-        {"loop": loop.state(), "optimizer": trainer.optimizer.state_dict(),
+        {"loop": loop.state(), "optimizer": trainer.optimizer_state_dict(),
          "version": trainer.version},
         tmp / STATE_FILE,
     )  # fmt: skip
@@ -48,10 +48,7 @@ def load_checkpoint(directory: Path, loop: RLLoop) -> int:
     generator; returns the step the checkpoint was taken after."""
     trainer = loop.s.trainer
     state = torch.load(directory / STATE_FILE, weights_only=False)
-    hf = load_hf_state_dict(directory)
-    trainer.model.load_state_dict(trainer.adapter.from_hf(hf), strict=True)
-    trainer.optimizer.load_state_dict(state["optimizer"])
-    trainer.version = state["version"]
+    trainer.load_state(load_hf_state_dict(directory), state["optimizer"], state["version"])
     loop.load_state(state["loop"])
     loop.s.generator.update_weights(trainer.hf_state_dict(), trainer.version)
     return loop.step_index

@@ -61,6 +61,12 @@ class VLLMGenerator:
         from vllm import LLM
 
         logging.getLogger("vllm").setLevel(logging.WARNING)
+        # Every in-place reload warns "RotaryEmbedding: Failed to load weights": the rotary
+        # tables are derived buffers, not checkpoint weights, and vLLM restores them (tests
+        # check the generator's logprobs against the trainer's after each sync).
+        logging.getLogger("vllm.model_executor.model_loader.reload.layerwise").setLevel(
+            logging.ERROR
+        )
         set_num_threads = torch.set_num_threads
         try:
             self.llm = LLM(

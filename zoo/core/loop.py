@@ -12,8 +12,9 @@
     ledger                   -> FLOPs, tokens, seconds per phase
 
 Synchronous and on-policy: each batch is sampled by the current weights and used for one
-optimizer step. Services are built in this process by ``build_local_services``; a
-placement that puts them elsewhere only has to provide objects with the same methods.
+optimizer step. Services are built by ``build_services``, in this process or as Monarch
+actors (zoo.core.placement): a placement only has to provide objects with the same
+methods.
 """
 
 from __future__ import annotations
@@ -84,6 +85,9 @@ class RunConfig:
     """"random": the model's architecture with random weights (throughput without weights)."""
     generator: str = "auto"
     """Generation backend: vllm, hf (transformers), or auto (vLLM where it imports)."""
+    placement: str = "local"
+    """Where services run: local (this process) or monarch (generator, trainer and
+    reference each in their own process, as Monarch actors; zoo.core.placement)."""
     device: str = "auto"
     """Where the trainer, reference and generator run: cpu, cuda, or auto (cuda when
     available). On cuda the trainer computes in bf16 and generation is bf16."""
@@ -130,6 +134,7 @@ class RunConfig:
             ("init", INITS),
             ("generator", GENERATOR_BACKENDS),
             ("device", ("auto", "cpu", "cuda")),
+            ("placement", ("local", "monarch")),
         ):
             if getattr(self, name) not in valid:
                 raise ConfigError(
@@ -177,12 +182,15 @@ class Services:
     encode: Callable[[Prompt], list[int]]
     """Prompt -> token ids (plain text, or the chat template when the env asks for it)."""
     ledger: Ledger
+    close: Callable[[], None] = lambda: None
+    """Release what the placement started (the Monarch placement's processes)."""
 
 
-def build_local_services(cfg: RunConfig, quiet: bool = False, generator: Any = None) -> Services:
-    """Every service in this process (the fast default for the tiny model and tests).
-    A ``generator`` from an earlier run on the same model is reused (its weights are
-    reset to the model's): comparisons start the engine once."""
+def build_services(cfg: RunConfig, quiet: bool = False, generator: Any = None) -> Services:
+    """The run's services, placed as ``cfg.placement`` says. Local: every service in this
+    process; a ``generator`` from an earlier run on the same model is reused (its weights
+    reset to the model's), so comparisons start the engine once. Monarch: generator,
+    trainer and reference in their own processes (zoo.core.placement)."""
     from transformers import AutoTokenizer
 
     algorithm = get_algorithm(cfg.algorithm, **cfg.algorithm_config)
@@ -191,45 +199,37 @@ def build_local_services(cfg: RunConfig, quiet: bool = False, generator: Any = N
     device = cfg.resolved_device()
     torch.manual_seed(cfg.seed)
     tokenizer = AutoTokenizer.from_pretrained(spec.path)
-    trainer = Trainer(
-        spec.path,
-        TrainerConfig(
-            lr=cfg.lr,
-            grad_clip=cfg.grad_clip,
-            micro_batch_size=cfg.micro_batch_size,
-            mixed_precision="bf16" if device == "cuda" else "none",
-        ),
-        max_response_len=cfg.max_response_len,
-        init=cfg.init,
-        device=device,
+    trainer_config = TrainerConfig(
+        lr=cfg.lr,
+        grad_clip=cfg.grad_clip,
+        micro_batch_size=cfg.micro_batch_size,
+        mixed_precision="bf16" if device == "cuda" else "none",
     )
+    context_len = max_model_len(spec.path, cfg)
+    shared = dict(env=env, algorithm=algorithm, encode=prompt_encoder(tokenizer),
+                  ledger=Ledger(ModelShape.from_hf_dir(spec.path)))  # fmt: skip
+    if cfg.placement == "monarch":
+        from zoo.core.placement import spawn_monarch_services
+
+        remote = spawn_monarch_services(cfg, spec, device, trainer_config,
+                                        algorithm.needs_reference, context_len)  # fmt: skip
+        return Services(generator=remote["generator"], trainer=remote["trainer"],
+                        reference=remote["reference"], close=remote["close"], **shared)  # fmt: skip
+    trainer = Trainer(spec.path, trainer_config, max_response_len=cfg.max_response_len,
+                      init=cfg.init, device=device)  # fmt: skip
     reference = (
         Reference(trainer.model, cfg.micro_batch_size) if algorithm.needs_reference else None
     )
     if generator is None:
         # Every sampling request carries its own seed (sampling_seed), so the engine's
         # global seed never matters; a constant keeps shared and fresh engines identical.
-        generator = make_generator(
-            cfg.generator,
-            spec.path,
-            seed=0,
-            init=cfg.init,
-            device=device,
-            max_model_len=max_model_len(spec.path, cfg),
-        )
+        generator = make_generator(cfg.generator, spec.path, seed=0, init=cfg.init,
+                                   device=device, max_model_len=context_len)  # fmt: skip
         if cfg.init == "random":  # the engine started without weights: send the trainer's
             generator.update_weights(trainer.hf_state_dict(), version=0)
     else:
         generator.update_weights(trainer.hf_state_dict(), version=0)
-    return Services(
-        env=env,
-        algorithm=algorithm,
-        generator=generator,
-        trainer=trainer,
-        reference=reference,
-        encode=prompt_encoder(tokenizer),
-        ledger=Ledger(ModelShape.from_hf_dir(spec.path)),
-    )
+    return Services(generator=generator, trainer=trainer, reference=reference, **shared)
 
 
 MAX_PROMPT_TOKENS = 1024

@@ -198,6 +198,16 @@ class Trainer:
         state = {k: v.detach() for k, v in self.model.state_dict().items()}
         return {k: v.contiguous() for k, v in self.adapter.to_hf(state).items()}
 
+    def optimizer_state_dict(self) -> dict:
+        return self.optimizer.state_dict()
+
+    def load_state(self, hf_state_dict: dict[str, torch.Tensor], optimizer_state: dict,
+                   version: int) -> None:  # fmt: skip
+        """Restore weights (Hugging Face naming), optimizer state and policy version."""
+        self.model.load_state_dict(self.adapter.from_hf(hf_state_dict), strict=True)
+        self.optimizer.load_state_dict(optimizer_state)
+        self.version = version
+
     def save_hf(self, directory: Path, source: Path) -> None:
         """Write the current weights as a Hugging Face checkpoint (config and tokenizer
         copied from ``source``)."""
