@@ -37,6 +37,7 @@ def forge_zoo_steps(
     ignore_eos: bool = False,
     generator: Any = None,
     generator_backend: str = "vllm",
+    placement: str = "local",
 ) -> dict[str, float]:
     """Median wall seconds of forge-zoo's RL step (RLLoop.step, local placement) and of
     its phases, GRPO with beta 0, after ``warmup`` steps."""
@@ -46,7 +47,7 @@ def forge_zoo_steps(
         model=str(model), init=init, generator=generator_backend, device="cpu",
         prompts_per_step=setting.prompts_per_step, group_size=setting.group_size,
         max_response_len=setting.max_new_tokens, algorithm_config={"beta": 0.0},
-        eval_every=10**9, checkpoint_every=0,
+        eval_every=10**9, checkpoint_every=0, placement=placement,
     )  # fmt: skip
     services = build_services(cfg, quiet=True, generator=generator)
     loop = RLLoop(cfg, services)
@@ -58,6 +59,8 @@ def forge_zoo_steps(
         if i >= setting.warmup:
             walls.append(time.perf_counter() - start)
             records.append(record)
+    if placement != "local":
+        services.close()
     phases = {
         f"{p}_seconds": statistics.median(r[f"{p}_seconds"] for r in records)
         for p in ("generate", "score", "reference", "train", "sync")
@@ -124,6 +127,7 @@ def trl_steps(model_path: Path, setting: StepSetting, checkpointing: bool) -> di
 SYSTEMS = {
     "forge-zoo, local sync, vLLM generator (default)": ("forge-zoo", "vllm"),
     "forge-zoo, local sync, --generator hf": ("forge-zoo", "hf"),
+    "forge-zoo, Monarch placement, sync (vLLM)": ("forge-zoo-monarch", "vllm"),
     "bare torch loop": ("bare", None),
     "TRL GRPOTrainer, default config (gradient checkpointing on)": ("trl", True),
     "TRL GRPOTrainer, gradient checkpointing off": ("trl", False),
@@ -135,8 +139,9 @@ def measure(system: str, option: Any, setting: StepSetting) -> dict[str, float]:
     from zoo.core.tiny import tiny_model_path
 
     path = tiny_model_path(quiet=True)
-    if system == "forge-zoo":
-        out = forge_zoo_steps(path, setting, generator_backend=option)
+    if system.startswith("forge-zoo"):
+        placement = "monarch" if system.endswith("monarch") else "local"
+        out = forge_zoo_steps(path, setting, generator_backend=option, placement=placement)
         out.pop("generator")
         return out
     if system == "bare":
@@ -160,6 +165,7 @@ def rl_step_table(setting: StepSetting) -> list[dict[str, Any]]:
             "samples/s": samples / r["step_seconds"],
             "generate s": r.get("generate_seconds", float("nan")),
             "train s": r.get("train_seconds", float("nan")),
+            "weight sync s": r.get("sync_seconds", float("nan")),
             "bare s / this s": floor / r["step_seconds"],
         }
         for name, r in results.items()

@@ -75,9 +75,10 @@ def plot_rl_step(rows: list[dict[str, Any]], path: Path) -> None:
     plt.close(fig)
 
 
-def write_report(results: dict[str, list[dict[str, Any]]], out: Path, command: str,
-                 machine: str, seconds: float) -> Path:  # fmt: skip
-    """performance.md from the tables, with the notes and the GPU check included."""
+def write_report(sections: dict[str, dict[str, Any]], out: Path) -> Path:
+    """performance.md from each benchmark's section ({"rows", "command", "date",
+    "minutes", "machine"}), in BENCHMARKS order, with the notes and the GPU check included;
+    the sections also go to perf/bench.json, from which a partial re-run (--only) starts."""
     from benchmarks.scaling import exponents, plot
 
     plots = out / "perf"
@@ -87,21 +88,21 @@ def write_report(results: dict[str, list[dict[str, Any]]], out: Path, command: s
         "",
         "Figures are measured, each with its command, machine and denominator; ratios are "
         "against a baseline measured in the same run. Speed claims live here and in "
-        "`benchmarks/`, never in tests.",
-        "",
-        f"Command: `{command}` ({time.strftime('%Y-%m-%d %H:%M')}, {seconds / 60:.1f} min)",
-        "",
-        f"Machine: {machine}",
+        "`benchmarks/`, never in tests. Regenerate with `python -m harness bench`.",
         "",
     ]
     titles = {"rl_step": "1. RL step throughput", "generation": "2. Generation",
               "utilisation": "3. Training utilisation", "scaling": "4. How cost grows",
               "sandbox": "5. Sandbox executions"}  # fmt: skip
-    for name, rows in results.items():
+    for name in [n for n in BENCHMARKS if n in sections]:
+        section = sections[name]
+        rows = section["rows"]
         module = "sandbox_bench" if name == "sandbox" else name
         doc = __import__(f"benchmarks.{module}", fromlist=["_"]).__doc__ or ""
+        measured = (f"Measured by `{section['command']}` on {section['date']} "
+                    f"({section['minutes']:.1f} min); machine: {section['machine']}.")  # fmt: skip
         lines += [f"## {titles[name]}", "", doc.split("\n\n")[0].replace("\n", " "), "",
-                  f"Target: {TARGETS[name]}.", ""]  # fmt: skip
+                  f"Target: {TARGETS[name]}.", "", measured, ""]  # fmt: skip
         table = pd.DataFrame(rows)
         if name == "scaling":
             table = table[["sweep", "x", "model", "params", "step_seconds", "generate_seconds",
@@ -118,7 +119,7 @@ def write_report(results: dict[str, list[dict[str, Any]]], out: Path, command: s
     for extra in ("performance_notes.md", "gpu_check.md"):
         if (out / extra).exists():
             lines += [(out / extra).read_text().strip(), ""]
-    (plots / "bench.json").write_text(json.dumps(results, indent=2, default=str))
+    (plots / "bench.json").write_text(json.dumps(sections, indent=2, default=str))
     report = out / "performance.md"
     report.write_text("\n".join(lines))
     return report
@@ -126,6 +127,8 @@ def write_report(results: dict[str, list[dict[str, Any]]], out: Path, command: s
 
 def run_all(names: list[str], out: Path, quick: bool, command: str,
             log: Callable[[str], None] = print) -> Path:  # fmt: skip
+    """Run ``names`` and rewrite the report; sections of other benchmarks are kept from
+    ``out/perf/bench.json`` (each says when and how it was measured)."""
     from benchmarks.common import machine_line
 
     unknown = sorted(set(names) - set(BENCHMARKS))
@@ -133,13 +136,17 @@ def run_all(names: list[str], out: Path, quick: bool, command: str,
         from zoo.core.config import ConfigError
 
         raise ConfigError(f"unknown benchmark(s) {unknown}; valid: {', '.join(BENCHMARKS)}")
-    start = time.perf_counter()
-    machine = machine_line()
-    results = {}
+    previous = out / "perf" / "bench.json"
+    sections = json.loads(previous.read_text()) if previous.exists() else {}
     with tempfile.TemporaryDirectory(prefix="bench-") as tmp:
         for name in names:
             log(f"[bench] {name} ...")
-            t = time.perf_counter()
-            results[name] = run_benchmark(name, Path(tmp), quick)
-            log(f"[bench] {name} done in {time.perf_counter() - t:.0f} s")
-    return write_report(results, out, command, machine, time.perf_counter() - start)
+            machine = machine_line()
+            start = time.perf_counter()
+            rows = run_benchmark(name, Path(tmp), quick)
+            minutes = (time.perf_counter() - start) / 60
+            date = time.strftime("%Y-%m-%d %H:%M")
+            sections[name] = {"rows": rows, "command": command, "minutes": minutes,
+                              "date": date, "machine": machine}  # fmt: skip
+            log(f"[bench] {name} done in {minutes * 60:.0f} s")
+    return write_report(sections, out)

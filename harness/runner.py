@@ -4,6 +4,7 @@ checkpoints, and a ``complete.json`` marker once the budget is spent. Shared by
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from collections.abc import Callable
@@ -53,7 +54,8 @@ def execute_run(
     checkpoint_dir = out / "checkpoint"
     if resume and has_checkpoint(checkpoint_dir):
         saved = json.loads((out / "config.json").read_text())
-        if saved["run"] != config["run"]:
+        # Through RunConfig, so fields added since the run started take their defaults.
+        if dataclasses.asdict(RunConfig(**saved["run"])) != config["run"]:
             raise ConfigError(f"{out}: cannot resume, its config.json differs from this run's")
         truncate_metrics(out, load_checkpoint(checkpoint_dir, loop))
     elif read_metrics(out):

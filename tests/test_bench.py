@@ -24,7 +24,7 @@ def test_utilisation_and_sandbox_benchmarks_write_their_tables(tmp_path, tiny_mo
     assert "## 3. Training utilisation" in report and "## 5. Sandbox executions" in report
     assert "% of peak" in report and "exec/s" in report
     assert report.rstrip().endswith("kept verbatim")  # hand-written sections survive
-    assert "Machine: " in report and "Command: `" in report
+    assert "Measured by `" in report and "machine: " in report
 
 
 @pytest.mark.slow

@@ -143,6 +143,27 @@ def test_reproduce_detects_a_tampered_result(experiment, tmp_path):
     assert "DIFFERS" in result.stdout and "eval_reward" in result.stdout
 
 
+def test_resume_accepts_runs_recorded_before_newer_config_fields(experiment, tmp_path):
+    """A run whose config.json predates fields added to RunConfig since (here: placement,
+    device, generator) resumes: the missing fields take their defaults."""
+    import shutil
+
+    out = tmp_path / "exp"
+    shutil.copytree(experiment, out)
+    run_dir = out / "runs" / "dapo__arithmetic__seed1"
+    config = json.loads((run_dir / "config.json").read_text())
+    for field in ("placement", "device", "generator"):
+        del config["run"][field]
+    (run_dir / "config.json").write_text(json.dumps(config))
+    (run_dir / "complete.json").unlink()  # unfinished: resume goes through the check
+    before = metrics(run_dir)
+    result = run_harness("compare", "grpo", "dapo", "--seeds", "2", "--budget", str(BUDGET),
+                         *SMALL, "--resume", "--out", str(out), cwd=tmp_path)  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert (run_dir / "complete.json").exists()
+    assert without_timing(metrics(run_dir)) == without_timing(before)
+
+
 @pytest.mark.slow
 def test_resume_after_a_kill_equals_an_uninterrupted_run(tiny_model_path, tmp_path):
     args = ["compare", "grpo", "--seeds", "1", "--budget", "8e10", "--prompts-per-step", "32",
