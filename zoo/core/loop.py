@@ -41,6 +41,9 @@ from zoo.core.trainer import RolloutBatch, Trainer, TrainerConfig
 from zoo.core.types import Completion
 from zoo.envs import Env, Prompt, get_env
 
+PLACEMENTS = ("local", "monarch")
+"""Where services run (RunConfig.placement); the Monarch one is zoo.core.placement."""
+
 
 @dataclass
 class RunConfig:
@@ -134,7 +137,7 @@ class RunConfig:
             ("init", INITS),
             ("generator", GENERATOR_BACKENDS),
             ("device", ("auto", "cpu", "cuda")),
-            ("placement", ("local", "monarch")),
+            ("placement", PLACEMENTS),
         ):
             if getattr(self, name) not in valid:
                 raise ConfigError(

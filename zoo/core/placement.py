@@ -23,8 +23,6 @@ from zoo.core.generator import SamplingConfig
 from zoo.core.trainer import RolloutBatch
 from zoo.core.types import Completion
 
-PLACEMENTS = ("local", "monarch")
-
 CALL_TIMEOUT_S = 3600.0
 """Upper bound on one call to an actor: a dead or hung process surfaces as an error."""
 
