@@ -65,6 +65,19 @@ class Env(ABC):
         return {"name": self.name, "config": asdict(self.config)}
 
 
+HELDOUT_SEED = "heldout-v1"
+"""Seed string of the held-out draw of the dataset envs (never changes: the split is fixed)."""
+
+
+def split_off(items: list, eval_size: int, name: str) -> tuple[list, list]:
+    """(train, held-out): ``eval_size`` items drawn with a constant per-env seed, the
+    held-out ones in draw order, the train ones in their original order."""
+    order = list(range(len(items)))
+    random.Random(f"{name}:{HELDOUT_SEED}").shuffle(order)
+    held = set(order[:eval_size])
+    return [x for i, x in enumerate(items) if i not in held], [items[i] for i in order[:eval_size]]
+
+
 class EpochShuffle:
     """A seeded, index-addressable stream over ``size`` items: ``stream(index, seed)`` is a
     position in the items, drawn from a fresh permutation per (seed, epoch), so it is a pure

@@ -38,7 +38,6 @@ from __future__ import annotations
 import ast
 import json
 import os
-import random
 import re
 import secrets
 import threading
@@ -48,14 +47,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from zoo.core.config import ConfigError
-from zoo.envs.base import Env, EpochShuffle, Prompt
+from zoo.envs.base import Env, EpochShuffle, Prompt, split_off
 from zoo.envs.math_datasets import MathDatasetEnv
 from zoo.envs.prompt_format import build_prompt, check_prompt_format
 from zoo.envs.sandbox import SandboxPool, SandboxUnavailable, TestVerdict, sandbox_info
 
 TAG = "__FORGE_ZOO_TAG__"
 """Placeholder in test templates; each execution replaces it with a fresh random tag."""
-EVAL_SEED = "heldout-v1"
 MAX_WORKERS = 16
 
 
@@ -321,16 +319,6 @@ class SplitMixin:
         if not self._train:
             raise ConfigError(f"{self.name}: no train problems (every problem is held out)")
         return self._train[self._stream(index, seed)]
-
-
-def split_off(items: list, eval_size: int, name: str) -> tuple[list, list]:
-    """(train, held-out): ``eval_size`` items drawn with a constant seed, in that order."""
-    order = list(range(len(items)))
-    random.Random(f"{name}:{EVAL_SEED}").shuffle(order)
-    held = set(order[:eval_size])
-    return [items[i] for i in range(len(items)) if i not in held], [
-        items[i] for i in order[:eval_size]
-    ]
 
 
 # --- humaneval -------------------------------------------------------------------------

@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import random
 import re
 import tempfile
 import threading
@@ -43,12 +42,11 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from zoo.core.config import ConfigError
-from zoo.envs.base import Env, EpochShuffle, Prompt
+from zoo.envs.base import Env, EpochShuffle, Prompt, split_off
 from zoo.envs.math_grading import shared_grader
 from zoo.envs.prompt_format import build_prompt, check_prompt_format
 
 BOXED_INSTRUCTION = "Please reason step by step, and put your final answer within \\boxed{}."
-EVAL_SEED = "heldout-v1"
 BUILDERS = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".csv": "csv"}
 STAT_KEYS = {
     "correct": "correct",
@@ -214,11 +212,7 @@ class MathDatasetEnv(Env):
                     f"rows ({train_source}); eval_size must be in 1..{len(self._train) - 1}, "
                     f"got {cfg.eval_size} (or give eval_files)"
                 )
-            order = list(range(len(self._train)))
-            random.Random(f"{self.name}:{EVAL_SEED}").shuffle(order)
-            held = set(order[: cfg.eval_size])
-            self._eval = [self._train[i] for i in order[: cfg.eval_size]]
-            self._train = [r for i, r in enumerate(self._train) if i not in held]
+            self._train, self._eval = split_off(self._train, cfg.eval_size, self.name)
             self.sources = {
                 "train": train_source,
                 "eval": f"{cfg.eval_size} rows of {train_source}",
@@ -226,9 +220,8 @@ class MathDatasetEnv(Env):
         else:
             eval_rows, eval_source = self._load("eval", cfg.eval_files, cfg.hf_eval)
             records = self._records(eval_rows, eval_source)
-            order = list(range(len(records)))
-            random.Random(f"{self.name}:{EVAL_SEED}").shuffle(order)
-            self._eval = [records[i] for i in order[: cfg.eval_size or None]]
+            _, self._eval = split_off(records, len(records), self.name)  # a fixed shuffle
+            self._eval = self._eval[: cfg.eval_size or None]
             self.sources = {"train": train_source, "eval": eval_source}
         if not self._train:
             raise ConfigError(f"{self.name}: no train rows in {train_source}")

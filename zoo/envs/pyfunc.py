@@ -42,13 +42,12 @@ from functools import cached_property
 from typing import Any
 
 from zoo.core.config import ConfigError
-from zoo.envs.base import Prompt
+from zoo.envs.base import Prompt, split_off
 from zoo.envs.code_envs import (
     TAG,
     SandboxConfig,
     SandboxedCodeEnv,
     SplitMixin,
-    split_off,
     tag_fields,
 )
 from zoo.envs.sandbox import TestVerdict
