@@ -107,6 +107,17 @@ def build_parser() -> argparse.ArgumentParser:
         "sequence-level ratio). Exit 0 if every applicable property holds.",
     )
     check.add_argument("algorithm", help="algorithm name (see `list algorithms`)")
+
+    worker = sub.add_parser(
+        "worker",
+        help="serve this machine as a host for multi-host runs (a Monarch worker)",
+        description="Run a Monarch worker that a run's placement file names under hosts: "
+        "the run starts its service processes here. Start one per machine before the run; "
+        "it serves runs until killed. Connections are not authenticated (Monarch 0.7 has no "
+        "TLS yet): use only on a trusted cluster network.",
+    )
+    worker.add_argument("--address", default="tcp://0.0.0.0:22222",
+                        help="where to listen (default: tcp://0.0.0.0:22222)")  # fmt: skip
     return parser
 
 
@@ -116,9 +127,8 @@ def add_training_arguments(p: argparse.ArgumentParser) -> None:
 
     p.add_argument(
         "--model",
-        default="tiny",
         help="model preset (see `list models`) or a local Hugging Face Qwen3 checkpoint "
-        "directory (default: tiny)",
+        "directory (default: the placement file's model, else tiny)",
     )
     p.add_argument(
         "--model-path",
@@ -146,7 +156,30 @@ def add_training_arguments(p: argparse.ArgumentParser) -> None:
         choices=["local", "monarch"],
         default="local",
         help="local: every service in this process; monarch: generator, trainer and "
-        "reference each in their own process as Monarch actors (same numbers, synchronous)",
+        "reference each in their own process as Monarch actors (in sync mode: the same "
+        "numbers as local)",
+    )
+    p.add_argument(
+        "--config",
+        type=Path,
+        metavar="FILE",
+        help="placement file (YAML, torchforge's shape): processes per service, generator "
+        "replicas, FSDP2 degree; implies --placement monarch (see README, Placement)",
+    )
+    p.add_argument(
+        "--mode",
+        choices=["sync", "async"],
+        default="sync",
+        help="sync: sample with the current weights, then train; async: generate the next "
+        "batches while training on this one (needs --placement monarch)",
+    )
+    p.add_argument(
+        "--max-policy-age",
+        type=int,
+        default=1,
+        metavar="N",
+        help="async mode: request batches N steps ahead; drop samples from weights more "
+        "than N steps old (default 1)",
     )
     p.add_argument(
         "--device",
@@ -243,6 +276,12 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "run":
             return cmd_run(args)
+        if args.command == "worker":
+            from monarch.actor import run_worker_loop_forever
+
+            print(f"forge-zoo worker listening on {args.address}", flush=True)
+            run_worker_loop_forever(address=args.address, ca="trust_all_connections")
+            return 0
         if args.command == "check-plugin":
             return cmd_check_plugin(args.algorithm)
         if args.command == "compare":
@@ -279,9 +318,25 @@ def main(argv: list[str] | None = None) -> int:
         return 1
 
 
+def apply_placement_file(args: argparse.Namespace) -> dict:
+    """Read --config (a placement file): it sets --placement monarch and, unless --model is
+    given, the model. Returns the placement to record in the run config ({} without one)."""
+    from zoo.core.placement_config import PlacementConfig
+
+    distributed = {}
+    if args.config:
+        layout = PlacementConfig.from_yaml(args.config)
+        distributed = layout.to_dict()
+        args.placement = "monarch"
+        args.model = args.model or layout.model or None
+    args.model = args.model or "tiny"
+    return distributed
+
+
 def run_config(args: argparse.Namespace, algorithm: str, env: str, seed: int):
     from zoo.core.loop import RunConfig, run_defaults
 
+    distributed = apply_placement_file(args)
     defaults = run_defaults(args.model)
     for name, value in defaults.items():  # options left unset take the model's defaults
         if getattr(args, name) is None:
@@ -296,6 +351,9 @@ def run_config(args: argparse.Namespace, algorithm: str, env: str, seed: int):
         generator=args.generator,
         device=args.device,
         placement=args.placement,
+        distributed=distributed,
+        mode=args.mode,
+        max_policy_age=args.max_policy_age,
         seed=seed,
         steps=args.steps,
         prompts_per_step=args.prompts_per_step,
@@ -352,6 +410,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
     if args.resume and not args.out:
         raise ConfigError("--resume needs --out DIR, the experiment folder to continue")
+    apply_placement_file(args)
     if not (args.budget or args.budget_samples or args.budget_seconds):
         from zoo.core.models import TINY_MODELS
 

@@ -11,9 +11,12 @@ thread unless OMP_NUM_THREADS is set, so we set it to the current thread count.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import sys
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -34,7 +37,23 @@ class SamplingConfig:
     """Always generate max_tokens (benchmarks: fixed lengths from random-weight models)."""
 
 
+def counts_busy(generate: Callable) -> Callable:
+    """Adds each call's wall seconds to ``self.busy_seconds`` (the loop's generator
+    idle-time metric)."""
+
+    @functools.wraps(generate)
+    def timed(self: Any, *args: Any, **kwargs: Any) -> Any:
+        start = time.perf_counter()
+        try:
+            return generate(self, *args, **kwargs)
+        finally:
+            self.busy_seconds += time.perf_counter() - start
+
+    return timed
+
+
 class VLLMGenerator:
+    replicas = 1
     """One vLLM engine in this process."""
 
     def __init__(
@@ -89,8 +108,11 @@ class VLLMGenerator:
         finally:
             torch.set_num_threads = set_num_threads  # vLLM's CPU worker replaces it with a no-op
         self.policy_version = 0
+        self.busy_seconds = 0.0
         self.generate([[0]], n=1, sampling=SamplingConfig(max_tokens=2), seeds=[0])  # warm-up
+        self.busy_seconds = 0.0  # warm-up is not work for the run
 
+    @counts_busy
     def generate(
         self,
         prompts: list[list[int]],

@@ -13,11 +13,13 @@ from pathlib import Path
 
 import torch
 
-from zoo.core.generator import SamplingConfig
+from zoo.core.generator import SamplingConfig, counts_busy
 from zoo.core.types import Completion
 
 
 class HFGenerator:
+    replicas = 1
+
     def __init__(
         self,
         model_path: Path,
@@ -45,7 +47,9 @@ class HFGenerator:
 
             self.tokenizer = AutoTokenizer.from_pretrained(model_path)
         self.policy_version = 0
+        self.busy_seconds = 0.0
 
+    @counts_busy
     @torch.no_grad()
     def generate(
         self,

@@ -24,6 +24,7 @@ import json
 import math
 import statistics
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -43,6 +44,9 @@ from zoo.envs import Env, Prompt, get_env
 
 PLACEMENTS = ("local", "monarch")
 """Where services run (RunConfig.placement); the Monarch one is zoo.core.placement."""
+MODES = ("sync", "async")
+"""sync: sample with the current weights, then train (on-policy). async: generation of the
+next batches overlaps training on this one (off-policy by at most max_policy_age)."""
 
 
 @dataclass
@@ -91,6 +95,15 @@ class RunConfig:
     placement: str = "local"
     """Where services run: local (this process) or monarch (generator, trainer and
     reference each in their own process, as Monarch actors; zoo.core.placement)."""
+    mode: str = "sync"
+    """sync, or async: the generator samples the next batches while the trainer trains on
+    this one (needs --placement monarch, where they are separate processes)."""
+    max_policy_age: int = 1
+    """Async mode: batches are requested this many optimizer steps ahead; a sample whose
+    weights are older than this many steps at training time is dropped (and counted)."""
+    distributed: dict[str, Any] = field(default_factory=dict)
+    """Monarch placement: processes per service (zoo.core.placement_config; a placement
+    file's contents). Empty: one process each."""
     device: str = "auto"
     """Where the trainer, reference and generator run: cpu, cuda, or auto (cuda when
     available). On cuda the trainer computes in bf16 and generation is bf16."""
@@ -138,11 +151,25 @@ class RunConfig:
             ("generator", GENERATOR_BACKENDS),
             ("device", ("auto", "cpu", "cuda")),
             ("placement", PLACEMENTS),
+            ("mode", MODES),
         ):
             if getattr(self, name) not in valid:
                 raise ConfigError(
                     f"unknown {name} {getattr(self, name)!r}; valid: {', '.join(valid)}"
                 )
+
+        if self.max_policy_age < 1:
+            raise ConfigError(f"max_policy_age must be >= 1, got {self.max_policy_age}")
+        if self.placement != "monarch" and (self.mode == "async" or self.distributed):
+            what = "asynchronous mode" if self.mode == "async" else "a placement file"
+            raise ConfigError(
+                f"{what} needs --placement monarch (generation and training overlap only "
+                "when they run in processes of their own)"
+            )
+        if self.distributed:
+            from zoo.core.placement_config import PlacementConfig
+
+            PlacementConfig.from_dict(self.distributed)
 
     def resolved_device(self) -> str:
         if self.device == "auto":
@@ -298,6 +325,16 @@ def rollout_batch(
     )
 
 
+def sampler_logprobs(groups: list[list[Completion]], width: int) -> torch.Tensor:
+    """[B, width] the generator's log-probability of each response token (0 on padding),
+    rows in rollout_batch's order."""
+    flat = [c for g in groups for c in g]
+    out = torch.zeros(len(flat), width)
+    for i, c in enumerate(flat):
+        out[i, : len(c.logprobs)] = torch.tensor(c.logprobs)
+    return out
+
+
 class RLLoop:
     def __init__(self, cfg: RunConfig, services: Services) -> None:
         self.cfg = cfg
@@ -308,18 +345,35 @@ class RLLoop:
         self.train_seconds = 0.0
         self.step_index = 0  # optimizer steps done
         self.evals_done = 0  # budget checkpoints evaluated
+        self.version = 0  # the trainer's policy version (read at the start of each step)
+        self.in_flight: deque[tuple[int, list[Prompt], Any]] = deque()
+        """Async mode: (first prompt's cursor, prompts, pending generation), oldest first."""
+        self.policy_ages: list[int] = []  # of the samples taken in this step
+        self.stale_dropped = 0
 
     def sample_groups(self, n: int) -> tuple[list[Prompt], list[list[Completion]]]:
-        s, ledger = self.s, self.s.ledger
-        prompts = s.env.train_prompts(self.cursor, n, self.cfg.seed)
-        self.cursor += n
-        with ledger.timed("generate"):
-            groups = s.generator.generate(
-                [s.encode(p) for p in prompts],
-                n=self.cfg.group_size,
-                sampling=self.sampling,
-                seeds=[sampling_seed(self.cfg.seed, p.index) for p in prompts],
-            )
+        """The next ``n`` prompts of the train stream and G completions of each, less any
+        group sampled by weights more than ``max_policy_age`` steps old.
+
+        Async mode: the prompts were requested ``max_policy_age`` steps ago (or now, the
+        first time); before returning, requests for the batches after them are topped up,
+        so the generator samples those while the trainer trains on these. An actor handles
+        its messages in order, so a batch requested after the weight update of step k is
+        sampled by version k and trained on at step k + max_policy_age + 1 at the latest."""
+        cfg, s, ledger = self.cfg, self.s, self.s.ledger
+        if cfg.mode == "sync":
+            prompts = self._next_prompts(n)
+            with ledger.timed("generate"):
+                groups = s.generator.generate(
+                    [s.encode(p) for p in prompts], n=cfg.group_size, sampling=self.sampling,
+                    seeds=[sampling_seed(cfg.seed, p.index) for p in prompts],
+                )  # fmt: skip
+        else:
+            _, prompts, pending = self.in_flight.popleft() if self.in_flight else self._submit(n)
+            with ledger.timed("generate"):  # what overlapping did not hide
+                groups = pending.result()
+            while len(self.in_flight) < cfg.max_policy_age:
+                self.in_flight.append(self._submit(n))
         for g in groups:
             for c in g:  # every generated token is charged, kept or not
                 ledger.add(
@@ -327,13 +381,40 @@ class RLLoop:
                     ledger.generation_flops(len(c.prompt_ids), len(c.token_ids)),
                     len(c.token_ids),
                 )
-        self.samples += n * self.cfg.group_size
-        return prompts, groups
+        self.samples += n * cfg.group_size
+        fresh = []
+        for i, g in enumerate(groups):
+            age = self.version - g[0].policy_version  # a group comes from one call: one version
+            if age <= cfg.max_policy_age:
+                fresh.append(i)
+                self.policy_ages += [age] * len(g)
+            else:
+                self.stale_dropped += len(g)
+        return [prompts[i] for i in fresh], [groups[i] for i in fresh]
+
+    def _next_prompts(self, n: int) -> list[Prompt]:
+        prompts = self.s.env.train_prompts(self.cursor, n, self.cfg.seed)
+        self.cursor += n
+        return prompts
+
+    def _submit(self, n: int) -> tuple[int, list[Prompt], Any]:
+        """Request completions for the next ``n`` prompts without waiting for them."""
+        cfg, s = self.cfg, self.s
+        start = self.cursor
+        prompts = self._next_prompts(n)
+        pending = s.generator.submit(
+            [s.encode(p) for p in prompts], n=cfg.group_size, sampling=self.sampling,
+            seeds=[sampling_seed(cfg.seed, p.index) for p in prompts],
+        )  # fmt: skip
+        return start, prompts, pending
 
     def step(self) -> dict[str, Any]:
         cfg, s, ledger = self.cfg, self.s, self.s.ledger
         algo = s.algorithm
         start = time.perf_counter()
+        busy_before = s.generator.busy_seconds
+        phase_before = dict(ledger.seconds)
+        self.version = s.trainer.version
         kept_groups: list[list[Completion]] = []
         kept_adv: list[torch.Tensor] = []
         kept_in_loss: list[torch.Tensor] = []
@@ -371,6 +452,8 @@ class RLLoop:
         }
         if kept_groups:
             batch = rollout_batch(kept_groups, torch.stack(kept_adv), torch.stack(kept_in_loss))
+            if cfg.mode == "async":  # off-policy: the ratio is against the sampler's policy
+                batch.old_logprobs = sampler_logprobs(kept_groups, batch.mask.shape[1])
             shapes = [(len(c.prompt_ids), len(c.token_ids)) for g in kept_groups for c in g]
             tokens = sum(p + r for p, r in shapes)
             if algo.needs_reference:
@@ -382,7 +465,23 @@ class RLLoop:
             ledger.add("train", sum(3 * ledger.scoring_flops(p, r) for p, r in shapes), tokens)
             with ledger.timed("sync"):
                 s.generator.update_weights(s.trainer.hf_state_dict(), s.trainer.version)
-        self.train_seconds += time.perf_counter() - start
+        wall = time.perf_counter() - start
+        self.train_seconds += wall
+        spent = {k: v - phase_before.get(k, 0.0) for k, v in ledger.seconds.items()}
+        # Idle: wall seconds of this step a service was not working for it (the trainer
+        # works in train and in exporting its weights for sync; generator busy time is
+        # summed over replicas and counted when its samples arrive).
+        trainer_busy = spent.get("train", 0.0) + spent.get("sync", 0.0)
+        generator_busy = s.generator.busy_seconds - busy_before
+        record["trainer_idle_seconds"] = max(0.0, wall - trainer_busy)
+        record["generator_busy_seconds"] = generator_busy
+        record["generator_idle_seconds"] = max(0.0, wall * s.generator.replicas - generator_busy)
+        if cfg.mode == "async":
+            ages, self.policy_ages = self.policy_ages, []
+            record.update({"policy_age_mean": statistics.fmean(ages) if ages else 0.0,
+                           "policy_age_max": max(ages, default=0),
+                           "stale_dropped": self.stale_dropped})  # fmt: skip
+        self.policy_ages, self.stale_dropped = [], 0
         return record
 
     def evaluate(self) -> dict[str, float]:
@@ -468,7 +567,9 @@ class RLLoop:
         """Everything needed to continue this run exactly (with the trainer's state)."""
         ledger = self.s.ledger
         return {
-            "step_index": self.step_index, "cursor": self.cursor, "samples": self.samples,
+            # prompts requested but not yet trained on are requested again after a resume
+            "step_index": self.step_index, "samples": self.samples,
+            "cursor": self.in_flight[0][0] if self.in_flight else self.cursor,
             "train_seconds": self.train_seconds, "evals_done": self.evals_done,
             "ledger": {"flops": dict(ledger.flops), "tokens": dict(ledger.tokens),
                        "seconds": dict(ledger.seconds)},

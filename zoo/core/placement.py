@@ -11,13 +11,17 @@ loop -> generator actor as a Hugging Face state dict.
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import os
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import torch
-from monarch.actor import Actor, endpoint, this_host
+from monarch.actor import Actor, current_rank, endpoint, this_host
 
 from zoo.core.generator import SamplingConfig
 from zoo.core.trainer import RolloutBatch
@@ -28,6 +32,9 @@ CALL_TIMEOUT_S = 3600.0
 
 
 class GeneratorActor(Actor):
+    """One generator replica. Replies carry the seconds the call kept the engine busy, so
+    the loop can tell generator idle time from its own waiting."""
+
     def __init__(self, backend: str, model_path: str, init: str, device: str,
                  max_model_len: int) -> None:  # fmt: skip
         from zoo.core.generator import make_generator
@@ -36,14 +43,24 @@ class GeneratorActor(Actor):
                                         device=device, max_model_len=max_model_len)  # fmt: skip
 
     @endpoint
-    def generate(self, prompts: list[list[int]], n: int, sampling: SamplingConfig,
-                 seeds: list[int] | None, greedy: bool) -> list[list[Completion]]:  # fmt: skip
-        return self.generator.generate(prompts, n=n, sampling=sampling, seeds=seeds,
-                                       greedy=greedy)  # fmt: skip
+    def generate(
+        self,
+        prompts: list[list[int]],
+        n: int,
+        sampling: SamplingConfig,
+        seeds: list[int] | None,
+        greedy: bool,
+    ) -> tuple[list[list[Completion]], float]:
+        start = time.perf_counter()
+        groups = self.generator.generate(prompts, n=n, sampling=sampling, seeds=seeds,
+                                         greedy=greedy)  # fmt: skip
+        return groups, time.perf_counter() - start
 
     @endpoint
-    def update_weights(self, hf_state_dict: dict[str, torch.Tensor], version: int) -> None:
+    def update_weights(self, hf_state_dict: dict[str, torch.Tensor], version: int) -> float:
+        start = time.perf_counter()
         self.generator.update_weights(hf_state_dict, version)
+        return time.perf_counter() - start
 
     @endpoint
     def pid(self) -> int:
@@ -52,8 +69,10 @@ class GeneratorActor(Actor):
 
 
 class TrainerActor(Actor):
-    """A Trainer and the algorithm whose loss it calls (built here from name and config:
-    the loss is a method, so it lives where the model does)."""
+    """One process of the trainer: a Trainer and the algorithm whose loss it calls (built
+    here from name and config: the loss is a method, so it lives where the model does).
+    With several processes they form a gloo/NCCL process group and the Trainer shards the
+    model with FSDP2; every endpoint is then called on all of them together."""
 
     def __init__(
         self,
@@ -66,13 +85,34 @@ class TrainerActor(Actor):
         algorithm_config: dict,
         seed: int,
     ) -> None:
+        self.args = (Path(model_path), trainer_config, max_response_len, init, device)
+        self.algorithm_args = (algorithm, algorithm_config)
+        self.seed = seed
+
+    @endpoint
+    def rendezvous(self) -> tuple[str, int]:
+        """(host, free port) for the process group's store (asked of rank 0 only)."""
+        import socket
+
+        with socket.socket() as s:
+            s.bind(("", 0))
+            return socket.gethostname(), s.getsockname()[1]
+
+    @endpoint
+    def start(self, world_size: int, master: tuple[str, int] | None) -> None:
         from zoo.algorithms import get_algorithm
         from zoo.core.trainer import Trainer
 
-        torch.manual_seed(seed)  # as the local placement seeds before building the trainer
-        self.trainer = Trainer(Path(model_path), trainer_config, max_response_len, init=init,
-                               device=device)  # fmt: skip
-        self.algorithm = get_algorithm(algorithm, **algorithm_config)
+        if world_size > 1:
+            import torch.distributed as dist
+
+            os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = master[0], str(master[1])
+            backend = "nccl" if self.args[4] == "cuda" else "gloo"
+            dist.init_process_group(backend, rank=current_rank().rank, world_size=world_size)
+        torch.manual_seed(self.seed)  # as the local placement seeds before building it
+        path, config, max_response_len, init, device = self.args
+        self.trainer = Trainer(path, config, max_response_len, init=init, device=device)
+        self.algorithm = get_algorithm(self.algorithm_args[0], **self.algorithm_args[1])
 
     @endpoint
     def step(self, batch: RolloutBatch) -> dict:
@@ -96,7 +136,10 @@ class TrainerActor(Actor):
 
     @endpoint
     def save_hf(self, directory: str, source: str) -> None:
-        self.trainer.save_hf(Path(directory), Path(source))
+        if current_rank().rank == 0:  # every rank gathers the weights; one writes them
+            self.trainer.save_hf(Path(directory), Path(source))
+        else:
+            self.trainer.hf_state_dict()
 
 
 class ReferenceActor(Actor):
@@ -142,10 +185,73 @@ def _get(service: str, call: Any) -> Any:
         ) from exc
 
 
+class PendingGeneration:
+    """A generate call in flight on one or more replicas; ``result()`` waits for it.
+
+    Each replica got a contiguous slice of the prompts (with their seeds, so the samples do
+    not depend on the split). A slice whose replica died is re-run on a replacement when
+    the service replaces failed replicas; otherwise the failure stops the run."""
+
+    def __init__(self, service: RemoteGenerator, parts: list[tuple[int, tuple, Any]]) -> None:
+        self.service = service
+        self.parts = parts  # (replica index, call arguments, future)
+
+    def result(self) -> list[list[Completion]]:
+        groups: list[list[Completion]] = []
+        for replica, args, future in self.parts:
+            try:
+                part, busy = _get("generator", future)
+            except ServiceFailure:
+                if not self.service.replace_failed:
+                    raise
+                actor = self.service.replace(replica)
+                part, busy = _get("generator", actor.generate.call_one(*args))
+            self.service.busy_seconds += busy
+            groups += part
+        return groups
+
+
 class RemoteGenerator:
-    def __init__(self, actor: Any) -> None:
-        self.actor = actor
+    """Generator replicas behind the local generator's interface: a call's prompts are
+    split across the replicas, weight updates go to all of them.
+
+    ``wait_for_updates`` False (asynchronous mode): ``update_weights`` returns once the
+    weights are sent; each replica applies them after the requests already queued on it
+    (an actor handles its messages in order), which is what bounds the policy age."""
+
+    def __init__(self, spawn: Callable[[int], Any], replicas: int, replace_failed: bool,
+                 wait_for_updates: bool = True) -> None:  # fmt: skip
+        self.spawn = spawn
+        self.actors = [spawn(i) for i in range(replicas)]
+        self.replace_failed = replace_failed
+        self.wait_for_updates = wait_for_updates
         self.policy_version = 0
+        self.busy_seconds = 0.0
+        """Seconds the replicas spent generating (summed over replicas)."""
+        self.replacements = 0
+        self._weights: tuple[dict[str, torch.Tensor], int] | None = None
+        self._updates: list[Any] = []
+
+    @property
+    def replicas(self) -> int:
+        return len(self.actors)
+
+    def submit(
+        self,
+        prompts: list[list[int]],
+        n: int,
+        sampling: SamplingConfig,
+        seeds: list[int] | None = None,
+        greedy: bool = False,
+    ) -> PendingGeneration:
+        parts = []
+        bounds = torch.linspace(0, len(prompts), len(self.actors) + 1).round().long().tolist()
+        for replica, (lo, hi) in enumerate(itertools.pairwise(bounds)):
+            if hi > lo:
+                args = (prompts[lo:hi], n, sampling, None if seeds is None else seeds[lo:hi],
+                        greedy)  # fmt: skip
+                parts.append((replica, args, self.actors[replica].generate.call_one(*args)))
+        return PendingGeneration(self, parts)
 
     def generate(
         self,
@@ -155,38 +261,72 @@ class RemoteGenerator:
         seeds: list[int] | None = None,
         greedy: bool = False,
     ) -> list[list[Completion]]:
-        return _get("generator", self.actor.generate.call_one(prompts, n, sampling, seeds, greedy))
+        return self.submit(prompts, n, sampling, seeds, greedy).result()
 
     def update_weights(self, hf_state_dict: dict[str, torch.Tensor], version: int) -> None:
-        _get("generator", self.actor.update_weights.call_one(hf_state_dict, version))
+        self.settle()  # the previous update's errors surface here, not never
+        self._updates = [(i, a, a.update_weights.call_one(hf_state_dict, version))
+                         for i, a in enumerate(self.actors)]  # fmt: skip
+        self._weights = (hf_state_dict, version)
         self.policy_version = version
+        if self.wait_for_updates:
+            self.settle()
+
+    def settle(self) -> None:
+        """Wait until the weight updates sent so far are applied (a replica that died
+        meanwhile is replaced with the current weights, or the run stops)."""
+        updates, self._updates = self._updates, []
+        for replica, actor, future in updates:
+            try:
+                _get("generator", future)
+            except ServiceFailure:
+                if not self.replace_failed:
+                    raise
+                if self.actors[replica] is actor:  # not yet replaced by a failed generate
+                    self.replace(replica)
+
+    def replace(self, replica: int) -> Any:
+        """Start a new process for a failed replica and give it the current weights."""
+        print(f"forge-zoo: generator replica {replica} failed; starting a replacement",
+              file=sys.stderr)  # fmt: skip
+        actor = self.spawn(replica)
+        if self._weights is not None:
+            _get("generator", actor.update_weights.call_one(*self._weights))
+        self.actors[replica] = actor
+        self.replacements += 1
+        return actor
 
 
 class RemoteTrainer:
-    """The Trainer's interface, forwarded. ``step`` ignores its ``loss_fn`` argument: the
-    actor calls the loss of the algorithm it was built with (the run's)."""
+    """The Trainer's interface, forwarded to every trainer process (FSDP2 needs all ranks
+    in each collective); the answer is rank 0's. ``step`` ignores its ``loss_fn``
+    argument: the actors call the loss of the algorithm they were built with (the run's)."""
 
-    def __init__(self, actor: Any) -> None:
-        self.actor = actor
+    def __init__(self, actors: Any) -> None:
+        self.actors = actors
+
+    def _all(self, name: str, *args: Any) -> Any:
+        values = _get("trainer", getattr(self.actors, name).call(*args))
+        return next(iter(values.values()))
 
     def step(self, batch: RolloutBatch, loss_fn: Any = None) -> dict:
-        return _get("trainer", self.actor.step.call_one(batch))
+        return self._all("step", batch)
 
     @property
     def version(self) -> int:
-        return _get("trainer", self.actor.version.call_one())
+        return self._all("version")
 
     def hf_state_dict(self) -> dict[str, torch.Tensor]:
-        return _get("trainer", self.actor.hf_state_dict.call_one())
+        return self._all("hf_state_dict")
 
     def optimizer_state_dict(self) -> dict:
-        return _get("trainer", self.actor.optimizer_state_dict.call_one())
+        return self._all("optimizer_state_dict")
 
     def load_state(self, hf_state_dict: dict, optimizer_state: dict, version: int) -> None:
-        _get("trainer", self.actor.load_state.call_one(hf_state_dict, optimizer_state, version))
+        self._all("load_state", hf_state_dict, optimizer_state, version)
 
     def save_hf(self, directory: Path, source: Path) -> None:
-        _get("trainer", self.actor.save_hf.call_one(str(directory), str(source)))
+        self._all("save_hf", str(directory), str(source))
 
 
 class RemoteReference:
@@ -197,36 +337,85 @@ class RemoteReference:
         return _get("reference", self.actor.logprobs.call_one(batch))
 
 
+ATTACH_TIMEOUT_S = 120.0
+
+
+def attach_hosts(addresses: list[str]) -> Any:
+    """A host mesh over Monarch workers already running at ``addresses`` (one per host).
+    Monarch 0.7 has no TLS for worker connections yet, hence trust_all_connections: run
+    workers only on a trusted cluster network."""
+    from monarch.actor import attach_to_workers
+
+    hosts = attach_to_workers(ca="trust_all_connections", workers=addresses, name="forge-zoo")
+    try:
+        hosts.initialized.get(timeout=ATTACH_TIMEOUT_S)
+    except Exception as exc:
+        raise ServiceFailure(
+            f"could not reach the Monarch workers at {', '.join(addresses)} ({one_line(exc)}); "
+            "start one on each host with `python -m harness worker --address tcp://0.0.0.0:PORT`"
+        ) from exc
+    return hosts
+
+
 def spawn_monarch_services(
     cfg: Any, spec: Any, device: str, trainer_config: Any, needs_reference: bool, max_model_len: int
 ) -> dict[str, Any]:
-    """Spawn one process per service on this host and return the proxies. The processes
-    inherit this one's environment (FORGE_ZOO_CACHE, thread settings)."""
+    """Spawn the services' processes on this host and return the proxies. The processes
+    inherit this one's environment (FORGE_ZOO_CACHE, thread settings). How many of each:
+    ``cfg.distributed`` (a placement file, zoo.core.placement_config), else one each."""
     import monarch.actor
 
+    from zoo.core.placement_config import PlacementConfig
+
     monarch.actor.unhandled_fault_hook = _report_fault
-    names = ["trainer", "generator"] + (["reference"] if needs_reference else [])
-    meshes = {name: this_host().spawn_procs(per_host={"procs": 1}) for name in names}
-    trainer = RemoteTrainer(meshes["trainer"].spawn(
+    layout = PlacementConfig.from_dict(cfg.distributed)
+    meshes: list[Any] = []
+    hosts = attach_hosts(layout.hosts) if layout.hosts else None
+
+    def procs(n: int, service: str, replica: int = 0) -> Any:
+        index = layout.host_index(service, replica)
+        host = this_host() if hosts is None else hosts.slice(hosts=index)
+        mesh = host.spawn_procs(per_host={"procs": n})
+        meshes.append(mesh)
+        return mesh
+
+    trainer_procs = layout.trainer.procs
+    actors = procs(trainer_procs, "trainer").spawn(
         "trainer", TrainerActor, str(spec.path), trainer_config, cfg.max_response_len,
         cfg.init, device, cfg.algorithm, cfg.algorithm_config, cfg.seed,
-    ))  # fmt: skip
+    )  # fmt: skip
+    master = None
+    if trainer_procs > 1:
+        master = _get("trainer", actors.slice(procs=0).rendezvous.call_one())
+    _get("trainer", actors.start.call(trainer_procs, master))
+    trainer = RemoteTrainer(actors)
     initial = trainer.hf_state_dict()
-    generator = RemoteGenerator(meshes["generator"].spawn(
-        "generator", GeneratorActor, cfg.generator, str(spec.path), cfg.init, device,
-        max_model_len,
-    ))  # fmt: skip
-    if cfg.init == "random":  # the engine started without weights: send the trainer's
+
+    def spawn_generator(replica: int) -> Any:
+        return procs(1, "generator", replica).spawn(
+            f"generator{replica}", GeneratorActor, cfg.generator, str(spec.path), cfg.init,
+            device, max_model_len,
+        )  # fmt: skip
+
+    generator = RemoteGenerator(
+        spawn_generator,
+        replicas=layout.generator.num_replicas,
+        replace_failed=layout.generator.on_failure == "replace",
+        wait_for_updates=cfg.mode == "sync",
+    )
+    if cfg.init == "random":  # the engines started without weights: send the trainer's
         generator.update_weights(initial, version=0)
+        generator.settle()
     reference = None
     if needs_reference:
-        reference = RemoteReference(meshes["reference"].spawn(
+        reference = RemoteReference(procs(1, "reference").spawn(
             "reference", ReferenceActor, str(spec.path), initial, cfg.micro_batch_size, device,
         ))  # fmt: skip
 
     def close() -> None:
-        for mesh in meshes.values():
-            mesh.stop().get(timeout=60)
+        for mesh in meshes:
+            with contextlib.suppress(Exception):  # a dead replica's mesh: nothing to stop
+                mesh.stop().get(timeout=60)
 
     return {"trainer": trainer, "generator": generator, "reference": reference,
             "close": close}  # fmt: skip

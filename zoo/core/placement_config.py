@@ -1,0 +1,220 @@
+"""Placement files: how many processes each service gets, in the YAML shape torchforge
+users already write (``--config distributed.yaml``)::
+
+    model: tiny                       # optional; --model on the command line wins
+    parallelism:
+      tensor_parallel_degree: 1
+      pipeline_parallel_degree: 1
+      data_parallel_shard_degree: 2   # FSDP2 over the trainer's processes (-1: all of them)
+    services:
+      generator: {procs: 1, num_replicas: 2, with_gpus: false, on_failure: replace}
+      trainer:   {procs: 2, num_replicas: 1, with_gpus: false}
+      reference: {procs: 1, num_replicas: 1, with_gpus: false}
+    hosts: [tcp://node1:22222, tcp://node2:22222]   # optional; default: this host
+
+``hosts`` are Monarch workers already running on the cluster's machines (``python -m
+harness worker --address tcp://0.0.0.0:22222`` on each, or Monarch's own job launchers).
+The trainer goes on the first host, generator replica i on host (1 + i) mod H, the
+reference on the last; every service's processes share a host.
+
+Every service runs in processes of its own on Monarch (zoo.core.placement). A generator
+replica is one engine; ``on_failure`` says what a dead replica does to the run: ``stop``
+(a clear error, the last checkpoint kept; the default) or ``replace`` (start a new process
+with the current weights and re-run the lost requests). The file is checked as a whole
+before anything starts, and recorded in the run's config.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from zoo.core.config import ConfigError
+
+ON_FAILURE = ("stop", "replace")
+
+
+@dataclass
+class ServiceLayout:
+    procs: int = 1
+    """Processes per replica (the trainer's FSDP2 world; a generator's tensor parallelism)."""
+    num_replicas: int = 1
+    """Independent copies; calls are split across them (generators only)."""
+    with_gpus: bool = False
+    """One GPU per process."""
+    on_failure: str = "stop"
+    """What a dead process does to the run: stop (resumable) or replace (generators)."""
+
+
+@dataclass
+class Parallelism:
+    tensor_parallel_degree: int = 1
+    pipeline_parallel_degree: int = 1
+    data_parallel_shard_degree: int = -1
+    """FSDP2 shards; -1: every trainer process not used by the other degrees."""
+
+
+SERVICES = ("generator", "trainer", "reference")
+
+
+@dataclass
+class PlacementConfig:
+    model: str = ""
+    parallelism: Parallelism = field(default_factory=Parallelism)
+    generator: ServiceLayout = field(default_factory=ServiceLayout)
+    trainer: ServiceLayout = field(default_factory=ServiceLayout)
+    reference: ServiceLayout = field(default_factory=ServiceLayout)
+    hosts: list[str] = field(default_factory=list)
+    """Monarch worker addresses (tcp://HOST:PORT); empty: every process on this host."""
+
+    @classmethod
+    def from_yaml(cls, path: Path, gpus_available: int | None = None) -> PlacementConfig:
+        import yaml
+
+        try:
+            raw = yaml.safe_load(Path(path).read_text())
+        except FileNotFoundError:
+            raise ConfigError(f"placement file {path} does not exist") from None
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"placement file {path} is not valid YAML: {exc}") from None
+        try:
+            return cls.from_dict(raw or {}, gpus_available)
+        except ConfigError as exc:
+            raise ConfigError(f"{path}: {exc}") from None
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any], gpus_available: int | None = None) -> PlacementConfig:
+        """Parse and check a placement (a file's contents, or a run config's record of
+        one; ``{}`` is one process per service). ``gpus_available``: the machine's CUDA
+        device count (None: ask torch)."""
+        raw = _mapping(raw, "the placement")
+        _known(raw, ("model", "parallelism", "services", "hosts"), "top-level key")
+        hosts = raw.get("hosts", [])
+        if not isinstance(hosts, list) or not all(isinstance(h, str) and "://" in h for h in hosts):
+            raise ConfigError(
+                f"hosts must be a list of Monarch worker addresses like tcp://node1:22222, "
+                f"got {hosts!r}"
+            )
+        services = _mapping(raw.get("services", {}), "services")
+        _known(services, SERVICES, "service")
+        config = cls(
+            model=str(raw.get("model", "") or ""),
+            parallelism=_fields(Parallelism, raw.get("parallelism", {}), "parallelism"),
+            **{
+                name: _fields(ServiceLayout, services.get(name, {}), f"services.{name}")
+                for name in SERVICES
+            },
+            hosts=list(hosts),
+        )
+        config.check(gpus_available)
+        return config
+
+    def check(self, gpus_available: int | None = None) -> None:
+        p = self.parallelism
+        for name in SERVICES:
+            layout = getattr(self, name)
+            for key in ("procs", "num_replicas"):
+                if getattr(layout, key) < 1:
+                    value = getattr(layout, key)
+                    raise ConfigError(f"services.{name}.{key} must be >= 1, got {value}")
+            if layout.on_failure not in ON_FAILURE:
+                raise ConfigError(
+                    f"services.{name}.on_failure must be one of {', '.join(ON_FAILURE)}, "
+                    f"got {layout.on_failure!r}"
+                )
+        if self.trainer.num_replicas != 1 or self.reference.num_replicas != 1:
+            raise ConfigError("the trainer and the reference have one replica each; "
+                              "replicate generators instead")  # fmt: skip
+        if self.trainer.on_failure == "replace" or self.reference.on_failure == "replace":
+            raise ConfigError("only generator replicas can be replaced (the trainer holds the "
+                              "run's state); use on_failure: stop and --resume")  # fmt: skip
+        for name in ("tensor_parallel_degree", "pipeline_parallel_degree"):
+            if getattr(p, name) != 1:
+                raise ConfigError(
+                    f"parallelism.{name} is {getattr(p, name)}: forge-zoo shards the trainer "
+                    "with FSDP2 only (data_parallel_shard_degree); tensor and pipeline "
+                    "parallelism are not implemented"
+                )
+        if p.data_parallel_shard_degree == -1:
+            p.data_parallel_shard_degree = self.trainer.procs
+        product = (
+            p.tensor_parallel_degree * p.pipeline_parallel_degree * p.data_parallel_shard_degree
+        )
+        if product != self.trainer.procs:
+            raise ConfigError(
+                f"the parallelism degrees multiply to {product} (tensor {p.tensor_parallel_degree}"
+                f" x pipeline {p.pipeline_parallel_degree} x data shard "
+                f"{p.data_parallel_shard_degree}) but services.trainer.procs is "
+                f"{self.trainer.procs}; they must be equal"
+            )
+        if self.generator.procs != 1:
+            raise ConfigError(
+                f"services.generator.procs is {self.generator.procs}: a generator replica with "
+                "several processes means vLLM tensor parallelism, which forge-zoo does not "
+                "set up yet; use num_replicas for more generators"
+            )
+        wanted = sum(
+            getattr(self, n).procs * getattr(self, n).num_replicas
+            for n in SERVICES
+            if getattr(self, n).with_gpus
+        )
+        if wanted:
+            if gpus_available is None:
+                import torch
+
+                gpus_available = torch.cuda.device_count()
+            if wanted > gpus_available:
+                asking = [n for n in SERVICES if getattr(self, n).with_gpus]
+                raise ConfigError(
+                    f"{', '.join(asking)} ask for {wanted} GPU(s) (with_gpus: true) but torch "
+                    f"sees {gpus_available} on this machine; set with_gpus: false to run on CPU"
+                )
+
+    @property
+    def uses_gpus(self) -> bool:
+        return any(getattr(self, n).with_gpus for n in SERVICES)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The placement in the file's shape (what the run config records)."""
+        return {
+            "model": self.model,
+            "parallelism": dataclasses.asdict(self.parallelism),
+            "services": {n: dataclasses.asdict(getattr(self, n)) for n in SERVICES},
+            "hosts": list(self.hosts),
+        }
+
+    def host_index(self, service: str, replica: int = 0) -> int:
+        """Which of ``hosts`` a service's processes go on (0 without hosts)."""
+        count = max(len(self.hosts), 1)
+        return {"trainer": 0, "generator": (1 + replica) % count, "reference": count - 1}[service]
+
+
+def _mapping(value: Any, where: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise ConfigError(f"{where} must be a mapping, got {type(value).__name__}: {value!r}")
+    return value
+
+
+def _known(raw: dict[str, Any], valid: tuple[str, ...], what: str) -> None:
+    unknown = sorted(set(raw) - set(valid))
+    if unknown:
+        names = ", ".join(map(repr, unknown))
+        raise ConfigError(f"unknown {what} {names}; valid: {', '.join(valid)}")
+
+
+def _fields(cls: type, raw: Any, where: str) -> Any:
+    """An instance of dataclass ``cls`` from ``raw``, every value type-checked."""
+    raw = _mapping(raw, where)
+    valid = tuple(f.name for f in dataclasses.fields(cls))
+    _known(raw, valid, f"key in {where}")
+    values = {}
+    for f in dataclasses.fields(cls):
+        if f.name not in raw:
+            continue
+        value, expected = raw[f.name], type(f.default)
+        if type(value) is not expected:  # bool is not an int here, and "2" is not 2
+            raise ConfigError(f"{where}.{f.name} must be {expected.__name__}, got {value!r}")
+        values[f.name] = value
+    return cls(**values)
