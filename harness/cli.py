@@ -167,6 +167,14 @@ def add_training_arguments(p: argparse.ArgumentParser) -> None:
         "replicas, FSDP2 degree; implies --placement monarch (see README, Placement)",
     )
     p.add_argument(
+        "--weight-sync",
+        choices=["rdma", "endpoint"],
+        default="rdma",
+        help="monarch placement: generators read the trainer's weights from a registered "
+        "buffer (rdma; TCP fallback without RDMA hardware) or get them in messages "
+        "(endpoint) (default: rdma)",
+    )
+    p.add_argument(
         "--mode",
         choices=["sync", "async"],
         default="sync",
@@ -352,6 +360,7 @@ def run_config(args: argparse.Namespace, algorithm: str, env: str, seed: int):
         device=args.device,
         placement=args.placement,
         distributed=distributed,
+        weight_sync=args.weight_sync,
         mode=args.mode,
         max_policy_age=args.max_policy_age,
         seed=seed,

@@ -53,11 +53,13 @@ def test_monarch_placement_gives_the_local_placements_numbers(tmp_path, tiny_mod
 
 
 def test_a_killed_generator_stops_the_run_and_the_run_resumes(tmp_path, tiny_model_path):
+    """(With the endpoint weight sync; the other tests use the default, RDMA.)"""
     cfg = RunConfig(algorithm="dapo", steps=3, prompts_per_step=16, eval_every=2,
-                    checkpoint_every=1, placement="monarch", device="cpu")  # fmt: skip
+                    checkpoint_every=1, placement="monarch", device="cpu",
+                    weight_sync="endpoint")  # fmt: skip
     out = tmp_path / "run"
     services = build_services(cfg, quiet=True)
-    pid = services.generator.actor.pid.call_one().get()
+    pid = services.generator.actors[0].pid.call_one().get()
 
     def kill_after_step_one(record: dict) -> None:
         if record["step"] == 1:
@@ -226,3 +228,32 @@ def test_async_mode_trains_the_tiny_model(tmp_path, tiny_model_path):
     start, end = records[0]["eval_reward"], records[-1]["eval_reward"]
     assert end - start >= 0.08, f"held-out accuracy {start:.3f} -> {end:.3f}"
     assert max(r.get("policy_age_max", 0) for r in records) == 1
+
+
+def test_fsdp2_over_two_trainer_processes_gives_the_one_process_losses(tmp_path, tiny_model_path):
+    """A placement file with services.trainer.procs 2: the trainer is sharded with FSDP2
+    over two Monarch processes (gloo), each training on half of every batch. The loss
+    sequence equals the local placement's to float rounding (tests/test_fsdp.py checks
+    the sharded trainer itself in depth)."""
+    config = tmp_path / "fsdp.yaml"
+    config.write_text("parallelism: {data_parallel_shard_degree: 2}\n"
+                      "services:\n  trainer: {procs: 2}\n")  # fmt: skip
+    cfg = RunConfig(steps=3, prompts_per_step=32, eval_every=3, device="cpu")
+    expected = execute_run(cfg, tmp_path / "local", build_services(cfg, quiet=True),
+                           command="test")  # fmt: skip
+    sharded_cfg = replace(cfg, placement="monarch",
+                          distributed=PlacementConfig.from_yaml(config).to_dict())  # fmt: skip
+    sharded = build_services(sharded_cfg, quiet=True)
+    shards = list(sharded.trainer.actors.shard.call().get().values())
+    whole = sum(p.numel() for p in load_file(str(tiny_model_path / "model.safetensors")).values())
+    assert [(s["rank"], s["world"]) for s in shards] == [(0, 2), (1, 2)]
+    assert sum(s["local_params"] for s in shards) <= whole  # halves, not two copies
+    assert all(s["local_params"] < 0.6 * whole for s in shards)
+    try:
+        history = execute_run(sharded_cfg, tmp_path / "fsdp", sharded, command="test")
+    finally:
+        sharded.close()
+    for ours, theirs in zip(history[1:], expected[1:], strict=True):
+        assert ours["loss"] == pytest.approx(theirs["loss"], rel=1e-4, abs=1e-7)
+        assert ours["grad_norm"] == pytest.approx(theirs["grad_norm"], rel=1e-4)
+        assert ours["kept_groups"] == theirs["kept_groups"] == 32

@@ -50,5 +50,5 @@ def load_checkpoint(directory: Path, loop: RLLoop) -> int:
     state = torch.load(directory / STATE_FILE, weights_only=False)
     trainer.load_state(load_hf_state_dict(directory), state["optimizer"], state["version"])
     loop.load_state(state["loop"])
-    loop.s.generator.update_weights(trainer.hf_state_dict(), trainer.version)
+    loop.s.sync_weights()
     return loop.step_index

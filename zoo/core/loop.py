@@ -8,7 +8,7 @@
     algorithm.keep           -> e.g. DAPO's dynamic sampling (refill up to max rounds)
     reference.logprobs       -> only if algorithm.needs_reference
     trainer.step(batch, algorithm.loss)
-    generator.update_weights -> weight sync, new policy version
+    services.sync_weights     -> trainer weights to the generators, new policy version
     ledger                   -> FLOPs, tokens, seconds per phase
 
 Synchronous and on-policy: each batch is sampled by the current weights and used for one
@@ -44,6 +44,8 @@ from zoo.envs import Env, Prompt, get_env
 
 PLACEMENTS = ("local", "monarch")
 """Where services run (RunConfig.placement); the Monarch one is zoo.core.placement."""
+WEIGHT_SYNCS = ("rdma", "endpoint")
+"""Monarch weight-sync backends (TorchStore is not one: shared/stack.md, README)."""
 MODES = ("sync", "async")
 """sync: sample with the current weights, then train (on-policy). async: generation of the
 next batches overlaps training on this one (off-policy by at most max_policy_age)."""
@@ -101,6 +103,10 @@ class RunConfig:
     max_policy_age: int = 1
     """Async mode: batches are requested this many optimizer steps ahead; a sample whose
     weights are older than this many steps at training time is dropped (and counted)."""
+    weight_sync: str = "rdma"
+    """Monarch placement: how weights reach the generators. rdma: the generators read the
+    trainer's weights from a registered buffer (Monarch RDMA; a TCP fallback on machines
+    without RDMA NICs); endpoint: the state dict travels in messages, through the loop."""
     distributed: dict[str, Any] = field(default_factory=dict)
     """Monarch placement: processes per service (zoo.core.placement_config; a placement
     file's contents). Empty: one process each."""
@@ -152,6 +158,7 @@ class RunConfig:
             ("device", ("auto", "cpu", "cuda")),
             ("placement", PLACEMENTS),
             ("mode", MODES),
+            ("weight_sync", WEIGHT_SYNCS),
         ):
             if getattr(self, name) not in valid:
                 raise ConfigError(
@@ -214,6 +221,16 @@ class Services:
     ledger: Ledger
     close: Callable[[], None] = lambda: None
     """Release what the placement started (the Monarch placement's processes)."""
+    publish_weights: Callable[[], None] | None = None
+    """Send the trainer's current weights and version to every generator. Default: the
+    trainer's Hugging Face state dict passed to ``generator.update_weights``; the Monarch
+    placement's RDMA backend moves them between its processes without the loop."""
+
+    def sync_weights(self) -> None:
+        if self.publish_weights is not None:
+            self.publish_weights()
+        else:
+            self.generator.update_weights(self.trainer.hf_state_dict(), self.trainer.version)
 
 
 def build_services(cfg: RunConfig, quiet: bool = False, generator: Any = None) -> Services:
@@ -243,8 +260,7 @@ def build_services(cfg: RunConfig, quiet: bool = False, generator: Any = None) -
 
         remote = spawn_monarch_services(cfg, spec, device, trainer_config,
                                         algorithm.needs_reference, context_len)  # fmt: skip
-        return Services(generator=remote["generator"], trainer=remote["trainer"],
-                        reference=remote["reference"], close=remote["close"], **shared)  # fmt: skip
+        return Services(**remote, **shared)
     trainer = Trainer(spec.path, trainer_config, max_response_len=cfg.max_response_len,
                       init=cfg.init, device=device)  # fmt: skip
     reference = (
@@ -464,7 +480,7 @@ class RLLoop:
                 record.update(s.trainer.step(batch, algo.loss))
             ledger.add("train", sum(3 * ledger.scoring_flops(p, r) for p, r in shapes), tokens)
             with ledger.timed("sync"):
-                s.generator.update_weights(s.trainer.hf_state_dict(), s.trainer.version)
+                s.sync_weights()
         wall = time.perf_counter() - start
         self.train_seconds += wall
         spent = {k: v - phase_before.get(k, 0.0) for k, v in ledger.seconds.items()}

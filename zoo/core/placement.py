@@ -41,6 +41,7 @@ class GeneratorActor(Actor):
 
         self.generator = make_generator(backend, Path(model_path), seed=0, init=init,
                                         device=device, max_model_len=max_model_len)  # fmt: skip
+        self.flat: torch.Tensor | None = None  # where RDMA reads land
 
     @endpoint
     def generate(
@@ -60,6 +61,16 @@ class GeneratorActor(Actor):
     def update_weights(self, hf_state_dict: dict[str, torch.Tensor], version: int) -> float:
         start = time.perf_counter()
         self.generator.update_weights(hf_state_dict, version)
+        return time.perf_counter() - start
+
+    @endpoint
+    def pull_weights(self, buffer: Any, layout: list, version: int) -> float:
+        """Read the trainer's weights from its registered buffer and load them."""
+        start = time.perf_counter()
+        if self.flat is None or self.flat.numel() != buffer.size():
+            self.flat = torch.empty(buffer.size(), dtype=torch.uint8)
+        buffer.read_into(self.flat).get(timeout=CALL_TIMEOUT_S)
+        self.generator.update_weights(WeightSlots.views(self.flat, layout), version)
         return time.perf_counter() - start
 
     @endpoint
@@ -103,12 +114,14 @@ class TrainerActor(Actor):
         from zoo.algorithms import get_algorithm
         from zoo.core.trainer import Trainer
 
+        self.rank = current_rank().rank  # (this call reaches the whole mesh)
+        self.slots: WeightSlots | None = None
         if world_size > 1:
             import torch.distributed as dist
 
             os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = master[0], str(master[1])
             backend = "nccl" if self.args[4] == "cuda" else "gloo"
-            dist.init_process_group(backend, rank=current_rank().rank, world_size=world_size)
+            dist.init_process_group(backend, rank=self.rank, world_size=world_size)
         torch.manual_seed(self.seed)  # as the local placement seeds before building it
         path, config, max_response_len, init, device = self.args
         self.trainer = Trainer(path, config, max_response_len, init=init, device=device)
@@ -127,6 +140,24 @@ class TrainerActor(Actor):
         return self.trainer.version
 
     @endpoint
+    def shard(self) -> dict[str, int]:
+        """This process's rank, the trainer's world size and how many parameter elements
+        this process holds (its FSDP2 shard; the whole model when unsharded)."""
+        local = sum(getattr(p, "_local_tensor", p).numel() for p in self.trainer.model.parameters())
+        return {"rank": self.rank, "world": self.trainer.world, "local_params": local}
+
+    @endpoint
+    def export_weights(self) -> tuple[Any, list, int] | None:
+        """Write the current weights into this version's slot of the registered buffers;
+        rank 0 answers (buffer, layout, version) for the generators to read."""
+        state = self.trainer.hf_state_dict()  # every rank: a collective under FSDP2
+        if self.rank != 0:
+            return None
+        if self.slots is None:
+            self.slots = WeightSlots(state)
+        return self.slots.write(state, self.trainer.version)
+
+    @endpoint
     def optimizer_state_dict(self) -> dict:
         return self.trainer.optimizer_state_dict()
 
@@ -136,7 +167,7 @@ class TrainerActor(Actor):
 
     @endpoint
     def save_hf(self, directory: str, source: str) -> None:
-        if current_rank().rank == 0:  # every rank gathers the weights; one writes them
+        if self.rank == 0:  # every rank gathers the weights; one writes them
             self.trainer.save_hf(Path(directory), Path(source))
         else:
             self.trainer.hf_state_dict()
@@ -157,6 +188,61 @@ class ReferenceActor(Actor):
     @endpoint
     def logprobs(self, batch: RolloutBatch) -> torch.Tensor:
         return self.reference.logprobs(batch)
+
+
+class WeightSlots:
+    """A state dict's bytes in flat buffers registered for RDMA reads (Monarch; a TCP
+    fallback where there is no RDMA NIC). Two slots: version v is written into one while
+    generators may still read v - 1 from the other; RDMAWeightSync waits for every
+    generator to have loaded v - 1 before v + 1 overwrites its slot."""
+
+    COUNT = 2
+    ALIGN = 64  # bytes: every tensor starts on a cache line
+
+    def __init__(self, state: dict[str, torch.Tensor]) -> None:
+        import warnings
+
+        from monarch.rdma import RDMABuffer
+
+        self.layout: list[tuple[str, str, tuple[int, ...], int, int]] = []
+        offset = 0
+        for name, tensor in state.items():
+            size = tensor.numel() * tensor.element_size()
+            dtype = str(tensor.dtype).removeprefix("torch.")
+            self.layout.append((name, dtype, tuple(tensor.shape), offset, size))
+            offset += -(-size // self.ALIGN) * self.ALIGN
+        self.flats = [torch.empty(offset, dtype=torch.uint8) for _ in range(self.COUNT)]
+        with warnings.catch_warnings():  # the TCP fallback warns once per process
+            warnings.simplefilter("ignore")
+            self.buffers = [RDMABuffer(flat) for flat in self.flats]
+
+    def write(self, state: dict[str, torch.Tensor], version: int) -> tuple[Any, list, int]:
+        flat = self.flats[version % self.COUNT]
+        for name, _, _, offset, size in self.layout:
+            flat[offset : offset + size].copy_(state[name].contiguous().view(-1).view(torch.uint8))
+        return self.buffers[version % self.COUNT], self.layout, version
+
+    @staticmethod
+    def views(flat: torch.Tensor, layout: list) -> dict[str, torch.Tensor]:
+        """The state dict stored in ``flat`` (views, no copies)."""
+        return {
+            name: flat[offset : offset + size].view(getattr(torch, dtype)).view(shape)
+            for name, dtype, shape, offset, size in layout
+        }
+
+
+class RDMAWeightSync:
+    """Weight sync by RDMA: the trainer writes its weights into a registered buffer and
+    every generator replica reads them from there; the loop only passes the handle."""
+
+    def __init__(self, trainer: RemoteTrainer, generator: RemoteGenerator) -> None:
+        self.trainer = trainer
+        self.generator = generator
+
+    def __call__(self) -> None:
+        self.generator.settle()  # the slot about to be written is read by now
+        buffer, layout, version = self.trainer.export_weights()
+        self.generator.pull_weights(buffer, layout, version)
 
 
 def one_line(exc: BaseException) -> str:
@@ -219,9 +305,17 @@ class RemoteGenerator:
     weights are sent; each replica applies them after the requests already queued on it
     (an actor handles its messages in order), which is what bounds the policy age."""
 
-    def __init__(self, spawn: Callable[[int], Any], replicas: int, replace_failed: bool,
-                 wait_for_updates: bool = True) -> None:  # fmt: skip
+    def __init__(
+        self,
+        spawn: Callable[[int], Any],
+        replicas: int,
+        replace_failed: bool,
+        current_weights: Callable[[], tuple[dict[str, torch.Tensor], int]],
+        wait_for_updates: bool = True,
+    ) -> None:
         self.spawn = spawn
+        self.current_weights = current_weights
+        """(state dict, version) for a replacement replica (the trainer's, by endpoint)."""
         self.actors = [spawn(i) for i in range(replicas)]
         self.replace_failed = replace_failed
         self.wait_for_updates = wait_for_updates
@@ -229,7 +323,6 @@ class RemoteGenerator:
         self.busy_seconds = 0.0
         """Seconds the replicas spent generating (summed over replicas)."""
         self.replacements = 0
-        self._weights: tuple[dict[str, torch.Tensor], int] | None = None
         self._updates: list[Any] = []
 
     @property
@@ -264,10 +357,17 @@ class RemoteGenerator:
         return self.submit(prompts, n, sampling, seeds, greedy).result()
 
     def update_weights(self, hf_state_dict: dict[str, torch.Tensor], version: int) -> None:
+        """Send the weights to every replica in a message (the endpoint backend)."""
+        self._send("update_weights", (hf_state_dict, version), version)
+
+    def pull_weights(self, buffer: Any, layout: list, version: int) -> None:
+        """Tell every replica to read the weights from ``buffer`` (the RDMA backend)."""
+        self._send("pull_weights", (buffer, layout, version), version)
+
+    def _send(self, endpoint_name: str, args: tuple, version: int) -> None:
         self.settle()  # the previous update's errors surface here, not never
-        self._updates = [(i, a, a.update_weights.call_one(hf_state_dict, version))
+        self._updates = [(i, a, getattr(a, endpoint_name).call_one(*args))
                          for i, a in enumerate(self.actors)]  # fmt: skip
-        self._weights = (hf_state_dict, version)
         self.policy_version = version
         if self.wait_for_updates:
             self.settle()
@@ -290,8 +390,7 @@ class RemoteGenerator:
         print(f"forge-zoo: generator replica {replica} failed; starting a replacement",
               file=sys.stderr)  # fmt: skip
         actor = self.spawn(replica)
-        if self._weights is not None:
-            _get("generator", actor.update_weights.call_one(*self._weights))
+        _get("generator", actor.update_weights.call_one(*self.current_weights()))
         self.actors[replica] = actor
         self.replacements += 1
         return actor
@@ -318,6 +417,9 @@ class RemoteTrainer:
 
     def hf_state_dict(self) -> dict[str, torch.Tensor]:
         return self._all("hf_state_dict")
+
+    def export_weights(self) -> tuple[Any, list, int]:
+        return self._all("export_weights")
 
     def optimizer_state_dict(self) -> dict:
         return self._all("optimizer_state_dict")
@@ -401,6 +503,7 @@ def spawn_monarch_services(
         spawn_generator,
         replicas=layout.generator.num_replicas,
         replace_failed=layout.generator.on_failure == "replace",
+        current_weights=lambda: (trainer.hf_state_dict(), trainer.version),
         wait_for_updates=cfg.mode == "sync",
     )
     if cfg.init == "random":  # the engines started without weights: send the trainer's
@@ -417,5 +520,6 @@ def spawn_monarch_services(
             with contextlib.suppress(Exception):  # a dead replica's mesh: nothing to stop
                 mesh.stop().get(timeout=60)
 
+    publish = RDMAWeightSync(trainer, generator) if cfg.weight_sync == "rdma" else None
     return {"trainer": trainer, "generator": generator, "reference": reference,
-            "close": close}  # fmt: skip
+            "close": close, "publish_weights": publish}  # fmt: skip

@@ -4,6 +4,12 @@ This is where an algorithm's loss is called (``Trainer.step``). Sequences are la
 prompt + response, right-padded, so causal attention never lets a real token see a pad.
 Weights come in and go out in Hugging Face naming, the interchange format with the
 generator.
+
+Data parallelism: when the caller has initialised a torch.distributed process group of
+more than one rank before building the Trainer, the model is sharded with FSDP2
+(zoo/core/sharding.py). Every rank then gets the same whole batch in ``step`` and trains
+on its own contiguous slice of rows; the update equals the one-process update. All public
+methods are then collectives: every rank calls them together, in the same order.
 """
 
 from __future__ import annotations
@@ -14,7 +20,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+from torch.distributed.tensor import DTensor
 
+from zoo.core import sharding
 from zoo.core.models import build_titan_model
 from zoo.core.types import LossOutput, TrainBatch
 
@@ -92,7 +100,8 @@ class TrainerConfig:
     """Sequences per forward/backward; 0 = the whole batch at once."""
     mixed_precision: str = "none"
     """"bf16": compute in bfloat16 under autocast, float32 master weights and optimizer
-    state (TorchTitan's FSDP2 mixed-precision policy, on one device)."""
+    state (TorchTitan's FSDP2 mixed-precision policy, on one device). Sharded: FSDP2's
+    MixedPrecisionPolicy (bf16 parameters in compute, float32 gradient reduction)."""
 
 
 class Trainer:
@@ -112,6 +121,13 @@ class Trainer:
         self.max_response_len = max_response_len
         self.device = torch.device(device)
         self.model, self.adapter = build_titan_model(model_path, init=init, device=self.device)
+        self.world = sharding.world_size()
+        self.rank = torch.distributed.get_rank() if self.world > 1 else 0
+        self.sharded = self.world > 1
+        if self.sharded:
+            # Each rank shards its own copy: they agree as long as every rank built the
+            # same weights (a checkpoint, or the same seed with init="random").
+            sharding.shard_model(self.model, self.device, bf16=config.mixed_precision == "bf16")
         self.model.train()
         self.optimizer = torch.optim.AdamW(
             self.model.parameters(),
@@ -124,19 +140,38 @@ class Trainer:
 
     def step(self, batch: RolloutBatch, loss_fn: Callable[[TrainBatch], LossOutput]) -> dict:
         """One optimizer step on ``batch``; returns the loss metrics (token-weighted over
-        micro-batches) and the gradient norm."""
+        micro-batches) and the gradient norm. Sharded: every rank passes the same whole
+        batch, trains on its own rows, and gets the whole batch's metrics."""
         width = batch.mask.shape[1]
+        # Counts over the whole batch, on every rank: each micro-batch's loss divides by
+        # them, so the losses of all micro-batches of all ranks add up to the batch loss.
         num_sequences = int((batch.mask.sum(-1) > 0).sum())
         num_tokens = int(batch.mask.sum())
-        micro = self.config.micro_batch_size or batch.size
+        if self.sharded:
+            local = batch.rows(sharding.row_slice(batch.size, self.rank, self.world))
+            most_rows = -(-batch.size // self.world)  # rank 0's slice is the largest
+            micro = self.config.micro_batch_size or max(most_rows, 1)
+            # FSDP2 gathers and reduces weights in every forward and backward, so all
+            # ranks run the same number of passes: those of the largest slice.
+            passes = -(-most_rows // micro)
+        else:
+            local = batch
+            micro = self.config.micro_batch_size or batch.size
+            passes = -(-batch.size // micro)
         self.optimizer.zero_grad(set_to_none=True)
         sums: dict[str, float] = {}
         loss_total = 0.0  # micro-batch losses add up: each divides by whole-batch counts
+        # Sharded bf16 computes in bf16 through FSDP2's policy instead of autocast.
         autocast = torch.autocast(
-            self.device.type, dtype=torch.bfloat16, enabled=self.config.mixed_precision == "bf16"
+            self.device.type,
+            dtype=torch.bfloat16,
+            enabled=self.config.mixed_precision == "bf16" and not self.sharded,
         )
-        for start in range(0, batch.size, micro):
-            mb = batch.rows(slice(start, start + micro)).to(self.device)
+        for start in range(0, passes * micro, micro):
+            if start >= local.size:
+                self._padding_pass(batch, width, autocast)
+                continue
+            mb = local.rows(slice(start, start + micro)).to(self.device)
             with autocast:
                 logprobs = response_logprobs(self.model, mb.tokens, mb.response_start, width)
             old = mb.old_logprobs if mb.old_logprobs is not None else logprobs.detach()
@@ -158,7 +193,14 @@ class Trainer:
             for k, v in metrics.items():
                 if k != "loss":
                     sums[k] = sums.get(k, 0.0) + weight * v
+        if self.sharded:  # every rank reports the whole batch
+            sums = sharding.sum_over_ranks({**sums, "loss": loss_total})
+            loss_total = sums.pop("loss")
+        # Over sharded gradients torch computes the global norm (the per-shard norms are
+        # combined across ranks) and returns it as a replicated DTensor.
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.grad_clip)
+        if isinstance(grad_norm, DTensor):
+            grad_norm = grad_norm.full_tensor()
         self.optimizer.step()
         self.version += 1
         return {
@@ -167,6 +209,16 @@ class Trainer:
             "grad_norm": float(grad_norm),
             "response_tokens": num_tokens,
         }
+
+    def _padding_pass(self, batch: RolloutBatch, width: int, autocast) -> None:
+        """A forward and backward that changes no gradient, for a rank with fewer rows
+        than the others (FSDP2's collectives need the same passes on every rank). Any
+        real row serves as input; its loss is zero times its log-probabilities, which
+        leaves the algorithm's loss (and its handling of empty masks) out of it."""
+        row = batch.rows(slice(0, 1)).to(self.device)
+        with autocast:
+            logprobs = response_logprobs(self.model, row.tokens, row.response_start, width)
+        (logprobs.sum() * 0.0).backward()
 
     def train_step(self, inputs: list[dict], targets: list[dict]) -> float:
         """torchforge-compatible step: ``inputs = [{"tokens": [B, L]}]``, ``targets =
@@ -194,18 +246,33 @@ class Trainer:
             self.config.micro_batch_size = saved
 
     def hf_state_dict(self) -> dict[str, torch.Tensor]:
-        """Current weights in Hugging Face naming (detached, contiguous)."""
+        """Current weights in Hugging Face naming (detached, contiguous); whole tensors on
+        every rank when sharded."""
         state = {k: v.detach() for k, v in self.model.state_dict().items()}
+        if self.sharded:
+            if self.model.enable_weight_tying:
+                # the embedding's twin, which the export leaves out: not worth a gather
+                del state["lm_head.weight"]
+            state = sharding.full_tensors(state)
         return {k: v.contiguous() for k, v in self.adapter.to_hf(state).items()}
 
     def optimizer_state_dict(self) -> dict:
+        """``torch.optim`` layout (parameters by position) with whole tensors, sharded or
+        not: a checkpoint resumes at any world size."""
+        if self.sharded:
+            return sharding.full_optimizer_state(self.optimizer)
         return self.optimizer.state_dict()
 
     def load_state(self, hf_state_dict: dict[str, torch.Tensor], optimizer_state: dict,
                    version: int) -> None:  # fmt: skip
-        """Restore weights (Hugging Face naming), optimizer state and policy version."""
-        self.model.load_state_dict(self.adapter.from_hf(hf_state_dict), strict=True)
-        self.optimizer.load_state_dict(optimizer_state)
+        """Restore weights (Hugging Face naming), optimizer state and policy version.
+        Sharded: every rank passes the same whole state and keeps its shard."""
+        if self.sharded:
+            sharding.load_full_model_state(self.model, self.adapter.from_hf(hf_state_dict))
+            sharding.load_full_optimizer_state(self.optimizer, optimizer_state)
+        else:
+            self.model.load_state_dict(self.adapter.from_hf(hf_state_dict), strict=True)
+            self.optimizer.load_state_dict(optimizer_state)
         self.version = version
 
     def save_hf(self, directory: Path, source: Path) -> None:

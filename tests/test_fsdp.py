@@ -1,0 +1,217 @@
+"""FSDP2 data parallelism in the Trainer: two gloo processes, each given the same whole
+batch, must make the same updates as one process (same losses, gradient norms, gradients
+and weights), report whole-batch metrics on both ranks, keep tied embeddings tied, and
+resume from a checkpoint at either world size."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+import torch
+import torch.multiprocessing as mp
+
+from zoo.algorithms import get_algorithm
+from zoo.core.trainer import RolloutBatch, Trainer, TrainerConfig
+
+WORLD = 2
+STEPS = 4
+SAVE_AFTER = 2
+RESPONSE = 5
+
+# name: model, algorithm (name, overrides), rows per batch, micro-batch size, checkpoint
+# the sharded resume starts from ("own": its own step-2 state; "single": one process's)
+SCENARIOS = {
+    # whole slices (5 and 4 rows in one pass each); GRPO's KL term reads ref_logprobs;
+    # tied embeddings, as in the small Qwen3 releases
+    "grpo_tied_whole": ("tied", ("grpo", {}), 9, 0, "own"),
+    # 9 rows, micro 2: rank 0 runs 3 micro-batches, rank 1 runs 2 and one padding pass
+    "dapo_uneven_micro": ("tiny", ("dapo", {}), 9, 2, "single"),
+    # one row: rank 1 has none and only runs a padding pass
+    "grpo_one_row": ("tiny", ("grpo", {"beta": 0.0}), 1, 0, "own"),
+}
+
+
+def make_batches(rows: int, seed: int) -> list[RolloutBatch]:
+    """STEPS batches: ragged responses, all-zero mask rows (one per rank's slice, when
+    there are more than two rows), per-row advantages."""
+    gen = torch.Generator().manual_seed(seed)
+    out = []
+    for _ in range(STEPS):
+        prompt = 6
+        tokens = torch.randint(0, 256, (rows, prompt + RESPONSE), generator=gen)
+        lengths = torch.randint(1, RESPONSE + 1, (rows,), generator=gen)
+        if rows > 2:
+            lengths[[1, rows - 2]] = 0
+        mask = (torch.arange(RESPONSE)[None, :] < lengths[:, None]).float()
+        out.append(
+            RolloutBatch(
+                tokens=tokens,
+                response_start=torch.full((rows,), prompt),
+                mask=mask,
+                advantages=torch.randn(rows, generator=gen),
+                # near the tiny model's own logprobs of random tokens (about -10.5)
+                ref_logprobs=-11.0 + 2.0 * torch.rand(rows, RESPONSE, generator=gen),
+            )
+        )
+    return out
+
+
+def run_steps(trainer: Trainer, algo, batches: list[RolloutBatch]) -> list[dict]:
+    return [trainer.step(b, algo.loss) for b in batches]
+
+
+def full_grads(trainer: Trainer) -> dict[str, torch.Tensor]:
+    """Whole gradients by parameter name (a collective when sharded)."""
+    out = {}
+    for name, p in trainer.model.named_parameters():
+        g = p.grad
+        out[name] = g.full_tensor() if hasattr(g, "full_tensor") else g.clone()
+    return out
+
+
+def worker(rank: int, port: int, paths: dict[str, str], out_dir: str) -> None:
+    import torch.distributed as dist
+
+    torch.set_num_threads(1)
+    os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", str(port)
+    dist.init_process_group("gloo", rank=rank, world_size=WORLD, timeout=timedelta(seconds=60))
+    try:
+        results = {}
+        for name, (model, (algo_name, overrides), rows, micro, resume_from) in SCENARIOS.items():
+            config = TrainerConfig(micro_batch_size=micro)
+            algo = get_algorithm(algo_name, **overrides)
+            batches = make_batches(rows, seed=len(name))
+            trainer = Trainer(Path(paths[model]), config, RESPONSE)
+            assert trainer.sharded and trainer.world == WORLD
+            tied = trainer.model.enable_weight_tying
+            metrics, grads, checkpoint = [], None, None
+            for i, batch in enumerate(batches, start=1):
+                metrics.append(trainer.step(batch, algo.loss))
+                if i == 1:
+                    grads = full_grads(trainer)
+                if i == SAVE_AFTER:
+                    checkpoint = (
+                        trainer.hf_state_dict(),
+                        trainer.optimizer_state_dict(),
+                        trainer.version,
+                    )
+            if tied:  # still one Parameter after sharding and training
+                assert trainer.model.tok_embeddings.weight is trainer.model.lm_head.weight
+            final = trainer.hf_state_dict()
+            if resume_from == "single":
+                checkpoint = torch.load(Path(out_dir) / f"{name}-single.pt", weights_only=False)
+            resumed = Trainer(Path(paths[model]), config, RESPONSE)
+            resumed.load_state(*checkpoint)
+            resumed_metrics = run_steps(resumed, algo, batches[SAVE_AFTER:])
+            results[name] = {
+                "metrics": metrics,
+                "grads": grads if rank == 0 else None,
+                "checkpoint": checkpoint if rank == 0 else None,
+                "final": final,
+                "resumed": resumed_metrics,
+                "resumed_final": resumed.hf_state_dict(),
+                "tied": tied,
+            }
+        torch.save(results, Path(out_dir) / f"rank{rank}.pt")
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.fixture(scope="module")
+def tied_path(tiny_path: Path, tmp_path_factory) -> Path:
+    """The tiny model with its LM head tied to the embedding (the checkpoint then stores
+    no lm_head.weight, as Qwen3-0.6B's does)."""
+    from safetensors.torch import load_file, save_file
+
+    path = tmp_path_factory.mktemp("tiny-tied")
+    for f in tiny_path.iterdir():
+        if f.is_file() and f.suffix != ".safetensors":
+            shutil.copy2(f, path / f.name)
+    config = json.loads((tiny_path / "config.json").read_text())
+    (path / "config.json").write_text(json.dumps({**config, "tie_word_embeddings": True}))
+    weights = load_file(str(tiny_path / "model.safetensors"))
+    del weights["lm_head.weight"]
+    save_file(weights, str(path / "model.safetensors"), metadata={"format": "pt"})
+    return path
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def assert_metrics_close(got: list[dict], want: list[dict]) -> None:
+    for g, w in zip(got, want, strict=True):
+        assert g.keys() == w.keys()
+        assert g["response_tokens"] == w["response_tokens"]
+        assert g["loss"] == pytest.approx(w["loss"], rel=1e-5, abs=1e-7)
+        assert g["grad_norm"] == pytest.approx(w["grad_norm"], rel=1e-5)
+        for k in w:
+            assert g[k] == pytest.approx(w[k], rel=1e-5, abs=1e-6), k
+
+
+def assert_weights_close(got: dict, want: dict) -> None:
+    """Within 1e-5: AdamW moves each weight by about lr (2e-4) per step whatever the
+    gradient's size, so where a gradient is near zero its rounding noise (which differs
+    between one process and two) can move a weight by ~1e-6; a wrong update is ~1e-4."""
+    assert got.keys() == want.keys()
+    for k in want:
+        torch.testing.assert_close(got[k], want[k], atol=1e-5, rtol=0, msg=k)
+
+
+def test_two_fsdp_ranks_train_like_one_process(tiny_path: Path, tied_path: Path, tmp_path):
+    paths = {"tiny": str(tiny_path), "tied": str(tied_path)}
+    single = {}
+    for name, (model, (algo_name, overrides), rows, micro, _) in SCENARIOS.items():
+        algo = get_algorithm(algo_name, **overrides)
+        batches = make_batches(rows, seed=len(name))
+        trainer = Trainer(Path(paths[model]), TrainerConfig(micro_batch_size=micro), RESPONSE)
+        assert not trainer.sharded
+        metrics = []
+        for i, batch in enumerate(batches, start=1):
+            metrics.append(trainer.step(batch, algo.loss))
+            if i == 1:
+                grads = full_grads(trainer)
+            if i == SAVE_AFTER:
+                state = trainer.hf_state_dict(), trainer.optimizer_state_dict(), i
+                torch.save(state, tmp_path / f"{name}-single.pt")
+        single[name] = {"metrics": metrics, "grads": grads, "final": trainer.hf_state_dict()}
+
+    mp.start_processes(
+        worker, args=(free_port(), paths, str(tmp_path)), nprocs=WORLD, start_method="spawn"
+    )
+    ranks = [torch.load(tmp_path / f"rank{r}.pt", weights_only=False) for r in range(WORLD)]
+
+    for name, (model, (algo_name, overrides), rows, micro, _) in SCENARIOS.items():
+        want, got = single[name], ranks[0][name]
+        assert got["tied"] == (model == "tied")
+        # gradients are summed over ranks, not averaged: an average would halve these
+        # (the first step's gradients, as clipped)
+        assert_metrics_close(got["metrics"], want["metrics"])
+        for k, g in want["grads"].items():
+            torch.testing.assert_close(got["grads"][k], g, atol=1e-6, rtol=1e-4, msg=k)
+        assert_weights_close(got["final"], want["final"])
+        # every rank reports the whole batch's metrics and holds the same weights
+        assert ranks[1][name]["metrics"] == got["metrics"]
+        for k, v in got["final"].items():
+            assert torch.equal(ranks[1][name]["final"][k], v), k
+        # resumed runs continue as the uninterrupted one
+        assert_metrics_close(got["resumed"], got["metrics"][SAVE_AFTER:])
+        assert_weights_close(got["resumed_final"], want["final"])
+
+        # the sharded checkpoint (whole tensors, torch.optim layout) resumes in one process
+        hf, optim, version = got["checkpoint"]
+        algo = get_algorithm(algo_name, **overrides)
+        one = Trainer(Path(paths[model]), TrainerConfig(micro_batch_size=micro), RESPONSE)
+        one.load_state(hf, optim, version)
+        assert one.version == SAVE_AFTER
+        later = make_batches(rows, seed=len(name))[SAVE_AFTER:]
+        assert_metrics_close(run_steps(one, algo, later), want["metrics"][SAVE_AFTER:])
+        assert_weights_close(one.hf_state_dict(), want["final"])
