@@ -38,16 +38,18 @@ def forge_zoo_steps(
     generator: Any = None,
     generator_backend: str = "vllm",
     placement: str = "local",
+    **run: Any,
 ) -> dict[str, float]:
-    """Median wall seconds of forge-zoo's RL step (RLLoop.step, local placement) and of
-    its phases, GRPO with beta 0, after ``warmup`` steps."""
+    """Median wall seconds of forge-zoo's RL step (RLLoop.step) and of its phases, GRPO
+    with beta 0, after ``warmup`` steps; ``run``: further RunConfig fields (mode,
+    weight_sync). Per-step idle seconds of trainer and generator are medians too."""
     from zoo.core.loop import RLLoop, RunConfig, build_services
 
     cfg = RunConfig(
         model=str(model), init=init, generator=generator_backend, device="cpu",
         prompts_per_step=setting.prompts_per_step, group_size=setting.group_size,
         max_response_len=setting.max_new_tokens, algorithm_config={"beta": 0.0},
-        eval_every=10**9, checkpoint_every=0, placement=placement,
+        eval_every=10**9, checkpoint_every=0, placement=placement, **run,
     )  # fmt: skip
     services = build_services(cfg, quiet=True, generator=generator)
     loop = RLLoop(cfg, services)
@@ -63,8 +65,9 @@ def forge_zoo_steps(
         services.close()
     phases = {
         f"{p}_seconds": statistics.median(r[f"{p}_seconds"] for r in records)
-        for p in ("generate", "score", "reference", "train", "sync")
-    }
+        for p in ("generate", "score", "reference", "train", "sync", "trainer_idle",
+                  "generator_idle")
+    }  # fmt: skip
     tokens = statistics.mean(r["response_tokens"] for r in records)
     return {"step_seconds": statistics.median(walls), "response_tokens": tokens, **phases,
             "generator": services.generator}  # fmt: skip
@@ -127,21 +130,30 @@ def trl_steps(model_path: Path, setting: StepSetting, checkpointing: bool) -> di
 SYSTEMS = {
     "forge-zoo, local sync, vLLM generator (default)": ("forge-zoo", "vllm"),
     "forge-zoo, local sync, --generator hf": ("forge-zoo", "hf"),
-    "forge-zoo, Monarch placement, sync (vLLM)": ("forge-zoo-monarch", "vllm"),
+    "forge-zoo, Monarch sync (vLLM, RDMA weight sync)": ("forge-zoo-monarch", "sync"),
+    "forge-zoo, Monarch sync, endpoint weight sync": ("forge-zoo-monarch", "sync-endpoint"),
+    "forge-zoo, Monarch async, max_policy_age 1": ("forge-zoo-monarch", "async"),
     "bare torch loop": ("bare", None),
     "TRL GRPOTrainer, default config (gradient checkpointing on)": ("trl", True),
     "TRL GRPOTrainer, gradient checkpointing off": ("trl", False),
 }
-"""Row name -> (system, option). The bare loop is the floor the ratios are taken against."""
+"""Row name -> (system, option). The bare loop is the floor the ratios are taken against.
+Monarch rows: generator, trainer (and the loop) in processes of their own on the same two
+cores; async overlaps generation of the next batch with training on this one."""
 
 
 def measure(system: str, option: Any, setting: StepSetting) -> dict[str, float]:
     from zoo.core.tiny import tiny_model_path
 
     path = tiny_model_path(quiet=True)
-    if system.startswith("forge-zoo"):
-        placement = "monarch" if system.endswith("monarch") else "local"
-        out = forge_zoo_steps(path, setting, generator_backend=option, placement=placement)
+    if system == "forge-zoo":
+        out = forge_zoo_steps(path, setting, generator_backend=option)
+        out.pop("generator")
+        return out
+    if system == "forge-zoo-monarch":
+        mode, _, sync = option.partition("-")
+        out = forge_zoo_steps(path, setting, placement="monarch", mode=mode,
+                              weight_sync=sync or "rdma")  # fmt: skip
         out.pop("generator")
         return out
     if system == "bare":
@@ -166,6 +178,8 @@ def rl_step_table(setting: StepSetting) -> list[dict[str, Any]]:
             "generate s": r.get("generate_seconds", float("nan")),
             "train s": r.get("train_seconds", float("nan")),
             "weight sync s": r.get("sync_seconds", float("nan")),
+            "trainer idle s": r.get("trainer_idle_seconds", float("nan")),
+            "generator idle s": r.get("generator_idle_seconds", float("nan")),
             "bare s / this s": floor / r["step_seconds"],
         }
         for name, r in results.items()

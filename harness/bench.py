@@ -24,7 +24,7 @@ BENCHMARKS = ("rl_step", "generation", "utilisation", "scaling", "sandbox")
 TARGETS = {
     "rl_step": "framework overhead over the bare loop at most 15% in synchronous mode "
     "(bare s / forge-zoo s >= 0.87); with generation and training overlapped (Monarch "
-    "placement, asynchronous mode not built yet) at least 1.3x the bare loop",
+    "placement, async mode) at least 1.3x the bare loop",
     "generation": "at least 2x transformers' generate at the 50m setting; at the tiny "
     "setting, report honestly",
     "utilisation": "at least 30% of the measured float32 matmul peak on the 50m shape",

@@ -257,3 +257,8 @@ def test_fsdp2_over_two_trainer_processes_gives_the_one_process_losses(tmp_path,
         assert ours["loss"] == pytest.approx(theirs["loss"], rel=1e-4, abs=1e-7)
         assert ours["grad_norm"] == pytest.approx(theirs["grad_norm"], rel=1e-4)
         assert ours["kept_groups"] == theirs["kept_groups"] == 32
+
+
+def test_the_example_placement_file_is_valid():
+    layout = PlacementConfig.from_yaml(REPO / "configs" / "distributed.yaml", gpus_available=0)
+    assert (layout.trainer.procs, layout.generator.num_replicas) == (2, 2)

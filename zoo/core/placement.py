@@ -31,14 +31,37 @@ CALL_TIMEOUT_S = 3600.0
 """Upper bound on one call to an actor: a dead or hung process surfaces as an error."""
 
 
+def pin_cores(cores: list[int] | None) -> None:
+    """Run this process's threads on ``cores`` only (None: leave it to the OS). Called
+    first thing in an actor, before any thread pool starts."""
+    if not cores:
+        return
+    os.sched_setaffinity(0, cores)
+    os.environ["OMP_NUM_THREADS"] = str(len(cores))  # vLLM sizes its OpenMP pool from it
+    torch.set_num_threads(len(cores))
+
+
+def split_cores(mode: str, device: str, on_this_host: bool) -> tuple[list | None, list | None]:
+    """(trainer cores, generator cores). In async mode on CPU the trainer and the
+    generators compute at the same time: each gets its own half of this process's cores,
+    since oversubscribed torch/OpenMP threads spin and slow both down several times. In
+    sync mode they take turns, and each uses every core."""
+    cores = sorted(os.sched_getaffinity(0))
+    if mode != "async" or device != "cpu" or not on_this_host or len(cores) < 2:
+        return None, None
+    half = len(cores) // 2
+    return cores[:half], cores[half:]
+
+
 class GeneratorActor(Actor):
     """One generator replica. Replies carry the seconds the call kept the engine busy, so
     the loop can tell generator idle time from its own waiting."""
 
     def __init__(self, backend: str, model_path: str, init: str, device: str,
-                 max_model_len: int) -> None:  # fmt: skip
+                 max_model_len: int, cores: list[int] | None) -> None:  # fmt: skip
         from zoo.core.generator import make_generator
 
+        pin_cores(cores)
         self.generator = make_generator(backend, Path(model_path), seed=0, init=init,
                                         device=device, max_model_len=max_model_len)  # fmt: skip
         self.flat: torch.Tensor | None = None  # where RDMA reads land
@@ -95,7 +118,9 @@ class TrainerActor(Actor):
         algorithm: str,
         algorithm_config: dict,
         seed: int,
+        cores: list[int] | None,
     ) -> None:
+        self.cores = cores
         self.args = (Path(model_path), trainer_config, max_response_len, init, device)
         self.algorithm_args = (algorithm, algorithm_config)
         self.seed = seed
@@ -116,6 +141,10 @@ class TrainerActor(Actor):
 
         self.rank = current_rank().rank  # (this call reaches the whole mesh)
         self.slots: WeightSlots | None = None
+        cores = self.cores
+        if cores and len(cores) >= world_size:  # FSDP ranks split the trainer's cores
+            cores = [c for i, c in enumerate(cores) if i % world_size == self.rank]
+        pin_cores(cores)
         if world_size > 1:
             import torch.distributed as dist
 
@@ -177,10 +206,11 @@ class ReferenceActor(Actor):
     """The frozen reference: built from the trainer's initial weights (sent once)."""
 
     def __init__(self, model_path: str, hf_state_dict: dict, micro_batch_size: int,
-                 device: str) -> None:  # fmt: skip
+                 device: str, cores: list[int] | None) -> None:  # fmt: skip
         from zoo.core.models import build_titan_model
         from zoo.core.reference import Reference
 
+        pin_cores(cores)
         model, adapter = build_titan_model(Path(model_path), init="random", device=device)
         model.load_state_dict(adapter.from_hf(hf_state_dict), strict=True)
         self.reference = Reference(model, micro_batch_size)
@@ -481,10 +511,11 @@ def spawn_monarch_services(
         meshes.append(mesh)
         return mesh
 
+    trainer_cores, generator_cores = split_cores(cfg.mode, device, on_this_host=hosts is None)
     trainer_procs = layout.trainer.procs
     actors = procs(trainer_procs, "trainer").spawn(
         "trainer", TrainerActor, str(spec.path), trainer_config, cfg.max_response_len,
-        cfg.init, device, cfg.algorithm, cfg.algorithm_config, cfg.seed,
+        cfg.init, device, cfg.algorithm, cfg.algorithm_config, cfg.seed, trainer_cores,
     )  # fmt: skip
     master = None
     if trainer_procs > 1:
@@ -496,7 +527,7 @@ def spawn_monarch_services(
     def spawn_generator(replica: int) -> Any:
         return procs(1, "generator", replica).spawn(
             f"generator{replica}", GeneratorActor, cfg.generator, str(spec.path), cfg.init,
-            device, max_model_len,
+            device, max_model_len, generator_cores,
         )  # fmt: skip
 
     generator = RemoteGenerator(
@@ -513,6 +544,7 @@ def spawn_monarch_services(
     if needs_reference:
         reference = RemoteReference(procs(1, "reference").spawn(
             "reference", ReferenceActor, str(spec.path), initial, cfg.micro_batch_size, device,
+            trainer_cores,
         ))  # fmt: skip
 
     def close() -> None:
