@@ -61,7 +61,10 @@ def forge_zoo_steps(
         if i >= setting.warmup:
             walls.append(time.perf_counter() - start)
             records.append(record)
+    load = None
     if placement != "local":
+        services.generator.settle()
+        load = services.generator.load_seconds / (setting.warmup + setting.steps)
         services.close()
     phases = {
         f"{p}_seconds": statistics.median(r[f"{p}_seconds"] for r in records)
@@ -70,7 +73,7 @@ def forge_zoo_steps(
     }  # fmt: skip
     tokens = statistics.mean(r["response_tokens"] for r in records)
     return {"step_seconds": statistics.median(walls), "response_tokens": tokens, **phases,
-            "generator": services.generator}  # fmt: skip
+            "generator": services.generator, "weight_load_seconds": load}  # fmt: skip
 
 
 def arithmetic_batches(setting: StepSetting, seed: int = 0):
@@ -178,6 +181,7 @@ def rl_step_table(setting: StepSetting) -> list[dict[str, Any]]:
             "generate s": r.get("generate_seconds", float("nan")),
             "train s": r.get("train_seconds", float("nan")),
             "weight sync s": r.get("sync_seconds", float("nan")),
+            "generator weight load s": r.get("weight_load_seconds") or float("nan"),
             "trainer idle s": r.get("trainer_idle_seconds", float("nan")),
             "generator idle s": r.get("generator_idle_seconds", float("nan")),
             "bare s / this s": floor / r["step_seconds"],

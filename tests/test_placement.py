@@ -110,18 +110,20 @@ def parent_pid(pid: int) -> int:
     return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
 
 
-def test_replicas_on_two_hosts_survive_a_killed_replica_with_unchanged_numbers(
+def test_replicas_on_two_hosts_survive_killed_replicas_with_unchanged_numbers(
     tmp_path, tiny_model_path, two_hosts
 ):
-    """A placement file with two hosts (local workers standing in) and two generator
-    replicas, one per host. A call's prompts are split across the replicas and each prompt
-    carries its own sampler seed, so the samples equal one engine's. One replica's process
-    is killed after step 1; the run replaces it, re-sends the lost requests and ends with
-    exactly the local placement's numbers."""
+    """A placement file with two hosts (local workers standing in), two generator replicas
+    and two scorer replicas, one of each per host. A call's prompts are split across the
+    replicas and each prompt carries its own sampler seed, so the samples equal one
+    engine's. A generator replica's process is killed after step 1, a scorer's after step
+    2; the run replaces them, re-sends the lost requests and ends with exactly the local
+    placement's numbers."""
     addresses, worker_pids = two_hosts
     config = tmp_path / "distributed.yaml"
     config.write_text(
         "services:\n  generator: {procs: 1, num_replicas: 2, on_failure: replace}\n"
+        "  scorer: {procs: 1, num_replicas: 2, on_failure: replace}\n"
         f"hosts: [{', '.join(addresses)}]\n"
     )
     cfg = RunConfig(algorithm="dapo", steps=3, prompts_per_step=16, eval_every=2,
@@ -132,17 +134,21 @@ def test_replicas_on_two_hosts_survive_a_killed_replica_with_unchanged_numbers(
                          distributed=PlacementConfig.from_yaml(config).to_dict())  # fmt: skip
     remote = build_services(remote_cfg, quiet=True)
     pids = [a.pid.call_one().get() for a in remote.generator.actors]
+    scorers = [a.pid.call_one().get() for a in remote.scorer.replicas.actors]
     # replica i runs on host (1 + i) mod 2: its process is a child of that host's worker
     assert [parent_pid(p) for p in pids] == [worker_pids[1], worker_pids[0]]
+    assert [parent_pid(p) for p in scorers] == [worker_pids[1], worker_pids[0]]
 
     def kill_after_step_one(record: dict) -> None:
         if record["step"] == 1:
             os.kill(pids[1], signal.SIGKILL)
+        if record["step"] == 2:
+            os.kill(scorers[0], signal.SIGKILL)
 
     try:
         history = execute_run(remote_cfg, tmp_path / "remote", remote, command="test",
                               on_record=kill_after_step_one)  # fmt: skip
-        assert remote.generator.replacements == 1
+        assert remote.generator.replacements == remote.scorer.replicas.replacements == 1
     finally:
         remote.close()
     assert numbers(history) == numbers(expected)
@@ -192,7 +198,7 @@ def test_samples_older_than_max_policy_age_are_dropped_and_counted(tiny_model_pa
         ("parallelism: {tensor_parallel_degree: 2}\nservices: {trainer: {procs: 2}}",
          "tensor_parallel_degree is 2: .* not implemented"),
         ("services: {learner: {}}", "unknown service 'learner'; valid: generator, trainer"),
-        ("services: {trainer: {on_failure: replace}}", "only generator replicas"),
+        ("services: {trainer: {on_failure: replace}}", "only generator and scorer replicas"),
         ("services: [1, 2]", "services must be a mapping"),
     ],
 )  # fmt: skip
@@ -261,4 +267,4 @@ def test_fsdp2_over_two_trainer_processes_gives_the_one_process_losses(tmp_path,
 
 def test_the_example_placement_file_is_valid():
     layout = PlacementConfig.from_yaml(REPO / "configs" / "distributed.yaml", gpus_available=0)
-    assert (layout.trainer.procs, layout.generator.num_replicas) == (2, 2)
+    assert (layout.trainer.procs, layout.generator.num_replicas, layout.scorer.procs) == (2, 2, 1)

@@ -221,10 +221,16 @@ class Services:
     ledger: Ledger
     close: Callable[[], None] = lambda: None
     """Release what the placement started (the Monarch placement's processes)."""
+    scorer: Any | None = None
+    """Scores completions in processes of their own (the Monarch placement's scorer
+    service); None: the env scores them in this process."""
     publish_weights: Callable[[], None] | None = None
     """Send the trainer's current weights and version to every generator. Default: the
     trainer's Hugging Face state dict passed to ``generator.update_weights``; the Monarch
     placement's RDMA backend moves them between its processes without the loop."""
+
+    def score_batch(self, prompts: list[Prompt], texts: list[str]) -> list[float]:
+        return (self.scorer or self.env).score_batch(prompts, texts)
 
     def sync_weights(self) -> None:
         if self.publish_weights is not None:
@@ -440,7 +446,7 @@ class RLLoop:
             rounds += 1
             prompts, groups = self.sample_groups(cfg.prompts_per_step)
             with ledger.timed("score"):  # one call: envs may score a whole step in parallel
-                flat = s.env.score_batch(
+                flat = s.score_batch(
                     [p for p, g in zip(prompts, groups, strict=True) for _ in g],
                     [c.text for g in groups for c in g],
                 )
@@ -508,7 +514,7 @@ class RLLoop:
         groups = s.generator.generate(
             [s.encode(p) for p in prompts], n=1, sampling=self.sampling, greedy=True
         )
-        rewards = s.env.score_batch(prompts, [g[0].text for g in groups])
+        rewards = s.score_batch(prompts, [g[0].text for g in groups])
         return {
             "eval_reward": statistics.fmean(rewards),
             "eval_seconds": time.perf_counter() - start,

@@ -70,11 +70,12 @@ class GeneratorActor(Actor):
     def generate(
         self,
         prompts: list[list[int]],
+        seeds: list[int] | None,
         n: int,
         sampling: SamplingConfig,
-        seeds: list[int] | None,
         greedy: bool,
     ) -> tuple[list[list[Completion]], float]:
+        """(Per-prompt arguments first: Replicas.submit slices them.)"""
         start = time.perf_counter()
         groups = self.generator.generate(prompts, n=n, sampling=sampling, seeds=seeds,
                                          greedy=greedy)  # fmt: skip
@@ -301,35 +302,107 @@ def _get(service: str, call: Any) -> Any:
         ) from exc
 
 
-class PendingGeneration:
-    """A generate call in flight on one or more replicas; ``result()`` waits for it.
+class Replicas:
+    """Copies of one actor, each in processes of its own. A call's items are split into
+    contiguous slices, one per replica; a replica whose process died is replaced (and its
+    slice re-run on the new one) when ``replace_failed``, else the failure stops the run."""
 
-    Each replica got a contiguous slice of the prompts (with their seeds, so the samples do
-    not depend on the split). A slice whose replica died is re-run on a replacement when
-    the service replaces failed replicas; otherwise the failure stops the run."""
-
-    def __init__(self, service: RemoteGenerator, parts: list[tuple[int, tuple, Any]]) -> None:
+    def __init__(self, service: str, spawn: Callable[[int], Any], count: int,
+                 replace_failed: bool, prepare: Callable[[Any], None] = lambda actor: None,
+                 ) -> None:  # fmt: skip
         self.service = service
-        self.parts = parts  # (replica index, call arguments, future)
+        self.spawn = spawn
+        self.prepare = prepare
+        """Brings a replacement up to date (a generator: the current weights)."""
+        self.replace_failed = replace_failed
+        self.actors = [spawn(i) for i in range(count)]
+        self.replacements = 0
+
+    def submit(self, endpoint_name: str, sliced: tuple[list | None, ...], *shared: Any) -> Pending:
+        """Call ``endpoint_name(*slices, *shared)`` on every replica with a non-empty
+        slice of the (equally long) lists in ``sliced`` (None stays None)."""
+        total = len(sliced[0])
+        bounds = torch.linspace(0, total, len(self.actors) + 1).round().long().tolist()
+        parts = []
+        for replica, (lo, hi) in enumerate(itertools.pairwise(bounds)):
+            if hi > lo:
+                args = (*(None if x is None else x[lo:hi] for x in sliced), *shared)
+                future = getattr(self.actors[replica], endpoint_name).call_one(*args)
+                parts.append((replica, endpoint_name, args, future))
+        return Pending(self, parts)
+
+    def broadcast(self, endpoint_name: str, *args: Any) -> list[tuple[int, Any, Any]]:
+        """Send to every replica; (replica, actor, future) for ``settle``."""
+        return [
+            (i, a, getattr(a, endpoint_name).call_one(*args)) for i, a in enumerate(self.actors)
+        ]
+
+    def settle(self, sent: list[tuple[int, Any, Any]]) -> list[Any]:
+        """The answers of a broadcast (a replica that died meanwhile is replaced, already
+        up to date, and answers nothing; or the run stops)."""
+        answers = []
+        for replica, actor, future in sent:
+            try:
+                answers.append(_get(self.service, future))
+            except ServiceFailure:
+                if not self.replace_failed:
+                    raise
+                if self.actors[replica] is actor:  # not yet replaced by a failed call
+                    self.replace(replica)
+        return answers
+
+    def replace(self, replica: int) -> Any:
+        """Start a new process for a failed replica and bring it up to date."""
+        print(f"forge-zoo: {self.service} replica {replica} failed; starting a replacement",
+              file=sys.stderr)  # fmt: skip
+        actor = self.spawn(replica)
+        self.prepare(actor)
+        self.actors[replica] = actor
+        self.replacements += 1
+        return actor
+
+
+class Pending:
+    """A split call in flight; ``result()`` waits and returns the replicas' answers in
+    slice order, re-running a dead replica's slice on its replacement."""
+
+    def __init__(self, replicas: Replicas, parts: list[tuple[int, str, tuple, Any]]) -> None:
+        self.replicas = replicas
+        self.parts = parts
+
+    def result(self) -> list[Any]:
+        answers = []
+        for replica, endpoint_name, args, future in self.parts:
+            try:
+                answers.append(_get(self.replicas.service, future))
+            except ServiceFailure:
+                if not self.replicas.replace_failed:
+                    raise
+                actor = self.replicas.replace(replica)
+                answers.append(_get(self.replicas.service,
+                                    getattr(actor, endpoint_name).call_one(*args)))  # fmt: skip
+        return answers
+
+
+class PendingGeneration:
+    """A generate call in flight; ``result()`` waits for the groups."""
+
+    def __init__(self, generator: RemoteGenerator, pending: Pending) -> None:
+        self.generator = generator
+        self.pending = pending
 
     def result(self) -> list[list[Completion]]:
         groups: list[list[Completion]] = []
-        for replica, args, future in self.parts:
-            try:
-                part, busy = _get("generator", future)
-            except ServiceFailure:
-                if not self.service.replace_failed:
-                    raise
-                actor = self.service.replace(replica)
-                part, busy = _get("generator", actor.generate.call_one(*args))
-            self.service.busy_seconds += busy
+        for part, busy in self.pending.result():
+            self.generator.busy_seconds += busy
             groups += part
         return groups
 
 
 class RemoteGenerator:
     """Generator replicas behind the local generator's interface: a call's prompts are
-    split across the replicas, weight updates go to all of them.
+    split across the replicas (with their seeds, so the samples do not depend on the
+    split), weight updates go to all of them.
 
     ``wait_for_updates`` False (asynchronous mode): ``update_weights`` returns once the
     weights are sent; each replica applies them after the requests already queued on it
@@ -343,21 +416,30 @@ class RemoteGenerator:
         current_weights: Callable[[], tuple[dict[str, torch.Tensor], int]],
         wait_for_updates: bool = True,
     ) -> None:
-        self.spawn = spawn
-        self.current_weights = current_weights
-        """(state dict, version) for a replacement replica (the trainer's, by endpoint)."""
-        self.actors = [spawn(i) for i in range(replicas)]
-        self.replace_failed = replace_failed
+        def prepare(actor: Any) -> None:  # a replacement gets the trainer's weights
+            _get("generator", actor.update_weights.call_one(*current_weights()))
+
+        self.pool = Replicas("generator", spawn, replicas, replace_failed, prepare)
         self.wait_for_updates = wait_for_updates
         self.policy_version = 0
         self.busy_seconds = 0.0
         """Seconds the replicas spent generating (summed over replicas)."""
-        self.replacements = 0
+        self.load_seconds = 0.0
+        """Seconds the replicas spent receiving and loading weights (summed; in async
+        mode this happens off the loop's path, so the loop's sync phase does not show it)."""
         self._updates: list[Any] = []
+
+    @property
+    def actors(self) -> list[Any]:
+        return self.pool.actors
 
     @property
     def replicas(self) -> int:
         return len(self.actors)
+
+    @property
+    def replacements(self) -> int:
+        return self.pool.replacements
 
     def submit(
         self,
@@ -367,14 +449,8 @@ class RemoteGenerator:
         seeds: list[int] | None = None,
         greedy: bool = False,
     ) -> PendingGeneration:
-        parts = []
-        bounds = torch.linspace(0, len(prompts), len(self.actors) + 1).round().long().tolist()
-        for replica, (lo, hi) in enumerate(itertools.pairwise(bounds)):
-            if hi > lo:
-                args = (prompts[lo:hi], n, sampling, None if seeds is None else seeds[lo:hi],
-                        greedy)  # fmt: skip
-                parts.append((replica, args, self.actors[replica].generate.call_one(*args)))
-        return PendingGeneration(self, parts)
+        pending = self.pool.submit("generate", (prompts, seeds), n, sampling, greedy)
+        return PendingGeneration(self, pending)
 
     def generate(
         self,
@@ -396,34 +472,44 @@ class RemoteGenerator:
 
     def _send(self, endpoint_name: str, args: tuple, version: int) -> None:
         self.settle()  # the previous update's errors surface here, not never
-        self._updates = [(i, a, getattr(a, endpoint_name).call_one(*args))
-                         for i, a in enumerate(self.actors)]  # fmt: skip
+        self._updates = self.pool.broadcast(endpoint_name, *args)
         self.policy_version = version
         if self.wait_for_updates:
             self.settle()
 
     def settle(self) -> None:
-        """Wait until the weight updates sent so far are applied (a replica that died
-        meanwhile is replaced with the current weights, or the run stops)."""
+        """Wait until the weight updates sent so far are applied."""
         updates, self._updates = self._updates, []
-        for replica, actor, future in updates:
-            try:
-                _get("generator", future)
-            except ServiceFailure:
-                if not self.replace_failed:
-                    raise
-                if self.actors[replica] is actor:  # not yet replaced by a failed generate
-                    self.replace(replica)
+        self.load_seconds += sum(self.pool.settle(updates))
 
-    def replace(self, replica: int) -> Any:
-        """Start a new process for a failed replica and give it the current weights."""
-        print(f"forge-zoo: generator replica {replica} failed; starting a replacement",
-              file=sys.stderr)  # fmt: skip
-        actor = self.spawn(replica)
-        _get("generator", actor.update_weights.call_one(*self.current_weights()))
-        self.actors[replica] = actor
-        self.replacements += 1
-        return actor
+
+class ScorerActor(Actor):
+    """The env's scoring in a process of its own (its sandbox runs from here)."""
+
+    def __init__(self, env: str, env_config: dict) -> None:
+        from zoo.envs import get_env
+
+        self.env = get_env(env, **env_config)
+
+    @endpoint
+    def score_batch(self, prompts: list[Any], texts: list[str]) -> list[float]:
+        return self.env.score_batch(prompts, texts)
+
+    @endpoint
+    def pid(self) -> int:
+        return os.getpid()
+
+
+class RemoteScorer:
+    """``score_batch`` split across scorer replicas (scores are per item, so the split
+    does not change them)."""
+
+    def __init__(self, replicas: Replicas) -> None:
+        self.replicas = replicas
+
+    def score_batch(self, prompts: list[Any], texts: list[str]) -> list[float]:
+        return [r for part in self.replicas.submit("score_batch", (prompts, texts)).result()
+                for r in part]  # fmt: skip
 
 
 class RemoteTrainer:
@@ -552,6 +638,18 @@ def spawn_monarch_services(
             with contextlib.suppress(Exception):  # a dead replica's mesh: nothing to stop
                 mesh.stop().get(timeout=60)
 
+    scorer = None
+    if layout.scorer.procs:  # listed in the placement file: scoring leaves the loop's process
+
+        def spawn_scorer(replica: int) -> Any:
+            return procs(1, "scorer", replica).spawn(
+                f"scorer{replica}", ScorerActor, cfg.env, cfg.env_config
+            )
+
+        replace_failed = layout.scorer.on_failure == "replace"
+        scorer = RemoteScorer(
+            Replicas("scorer", spawn_scorer, layout.scorer.num_replicas, replace_failed)
+        )
     publish = RDMAWeightSync(trainer, generator) if cfg.weight_sync == "rdma" else None
     return {"trainer": trainer, "generator": generator, "reference": reference,
-            "close": close, "publish_weights": publish}  # fmt: skip
+            "scorer": scorer, "close": close, "publish_weights": publish}  # fmt: skip

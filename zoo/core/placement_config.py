@@ -10,18 +10,21 @@ users already write (``--config distributed.yaml``)::
       generator: {procs: 1, num_replicas: 2, with_gpus: false, on_failure: replace}
       trainer:   {procs: 2, num_replicas: 1, with_gpus: false}
       reference: {procs: 1, num_replicas: 1, with_gpus: false}
+      scorer:    {procs: 1, num_replicas: 2, on_failure: replace}   # default: procs 0
     hosts: [tcp://node1:22222, tcp://node2:22222]   # optional; default: this host
 
 ``hosts`` are Monarch workers already running on the cluster's machines (``python -m
 harness worker --address tcp://0.0.0.0:22222`` on each, or Monarch's own job launchers).
-The trainer goes on the first host, generator replica i on host (1 + i) mod H, the
-reference on the last; every service's processes share a host.
+The trainer goes on the first host, generator (and scorer) replica i on host (1 + i)
+mod H, the reference on the last; every service's processes share a host.
 
 Every service runs in processes of its own on Monarch (zoo.core.placement). A generator
 replica is one engine; ``on_failure`` says what a dead replica does to the run: ``stop``
 (a clear error, the last checkpoint kept; the default) or ``replace`` (start a new process
-with the current weights and re-run the lost requests). The file is checked as a whole
-before anything starts, and recorded in the run's config.
+with the current weights and re-run the lost requests). The scorer (the env's
+``score_batch``, sandbox included) stays in the loop's process unless the file gives it
+``procs: 1``; its replicas split each batch and can be replaced likewise. The file is
+checked as a whole before anything starts, and recorded in the run's config.
 """
 
 from __future__ import annotations
@@ -56,7 +59,7 @@ class Parallelism:
     """FSDP2 shards; -1: every trainer process not used by the other degrees."""
 
 
-SERVICES = ("generator", "trainer", "reference")
+SERVICES = ("generator", "trainer", "reference", "scorer")
 
 
 @dataclass
@@ -66,6 +69,8 @@ class PlacementConfig:
     generator: ServiceLayout = field(default_factory=ServiceLayout)
     trainer: ServiceLayout = field(default_factory=ServiceLayout)
     reference: ServiceLayout = field(default_factory=ServiceLayout)
+    scorer: ServiceLayout = field(default_factory=lambda: ServiceLayout(procs=0))
+    """procs 0 (the default): the env scores in the loop's process."""
     hosts: list[str] = field(default_factory=list)
     """Monarch worker addresses (tcp://HOST:PORT); empty: every process on this host."""
 
@@ -116,7 +121,7 @@ class PlacementConfig:
         for name in SERVICES:
             layout = getattr(self, name)
             for key in ("procs", "num_replicas"):
-                if getattr(layout, key) < 1:
+                if getattr(layout, key) < (0 if (name, key) == ("scorer", "procs") else 1):
                     value = getattr(layout, key)
                     raise ConfigError(f"services.{name}.{key} must be >= 1, got {value}")
             if layout.on_failure not in ON_FAILURE:
@@ -128,8 +133,10 @@ class PlacementConfig:
             raise ConfigError("the trainer and the reference have one replica each; "
                               "replicate generators instead")  # fmt: skip
         if self.trainer.on_failure == "replace" or self.reference.on_failure == "replace":
-            raise ConfigError("only generator replicas can be replaced (the trainer holds the "
-                              "run's state); use on_failure: stop and --resume")  # fmt: skip
+            raise ConfigError(
+                "only generator and scorer replicas can be replaced (the trainer holds the "
+                "run's state); use on_failure: stop and --resume"
+            )
         for name in ("tensor_parallel_degree", "pipeline_parallel_degree"):
             if getattr(p, name) != 1:
                 raise ConfigError(
@@ -148,6 +155,11 @@ class PlacementConfig:
                 f" x pipeline {p.pipeline_parallel_degree} x data shard "
                 f"{p.data_parallel_shard_degree}) but services.trainer.procs is "
                 f"{self.trainer.procs}; they must be equal"
+            )
+        if self.scorer.procs > 1:
+            raise ConfigError(
+                "services.scorer.procs is a switch (0: score in the loop's process, 1: in "
+                "scorer processes); use num_replicas for more"
             )
         if self.generator.procs != 1:
             raise ConfigError(
@@ -188,7 +200,10 @@ class PlacementConfig:
     def host_index(self, service: str, replica: int = 0) -> int:
         """Which of ``hosts`` a service's processes go on (0 without hosts)."""
         count = max(len(self.hosts), 1)
-        return {"trainer": 0, "generator": (1 + replica) % count, "reference": count - 1}[service]
+        spread = (1 + replica) % count
+        return {"trainer": 0, "generator": spread, "scorer": spread, "reference": count - 1}[
+            service
+        ]
 
 
 def _mapping(value: Any, where: str) -> dict[str, Any]:
