@@ -2,19 +2,21 @@
 
     env.train_prompts        -> prompts (the env keeps the answers)
     generator.generate       -> G completions per prompt (ids, sampler logprobs, version)
-    env.score                -> rewards
+    services.score_batch     -> rewards (the env, here or in scorer processes)
     algorithm.shape_rewards  -> e.g. DAPO's overlong punishment
     algorithm.advantages     -> per-response advantages
     algorithm.keep           -> e.g. DAPO's dynamic sampling (refill up to max rounds)
     reference.logprobs       -> only if algorithm.needs_reference
     trainer.step(batch, algorithm.loss)
-    services.sync_weights     -> trainer weights to the generators, new policy version
+    services.sync_weights    -> trainer weights to the generators, new policy version
     ledger                   -> FLOPs, tokens, seconds per phase
 
-Synchronous and on-policy: each batch is sampled by the current weights and used for one
-optimizer step. Services are built by ``build_services``, in this process or as Monarch
-actors (zoo.core.placement): a placement only has to provide objects with the same
-methods.
+Sync mode (the default) is on-policy: each batch is sampled by the current weights and
+used for one optimizer step. Async mode (Monarch placement) requests batches
+``max_policy_age`` steps ahead, so generation overlaps training, and the importance ratio
+is taken against the sampler's logprobs. Services are built by ``build_services``, in
+this process or as Monarch actors (zoo.core.placement): a placement only has to provide
+objects with the same methods.
 """
 
 from __future__ import annotations
