@@ -164,12 +164,26 @@ def measure(system: str, option: Any, setting: StepSetting) -> dict[str, float]:
     return trl_steps(path, setting, checkpointing=option)
 
 
-def rl_step_table(setting: StepSetting) -> list[dict[str, Any]]:
+def rl_step_table(setting: StepSetting, rounds: int = 3) -> list[dict[str, Any]]:
     """One row per system, each measured in a fresh process (vLLM's start-up changes
-    process-wide settings such as thread binding; no system should inherit another's):
-    seconds per step, steps/s, samples/s, and bare seconds / this system's seconds
-    (> 1: faster than the floor)."""
-    results = {name: in_subprocess(*SYSTEMS[name], setting) for name in SYSTEMS}
+    process-wide settings such as thread binding; no system should inherit another's),
+    ``rounds`` times round-robin so that drift in the machine's speed hits every system
+    alike: seconds per step (median over rounds of each round's median step), steps/s,
+    samples/s, bare seconds / this system's seconds (> 1: faster than the floor), and the
+    spread of the rounds (max - min over median)."""
+    measured: dict[str, list[dict[str, float]]] = {name: [] for name in SYSTEMS}
+    for _ in range(rounds):
+        for name in SYSTEMS:
+            measured[name].append(in_subprocess(*SYSTEMS[name], setting))
+    results = {}
+    for name, runs in measured.items():
+        results[name] = {
+            key: statistics.median(r[key] for r in runs)
+            for key in runs[0]
+            if runs[0][key] is not None
+        }
+        steps = [r["step_seconds"] for r in runs]
+        results[name]["spread"] = (max(steps) - min(steps)) / statistics.median(steps)
     floor = results["bare torch loop"]["step_seconds"]
     samples = setting.prompts_per_step * setting.group_size
     return [
@@ -181,10 +195,11 @@ def rl_step_table(setting: StepSetting) -> list[dict[str, Any]]:
             "generate s": r.get("generate_seconds", float("nan")),
             "train s": r.get("train_seconds", float("nan")),
             "weight sync s": r.get("sync_seconds", float("nan")),
-            "generator weight load s": r.get("weight_load_seconds") or float("nan"),
+            "generator weight load s": r.get("weight_load_seconds", float("nan")),
             "trainer idle s": r.get("trainer_idle_seconds", float("nan")),
             "generator idle s": r.get("generator_idle_seconds", float("nan")),
             "bare s / this s": floor / r["step_seconds"],
+            f"spread of {rounds} rounds": r["spread"],
         }
         for name, r in results.items()
     ]
@@ -210,7 +225,7 @@ QUICK = StepSetting(8, 4, 4, 1, 1)
 
 
 def table(root: Path, quick: bool = False) -> list[dict[str, Any]]:
-    return rl_step_table(QUICK if quick else StepSetting())
+    return rl_step_table(QUICK, rounds=1) if quick else rl_step_table(StepSetting())
 
 
 if __name__ == "__main__":

@@ -268,3 +268,19 @@ def test_fsdp2_over_two_trainer_processes_gives_the_one_process_losses(tmp_path,
 def test_the_example_placement_file_is_valid():
     layout = PlacementConfig.from_yaml(REPO / "configs" / "distributed.yaml", gpus_available=0)
     assert (layout.trainer.procs, layout.generator.num_replicas, layout.scorer.procs) == (2, 2, 1)
+
+
+@pytest.mark.slow
+def test_async_runs_with_the_same_seed_give_the_same_numbers(tmp_path, tiny_model_path):
+    """Which weights sample which batch is fixed by message order (requests ahead of the
+    weight update behind them), not by timing, so async runs reproduce."""
+    runs = []
+    for name in ("a", "b"):
+        result = run_harness("run", "grpo", "--steps", "4", "--prompts-per-step", "32",
+                             "--eval-every", "2", "--placement", "monarch", "--mode", "async",
+                             "--max-policy-age", "2", "--quiet", "--out", str(tmp_path / name),
+                             cwd=tmp_path)  # fmt: skip
+        assert result.returncode == 0, result.stderr[-3000:]
+        runs.append(numbers(read_metrics(tmp_path / name)))
+    assert runs[0] == runs[1]
+    assert runs[0][2]["policy_age_max"] == 2 and runs[0][2]["loss"] != runs[0][3]["loss"]
