@@ -283,4 +283,4 @@ def test_async_runs_with_the_same_seed_give_the_same_numbers(tmp_path, tiny_mode
         assert result.returncode == 0, result.stderr[-3000:]
         runs.append(numbers(read_metrics(tmp_path / name)))
     assert runs[0] == runs[1]
-    assert runs[0][2]["policy_age_max"] == 2 and runs[0][2]["loss"] != runs[0][3]["loss"]
+    assert runs[0][3]["policy_age_max"] == 2 and runs[0][3]["loss"] != runs[0][4]["loss"]
