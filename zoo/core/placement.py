@@ -1,12 +1,21 @@
 """Where the services run. ``local``: everything in this process (the fast default).
-``monarch``: the generator, the trainer and the reference model each in their own process,
-as Monarch actors on a local process mesh; the loop, the env (whose scorer keeps its own
-sandbox processes) and the ledger stay in the calling process.
+``monarch``: the generator, the trainer, the reference model (and, when the placement file
+asks, the scorer) in processes of their own, as Monarch actors on this host or on the
+hosts of a placement file (zoo.core.placement_config); the loop and the ledger stay in the
+calling process.
 
 The loop does not know which it has: a ``Remote*`` proxy has the same methods as the local
-service and forwards each call to its actor, waiting for the answer (synchronous mode), so
-the same seed gives the same numbers in both placements. Weight sync goes trainer actor ->
-loop -> generator actor as a Hugging Face state dict.
+service and forwards each call to its actors, so in sync mode the same seed gives the
+same numbers in both placements.
+
+- Generators and scorers can have replicas (``Replicas``): a call's items are split
+  across them, and a dead one is replaced (its slice re-run) or stops the run.
+- The trainer can span several processes: they form a process group and the Trainer
+  shards the model with FSDP2 (zoo.core.sharding); every call goes to all of them.
+- Weight sync: ``RDMAWeightSync`` (generators read the trainer's registered buffers) or
+  the state dict in messages (``RemoteGenerator.update_weights``).
+- Async mode: ``RemoteGenerator.submit`` returns at once and updates are not waited for;
+  each actor handles its messages in order, which is what bounds the policy age.
 """
 
 from __future__ import annotations
@@ -146,6 +155,8 @@ class TrainerActor(Actor):
         if cores and len(cores) >= world_size:  # FSDP ranks split the trainer's cores
             cores = [c for i, c in enumerate(cores) if i % world_size == self.rank]
         pin_cores(cores)
+        if self.args[4] == "cuda":  # one GPU per process, set before NCCL starts (no GPU here)
+            torch.cuda.set_device(self.rank % torch.cuda.device_count())
         if world_size > 1:
             import torch.distributed as dist
 
