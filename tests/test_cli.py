@@ -45,6 +45,7 @@ SMALL_RUN = ["--steps", "3", "--prompts-per-step", "16", "--eval-every", "2", "-
 def test_run_writes_config_and_per_step_metrics(tiny_model_path, tmp_path):
     result = harness("run", "grpo", *SMALL_RUN, cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
+    assert "Failed to load weights" not in result.stderr  # vLLM's per-sync noise is muted
     (run_dir,) = (tmp_path / "results").iterdir()
     config = json.loads((run_dir / "config.json").read_text())
     assert config["seed"] == 7 and config["run"]["steps"] == 3

@@ -79,13 +79,6 @@ class VLLMGenerator:
         os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
         from vllm import LLM
 
-        logging.getLogger("vllm").setLevel(logging.WARNING)
-        # Every in-place reload warns "RotaryEmbedding: Failed to load weights": the rotary
-        # tables are derived buffers, not checkpoint weights, and vLLM restores them (tests
-        # check the generator's logprobs against the trainer's after each sync).
-        logging.getLogger("vllm.model_executor.model_loader.reload.layerwise").setLevel(
-            logging.ERROR
-        )
         set_num_threads = torch.set_num_threads
         try:
             self.llm = LLM(
@@ -107,6 +100,15 @@ class VLLMGenerator:
             )
         finally:
             torch.set_num_threads = set_num_threads  # vLLM's CPU worker replaces it with a no-op
+        # After the engine starts: its logging set-up (dictConfig) resets the levels of
+        # loggers under "vllm" that were set before.
+        logging.getLogger("vllm").setLevel(logging.WARNING)
+        # Every in-place reload warns "RotaryEmbedding: Failed to load weights": the rotary
+        # tables are derived buffers, not checkpoint weights, and vLLM restores them (tests
+        # check the generator's logprobs against the trainer's after each sync).
+        logging.getLogger("vllm.model_executor.model_loader.reload.layerwise").setLevel(
+            logging.ERROR
+        )
         self.policy_version = 0
         self.busy_seconds = 0.0
         self.generate([[0]], n=1, sampling=SamplingConfig(max_tokens=2), seeds=[0])  # warm-up
