@@ -52,6 +52,7 @@ def test_monarch_placement_gives_the_local_placements_numbers(tmp_path, tiny_mod
     assert sorted(a) == sorted(b) and all(a[k].equal(b[k]) for k in a)
 
 
+@pytest.mark.slow
 def test_a_killed_generator_stops_the_run_and_the_run_resumes(tmp_path, tiny_model_path):
     """(With the endpoint weight sync; the other tests use the default, RDMA.)"""
     cfg = RunConfig(algorithm="dapo", steps=3, prompts_per_step=16, eval_every=2,
@@ -236,6 +237,7 @@ def test_async_mode_trains_the_tiny_model(tmp_path, tiny_model_path):
     assert max(r.get("policy_age_max", 0) for r in records) == 1
 
 
+@pytest.mark.slow
 def test_fsdp2_over_two_trainer_processes_gives_the_one_process_losses(tmp_path, tiny_model_path):
     """A placement file with services.trainer.procs 2: the trainer is sharded with FSDP2
     over two Monarch processes (gloo), each training on half of every batch. The loss
