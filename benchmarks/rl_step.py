@@ -149,14 +149,13 @@ def measure(system: str, option: Any, setting: StepSetting) -> dict[str, float]:
     from zoo.core.tiny import tiny_model_path
 
     path = tiny_model_path(quiet=True)
-    if system == "forge-zoo":
-        out = forge_zoo_steps(path, setting, generator_backend=option)
-        out.pop("generator")
-        return out
-    if system == "forge-zoo-monarch":
-        mode, _, sync = option.partition("-")
-        out = forge_zoo_steps(path, setting, placement="monarch", mode=mode,
-                              weight_sync=sync or "rdma")  # fmt: skip
+    if system.startswith("forge-zoo"):
+        if system == "forge-zoo":  # option: the generator backend
+            run = {"generator_backend": option}
+        else:  # option: mode[-weight sync]
+            mode, _, sync = option.partition("-")
+            run = {"placement": "monarch", "mode": mode, "weight_sync": sync or "rdma"}
+        out = forge_zoo_steps(path, setting, **run)
         out.pop("generator")
         return out
     if system == "bare":

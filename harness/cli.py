@@ -282,6 +282,8 @@ def add_training_arguments(p: argparse.ArgumentParser) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
+        if args.command in ("run", "compare"):
+            args.distributed = apply_placement_file(args)
         if args.command == "run":
             return cmd_run(args)
         if args.command == "worker":
@@ -344,7 +346,6 @@ def apply_placement_file(args: argparse.Namespace) -> dict:
 def run_config(args: argparse.Namespace, algorithm: str, env: str, seed: int):
     from zoo.core.loop import RunConfig, run_defaults
 
-    distributed = apply_placement_file(args)
     defaults = run_defaults(args.model)
     for name, value in defaults.items():  # options left unset take the model's defaults
         if getattr(args, name) is None:
@@ -359,7 +360,7 @@ def run_config(args: argparse.Namespace, algorithm: str, env: str, seed: int):
         generator=args.generator,
         device=args.device,
         placement=args.placement,
-        distributed=distributed,
+        distributed=args.distributed,
         weight_sync=args.weight_sync,
         mode=args.mode,
         max_policy_age=args.max_policy_age,
@@ -419,7 +420,6 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
     if args.resume and not args.out:
         raise ConfigError("--resume needs --out DIR, the experiment folder to continue")
-    apply_placement_file(args)
     if not (args.budget or args.budget_samples or args.budget_seconds):
         from zoo.core.models import TINY_MODELS
 

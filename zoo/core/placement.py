@@ -338,8 +338,9 @@ class Replicas:
         for replica, (lo, hi) in enumerate(itertools.pairwise(bounds)):
             if hi > lo:
                 args = (*(None if x is None else x[lo:hi] for x in sliced), *shared)
-                future = getattr(self.actors[replica], endpoint_name).call_one(*args)
-                parts.append((replica, endpoint_name, args, future))
+                actor = self.actors[replica]
+                future = getattr(actor, endpoint_name).call_one(*args)
+                parts.append((replica, actor, future, (endpoint_name, args)))
         return Pending(self, parts)
 
     def broadcast(self, endpoint_name: str, *args: Any) -> list[tuple[int, Any, Any]]:
@@ -351,16 +352,25 @@ class Replicas:
     def settle(self, sent: list[tuple[int, Any, Any]]) -> list[Any]:
         """The answers of a broadcast (a replica that died meanwhile is replaced, already
         up to date, and answers nothing; or the run stops)."""
-        answers = []
-        for replica, actor, future in sent:
-            try:
-                answers.append(_get(self.service, future))
-            except ServiceFailure:
-                if not self.replace_failed:
-                    raise
-                if self.actors[replica] is actor:  # not yet replaced by a failed call
-                    self.replace(replica)
-        return answers
+        answers = (self.answer(replica, actor, future) for replica, actor, future in sent)
+        return [a for a in answers if a is not None]
+
+    def answer(self, replica: int, actor: Any, future: Any,
+               rerun: tuple[str, tuple] | None = None) -> Any:  # fmt: skip
+        """``future``'s value. If ``actor`` died: replace it (unless an earlier failed call
+        did) and, given ``rerun`` (endpoint, arguments), ask the replacement; else None.
+        Without ``replace_failed`` the failure stops the run."""
+        try:
+            return _get(self.service, future)
+        except ServiceFailure:
+            if not self.replace_failed:
+                raise
+            if self.actors[replica] is actor:
+                self.replace(replica)
+            if rerun is None:
+                return None
+            name, args = rerun
+            return _get(self.service, getattr(self.actors[replica], name).call_one(*args))
 
     def replace(self, replica: int) -> Any:
         """Start a new process for a failed replica and bring it up to date."""
@@ -377,22 +387,12 @@ class Pending:
     """A split call in flight; ``result()`` waits and returns the replicas' answers in
     slice order, re-running a dead replica's slice on its replacement."""
 
-    def __init__(self, replicas: Replicas, parts: list[tuple[int, str, tuple, Any]]) -> None:
+    def __init__(self, replicas: Replicas, parts: list[tuple[int, Any, Any, tuple]]) -> None:
         self.replicas = replicas
-        self.parts = parts
+        self.parts = parts  # (replica, actor, future, (endpoint, arguments))
 
     def result(self) -> list[Any]:
-        answers = []
-        for replica, endpoint_name, args, future in self.parts:
-            try:
-                answers.append(_get(self.replicas.service, future))
-            except ServiceFailure:
-                if not self.replicas.replace_failed:
-                    raise
-                actor = self.replicas.replace(replica)
-                answers.append(_get(self.replicas.service,
-                                    getattr(actor, endpoint_name).call_one(*args)))  # fmt: skip
-        return answers
+        return [self.replicas.answer(*part) for part in self.parts]
 
 
 class PendingGeneration:
@@ -619,7 +619,8 @@ def spawn_monarch_services(
         master = _get("trainer", actors.slice(procs=0).rendezvous.call_one())
     _get("trainer", actors.start.call(trainer_procs, master))
     trainer = RemoteTrainer(actors)
-    initial = trainer.hf_state_dict()
+    # the trainer's starting weights, for engines started without any and the reference
+    initial = trainer.hf_state_dict() if cfg.init == "random" or needs_reference else None
 
     def spawn_generator(replica: int) -> Any:
         return procs(1, "generator", replica).spawn(

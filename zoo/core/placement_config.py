@@ -184,10 +184,6 @@ class PlacementConfig:
                     f"sees {gpus_available} on this machine; set with_gpus: false to run on CPU"
                 )
 
-    @property
-    def uses_gpus(self) -> bool:
-        return any(getattr(self, n).with_gpus for n in SERVICES)
-
     def to_dict(self) -> dict[str, Any]:
         """The placement in the file's shape (what the run config records)."""
         return {

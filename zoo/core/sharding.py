@@ -62,10 +62,9 @@ def shard_model(model: torch.nn.Module, device: torch.device, bf16: bool) -> Non
 def row_slice(size: int, rank: int, world: int) -> slice:
     """This rank's contiguous rows of a ``size``-row batch (torch.tensor_split's
     partition: the first ``size % world`` ranks get one row more). Not a collective."""
-    bounds = [0]
-    for piece in torch.tensor_split(torch.arange(size), world):
-        bounds.append(bounds[-1] + len(piece))
-    return slice(bounds[rank], bounds[rank + 1])
+    base, extra = divmod(size, world)
+    start = rank * base + min(rank, extra)
+    return slice(start, start + base + (rank < extra))
 
 
 def sum_over_ranks(values: dict[str, float]) -> dict[str, float]:
