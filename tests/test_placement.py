@@ -21,9 +21,11 @@ from safetensors.torch import load_file
 from harness.runner import execute_run, read_metrics
 from zoo.core.config import ConfigError
 from zoo.core.loop import RLLoop, RunConfig, build_services
+from zoo.core.models import ModelShape
 from zoo.core.placement import ServiceFailure
 from zoo.core.placement_config import PlacementConfig
 from zoo.core.runlog import is_timing_key
+from zoo.core.sharding import check_tensor_parallel
 
 
 def numbers(records: list[dict]) -> list[dict]:
@@ -196,8 +198,10 @@ def test_samples_older_than_max_policy_age_are_dropped_and_counted(tiny_model_pa
         ("services: {generator: {with_gpus: true}}", "ask for 1 GPU.* sees 0"),
         ("services: {trainer: {prcs: 2}}", "unknown key in services.trainer 'prcs'; valid: procs"),
         ("services: {trainer: {procs: '2'}}", "services.trainer.procs must be int"),
-        ("parallelism: {tensor_parallel_degree: 2}\nservices: {trainer: {procs: 2}}",
-         "tensor_parallel_degree is 2: .* not implemented"),
+        ("parallelism: {tensor_parallel_degree: 2, data_parallel_shard_degree: 2}\n"
+         "services: {trainer: {procs: 4}}", r"FSDP2 on top of tensor parallelism \(2-D\)"),
+        ("parallelism: {pipeline_parallel_degree: 2}\nservices: {trainer: {procs: 2}}",
+         "pipeline parallelism is not implemented"),
         ("services: {learner: {}}", "unknown service 'learner'; valid: generator, trainer"),
         ("services: {trainer: {on_failure: replace}}", "only generator and scorer replicas"),
         ("services: [1, 2]", "services must be a mapping"),
@@ -220,6 +224,21 @@ def test_a_placement_file_fills_the_defaults_and_round_trips(tmp_path):
         RunConfig(distributed=layout.to_dict()).validate()
     with pytest.raises(ConfigError, match="needs --placement monarch"):
         RunConfig(mode="async").validate()
+    path.write_text("parallelism: {tensor_parallel_degree: 2}\nservices: {trainer: {procs: 2}}")
+    layout = PlacementConfig.from_yaml(path, gpus_available=0)
+    assert (layout.parallelism.tensor_parallel_degree,
+            layout.parallelism.data_parallel_shard_degree) == (2, 1)  # fmt: skip
+
+
+def test_a_tensor_parallel_degree_must_divide_what_it_splits(tiny_model_path):
+    shape = ModelShape.from_hf_dir(tiny_model_path)  # 4 heads, 2 KV heads
+    check_tensor_parallel(shape, 2)
+    with pytest.raises(ConfigError, match="does not divide the model's num_attention_heads"):
+        check_tensor_parallel(shape, 3)
+    qwen3_1_7b = ModelShape(28, 2048, 16, 8, 128, 6144, 151936, tied_embeddings=True)
+    check_tensor_parallel(qwen3_1_7b, 8)
+    with pytest.raises(ConfigError, match="num_key_value_heads"):
+        check_tensor_parallel(qwen3_1_7b, 16)
 
 
 @pytest.mark.slow
@@ -238,14 +257,15 @@ def test_async_mode_trains_the_tiny_model(tmp_path, tiny_model_path):
 
 
 @pytest.mark.slow
-def test_fsdp2_over_two_trainer_processes_gives_the_one_process_losses(tmp_path, tiny_model_path):
-    """A placement file with services.trainer.procs 2: the trainer is sharded with FSDP2
-    over two Monarch processes (gloo), each training on half of every batch. The loss
-    sequence equals the local placement's to float rounding (tests/test_fsdp.py checks
-    the sharded trainer itself in depth)."""
-    config = tmp_path / "fsdp.yaml"
-    config.write_text("parallelism: {data_parallel_shard_degree: 2}\n"
-                      "services:\n  trainer: {procs: 2}\n")  # fmt: skip
+@pytest.mark.parametrize("degree", ["data_parallel_shard_degree", "tensor_parallel_degree"])
+def test_two_trainer_processes_give_the_one_process_losses(tmp_path, tiny_model_path, degree):
+    """A placement file with services.trainer.procs 2: the trainer is split over two
+    Monarch processes (gloo), by FSDP2 (each trains on half of every batch) or by tensor
+    parallelism (each holds half of every weight matrix). The loss sequence equals the
+    local placement's to float rounding (tests/test_fsdp.py checks the split trainer
+    itself in depth)."""
+    config = tmp_path / "split.yaml"
+    config.write_text(f"parallelism: {{{degree}: 2}}\nservices:\n  trainer: {{procs: 2}}\n")
     cfg = RunConfig(steps=3, prompts_per_step=32, eval_every=3, device="cpu")
     expected = execute_run(cfg, tmp_path / "local", build_services(cfg, quiet=True),
                            command="test")  # fmt: skip
@@ -255,10 +275,11 @@ def test_fsdp2_over_two_trainer_processes_gives_the_one_process_losses(tmp_path,
     shards = list(sharded.trainer.actors.shard.call().get().values())
     whole = sum(p.numel() for p in load_file(str(tiny_model_path / "model.safetensors")).values())
     assert [(s["rank"], s["world"]) for s in shards] == [(0, 2), (1, 2)]
-    assert sum(s["local_params"] for s in shards) <= whole  # halves, not two copies
+    # halves, not two copies (tensor parallelism keeps the norms, 0.2%, whole on both)
+    assert sum(s["local_params"] for s in shards) <= 1.01 * whole
     assert all(s["local_params"] < 0.6 * whole for s in shards)
     try:
-        history = execute_run(sharded_cfg, tmp_path / "fsdp", sharded, command="test")
+        history = execute_run(sharded_cfg, tmp_path / "split", sharded, command="test")
     finally:
         sharded.close()
     for ours, theirs in zip(history[1:], expected[1:], strict=True):
@@ -267,9 +288,11 @@ def test_fsdp2_over_two_trainer_processes_gives_the_one_process_losses(tmp_path,
         assert ours["kept_groups"] == theirs["kept_groups"] == 32
 
 
-def test_the_example_placement_file_is_valid():
+def test_the_example_placement_files_are_valid():
     layout = PlacementConfig.from_yaml(REPO / "configs" / "distributed.yaml", gpus_available=0)
     assert (layout.trainer.procs, layout.generator.num_replicas, layout.scorer.procs) == (2, 2, 1)
+    layout = PlacementConfig.from_yaml(REPO / "configs" / "tensor_parallel.yaml", gpus_available=0)
+    assert (layout.trainer.procs, layout.parallelism.tensor_parallel_degree) == (2, 2)
 
 
 @pytest.mark.slow

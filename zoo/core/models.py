@@ -14,6 +14,7 @@ from pathlib import Path
 
 import torch
 
+from zoo.core import sharding
 from zoo.core.config import ConfigError
 
 TINY_MODELS = {
@@ -390,17 +391,25 @@ def load_hf_state_dict(path: Path) -> dict[str, torch.Tensor]:
 
 
 def build_titan_model(
-    path: Path, init: str = "pretrained", device: str | torch.device = "cpu"
+    path: Path,
+    init: str = "pretrained",
+    device: str | torch.device = "cpu",
+    tensor_parallel: int = 1,
 ) -> tuple[torch.nn.Module, object]:
     """TorchTitan Qwen3 model and its state-dict adapter (HF <-> TorchTitan naming).
 
     ``init="pretrained"`` loads the checkpoint's weights; ``init="random"`` uses TorchTitan's
-    own initialisation (for throughput at real sizes when weights are not at hand)."""
+    own initialisation (for throughput at real sizes when weights are not at hand).
+    ``tensor_parallel`` > 1 gives the model TorchTitan's Qwen3 sharding plan; it is still
+    whole until zoo.core.sharding.TensorParallel parallelises it."""
     from torchtitan.models.qwen3 import Qwen3StateDictAdapter
 
     if init not in ("pretrained", "random"):
         raise ConfigError(f"unknown init {init!r}; valid: pretrained, random")
     config = titan_qwen3_config(path)
+    if tensor_parallel > 1:
+        sharding.check_tensor_parallel(ModelShape.from_hf_dir(path), tensor_parallel)
+        sharding.tensor_parallel_plan(config, tensor_parallel)
     with torch.device("meta"):
         model = config.build()
     model.to_empty(device=device)

@@ -33,6 +33,8 @@ import torch
 from monarch.actor import Actor, current_rank, endpoint, this_host
 
 from zoo.core.generator import SamplingConfig
+from zoo.core.models import ModelShape
+from zoo.core.sharding import check_tensor_parallel
 from zoo.core.trainer import RolloutBatch
 from zoo.core.types import Completion
 
@@ -115,8 +117,9 @@ class GeneratorActor(Actor):
 class TrainerActor(Actor):
     """One process of the trainer: a Trainer and the algorithm whose loss it calls (built
     here from name and config: the loss is a method, so it lives where the model does).
-    With several processes they form a gloo/NCCL process group and the Trainer shards the
-    model with FSDP2; every endpoint is then called on all of them together."""
+    With several processes they form a gloo/NCCL process group and the Trainer splits the
+    model over them (FSDP2, or tensor parallelism); every endpoint is then called on all
+    of them together."""
 
     def __init__(
         self,
@@ -145,14 +148,16 @@ class TrainerActor(Actor):
             return socket.gethostname(), s.getsockname()[1]
 
     @endpoint
-    def start(self, world_size: int, master: tuple[str, int] | None) -> None:
+    def start(
+        self, world_size: int, master: tuple[str, int] | None, tensor_parallel: int = 1
+    ) -> None:
         from zoo.algorithms import get_algorithm
         from zoo.core.trainer import Trainer
 
         self.rank = current_rank().rank  # (this call reaches the whole mesh)
         self.slots: WeightSlots | None = None
         cores = self.cores
-        if cores and len(cores) >= world_size:  # FSDP ranks split the trainer's cores
+        if cores and len(cores) >= world_size:  # the ranks split the trainer's cores
             cores = [c for i, c in enumerate(cores) if i % world_size == self.rank]
         pin_cores(cores)
         if self.args[4] == "cuda":  # one GPU per process, set before NCCL starts (no GPU here)
@@ -165,7 +170,10 @@ class TrainerActor(Actor):
             dist.init_process_group(backend, rank=self.rank, world_size=world_size)
         torch.manual_seed(self.seed)  # as the local placement seeds before building it
         path, config, max_response_len, init, device = self.args
-        self.trainer = Trainer(path, config, max_response_len, init=init, device=device)
+        self.trainer = Trainer(
+            path, config, max_response_len, init=init, device=device,
+            tensor_parallel=tensor_parallel,
+        )  # fmt: skip
         self.algorithm = get_algorithm(self.algorithm_args[0], **self.algorithm_args[1])
 
     @endpoint
@@ -183,7 +191,8 @@ class TrainerActor(Actor):
     @endpoint
     def shard(self) -> dict[str, int]:
         """This process's rank, the trainer's world size and how many parameter elements
-        this process holds (its FSDP2 shard; the whole model when unsharded)."""
+        this process holds (its FSDP2 shard or tensor-parallel slice; the whole model when
+        unsplit)."""
         local = sum(getattr(p, "_local_tensor", p).numel() for p in self.trainer.model.parameters())
         return {"rank": self.rank, "world": self.trainer.world, "local_params": local}
 
@@ -610,6 +619,8 @@ def spawn_monarch_services(
 
     trainer_cores, generator_cores = split_cores(cfg.mode, device, on_this_host=hosts is None)
     trainer_procs = layout.trainer.procs
+    tensor_parallel = layout.parallelism.tensor_parallel_degree
+    check_tensor_parallel(ModelShape.from_hf_dir(spec.path), tensor_parallel)  # before spawning
     actors = procs(trainer_procs, "trainer").spawn(
         "trainer", TrainerActor, str(spec.path), trainer_config, cfg.max_response_len,
         cfg.init, device, cfg.algorithm, cfg.algorithm_config, cfg.seed, trainer_cores,
@@ -617,7 +628,7 @@ def spawn_monarch_services(
     master = None
     if trainer_procs > 1:
         master = _get("trainer", actors.slice(procs=0).rendezvous.call_one())
-    _get("trainer", actors.start.call(trainer_procs, master))
+    _get("trainer", actors.start.call(trainer_procs, master, tensor_parallel))
     trainer = RemoteTrainer(actors)
     # the trainer's starting weights, for engines started without any and the reference
     initial = trainer.hf_state_dict() if cfg.init == "random" or needs_reference else None

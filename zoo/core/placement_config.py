@@ -3,7 +3,7 @@ users already write (``--config distributed.yaml``)::
 
     model: tiny                       # optional; --model on the command line wins
     parallelism:
-      tensor_parallel_degree: 1
+      tensor_parallel_degree: 1       # or = trainer procs: TorchTitan's Qwen3 tensor parallel
       pipeline_parallel_degree: 1
       data_parallel_shard_degree: 2   # FSDP2 over the trainer's processes (-1: all of them)
     services:
@@ -42,7 +42,7 @@ ON_FAILURE = ("stop", "replace")
 @dataclass
 class ServiceLayout:
     procs: int = 1
-    """Processes per replica (the trainer's FSDP2 world; a generator's tensor parallelism)."""
+    """Processes per replica (the trainer's FSDP2 or tensor-parallel world)."""
     num_replicas: int = 1
     """Independent copies; calls are split across them (generators only)."""
     with_gpus: bool = False
@@ -54,7 +54,10 @@ class ServiceLayout:
 @dataclass
 class Parallelism:
     tensor_parallel_degree: int = 1
+    """TorchTitan's Qwen3 tensor parallelism over the trainer's processes (alone: not
+    combined with FSDP2)."""
     pipeline_parallel_degree: int = 1
+    """Not implemented: must be 1."""
     data_parallel_shard_degree: int = -1
     """FSDP2 shards; -1: every trainer process not used by the other degrees."""
 
@@ -137,15 +140,18 @@ class PlacementConfig:
                 "only generator and scorer replicas can be replaced (the trainer holds the "
                 "run's state); use on_failure: stop and --resume"
             )
-        for name in ("tensor_parallel_degree", "pipeline_parallel_degree"):
-            if getattr(p, name) != 1:
-                raise ConfigError(
-                    f"parallelism.{name} is {getattr(p, name)}: forge-zoo shards the trainer "
-                    "with FSDP2 only (data_parallel_shard_degree); tensor and pipeline "
-                    "parallelism are not implemented"
-                )
+        if p.pipeline_parallel_degree != 1:
+            raise ConfigError(
+                f"parallelism.pipeline_parallel_degree is {p.pipeline_parallel_degree}: "
+                "pipeline parallelism is not implemented (the trainer splits with FSDP2 or "
+                "tensor parallelism)"
+            )
+        if p.tensor_parallel_degree < 1:
+            raise ConfigError(
+                f"parallelism.tensor_parallel_degree must be >= 1, got {p.tensor_parallel_degree}"
+            )
         if p.data_parallel_shard_degree == -1:
-            p.data_parallel_shard_degree = self.trainer.procs
+            p.data_parallel_shard_degree = max(self.trainer.procs // p.tensor_parallel_degree, 1)
         product = (
             p.tensor_parallel_degree * p.pipeline_parallel_degree * p.data_parallel_shard_degree
         )
@@ -155,6 +161,13 @@ class PlacementConfig:
                 f" x pipeline {p.pipeline_parallel_degree} x data shard "
                 f"{p.data_parallel_shard_degree}) but services.trainer.procs is "
                 f"{self.trainer.procs}; they must be equal"
+            )
+        if p.tensor_parallel_degree > 1 and p.data_parallel_shard_degree > 1:
+            raise ConfigError(
+                f"tensor_parallel_degree {p.tensor_parallel_degree} with "
+                f"data_parallel_shard_degree {p.data_parallel_shard_degree}: FSDP2 on top of "
+                "tensor parallelism (2-D) is not implemented; use one of them over all of "
+                "services.trainer.procs"
             )
         if self.scorer.procs > 1:
             raise ConfigError(

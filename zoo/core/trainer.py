@@ -5,17 +5,21 @@ prompt + response, right-padded, so causal attention never lets a real token see
 Weights come in and go out in Hugging Face naming, the interchange format with the
 generator.
 
-Data parallelism: when the caller has initialised a torch.distributed process group of
-more than one rank before building the Trainer, the model is sharded with FSDP2
-(zoo/core/sharding.py). Every rank then gets the same whole batch in ``step`` and trains
-on its own contiguous slice of rows; the update equals the one-process update. All public
-methods are then collectives: every rank calls them together, in the same order.
+Several processes: when the caller has initialised a torch.distributed process group of
+more than one rank before building the Trainer, the model is split over them
+(zoo/core/sharding.py): sharded with FSDP2 by default, or tensor-parallel with
+``tensor_parallel`` equal to the world size. Every rank gets the same whole batch in
+``step``. Under FSDP2 each trains on its own contiguous slice of rows; under tensor
+parallelism all run every row on their slice of each weight. Either way the update equals
+the one-process update, and all public methods are collectives: every rank calls them
+together, in the same order.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -69,11 +73,16 @@ class RolloutBatch:
 
 
 def response_logprobs(
-    model: torch.nn.Module, tokens: torch.Tensor, response_start: torch.Tensor, width: int
+    model: torch.nn.Module,
+    tokens: torch.Tensor,
+    response_start: torch.Tensor,
+    width: int,
+    tp: sharding.TensorParallel | None = None,
 ) -> torch.Tensor:
     """[B, width] log-probability of each response token under ``model`` (a TorchTitan
-    decoder). The LM head runs only where a response token is predicted: on prompt
-    positions its output would be thrown away."""
+    decoder; with ``tp``, its LM head gives this rank's slice of the vocabulary). The LM
+    head runs only where a response token is predicted: on prompt positions its output
+    would be thrown away."""
     positions = (response_start[:, None] - 1 + torch.arange(width, device=tokens.device)).clamp(
         max=tokens.shape[1] - 2
     )
@@ -85,6 +94,8 @@ def response_logprobs(
     picked = hidden.gather(1, positions[..., None].expand(-1, -1, hidden.shape[-1]))
     logits = model.lm_head(picked).float()
     targets = tokens.gather(1, positions + 1)
+    if tp is not None:
+        return tp.vocab_logprobs(logits, targets)
     return torch.log_softmax(logits, dim=-1).gather(-1, targets[..., None]).squeeze(-1)
 
 
@@ -112,6 +123,7 @@ class Trainer:
         max_response_len: int,
         init: str = "pretrained",
         device: str = "cpu",
+        tensor_parallel: int = 1,
     ) -> None:
         if config.mixed_precision not in ("none", "bf16"):
             raise ValueError(
@@ -120,13 +132,22 @@ class Trainer:
         self.config = config
         self.max_response_len = max_response_len
         self.device = torch.device(device)
-        self.model, self.adapter = build_titan_model(model_path, init=init, device=self.device)
         self.world = sharding.world_size()
         self.rank = torch.distributed.get_rank() if self.world > 1 else 0
-        self.sharded = self.world > 1
+        if tensor_parallel > 1 and tensor_parallel != self.world:
+            raise ValueError(
+                f"tensor_parallel {tensor_parallel} must equal the world size {self.world} "
+                "(tensor parallelism with FSDP2 on top is not implemented)"
+            )
+        self.model, self.adapter = build_titan_model(
+            model_path, init=init, device=self.device, tensor_parallel=tensor_parallel
+        )
+        # Each rank splits its own copy: they agree as long as every rank built the same
+        # weights (a checkpoint, or the same seed with init="random").
+        self.tp = sharding.TensorParallel(self.model, self.device) if tensor_parallel > 1 else None
+        self.sharded = self.world > 1 and self.tp is None
+        """FSDP2 data parallelism."""
         if self.sharded:
-            # Each rank shards its own copy: they agree as long as every rank built the
-            # same weights (a checkpoint, or the same seed with init="random").
             sharding.shard_model(self.model, self.device, bf16=config.mixed_precision == "bf16")
         self.model.train()
         self.optimizer = torch.optim.AdamW(
@@ -167,38 +188,47 @@ class Trainer:
             dtype=torch.bfloat16,
             enabled=self.config.mixed_precision == "bf16" and not self.sharded,
         )
-        for start in range(0, passes * micro, micro):
-            if start >= local.size:
-                self._padding_pass(batch, width, autocast)
-                continue
-            mb = local.rows(slice(start, start + micro)).to(self.device)
-            with autocast:
-                logprobs = response_logprobs(self.model, mb.tokens, mb.response_start, width)
-            old = mb.old_logprobs if mb.old_logprobs is not None else logprobs.detach()
-            train_batch = TrainBatch(
-                logprobs=logprobs,
-                old_logprobs=old,
-                ref_logprobs=mb.ref_logprobs,
-                advantages=mb.advantages,
-                mask=mb.mask,
-                num_sequences=num_sequences,
-                num_tokens=num_tokens,
-                max_response_len=self.max_response_len,
-            )
-            out = loss_fn(train_batch)
-            out.loss.backward()
-            loss_total += float(out.loss.detach())
-            weight = float(mb.mask.sum()) / max(num_tokens, 1)
-            metrics = {**out.metrics, "entropy_sampled": -_masked_mean(logprobs, mb.mask)}
-            for k, v in metrics.items():
-                if k != "loss":
-                    sums[k] = sums.get(k, 0.0) + weight * v
+        with self._spmd_context():
+            for start in range(0, passes * micro, micro):
+                if start >= local.size:
+                    self._padding_pass(batch, width, autocast)
+                    continue
+                mb = local.rows(slice(start, start + micro)).to(self.device)
+                with autocast:
+                    logprobs = response_logprobs(
+                        self.model, mb.tokens, mb.response_start, width, self.tp
+                    )
+                old = mb.old_logprobs if mb.old_logprobs is not None else logprobs.detach()
+                train_batch = TrainBatch(
+                    logprobs=logprobs,
+                    old_logprobs=old,
+                    ref_logprobs=mb.ref_logprobs,
+                    advantages=mb.advantages,
+                    mask=mb.mask,
+                    num_sequences=num_sequences,
+                    num_tokens=num_tokens,
+                    max_response_len=self.max_response_len,
+                )
+                out = loss_fn(train_batch)
+                out.loss.backward()
+                loss_total += float(out.loss.detach())
+                weight = float(mb.mask.sum()) / max(num_tokens, 1)
+                metrics = {**out.metrics, "entropy_sampled": -_masked_mean(logprobs, mb.mask)}
+                for k, v in metrics.items():
+                    if k != "loss":
+                        sums[k] = sums.get(k, 0.0) + weight * v
         if self.sharded:  # every rank reports the whole batch
             sums = sharding.sum_over_ranks({**sums, "loss": loss_total})
             loss_total = sums.pop("loss")
-        # Over sharded gradients torch computes the global norm (the per-shard norms are
-        # combined across ranks) and returns it as a replicated DTensor.
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.grad_clip)
+        if self.tp is not None:
+            self.tp.reduce_grads()
+            grad_norm = self.tp.clip_grad_norm(self.config.grad_clip)
+        else:
+            # Over FSDP2's sharded gradients torch computes the global norm (the per-shard
+            # norms are combined across ranks) and returns it as a replicated DTensor.
+            grad_norm = torch.nn.utils.clip_grad_norm_(
+                self.model.parameters(), self.config.grad_clip
+            )
         if isinstance(grad_norm, DTensor):
             grad_norm = grad_norm.full_tensor()
         self.optimizer.step()
@@ -209,6 +239,10 @@ class Trainer:
             "grad_norm": float(grad_norm),
             "response_tokens": num_tokens,
         }
+
+    def _spmd_context(self) -> AbstractContextManager:
+        """Tensor parallelism runs forward and backward in TorchTitan's mesh context."""
+        return self.tp.context() if self.tp is not None else nullcontext()
 
     def _padding_pass(self, batch: RolloutBatch, width: int, autocast) -> None:
         """A forward and backward that changes no gradient, for a rank with fewer rows
@@ -248,6 +282,10 @@ class Trainer:
     def hf_state_dict(self) -> dict[str, torch.Tensor]:
         """Current weights in Hugging Face naming (detached, contiguous); whole tensors on
         every rank when sharded."""
+        if self.tp is not None:  # named_parameters leaves out a tied LM head, like below
+            whole = self.tp.named_whole_parameters(self.model)
+            state = sharding.fused_to_stock_qkv(self.model, whole)
+            return {k: v.contiguous() for k, v in self.adapter.to_hf(state).items()}
         state = {k: v.detach() for k, v in self.model.state_dict().items()}
         if self.sharded:
             if self.model.enable_weight_tying:
@@ -259,6 +297,8 @@ class Trainer:
     def optimizer_state_dict(self) -> dict:
         """``torch.optim`` layout (parameters by position) with whole tensors, sharded or
         not: a checkpoint resumes at any world size."""
+        if self.tp is not None:
+            return self.tp.whole_optimizer_state(self.model, self.optimizer)
         if self.sharded:
             return sharding.full_optimizer_state(self.optimizer)
         return self.optimizer.state_dict()
@@ -266,8 +306,15 @@ class Trainer:
     def load_state(self, hf_state_dict: dict[str, torch.Tensor], optimizer_state: dict,
                    version: int) -> None:  # fmt: skip
         """Restore weights (Hugging Face naming), optimizer state and policy version.
-        Sharded: every rank passes the same whole state and keeps its shard."""
-        if self.sharded:
+        Split: every rank passes the same whole state and keeps its own part."""
+        if self.tp is not None:
+            state = self.adapter.from_hf(hf_state_dict)
+            if self.model.enable_weight_tying:
+                state.pop("lm_head.weight", None)  # the embedding's twin
+            whole = sharding.stock_to_fused_qkv(self.model, state)
+            self.tp.load_whole_parameters(self.model, whole)
+            self.tp.load_whole_optimizer_state(self.model, self.optimizer, optimizer_state)
+        elif self.sharded:
             sharding.load_full_model_state(self.model, self.adapter.from_hf(hf_state_dict))
             sharding.load_full_optimizer_state(self.optimizer, optimizer_state)
         else:
