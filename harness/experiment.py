@@ -68,9 +68,11 @@ def preflight(cfgs: list[RunConfig]) -> None:
 
 
 def check_memory(cfg: RunConfig, shape, sequences: int, seq_len: int, reference: bool,
-                 device: str) -> None:  # fmt: skip
+                 device: str, capacity: int | None = None) -> None:  # fmt: skip
     """Refuse a run whose estimated minimum memory (MemoryEstimate.minimum) exceeds 90% of
-    the device's (GPU memory on cuda, host memory on cpu)."""
+    the device's (``capacity`` bytes; by default GPU memory on cuda, host memory on cpu).
+    On GPUs a placement file's trainer processes each have a GPU of their own; on the CPU
+    they all share the host's memory."""
     need = memory_estimate(
         shape,
         sequences=sequences,
@@ -79,12 +81,18 @@ def check_memory(cfg: RunConfig, shape, sequences: int, seq_len: int, reference:
         reference=reference,
         compute_bytes=2 if device == "cuda" else 4,
     )
-    if device == "cuda":
+    trainer_procs = (cfg.distributed or {}).get("services", {}).get("trainer", {}).get("procs", 1)
+    if device == "cuda" and trainer_procs > 1:
+        need = need.trainer_split(trainer_procs)
+    where = "this GPU" if device == "cuda" else "this machine"
+    if capacity is not None:
+        have = capacity
+    elif device == "cuda":
         import torch
 
-        have, where = torch.cuda.get_device_properties(0).total_memory, "this GPU"
+        have = torch.cuda.get_device_properties(0).total_memory
     else:
-        have, where = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"), "this machine"
+        have = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     if need.minimum > 0.9 * have:
         parts = ", ".join(f"{k.replace('_', ' ')} {v / 2**30:.1f}"
                           for k, v in asdict(need).items() if v and k != "kv_cache")  # fmt: skip

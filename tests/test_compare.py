@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import os
@@ -217,3 +218,30 @@ def test_a_model_too_large_for_this_machine_is_refused(tmp_path):
                          cwd=tmp_path, timeout=120)  # fmt: skip
     assert result.returncode == 2 and "GiB" in result.stderr, result.stderr
     assert not (tmp_path / "results").exists()
+
+
+def test_on_gpus_a_split_trainer_counts_its_share_of_the_memory():
+    """qwen3-8b's float32 trainer state alone (~122 GiB) exceeds one H200 (141 GiB, 90% of
+    it usable); split over 4 trainer processes with a GPU each, the first GPU holds a
+    quarter of it plus the generator, KV cache, reference and activations. On the CPU all
+    processes share the host's memory: no split."""
+    from harness.experiment import check_memory
+    from zoo.core.config import ConfigError
+    from zoo.core.loop import RunConfig
+    from zoo.core.models import memory_estimate, model_shape
+
+    shape = model_shape("qwen3-8b")
+    h200 = 141 * 2**30
+    one = RunConfig(model="qwen3-8b", prompts_per_step=8, group_size=4, micro_batch_size=2)
+    split = dataclasses.replace(one, distributed={"services": {"trainer": {"procs": 4}}})
+    args = (shape, 32, 1280, False)
+    with pytest.raises(ConfigError, match=r"'qwen3-8b' needs ~.* GiB .* this GPU has 141\.0 GiB"):
+        check_memory(one, *args, device="cuda", capacity=h200)
+    check_memory(split, *args, device="cuda", capacity=h200)
+    with pytest.raises(ConfigError, match=r"this machine has 141\.0 GiB"):
+        check_memory(split, *args, device="cpu", capacity=h200)
+    whole = memory_estimate(shape, sequences=32, seq_len=1280, micro_batch=2, reference=False,
+                            compute_bytes=2)  # fmt: skip
+    share = whole.trainer_split(4)
+    assert share.optimizer == whole.optimizer / 4 and share.generator == whole.generator
+    assert whole.minimum - share.minimum == pytest.approx(0.75 * (16 * shape.params))

@@ -288,6 +288,31 @@ def test_two_trainer_processes_give_the_one_process_losses(tmp_path, tiny_model_
         assert ours["kept_groups"] == theirs["kept_groups"] == 32
 
 
+@pytest.mark.slow
+def test_a_tensor_parallel_generator_gives_the_one_process_run(tmp_path, tiny_model_path):
+    """services.generator.procs 2: the generator actor's vLLM engine runs tensor-parallel
+    over two worker processes it starts itself, and takes RDMA weight updates. Samples
+    (hence rewards) are the local placement's, losses equal to float rounding."""
+    config = tmp_path / "generator.yaml"
+    config.write_text("services:\n  generator: {procs: 2}\n")
+    cfg = RunConfig(steps=3, prompts_per_step=32, eval_every=3, device="cpu")
+    expected = execute_run(cfg, tmp_path / "local", build_services(cfg, quiet=True),
+                           command="test")  # fmt: skip
+    split_cfg = replace(cfg, placement="monarch",
+                        distributed=PlacementConfig.from_yaml(config).to_dict())  # fmt: skip
+    services = build_services(split_cfg, quiet=True)
+    try:
+        history = execute_run(split_cfg, tmp_path / "split", services, command="test")
+    finally:
+        services.close()
+    assert [r["eval_reward"] for r in (history[0], history[-1])] == [
+        r["eval_reward"] for r in (expected[0], expected[-1])
+    ]
+    for ours, theirs in zip(history[1:], expected[1:], strict=True):
+        assert ours["reward_mean"] == theirs["reward_mean"]
+        assert ours["loss"] == pytest.approx(theirs["loss"], rel=1e-4, abs=1e-7)
+
+
 def test_the_example_placement_files_are_valid():
     layout = PlacementConfig.from_yaml(REPO / "configs" / "distributed.yaml", gpus_available=0)
     assert (layout.trainer.procs, layout.generator.num_replicas, layout.scorer.procs) == (2, 2, 1)

@@ -204,10 +204,13 @@ def make_generator(
     init: str = "pretrained",
     device: str = "cpu",
     max_model_len: int = 256,
+    tensor_parallel: int = 1,
 ):
     """A generation service for ``model_path``. ``init="random"`` starts without reading
     weights: the caller sends the trainer's by ``update_weights``. ``auto`` falls back to
-    transformers, with a one-line notice, where vLLM cannot be imported."""
+    transformers, with a one-line notice, where vLLM cannot be imported.
+    ``tensor_parallel`` > 1: vLLM's tensor parallelism, over worker processes the engine
+    starts itself (its multiprocessing executor; one GPU each on GPUs)."""
     from zoo.core.config import ConfigError
 
     if backend not in GENERATOR_BACKENDS:
@@ -219,7 +222,17 @@ def make_generator(
             print(f"notice: vLLM cannot be imported ({error}); generating with transformers "
                   "(--generator hf)", file=sys.stderr)  # fmt: skip
     on_gpu = torch.device(device).type == "cuda"
+    if tensor_parallel > 1 and backend != "vllm":
+        raise ConfigError(
+            f"a generator over {tensor_parallel} processes is vLLM tensor parallelism; "
+            f"--generator {backend} has none (use --generator vllm, or procs: 1)"
+        )
     if backend == "vllm":
+        if tensor_parallel > 1:
+            parallel = {"tensor_parallel_size": tensor_parallel,
+                        "distributed_executor_backend": "mp"}  # fmt: skip
+        else:
+            parallel = {}
         return VLLMGenerator(
             model_path,
             seed=seed,
@@ -228,6 +241,7 @@ def make_generator(
             load_format="dummy" if init == "random" else "auto",
             # on one GPU the trainer shares the device: leave it most of the memory
             **({"gpu_memory_utilization": GPU_SHARE_FOR_GENERATION} if on_gpu else {}),
+            **parallel,
         )
     from zoo.core.hf_generator import HFGenerator
 

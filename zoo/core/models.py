@@ -245,6 +245,18 @@ class MemoryEstimate:
         """Everything, with the smallest useful KV cache: what the pre-flight check asks."""
         return self.total - self.kv_cache + self.kv_cache_minimum
 
+    def trainer_split(self, procs: int) -> MemoryEstimate:
+        """What the first GPU holds when the trainer is split over ``procs`` processes, one
+        GPU each (FSDP2 or tensor parallelism): 1/procs of the trainer's weights,
+        gradients and optimizer state; its activations, the generator, its KV cache and
+        the reference unsplit (they share that GPU; an upper estimate)."""
+        return dataclasses.replace(
+            self,
+            weights=self.weights / procs,
+            gradients=self.gradients / procs,
+            optimizer=self.optimizer / procs,
+        )
+
 
 def memory_estimate(
     shape: ModelShape,

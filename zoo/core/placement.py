@@ -69,12 +69,14 @@ class GeneratorActor(Actor):
     the loop can tell generator idle time from its own waiting."""
 
     def __init__(self, backend: str, model_path: str, init: str, device: str,
-                 max_model_len: int, cores: list[int] | None) -> None:  # fmt: skip
+                 max_model_len: int, cores: list[int] | None,
+                 tensor_parallel: int = 1) -> None:  # fmt: skip
         from zoo.core.generator import make_generator
 
         pin_cores(cores)
         self.generator = make_generator(backend, Path(model_path), seed=0, init=init,
-                                        device=device, max_model_len=max_model_len)  # fmt: skip
+                                        device=device, max_model_len=max_model_len,
+                                        tensor_parallel=tensor_parallel)  # fmt: skip
         self.flat: torch.Tensor | None = None  # where RDMA reads land
 
     @endpoint
@@ -620,7 +622,9 @@ def spawn_monarch_services(
     trainer_cores, generator_cores = split_cores(cfg.mode, device, on_this_host=hosts is None)
     trainer_procs = layout.trainer.procs
     tensor_parallel = layout.parallelism.tensor_parallel_degree
-    check_tensor_parallel(ModelShape.from_hf_dir(spec.path), tensor_parallel)  # before spawning
+    shape = ModelShape.from_hf_dir(spec.path)
+    check_tensor_parallel(shape, tensor_parallel)  # before spawning anything
+    check_tensor_parallel(shape, layout.generator.procs)
     actors = procs(trainer_procs, "trainer").spawn(
         "trainer", TrainerActor, str(spec.path), trainer_config, cfg.max_response_len,
         cfg.init, device, cfg.algorithm, cfg.algorithm_config, cfg.seed, trainer_cores,
@@ -634,9 +638,11 @@ def spawn_monarch_services(
     initial = trainer.hf_state_dict() if cfg.init == "random" or needs_reference else None
 
     def spawn_generator(replica: int) -> Any:
+        # One actor per replica: with procs > 1 its vLLM engine starts the tensor-parallel
+        # worker processes itself.
         return procs(1, "generator", replica).spawn(
             f"generator{replica}", GeneratorActor, cfg.generator, str(spec.path), cfg.init,
-            device, max_model_len, generator_cores,
+            device, max_model_len, generator_cores, layout.generator.procs,
         )  # fmt: skip
 
     generator = RemoteGenerator(

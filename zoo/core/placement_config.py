@@ -19,8 +19,9 @@ The trainer goes on the first host, generator (and scorer) replica i on host (1 
 mod H, the reference on the last; every service's processes share a host.
 
 Every service runs in processes of its own on Monarch (zoo.core.placement). A generator
-replica is one engine; ``on_failure`` says what a dead replica does to the run: ``stop``
-(a clear error, the last checkpoint kept; the default) or ``replace`` (start a new process
+replica is one engine (vLLM tensor-parallel over ``procs`` worker processes that it
+starts itself). ``on_failure`` says what a dead replica does to the run: ``stop`` (a
+clear error, the last checkpoint kept; the default) or ``replace`` (start a new process
 with the current weights and re-run the lost requests). The scorer (the env's
 ``score_batch``, sandbox included) stays in the loop's process unless the file gives it
 ``procs: 1``; its replicas split each batch and can be replaced likewise. The file is
@@ -42,7 +43,8 @@ ON_FAILURE = ("stop", "replace")
 @dataclass
 class ServiceLayout:
     procs: int = 1
-    """Processes per replica (the trainer's FSDP2 or tensor-parallel world)."""
+    """Processes per replica: the trainer's FSDP2 or tensor-parallel world; a generator's
+    vLLM tensor parallelism (its engine starts the worker processes)."""
     num_replicas: int = 1
     """Independent copies; calls are split across them (generators only)."""
     with_gpus: bool = False
@@ -173,12 +175,6 @@ class PlacementConfig:
             raise ConfigError(
                 "services.scorer.procs is a switch (0: score in the loop's process, 1: in "
                 "scorer processes); use num_replicas for more"
-            )
-        if self.generator.procs != 1:
-            raise ConfigError(
-                f"services.generator.procs is {self.generator.procs}: a generator replica with "
-                "several processes means vLLM tensor parallelism, which forge-zoo does not "
-                "set up yet; use num_replicas for more generators"
             )
         wanted = sum(
             getattr(self, n).procs * getattr(self, n).num_replicas
