@@ -1,8 +1,8 @@
-"""The Trainer split over two gloo processes, by FSDP2 data parallelism or by TorchTitan's
-Qwen3 tensor parallelism: each rank, given the same whole batch, must make the same
-updates as one process (same losses, gradient norms, gradients and weights), report
-whole-batch metrics on both ranks, keep tied embeddings tied, and resume from a
-checkpoint at either world size."""
+"""The Trainer split over gloo processes: FSDP2 data parallelism over 2, TorchTitan's Qwen3
+tensor parallelism over 2, or both (2 x 2 = 4 processes). Each rank, given the same whole
+batch, must make the same updates as one process (same losses, gradient norms, gradients
+and weights), report whole-batch metrics on every rank, keep tied embeddings tied, and
+resume from a checkpoint at either world size."""
 
 from __future__ import annotations
 
@@ -20,7 +20,8 @@ import torch.multiprocessing as mp
 from zoo.algorithms import get_algorithm
 from zoo.core.trainer import RolloutBatch, Trainer, TrainerConfig
 
-WORLD = 2
+SPLITS = {"fsdp": (2, 1), "tp": (2, 2), "2d": (4, 2)}
+"""name: (processes, tensor-parallel degree); data-parallel degree = processes / tp."""
 STEPS = 4
 SAVE_AFTER = 2
 RESPONSE = 5
@@ -72,10 +73,7 @@ def full_grads(trainer: Trainer) -> dict[str, torch.Tensor]:
     out = {}
     for name, p in trainer.model.named_parameters():
         g = p.grad
-        if trainer.tp is not None:
-            out[name] = trainer.tp.whole(name, g)
-        else:
-            out[name] = g.full_tensor() if hasattr(g, "full_tensor") else g.clone()
+        out[name] = g.full_tensor() if hasattr(g, "full_tensor") else g.clone()
     return out
 
 
@@ -83,18 +81,18 @@ def worker(rank: int, port: int, paths: dict[str, str], out_dir: str, split: str
     import torch.distributed as dist
 
     torch.set_num_threads(1)
+    world, tp = SPLITS[split]
     os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", str(port)
-    dist.init_process_group("gloo", rank=rank, world_size=WORLD, timeout=timedelta(seconds=60))
+    dist.init_process_group("gloo", rank=rank, world_size=world, timeout=timedelta(seconds=60))
     try:
         results = {}
         for name, (model, (algo_name, overrides), rows, micro, resume_from) in SCENARIOS.items():
             config = TrainerConfig(micro_batch_size=micro)
             algo = get_algorithm(algo_name, **overrides)
             batches = make_batches(rows, seed=len(name))
-            tp = WORLD if split == "tp" else 1
             trainer = Trainer(Path(paths[model]), config, RESPONSE, tensor_parallel=tp)
-            assert trainer.world == WORLD
-            assert trainer.sharded == (split == "fsdp") and (trainer.tp is None) == (tp == 1)
+            assert trainer.world == world and trainer.split.tensor_parallel == tp
+            assert trainer.sharded == (world > tp)  # FSDP2 over the tensor-parallel groups
             tied = trainer.model.enable_weight_tying
             metrics, grads, checkpoint = [], None, None
             for i, batch in enumerate(batches, start=1):
@@ -197,30 +195,34 @@ def one_process(tiny_path: Path, tied_path: Path, tmp_path_factory) -> tuple[dic
     return paths, single, tmp_path
 
 
-@pytest.mark.parametrize("split", ["fsdp", "tp"])
-def test_two_ranks_train_like_one_process(one_process, tmp_path, split: str):
+@pytest.mark.parametrize(
+    "split",
+    ["fsdp", "tp", pytest.param("2d", marks=pytest.mark.slow)],  # 2d: 4 processes
+)
+def test_split_trainers_train_like_one_process(one_process, tmp_path, split: str):
     paths, single, single_dir = one_process
     for f in single_dir.iterdir():
         shutil.copy2(f, tmp_path / f.name)
+    world = SPLITS[split][0]
     mp.start_processes(
-        worker, args=(free_port(), paths, str(tmp_path), split), nprocs=WORLD, start_method="spawn"
+        worker, args=(free_port(), paths, str(tmp_path), split), nprocs=world, start_method="spawn"
     )
-    ranks = [torch.load(tmp_path / f"rank{r}.pt", weights_only=False) for r in range(WORLD)]
+    ranks = [torch.load(tmp_path / f"rank{r}.pt", weights_only=False) for r in range(world)]
 
     for name, (model, (algo_name, overrides), rows, micro, _) in SCENARIOS.items():
         want, got = single[name], ranks[0][name]
         assert got["tied"] == (model == "tied")
         # FSDP2: gradients are summed over ranks, not averaged: an average would halve
-        # these; tensor parallelism: the norms' partial gradients are summed over ranks
-        # (the first step's gradients, as clipped)
+        # these (the first step's gradients, as clipped)
         assert_metrics_close(got["metrics"], want["metrics"])
         for k, g in want["grads"].items():
             torch.testing.assert_close(got["grads"][k], g, atol=1e-6, rtol=1e-4, msg=k)
         assert_weights_close(got["final"], want["final"])
         # every rank reports the whole batch's metrics and holds the same weights
-        assert ranks[1][name]["metrics"] == got["metrics"]
-        for k, v in got["final"].items():
-            assert torch.equal(ranks[1][name]["final"][k], v), k
+        for other in ranks[1:]:
+            assert other[name]["metrics"] == got["metrics"]
+            for k, v in got["final"].items():
+                assert torch.equal(other[name]["final"][k], v), k
         # resumed runs continue as the uninterrupted one
         assert_metrics_close(got["resumed"], got["metrics"][SAVE_AFTER:])
         assert_weights_close(got["resumed_final"], want["final"])

@@ -199,7 +199,7 @@ def test_samples_older_than_max_policy_age_are_dropped_and_counted(tiny_model_pa
         ("services: {trainer: {prcs: 2}}", "unknown key in services.trainer 'prcs'; valid: procs"),
         ("services: {trainer: {procs: '2'}}", "services.trainer.procs must be int"),
         ("parallelism: {tensor_parallel_degree: 2, data_parallel_shard_degree: 2}\n"
-         "services: {trainer: {procs: 4}}", r"FSDP2 on top of tensor parallelism \(2-D\)"),
+         "services: {trainer: {procs: 2}}", r"multiply to 4 \(tensor 2 x pipeline 1 x data"),
         ("parallelism: {pipeline_parallel_degree: 2}\nservices: {trainer: {procs: 2}}",
          "pipeline parallelism is not implemented"),
         ("services: {learner: {}}", "unknown service 'learner'; valid: generator, trainer"),
@@ -224,10 +224,11 @@ def test_a_placement_file_fills_the_defaults_and_round_trips(tmp_path):
         RunConfig(distributed=layout.to_dict()).validate()
     with pytest.raises(ConfigError, match="needs --placement monarch"):
         RunConfig(mode="async").validate()
-    path.write_text("parallelism: {tensor_parallel_degree: 2}\nservices: {trainer: {procs: 2}}")
-    layout = PlacementConfig.from_yaml(path, gpus_available=0)
-    assert (layout.parallelism.tensor_parallel_degree,
-            layout.parallelism.data_parallel_shard_degree) == (2, 1)  # fmt: skip
+    for procs, data_shards in ((2, 1), (4, 2)):  # -1: the processes over the tensor degree
+        path.write_text(f"parallelism: {{tensor_parallel_degree: 2}}\n"
+                        f"services: {{trainer: {{procs: {procs}}}}}")  # fmt: skip
+        layout = PlacementConfig.from_yaml(path, gpus_available=0)
+        assert layout.parallelism.data_parallel_shard_degree == data_shards
 
 
 def test_a_tensor_parallel_degree_must_divide_what_it_splits(tiny_model_path):

@@ -413,7 +413,7 @@ def build_titan_model(
     ``init="pretrained"`` loads the checkpoint's weights; ``init="random"`` uses TorchTitan's
     own initialisation (for throughput at real sizes when weights are not at hand).
     ``tensor_parallel`` > 1 gives the model TorchTitan's Qwen3 sharding plan; it is still
-    whole until zoo.core.sharding.TensorParallel parallelises it."""
+    whole until zoo.core.sharding.Split parallelises it."""
     from torchtitan.models.qwen3 import Qwen3StateDictAdapter
 
     if init not in ("pretrained", "random"):

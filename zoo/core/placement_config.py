@@ -56,8 +56,7 @@ class ServiceLayout:
 @dataclass
 class Parallelism:
     tensor_parallel_degree: int = 1
-    """TorchTitan's Qwen3 tensor parallelism over the trainer's processes (alone: not
-    combined with FSDP2)."""
+    """TorchTitan's Qwen3 tensor parallelism: ranks per group; FSDP2 goes over the groups."""
     pipeline_parallel_degree: int = 1
     """Not implemented: must be 1."""
     data_parallel_shard_degree: int = -1
@@ -163,13 +162,6 @@ class PlacementConfig:
                 f" x pipeline {p.pipeline_parallel_degree} x data shard "
                 f"{p.data_parallel_shard_degree}) but services.trainer.procs is "
                 f"{self.trainer.procs}; they must be equal"
-            )
-        if p.tensor_parallel_degree > 1 and p.data_parallel_shard_degree > 1:
-            raise ConfigError(
-                f"tensor_parallel_degree {p.tensor_parallel_degree} with "
-                f"data_parallel_shard_degree {p.data_parallel_shard_degree}: FSDP2 on top of "
-                "tensor parallelism (2-D) is not implemented; use one of them over all of "
-                "services.trainer.procs"
             )
         if self.scorer.procs > 1:
             raise ConfigError(

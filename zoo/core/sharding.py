@@ -1,9 +1,10 @@
-"""How the trainer's model is split over processes: FSDP2 data parallelism (torch's own
-``fully_shard``) or tensor parallelism (TorchTitan's own sharding plan for Qwen3).
+"""How the trainer's model is split over processes (``Split``): FSDP2 data parallelism
+(torch's own ``fully_shard``), tensor parallelism (TorchTitan's own sharding plan for
+Qwen3), or both (2-D).
 
-FSDP2: every rank holds 1/world of each parameter, gradient and AdamW moment, and trains
-on its own rows of the batch. Tensor parallelism (``TensorParallel``): every rank runs
-every row, holding 1/world of each weight matrix (attention heads, MLP columns,
+FSDP2: each data-parallel rank holds 1/dp of each parameter, gradient and AdamW moment,
+and trains on its own rows of the batch. Tensor parallelism: the ranks of a group run the
+same rows, each holding 1/tp of each weight matrix (attention heads, MLP columns,
 vocabulary). The helpers here are collectives unless said otherwise: every rank must
 call them, in the same order.
 """
@@ -11,14 +12,16 @@ call them, in the same order.
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING
 
 import torch
 import torch.distributed as dist
 from torch.distributed.tensor import DTensor, distribute_tensor
 
 from zoo.core.config import ConfigError
+
+if TYPE_CHECKING:
+    from zoo.core.models import ModelShape
 
 
 def world_size() -> int:
@@ -28,14 +31,13 @@ def world_size() -> int:
     return 1
 
 
-def shard_model(model: torch.nn.Module, device: torch.device, bf16: bool) -> None:
-    """Shard a TorchTitan decoder in place over all ranks of the default process group:
+def shard_model(model: torch.nn.Module, mesh, bf16: bool) -> None:
+    """Shard a TorchTitan decoder in place over the ranks of ``mesh`` (a 1-D DeviceMesh):
     one FSDP unit per transformer block, and the root unit holding what is left (token
-    embedding, final norm, LM head)."""
-    from torch.distributed.device_mesh import init_device_mesh
+    embedding, final norm, LM head). Tensor-parallel parameters (DTensors on another mesh)
+    are sharded again along it: 2-D."""
     from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 
-    mesh = init_device_mesh(device.type, (world_size(),))
     # bf16 compute with float32 master weights and optimizer state, gradients reduced
     # over ranks in float32 (without sharding the trainer uses autocast instead).
     mp_policy = (
@@ -74,11 +76,12 @@ def row_slice(size: int, rank: int, world: int) -> slice:
     return slice(start, start + base + (rank < extra))
 
 
-def sum_over_ranks(values: dict[str, float]) -> dict[str, float]:
-    """Each key summed over ranks, in rank order, so every rank gets the same floats. A
-    key missing on some rank (one with no rows) counts as 0 there."""
-    gathered: list[dict[str, float] | None] = [None] * world_size()
-    dist.all_gather_object(gathered, values)
+def sum_over_ranks(values: dict[str, float], group=None) -> dict[str, float]:
+    """Each key summed over the ranks of ``group`` (default: all), in rank order, so every
+    rank gets the same floats. A key missing on some rank (one with no rows) counts as 0
+    there."""
+    gathered: list[dict[str, float] | None] = [None] * dist.get_world_size(group)
+    dist.all_gather_object(gathered, values, group=group)
     total: dict[str, float] = {}
     for part in gathered:
         for k, v in (part or {}).items():
@@ -88,8 +91,16 @@ def sum_over_ranks(values: dict[str, float]) -> dict[str, float]:
 
 def full_tensors(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """DTensors gathered to whole tensors, in ``state``'s order (so every rank must pass
-    the same keys in the same order); other values unchanged."""
-    return {k: v.full_tensor() if isinstance(v, DTensor) else v for k, v in state.items()}
+    the same keys in the same order); other values unchanged. Always new memory: a
+    snapshot does not change with later steps."""
+    return {k: _whole(v) if isinstance(v, DTensor) else v for k, v in state.items()}
+
+
+def _whole(tensor: DTensor) -> torch.Tensor:
+    whole = tensor.full_tensor()
+    # A DTensor replicated on every mesh axis (a norm's weight under tensor parallelism)
+    # hands out its local tensor itself.
+    return whole.clone() if whole.data_ptr() == tensor.to_local().data_ptr() else whole
 
 
 def full_optimizer_state(optimizer: torch.optim.Optimizer) -> dict:
@@ -121,12 +132,12 @@ def load_full_optimizer_state(optimizer: torch.optim.Optimizer, state: dict) -> 
         param = params[i]
         sharded[i] = {}
         for k, v in entry.items():
+            # AdamW updates its state in place: leave the caller's copy alone (a replicated
+            # DTensor would otherwise hold the caller's tensor itself).
+            if torch.is_tensor(v):
+                v = v.to(param.device, copy=True)
             if isinstance(param, DTensor) and torch.is_tensor(v) and v.shape == param.shape:
-                v = distribute_tensor(
-                    v.to(param.device), param.device_mesh, param.placements, src_data_rank=None
-                )
-            elif torch.is_tensor(v):
-                v = v.clone()  # AdamW counts steps in place: leave the caller's copy alone
+                v = distribute_tensor(v, param.device_mesh, param.placements, src_data_rank=None)
             sharded[i][k] = v
     optimizer.load_state_dict({"state": sharded, "param_groups": state["param_groups"]})
 
@@ -153,12 +164,12 @@ def load_full_model_state(model: torch.nn.Module, state: dict[str, torch.Tensor]
     model.load_state_dict(local, strict=True)
 
 
-# --- Tensor parallelism ---------------------------------------------------------------
+# --- Tensor parallelism, and FSDP2 over tensor-parallel groups -----------------------
 
 
-def check_tensor_parallel(shape, degree: int) -> None:
+def check_tensor_parallel(shape: ModelShape, degree: int) -> None:
     """Refuse a degree that does not divide what it splits (a ConfigError naming both).
-    ``shape`` is a zoo.core.models.ModelShape. Not a collective."""
+    Not a collective."""
     if degree < 1:
         raise ConfigError(f"tensor_parallel_degree must be >= 1, got {degree}")
     splits = {
@@ -207,199 +218,87 @@ class _SumOverGroup(torch.autograd.Function):
         return grad, None
 
 
-class TensorParallel:
-    """A TorchTitan Qwen3 decoder split over all ranks of the default process group by
-    ``Module.parallelize``, the plan set by ``tensor_parallel_plan`` before building it.
+class Split:
+    """How the trainer's model is split over all ranks of the default process group:
+    ``tensor_parallel`` ranks per tensor-parallel group (TorchTitan's Qwen3 plan, applied
+    by its ``Module.parallelize``), and FSDP2 over the groups (world / tensor_parallel
+    data-parallel ranks, each training on its own rows). Either can be 1.
 
-    Every rank builds the whole model with the same weights first; parallelising keeps
-    each rank's slice. TorchTitan's spmd_types backend leaves parameters as plain local
-    tensors, so this class reads from the plan what is needed to put whole tensors back
-    together (the dimension each parameter is split on) and to finish the gradients:
-    TorchTitan leaves the sum of some partial gradients (q_norm, k_norm) to FSDP, and
-    ``reduce_grads`` does it here. Checked against one process in tests/test_fsdp.py."""
+    Parameters end up DTensors (on the tensor-parallel mesh, the FSDP2 mesh, or both), so
+    whole tensors come back with ``full_tensor`` and go in with ``distribute_tensor``
+    (the helpers above), and torch's gradient clipping sees the global norm. TorchTitan's
+    DTensor backend ("partial_dtensor") is used rather than its default spmd_types one:
+    with the latter, fully_shard refuses the plain local tensors it leaves
+    ("all parameters must be DTensors on the full SPMD mesh"), so FSDP2 could not go on
+    top."""
 
-    def __init__(self, model: torch.nn.Module, device: torch.device) -> None:
-        import spmd_types as spmd
-        import torchtitan.distributed.parallel_dims as parallel_dims_module
-        from torchtitan.distributed import ParallelDims
-        from torchtitan.distributed import utils as titan_dist
+    def __init__(
+        self, model: torch.nn.Module, device: torch.device, tensor_parallel: int, bf16: bool
+    ) -> None:
+        from torch.distributed.device_mesh import init_device_mesh
 
-        self.degree = world_size()
-        self.rank = dist.get_rank()
-        tied = getattr(model, "enable_weight_tying", False)
-        # ParallelDims builds its mesh on torchtitan.tools.utils.device_type, which is
-        # "cuda" on a machine without an accelerator (shared/stack.md): use ours.
-        parallel_dims_module.device_type = device.type
-        self.dims = ParallelDims(
-            dp_replicate=1, dp_shard=1, cp=1, tp=self.degree, pp=1, ep=1,
-            world_size=self.degree,
-        )  # fmt: skip
-        self.dims.build_mesh()
-        self.group = self.dims.get_mesh("tp").get_group()
-        model.parallelize(self.dims)
-        if tied:  # parallelize registers a new Parameter per module: tie them again
-            model.lm_head.weight = model.tok_embeddings.weight
-        self.split_dim: dict[str, int | None] = {}
-        """Each parameter's split dimension; None: every rank holds all of it."""
-        self.partial_grad: list[torch.nn.Parameter] = []
-        """Unsplit parameters whose gradients backward leaves as per-rank partial sums."""
-        layouts = self._tp_layouts(model)
-        for name, param in model.named_parameters():
-            kind = layouts[name]
-            self.split_dim[name] = kind.dim if isinstance(kind, spmd.Shard) else None
-            if kind == spmd.R:  # replicated, gradient pending a sum ("I": complete)
-                self.partial_grad.append(param)
-        self.split_params = [
-            p for n, p in model.named_parameters() if self.split_dim[n] is not None
-        ]
-        self.whole_params = [p for n, p in model.named_parameters() if self.split_dim[n] is None]
-        self._context = titan_dist.get_spmd_context(parallel_dims=self.dims)
+        world = world_size()
+        if tensor_parallel < 1 or world % tensor_parallel:
+            raise ConfigError(
+                f"tensor_parallel {tensor_parallel} must divide the trainer's {world} processes"
+            )
+        self.tensor_parallel = tensor_parallel
+        self.data_parallel = world // tensor_parallel
+        self.tp_group = None
+        self.tp_rank = 0
+        if tensor_parallel > 1:
+            dims = _parallel_dims(device, self.data_parallel, tensor_parallel)
+            tied = getattr(model, "enable_weight_tying", False)
+            model.parallelize(dims)
+            if tied:  # parallelize registers a new Parameter per module: tie them again
+                model.lm_head.weight = model.tok_embeddings.weight
+            tp_mesh = dims.get_mesh("tp")
+            self.tp_group, self.tp_rank = tp_mesh.get_group(), tp_mesh.get_local_rank()
+            dp_mesh = dims.get_mesh("fsdp") if self.data_parallel > 1 else None
+        else:
+            dp_mesh = init_device_mesh(device.type, (world,)) if world > 1 else None
+        self.dp_group = dp_mesh.get_group() if dp_mesh is not None else None
+        self.dp_rank = dp_mesh.get_local_rank() if dp_mesh is not None else 0
+        if dp_mesh is not None:
+            shard_model(model, dp_mesh, bf16)
 
-    @staticmethod
-    def _tp_layouts(model: torch.nn.Module) -> dict:
-        """Each parameter's spmd type on the tensor-parallel axis, from the sharding plan:
-        Shard(d): split on dim d; I: unsplit, complete gradient; R: unsplit, partial
-        gradient (TorchTitan leaves the sum to FSDP; there is none here)."""
-        from torchtitan.distributed.parallel_dims import MeshAxisName
-
-        kinds = {}
-        for module_name, module in model.named_modules():
-            plan = getattr(module, "_sharding_config", None)
-            for pname, layout in (plan.state_shardings if plan else {}).items():
-                if pname in module._parameters:
-                    prefix = f"{module_name}." if module_name else ""
-                    kinds[prefix + pname] = layout.per_axis_spmd_types()[MeshAxisName.TP]
-        missing = [n for n, _ in model.named_parameters() if n not in kinds]
-        if missing:
-            raise RuntimeError(f"TorchTitan's tensor-parallel plan does not place {missing}")
-        return kinds
-
-    def context(self) -> AbstractContextManager:
-        """Forward and backward run inside this (TorchTitan's spmd mesh context)."""
-        return self._context()
+    @property
+    def fsdp(self) -> bool:
+        """Data parallel: each rank trains on its own rows of every batch."""
+        return self.data_parallel > 1
 
     def vocab_logprobs(self, logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         """log softmax(logits)[target] over the whole vocabulary, given this rank's
-        contiguous slice of it (the LM head is column-parallel): one all-reduce for the
-        max (no gradient), two differentiable sums."""
+        contiguous slice of it (the column-parallel LM head's output, [..., V / tp]): one
+        all-reduce for the max (no gradient), two differentiable sums. The whole logits
+        are never gathered."""
         shard = logits.shape[-1]
-        low = self.rank * shard
+        low = self.tp_rank * shard
         with torch.no_grad():
             top = logits.max(dim=-1).values
-            dist.all_reduce(top, op=dist.ReduceOp.MAX, group=self.group)
+            dist.all_reduce(top, op=dist.ReduceOp.MAX, group=self.tp_group)
         shifted = logits - top[..., None]
-        sum_exp = _SumOverGroup.apply(shifted.exp().sum(dim=-1), self.group)
+        sum_exp = _SumOverGroup.apply(shifted.exp().sum(dim=-1), self.tp_group)
         here = (targets >= low) & (targets < low + shard)
         local = (targets - low).clamp(0, shard - 1)
         target_logit = shifted.gather(-1, local[..., None]).squeeze(-1) * here
-        return _SumOverGroup.apply(target_logit, self.group) - sum_exp.log()
-
-    def reduce_grads(self) -> None:
-        """Sum the partial gradients over ranks."""
-        for p in self.partial_grad:
-            if p.grad is not None:
-                dist.all_reduce(p.grad, group=self.group)
-
-    def clip_grad_norm(self, max_norm: float) -> torch.Tensor:
-        """Global gradient norm (each element counted once) and clipping by it, as
-        torch.nn.utils.clip_grad_norm_ does on one process."""
-        split = sum((p.grad.float().pow(2).sum() for p in self._with_grad(self.split_params)),
-                    torch.zeros(()))  # fmt: skip
-        dist.all_reduce(split, group=self.group)
-        whole = sum((p.grad.float().pow(2).sum() for p in self._with_grad(self.whole_params)),
-                    torch.zeros(()))  # fmt: skip
-        total = (split + whole).sqrt()
-        torch.nn.utils.clip_grads_with_norm_(
-            list(self._with_grad(self.split_params + self.whole_params)), max_norm, total
-        )
-        return total
-
-    @staticmethod
-    def _with_grad(params: list[torch.Tensor]) -> Iterator[torch.Tensor]:
-        return (p for p in params if p.grad is not None)
-
-    def whole(self, name: str, local: torch.Tensor) -> torch.Tensor:
-        """The whole tensor of parameter ``name`` (or of a tensor shaped like it: its
-        gradient, its AdamW moments) from every rank's slice."""
-        dim = self.split_dim[name]
-        if dim is None:
-            return local.detach().clone()
-        parts = [torch.empty_like(local) for _ in range(self.degree)]
-        dist.all_gather(parts, local.detach().contiguous(), group=self.group)
-        return torch.cat(parts, dim=dim)
-
-    def local(self, name: str, whole: torch.Tensor) -> torch.Tensor:
-        """This rank's slice of a whole tensor of parameter ``name``'s shape (the Shard
-        placement's even split). Not a collective."""
-        dim = self.split_dim[name]
-        if dim is None:
-            return whole.clone()
-        return whole.chunk(self.degree, dim=dim)[self.rank].clone()
-
-    def named_whole_parameters(self, model: torch.nn.Module) -> dict[str, torch.Tensor]:
-        return {n: self.whole(n, p) for n, p in model.named_parameters()}
-
-    def load_whole_parameters(self, model: torch.nn.Module, state: dict[str, torch.Tensor]) -> None:
-        """Copy whole tensors (TorchTitan parameter names, fused QKV) into the local slices,
-        strictly: every parameter must be given. Not a collective."""
-        params = dict(model.named_parameters())
-        missing = sorted(set(params) - set(state))
-        if missing:
-            raise KeyError(f"no weights for {missing}")
-        with torch.no_grad():
-            for name, p in params.items():
-                p.copy_(self.local(name, state[name]))
-
-    def whole_optimizer_state(
-        self, model: torch.nn.Module, optimizer: torch.optim.Optimizer
-    ) -> dict:
-        """``optimizer.state_dict()`` with whole state tensors (see full_optimizer_state)."""
-        return _map_optimizer_state(model, optimizer.state_dict(), self.whole)
-
-    def load_whole_optimizer_state(
-        self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, state: dict
-    ) -> None:
-        optimizer.load_state_dict(_map_optimizer_state(model, state, self.local))
+        return _SumOverGroup.apply(target_logit, self.tp_group) - sum_exp.log()
 
 
-def _map_optimizer_state(
-    model: torch.nn.Module,
-    state: dict,
-    convert: Callable[[str, torch.Tensor], torch.Tensor],
-) -> dict:
-    """``state`` (torch.optim layout) with ``convert(name, tensor)`` applied to each
-    non-scalar state tensor (AdamW's moments, shaped like their parameter); scalars (step
-    counts) cloned. Parameters are matched by position to ``model.named_parameters()``,
-    the order the optimizer was given them in."""
-    names = [n for n, _ in model.named_parameters()]
-    out = {}
-    for i, entry in sorted(state["state"].items()):
-        out[i] = {}
-        for k, v in entry.items():
-            if torch.is_tensor(v) and v.dim() > 0:
-                v = convert(names[i], v)
-            elif torch.is_tensor(v):
-                v = v.clone()
-            out[i][k] = v
-    return {"state": out, "param_groups": copy.deepcopy(state["param_groups"])}
+def _parallel_dims(device: torch.device, data_parallel: int, tensor_parallel: int):
+    """TorchTitan's ParallelDims for (FSDP2 data shards) x (tensor parallel), its meshes
+    built, on TorchTitan's DTensor backend."""
+    import torchtitan.distributed.parallel_dims as parallel_dims_module
+    from torchtitan.distributed import ParallelDims
+    from torchtitan.distributed import utils as titan_dist
 
-
-def fused_to_stock_qkv(model: torch.nn.Module, state: dict[str, torch.Tensor]) -> dict:
-    """Whole parameters with each fused ``wqkv`` split into the ``wq``/``wk``/``wv``
-    entries that model.state_dict() gives (TorchTitan's own save hook does the split)."""
-    return _apply_qkv_hook(model, state, "_split_qkv_on_save")
-
-
-def stock_to_fused_qkv(model: torch.nn.Module, state: dict[str, torch.Tensor]) -> dict:
-    """The inverse: ``wq``/``wk``/``wv`` merged back into ``wqkv`` (TorchTitan's load hook)."""
-    return _apply_qkv_hook(model, state, "_merge_qkv_on_load")
-
-
-def _apply_qkv_hook(model: torch.nn.Module, state: dict, hook: str) -> dict:
-    from torchtitan.models.common.attention import FusedQKVLinear
-
-    state = dict(state)
-    for name, module in model.named_modules():
-        if isinstance(module, FusedQKVLinear):
-            getattr(FusedQKVLinear, hook)(module, state, f"{name}.", None)
-    return state
+    # ParallelDims builds its mesh on torchtitan.tools.utils.device_type, which is
+    # "cuda" on a machine without an accelerator (shared/stack.md): use ours.
+    parallel_dims_module.device_type = device.type
+    titan_dist.set_spmd_backend("partial_dtensor")  # (a process-wide TorchTitan setting)
+    dims = ParallelDims(
+        dp_replicate=1, dp_shard=data_parallel, cp=1, tp=tensor_parallel, pp=1, ep=1,
+        world_size=data_parallel * tensor_parallel, spmd_backend="partial_dtensor",
+    )  # fmt: skip
+    dims.build_mesh()
+    return dims

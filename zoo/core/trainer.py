@@ -7,11 +7,11 @@ generator.
 
 Several processes: when the caller has initialised a torch.distributed process group of
 more than one rank before building the Trainer, the model is split over them
-(zoo/core/sharding.py): sharded with FSDP2 by default, or tensor-parallel with
-``tensor_parallel`` equal to the world size. Every rank gets the same whole batch in
-``step``. Under FSDP2 each trains on its own contiguous slice of rows; under tensor
-parallelism all run every row on their slice of each weight. Either way the update equals
-the one-process update, and all public methods are collectives: every rank calls them
+(zoo/core/sharding.py): FSDP2 data parallelism by default, TorchTitan's Qwen3 tensor
+parallelism with ``tensor_parallel`` ranks per group, or both. Every rank gets the same
+whole batch in ``step``; each data-parallel rank trains on its own contiguous slice of
+rows, which the ranks of its tensor-parallel group share. The update equals the
+one-process update, and all public methods are collectives: every rank calls them
 together, in the same order.
 """
 
@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -77,12 +76,12 @@ def response_logprobs(
     tokens: torch.Tensor,
     response_start: torch.Tensor,
     width: int,
-    tp: sharding.TensorParallel | None = None,
+    split: sharding.Split | None = None,
 ) -> torch.Tensor:
     """[B, width] log-probability of each response token under ``model`` (a TorchTitan
-    decoder; with ``tp``, its LM head gives this rank's slice of the vocabulary). The LM
-    head runs only where a response token is predicted: on prompt positions its output
-    would be thrown away."""
+    decoder; under tensor parallelism, per ``split``, its LM head gives each rank a slice
+    of the vocabulary). The LM head runs only where a response token is predicted: on
+    prompt positions its output would be thrown away."""
     positions = (response_start[:, None] - 1 + torch.arange(width, device=tokens.device)).clamp(
         max=tokens.shape[1] - 2
     )
@@ -91,11 +90,14 @@ def response_logprobs(
         hidden = model(tokens)
     finally:
         model._skip_lm_head = False
+    if isinstance(hidden, DTensor):  # tensor parallel: replicated over the group
+        hidden = hidden.to_local()  # (lm_head takes it back as a DTensor)
     picked = hidden.gather(1, positions[..., None].expand(-1, -1, hidden.shape[-1]))
-    logits = model.lm_head(picked).float()
+    logits = model.lm_head(picked)
     targets = tokens.gather(1, positions + 1)
-    if tp is not None:
-        return tp.vocab_logprobs(logits, targets)
+    if split is not None and split.tensor_parallel > 1:
+        return split.vocab_logprobs(logits.to_local().float(), targets)
+    logits = logits.float()
     return torch.log_softmax(logits, dim=-1).gather(-1, targets[..., None]).squeeze(-1)
 
 
@@ -132,23 +134,22 @@ class Trainer:
         self.config = config
         self.max_response_len = max_response_len
         self.device = torch.device(device)
-        self.world = sharding.world_size()
-        self.rank = torch.distributed.get_rank() if self.world > 1 else 0
-        if tensor_parallel > 1 and tensor_parallel != self.world:
-            raise ValueError(
-                f"tensor_parallel {tensor_parallel} must equal the world size {self.world} "
-                "(tensor parallelism with FSDP2 on top is not implemented)"
-            )
         self.model, self.adapter = build_titan_model(
             model_path, init=init, device=self.device, tensor_parallel=tensor_parallel
         )
-        # Each rank splits its own copy: they agree as long as every rank built the same
-        # weights (a checkpoint, or the same seed with init="random").
-        self.tp = sharding.TensorParallel(self.model, self.device) if tensor_parallel > 1 else None
-        self.sharded = self.world > 1 and self.tp is None
-        """FSDP2 data parallelism."""
-        if self.sharded:
-            sharding.shard_model(self.model, self.device, bf16=config.mixed_precision == "bf16")
+        self.world = sharding.world_size()
+        self.rank = torch.distributed.get_rank() if self.world > 1 else 0
+        self.split: sharding.Split | None = None
+        """How the model is split over the ranks; None in one process."""
+        if self.world > 1:
+            # Each rank splits its own copy: they agree as long as every rank built the
+            # same weights (a checkpoint, or the same seed with init="random").
+            self.split = sharding.Split(self.model, self.device, tensor_parallel,
+                                        bf16=config.mixed_precision == "bf16")  # fmt: skip
+        elif tensor_parallel > 1:
+            raise ValueError(f"tensor_parallel {tensor_parallel} needs as many processes")
+        self.sharded = self.split is not None and self.split.fsdp
+        """FSDP2 data parallelism: each data-parallel rank trains on its own rows."""
         self.model.train()
         self.optimizer = torch.optim.AdamW(
             self.model.parameters(),
@@ -169,8 +170,9 @@ class Trainer:
         num_sequences = int((batch.mask.sum(-1) > 0).sum())
         num_tokens = int(batch.mask.sum())
         if self.sharded:
-            local = batch.rows(sharding.row_slice(batch.size, self.rank, self.world))
-            most_rows = -(-batch.size // self.world)  # rank 0's slice is the largest
+            dp, dp_rank = self.split.data_parallel, self.split.dp_rank
+            local = batch.rows(sharding.row_slice(batch.size, dp_rank, dp))
+            most_rows = -(-batch.size // dp)  # data-parallel rank 0's slice is the largest
             micro = self.config.micro_batch_size or max(most_rows, 1)
             # FSDP2 gathers and reduces weights in every forward and backward, so all
             # ranks run the same number of passes: those of the largest slice.
@@ -188,47 +190,40 @@ class Trainer:
             dtype=torch.bfloat16,
             enabled=self.config.mixed_precision == "bf16" and not self.sharded,
         )
-        with self._spmd_context():
-            for start in range(0, passes * micro, micro):
-                if start >= local.size:
-                    self._padding_pass(batch, width, autocast)
-                    continue
-                mb = local.rows(slice(start, start + micro)).to(self.device)
-                with autocast:
-                    logprobs = response_logprobs(
-                        self.model, mb.tokens, mb.response_start, width, self.tp
-                    )
-                old = mb.old_logprobs if mb.old_logprobs is not None else logprobs.detach()
-                train_batch = TrainBatch(
-                    logprobs=logprobs,
-                    old_logprobs=old,
-                    ref_logprobs=mb.ref_logprobs,
-                    advantages=mb.advantages,
-                    mask=mb.mask,
-                    num_sequences=num_sequences,
-                    num_tokens=num_tokens,
-                    max_response_len=self.max_response_len,
+        for start in range(0, passes * micro, micro):
+            if start >= local.size:
+                self._padding_pass(batch, width, autocast)
+                continue
+            mb = local.rows(slice(start, start + micro)).to(self.device)
+            with autocast:
+                logprobs = response_logprobs(
+                    self.model, mb.tokens, mb.response_start, width, self.split
                 )
-                out = loss_fn(train_batch)
-                out.loss.backward()
-                loss_total += float(out.loss.detach())
-                weight = float(mb.mask.sum()) / max(num_tokens, 1)
-                metrics = {**out.metrics, "entropy_sampled": -_masked_mean(logprobs, mb.mask)}
-                for k, v in metrics.items():
-                    if k != "loss":
-                        sums[k] = sums.get(k, 0.0) + weight * v
-        if self.sharded:  # every rank reports the whole batch
-            sums = sharding.sum_over_ranks({**sums, "loss": loss_total})
-            loss_total = sums.pop("loss")
-        if self.tp is not None:
-            self.tp.reduce_grads()
-            grad_norm = self.tp.clip_grad_norm(self.config.grad_clip)
-        else:
-            # Over FSDP2's sharded gradients torch computes the global norm (the per-shard
-            # norms are combined across ranks) and returns it as a replicated DTensor.
-            grad_norm = torch.nn.utils.clip_grad_norm_(
-                self.model.parameters(), self.config.grad_clip
+            old = mb.old_logprobs if mb.old_logprobs is not None else logprobs.detach()
+            train_batch = TrainBatch(
+                logprobs=logprobs,
+                old_logprobs=old,
+                ref_logprobs=mb.ref_logprobs,
+                advantages=mb.advantages,
+                mask=mb.mask,
+                num_sequences=num_sequences,
+                num_tokens=num_tokens,
+                max_response_len=self.max_response_len,
             )
+            out = loss_fn(train_batch)
+            out.loss.backward()
+            loss_total += float(out.loss.detach())
+            weight = float(mb.mask.sum()) / max(num_tokens, 1)
+            metrics = {**out.metrics, "entropy_sampled": -_masked_mean(logprobs, mb.mask)}
+            for k, v in metrics.items():
+                if k != "loss":
+                    sums[k] = sums.get(k, 0.0) + weight * v
+        if self.sharded:  # every rank reports the whole batch
+            sums = sharding.sum_over_ranks({**sums, "loss": loss_total}, self.split.dp_group)
+            loss_total = sums.pop("loss")
+        # Over split gradients (DTensors) torch computes the global norm (the per-shard
+        # norms are combined across ranks) and returns it as a DTensor.
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.grad_clip)
         if isinstance(grad_norm, DTensor):
             grad_norm = grad_norm.full_tensor()
         self.optimizer.step()
@@ -240,10 +235,6 @@ class Trainer:
             "response_tokens": num_tokens,
         }
 
-    def _spmd_context(self) -> AbstractContextManager:
-        """Tensor parallelism runs forward and backward in TorchTitan's mesh context."""
-        return self.tp.context() if self.tp is not None else nullcontext()
-
     def _padding_pass(self, batch: RolloutBatch, width: int, autocast) -> None:
         """A forward and backward that changes no gradient, for a rank with fewer rows
         than the others (FSDP2's collectives need the same passes on every rank). Any
@@ -251,7 +242,9 @@ class Trainer:
         leaves the algorithm's loss (and its handling of empty masks) out of it."""
         row = batch.rows(slice(0, 1)).to(self.device)
         with autocast:
-            logprobs = response_logprobs(self.model, row.tokens, row.response_start, width)
+            logprobs = response_logprobs(
+                self.model, row.tokens, row.response_start, width, self.split
+            )
         (logprobs.sum() * 0.0).backward()
 
     def train_step(self, inputs: list[dict], targets: list[dict]) -> float:
@@ -281,13 +274,9 @@ class Trainer:
 
     def hf_state_dict(self) -> dict[str, torch.Tensor]:
         """Current weights in Hugging Face naming (detached, contiguous); whole tensors on
-        every rank when sharded."""
-        if self.tp is not None:  # named_parameters leaves out a tied LM head, like below
-            whole = self.tp.named_whole_parameters(self.model)
-            state = sharding.fused_to_stock_qkv(self.model, whole)
-            return {k: v.contiguous() for k, v in self.adapter.to_hf(state).items()}
+        every rank when split."""
         state = {k: v.detach() for k, v in self.model.state_dict().items()}
-        if self.sharded:
+        if self.split is not None:
             if self.model.enable_weight_tying:
                 # the embedding's twin, which the export leaves out: not worth a gather
                 del state["lm_head.weight"]
@@ -297,9 +286,7 @@ class Trainer:
     def optimizer_state_dict(self) -> dict:
         """``torch.optim`` layout (parameters by position) with whole tensors, sharded or
         not: a checkpoint resumes at any world size."""
-        if self.tp is not None:
-            return self.tp.whole_optimizer_state(self.model, self.optimizer)
-        if self.sharded:
+        if self.split is not None:
             return sharding.full_optimizer_state(self.optimizer)
         return self.optimizer.state_dict()
 
@@ -307,14 +294,7 @@ class Trainer:
                    version: int) -> None:  # fmt: skip
         """Restore weights (Hugging Face naming), optimizer state and policy version.
         Split: every rank passes the same whole state and keeps its own part."""
-        if self.tp is not None:
-            state = self.adapter.from_hf(hf_state_dict)
-            if self.model.enable_weight_tying:
-                state.pop("lm_head.weight", None)  # the embedding's twin
-            whole = sharding.stock_to_fused_qkv(self.model, state)
-            self.tp.load_whole_parameters(self.model, whole)
-            self.tp.load_whole_optimizer_state(self.model, self.optimizer, optimizer_state)
-        elif self.sharded:
+        if self.split is not None:
             sharding.load_full_model_state(self.model, self.adapter.from_hf(hf_state_dict))
             sharding.load_full_optimizer_state(self.optimizer, optimizer_state)
         else:
