@@ -42,3 +42,32 @@ def test_every_benchmark_runs_on_tiny_settings(tmp_path, tiny_model_path):
     for png in ("rl_step.png", "scaling.png"):
         data = (tmp_path / "perf" / png).read_bytes()
         assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 5000
+
+
+@pytest.mark.parametrize("trainer", ["titan", "hf"])
+def test_the_gpu_check_runs_on_cpu_with_either_trainer(tmp_path, tiny_model_path, trainer):
+    """benchmarks/gpu_check.py on the tiny model with tiny sizes, so that the script a lent
+    GPU machine runs once has run here first: every figure it reports is there and sane."""
+    import json
+    import subprocess
+    import sys
+
+    from harness_cli import REPO
+
+    out = tmp_path / "out"
+    result = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / "gpu_check.py"), "--model",
+         str(tiny_model_path), "--device", "cpu", "--trainer", trainer, "--batch", "2",
+         "--micro-batch", "1", "--prompt-len", "8", "--response-len", "8", "--steps", "1",
+         "--gen-prompts", "2", "--gen-samples", "2", "--gen-tokens", "4", "--out", str(out)],
+        capture_output=True, text=True, timeout=300, cwd=tmp_path,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads((out / "gpu_check.json").read_text())
+    assert report["trainer_model"].startswith("torchtitan" if trainer == "titan" else "transf")
+    for key in ("train_step_seconds_median", "train_tokens_per_s", "mfu_vs_measured_matmul",
+                "weight_export_seconds_median", "weight_load_into_generator_seconds",
+                "generate_tokens_per_s"):  # fmt: skip
+        assert report[key] > 0, key
+    assert report["generate_new_tokens"] <= 2 * 2 * 4
+    assert "| weight export |" in (out / "gpu_check.md").read_text()

@@ -238,10 +238,6 @@ class Split:
         from torch.distributed.device_mesh import init_device_mesh
 
         world = world_size()
-        if tensor_parallel < 1 or world % tensor_parallel:
-            raise ConfigError(
-                f"tensor_parallel {tensor_parallel} must divide the trainer's {world} processes"
-            )
         self.tensor_parallel = tensor_parallel
         self.data_parallel = world // tensor_parallel
         self.tp_group = None

@@ -26,6 +26,7 @@ import torch
 from torch.distributed.tensor import DTensor
 
 from zoo.core import sharding
+from zoo.core.config import ConfigError
 from zoo.core.models import build_titan_model
 from zoo.core.types import LossOutput, TrainBatch
 
@@ -134,11 +135,16 @@ class Trainer:
         self.config = config
         self.max_response_len = max_response_len
         self.device = torch.device(device)
+        self.world = sharding.world_size()
+        self.rank = torch.distributed.get_rank() if self.world > 1 else 0
+        if tensor_parallel < 1 or self.world % tensor_parallel:
+            raise ConfigError(
+                f"tensor_parallel {tensor_parallel} must divide the trainer's {self.world} "
+                "processes"
+            )
         self.model, self.adapter = build_titan_model(
             model_path, init=init, device=self.device, tensor_parallel=tensor_parallel
         )
-        self.world = sharding.world_size()
-        self.rank = torch.distributed.get_rank() if self.world > 1 else 0
         self.split: sharding.Split | None = None
         """How the model is split over the ranks; None in one process."""
         if self.world > 1:
@@ -146,8 +152,6 @@ class Trainer:
             # same weights (a checkpoint, or the same seed with init="random").
             self.split = sharding.Split(self.model, self.device, tensor_parallel,
                                         bf16=config.mixed_precision == "bf16")  # fmt: skip
-        elif tensor_parallel > 1:
-            raise ValueError(f"tensor_parallel {tensor_parallel} needs as many processes")
         self.sharded = self.split is not None and self.split.fsdp
         """FSDP2 data parallelism: each data-parallel rank trains on its own rows."""
         self.model.train()
