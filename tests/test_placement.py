@@ -257,6 +257,19 @@ def test_async_mode_trains_the_tiny_model(tmp_path, tiny_model_path):
     assert max(r.get("policy_age_max", 0) for r in records) == 1
 
 
+def local_run_and_placed_config(tmp_path: Path, placement: str) -> tuple[list[dict], RunConfig]:
+    """A 3-step run with the local placement (its metrics), and the same run's config
+    under the placement file ``placement`` (YAML text)."""
+    config = tmp_path / "placement.yaml"
+    config.write_text(placement)
+    cfg = RunConfig(steps=3, prompts_per_step=32, eval_every=3, device="cpu")
+    expected = execute_run(cfg, tmp_path / "local", build_services(cfg, quiet=True),
+                           command="test")  # fmt: skip
+    placed = replace(cfg, placement="monarch",
+                     distributed=PlacementConfig.from_yaml(config).to_dict())  # fmt: skip
+    return expected, placed
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("degree", ["data_parallel_shard_degree", "tensor_parallel_degree"])
 def test_two_trainer_processes_give_the_one_process_losses(tmp_path, tiny_model_path, degree):
@@ -265,13 +278,9 @@ def test_two_trainer_processes_give_the_one_process_losses(tmp_path, tiny_model_
     parallelism (each holds half of every weight matrix). The loss sequence equals the
     local placement's to float rounding (tests/test_fsdp.py checks the split trainer
     itself in depth)."""
-    config = tmp_path / "split.yaml"
-    config.write_text(f"parallelism: {{{degree}: 2}}\nservices:\n  trainer: {{procs: 2}}\n")
-    cfg = RunConfig(steps=3, prompts_per_step=32, eval_every=3, device="cpu")
-    expected = execute_run(cfg, tmp_path / "local", build_services(cfg, quiet=True),
-                           command="test")  # fmt: skip
-    sharded_cfg = replace(cfg, placement="monarch",
-                          distributed=PlacementConfig.from_yaml(config).to_dict())  # fmt: skip
+    expected, sharded_cfg = local_run_and_placed_config(
+        tmp_path, f"parallelism: {{{degree}: 2}}\nservices:\n  trainer: {{procs: 2}}\n"
+    )
     sharded = build_services(sharded_cfg, quiet=True)
     shards = list(sharded.trainer.actors.shard.call().get().values())
     whole = sum(p.numel() for p in load_file(str(tiny_model_path / "model.safetensors")).values())
@@ -294,13 +303,9 @@ def test_a_tensor_parallel_generator_gives_the_one_process_run(tmp_path, tiny_mo
     """services.generator.procs 2: the generator actor's vLLM engine runs tensor-parallel
     over two worker processes it starts itself, and takes RDMA weight updates. Samples
     (hence rewards) are the local placement's, losses equal to float rounding."""
-    config = tmp_path / "generator.yaml"
-    config.write_text("services:\n  generator: {procs: 2}\n")
-    cfg = RunConfig(steps=3, prompts_per_step=32, eval_every=3, device="cpu")
-    expected = execute_run(cfg, tmp_path / "local", build_services(cfg, quiet=True),
-                           command="test")  # fmt: skip
-    split_cfg = replace(cfg, placement="monarch",
-                        distributed=PlacementConfig.from_yaml(config).to_dict())  # fmt: skip
+    expected, split_cfg = local_run_and_placed_config(
+        tmp_path, "services:\n  generator: {procs: 2}\n"
+    )
     services = build_services(split_cfg, quiet=True)
     try:
         history = execute_run(split_cfg, tmp_path / "split", services, command="test")
