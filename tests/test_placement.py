@@ -113,6 +113,7 @@ def parent_pid(pid: int) -> int:
     return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
 
 
+@pytest.mark.slow  # ~70 s: two stand-in hosts, six actor processes, two restarts
 def test_replicas_on_two_hosts_survive_killed_replicas_with_unchanged_numbers(
     tmp_path, tiny_model_path, two_hosts
 ):

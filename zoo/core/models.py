@@ -425,7 +425,9 @@ def build_titan_model(
     with torch.device("meta"):
         model = config.build()
     model.to_empty(device=device)
-    adapter = Qwen3StateDictAdapter(config, str(path))
+    # No assets path: TorchTitan reads it only for model.safetensors.index.json, to shard its
+    # own HF saves (we save ourselves), and warns on every build when a checkpoint has one file.
+    adapter = Qwen3StateDictAdapter(config, None)
     with torch.no_grad():
         model.init_weights()  # also fills non-persistent buffers (RoPE tables)
     if init == "pretrained":
