@@ -237,6 +237,8 @@ def test_a_tensor_parallel_degree_must_divide_what_it_splits(tiny_model_path):
     check_tensor_parallel(shape, 2)
     with pytest.raises(ConfigError, match="does not divide the model's num_attention_heads"):
         check_tensor_parallel(shape, 3)
+    with pytest.raises(ConfigError, match=r"services\.generator\.procs 3 does not divide"):
+        check_tensor_parallel(shape, 3, "services.generator.procs")
     qwen3_1_7b = ModelShape(28, 2048, 16, 8, 128, 6144, 151936, tied_embeddings=True)
     check_tensor_parallel(qwen3_1_7b, 8)
     with pytest.raises(ConfigError, match="num_key_value_heads"):

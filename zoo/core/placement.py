@@ -624,7 +624,7 @@ def spawn_monarch_services(
     tensor_parallel = layout.parallelism.tensor_parallel_degree
     shape = ModelShape.from_hf_dir(spec.path)
     check_tensor_parallel(shape, tensor_parallel)  # before spawning anything
-    check_tensor_parallel(shape, layout.generator.procs)
+    check_tensor_parallel(shape, layout.generator.procs, "services.generator.procs")
     actors = procs(trainer_procs, "trainer").spawn(
         "trainer", TrainerActor, str(spec.path), trainer_config, cfg.max_response_len,
         cfg.init, device, cfg.algorithm, cfg.algorithm_config, cfg.seed, trainer_cores,

@@ -3,9 +3,9 @@ users already write (``--config distributed.yaml``)::
 
     model: tiny                       # optional; --model on the command line wins
     parallelism:
-      tensor_parallel_degree: 1       # or = trainer procs: TorchTitan's Qwen3 tensor parallel
+      tensor_parallel_degree: 1       # TorchTitan's Qwen3 tensor parallelism (divides procs)
       pipeline_parallel_degree: 1
-      data_parallel_shard_degree: 2   # FSDP2 over the trainer's processes (-1: all of them)
+      data_parallel_shard_degree: 2   # FSDP2 shards (-1: trainer procs / tensor degree)
     services:
       generator: {procs: 1, num_replicas: 2, with_gpus: false, on_failure: replace}
       trainer:   {procs: 2, num_replicas: 1, with_gpus: false}

@@ -167,11 +167,13 @@ def load_full_model_state(model: torch.nn.Module, state: dict[str, torch.Tensor]
 # --- Tensor parallelism, and FSDP2 over tensor-parallel groups -----------------------
 
 
-def check_tensor_parallel(shape: ModelShape, degree: int) -> None:
-    """Refuse a degree that does not divide what it splits (a ConfigError naming both).
-    Not a collective."""
+def check_tensor_parallel(
+    shape: ModelShape, degree: int, setting: str = "tensor_parallel_degree"
+) -> None:
+    """Refuse a degree that does not divide what it splits (a ConfigError naming the
+    ``setting`` that asked for it and the model's sizes). Not a collective."""
     if degree < 1:
-        raise ConfigError(f"tensor_parallel_degree must be >= 1, got {degree}")
+        raise ConfigError(f"{setting} must be >= 1, got {degree}")
     splits = {
         "num_attention_heads": shape.num_heads,
         "num_key_value_heads": shape.num_kv_heads,
@@ -181,7 +183,7 @@ def check_tensor_parallel(shape: ModelShape, degree: int) -> None:
     for field, size in splits.items():
         if size % degree:
             raise ConfigError(
-                f"tensor_parallel_degree {degree} does not divide the model's {field} "
+                f"{setting} {degree} does not divide the model's {field} "
                 f"({size}); valid degrees divide all of "
                 + ", ".join(f"{k}={v}" for k, v in splits.items())
             )
