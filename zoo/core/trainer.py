@@ -152,8 +152,6 @@ class Trainer:
             # same weights (a checkpoint, or the same seed with init="random").
             self.split = sharding.Split(self.model, self.device, tensor_parallel,
                                         bf16=config.mixed_precision == "bf16")  # fmt: skip
-        self.sharded = self.split is not None and self.split.fsdp
-        """FSDP2 data parallelism: each data-parallel rank trains on its own rows."""
         self.model.train()
         self.optimizer = torch.optim.AdamW(
             self.model.parameters(),
@@ -163,6 +161,11 @@ class Trainer:
         )
         self.version = 0
         self.loss_fn: Callable[[TrainBatch], LossOutput] | None = None
+
+    @property
+    def sharded(self) -> bool:
+        """FSDP2 data parallelism: each data-parallel rank trains on its own rows."""
+        return self.split is not None and self.split.fsdp
 
     def step(self, batch: RolloutBatch, loss_fn: Callable[[TrainBatch], LossOutput]) -> dict:
         """One optimizer step on ``batch``; returns the loss metrics (token-weighted over
