@@ -1,6 +1,8 @@
 """RL step throughput: forge-zoo's synchronous GRPO step against two baselines on the same
 tiny model weights, prompts, group size, batch, max new tokens and one optimizer step per
-batch (beta = 0 everywhere: no reference model):
+batch (``mini_batches`` 1; beta = 0 everywhere: no reference model). forge-zoo also runs
+its old-log-prob pass (a forward over the batch, for the trainer-sampler mismatch metrics),
+which the baselines skip in this on-policy regime:
 
 - bare: ~100 lines of plain torch (benchmarks/baselines/bare_grpo.py), the floor;
 - TRL: GRPOTrainer (trl 1.16, CPU, no vLLM), with its default config and with gradient
@@ -48,7 +50,7 @@ def forge_zoo_steps(
     cfg = RunConfig(
         model=str(model), init=init, generator=generator_backend, device="cpu",
         prompts_per_step=setting.prompts_per_step, group_size=setting.group_size,
-        max_response_len=setting.max_new_tokens, algorithm_config={"beta": 0.0},
+        max_response_len=setting.max_new_tokens, algorithm_config={"beta": 0.0}, mini_batches=1,
         eval_every=10**9, checkpoint_every=0, placement=placement, **run,
     )  # fmt: skip
     services = build_services(cfg, quiet=True, generator=generator)
@@ -68,8 +70,8 @@ def forge_zoo_steps(
         services.close()
     phases = {
         f"{p}_seconds": statistics.median(r[f"{p}_seconds"] for r in records)
-        for p in ("generate", "score", "reference", "train", "sync", "trainer_idle",
-                  "generator_idle")
+        for p in ("generate", "score", "old_logprobs", "reference", "train", "sync",
+                  "trainer_idle", "generator_idle")
     }  # fmt: skip
     tokens = statistics.mean(r["response_tokens"] for r in records)
     return {"step_seconds": statistics.median(walls), "response_tokens": tokens, **phases,

@@ -119,8 +119,11 @@ def throughput_table(runs: list[dict]) -> pd.DataFrame:
     """Systems figures, apart from learning: tokens/s, seconds per step by phase, share of
     FLOPs by phase, achieved FLOP/s (ledger FLOPs / phase seconds)."""
     rows = []
-    frame = pd.DataFrame([{**r, "env": run["env"], "algorithm": run["algorithm"]}
-                          for run in runs for r in run["records"] if r["step"] > 0])  # fmt: skip
+    frame = step_frame(runs)
+    for p in PHASES:  # runs recorded before a phase existed spent nothing in it
+        for what in ("flops", "seconds", "tokens"):
+            frame[f"{p}_{what}"] = frame.get(f"{p}_{what}", 0.0)
+    frame = frame.fillna({f"{p}_{w}": 0.0 for p in PHASES for w in ("flops", "seconds")})
     for (env, algo), g in frame.groupby(["env", "algorithm"]):
         row = {
             "env": env,
@@ -136,6 +139,53 @@ def throughput_table(runs: list[dict]) -> pd.DataFrame:
         for p in PHASES:
             row[f"{p}_flops_share"] = g[f"{p}_flops"].sum() / total_flops if total_flops else 0
         row["achieved_flops_per_s"] = total_flops / total_seconds if total_seconds else 0
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def step_frame(runs: list[dict]) -> pd.DataFrame:
+    """Every training step of every run (step 0, the evaluation of the start, left out)."""
+    return pd.DataFrame([{**r, "env": run["env"], "algorithm": run["algorithm"]}
+                         for run in runs for r in run["records"] if r["step"] > 0])  # fmt: skip
+
+
+OFF_POLICY_METRICS = (
+    "ratio_mean", "ratio_max", "clip_low_frac", "clip_high_frac", "capped_frac",
+    "gate_weight_mean", "policy_kl", "staleness_kl", "mismatch_logprob_mean",
+    "mismatch_logprob_max", "mismatch_kl", "is_weight_mean", "is_truncated_frac",
+    "is_masked_frac",
+)  # fmt: skip
+"""Per-step metrics of the training regime (zoo/core/trainer.py, zoo/core/offpolicy.py)
+and the algorithms' mechanisms; a column appears when some run logged it."""
+
+
+def off_policy_table(runs: list[dict]) -> pd.DataFrame:
+    """The training regime of each algorithm and what its mechanism did: the mean over
+    steps and seeds of each metric (``*_max``: the largest seen), and the share of steps
+    on which the algorithm's declared mechanism acted (zoo/algorithms/base.py)."""
+    from zoo.algorithms import ALGORITHMS
+    from zoo.core.registry import PluginError
+
+    frame = step_frame(runs)
+    regime = {(run["env"], run["algorithm"]): run["config"]["run"] for run in runs}
+    rows = []
+    for (env, algo), g in frame.groupby(["env", "algorithm"]):
+        cfg = regime[(env, algo)]
+        regime_text = (
+            f"{cfg.get('mini_batches', 1)} mini-batches x {cfg.get('epochs', 1)} epochs, "
+            f"correction {cfg.get('correction', 'none')}"
+        )
+        row = {"env": env, "algorithm": algo, "regime": regime_text}
+        for key in OFF_POLICY_METRICS:
+            if key in g and g[key].notna().any():
+                row[key] = g[key].max() if key.endswith("_max") else g[key].mean()
+        try:
+            idle = ALGORITHMS.load(algo).mechanism
+        except PluginError:
+            idle = {}
+        acted = [g[m] != v for m, v in idle.items() if m in g]
+        if acted:
+            row["mechanism_acted_steps"] = float(pd.concat(acted, axis=1).any(axis=1).mean())
         rows.append(row)
     return pd.DataFrame(rows)
 
@@ -193,6 +243,7 @@ def write_analysis(out: Path) -> dict[str, pd.DataFrame]:
         "reward_at_checkpoints": reward_table(points),
         "summary": summary_table(points),
         "throughput": throughput_table(runs),
+        "off_policy": off_policy_table(runs),
     }
     text = {name: write_table(df, tables_dir, name) for name, df in tables.items()}
     plot_curves(tables["reward_at_checkpoints"], "flops", "model FLOPs (ledger)",
@@ -237,6 +288,20 @@ def write_report(out: Path, tables: dict[str, str]) -> None:
         "## Reward at each compute checkpoint",
         "",
         tables["reward_at_checkpoints"],
+        "",
+        "## Training regime: the ratio, the mechanisms, the trainer-sampler gap",
+        "",
+        "Means over steps and seeds (`*_max`: the largest seen). Each rollout batch trains",
+        "in several mini-batches, so the ratio pi_theta / pi_old moves after the first",
+        "update; clip/cap fractions are shares of response tokens (of sequences, counted",
+        "per token, for GSPO), `gate_weight_mean` is SAPO's mean gradient weight (1 =",
+        "inactive), `policy_kl` the k3 KL(old || new) per update, `staleness_kl` the",
+        "same at the first update (0 unless the batch was sampled by older weights), and",
+        "`mismatch_*` compare the sampler's log-probs with the trainer's at the same",
+        "weights. `mechanism_acted_steps`: the share of steps on which the algorithm's",
+        "own mechanism changed at least one token's or sequence's gradient.",
+        "",
+        tables["off_policy"],
         "",
         "## Throughput (systems, apart from learning)",
         "",

@@ -102,9 +102,11 @@ def build_parser() -> argparse.ArgumentParser:
     check = sub.add_parser(
         "check-plugin",
         help="run the conformance suite against a registered algorithm",
-        description="Check an algorithm against the invariants of shared/algorithms.md "
+        description="Check an algorithm against the invariants every loss must satisfy "
         "(on-policy gradient, zero advantages, padding, micro-batching, clipping, "
-        "sequence-level ratio). Exit 0 if every applicable property holds.",
+        "sequence-level ratio) and report the mechanism it declares (Algorithm.mechanism) "
+        "and whether it acted on a batch whose ratios moved. Exit 0 if every applicable "
+        "property holds.",
     )
     check.add_argument("algorithm", help="algorithm name (see `list algorithms`)")
 
@@ -124,6 +126,7 @@ def build_parser() -> argparse.ArgumentParser:
 def add_training_arguments(p: argparse.ArgumentParser) -> None:
     """Options shared by `run` and `compare`."""
     from zoo.core.loop import REAL_MODEL_DEFAULTS, run_defaults
+    from zoo.core.offpolicy import CORRECTIONS
 
     p.add_argument(
         "--model",
@@ -257,7 +260,43 @@ def add_training_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--lr", type=float, help="AdamW learning rate " + sized.format(tiny["lr"], real["lr"])
     )
-    p.add_argument("--temperature", type=float, default=1.0)
+    p.add_argument(
+        "--temperature",
+        type=float,
+        default=1.0,
+        help="sampling temperature T > 0; the trainer, reference and old-log-prob passes "
+        "score tokens at the same T (default 1.0)",
+    )
+    p.add_argument(
+        "--mini-batches",
+        type=int,
+        help="optimizer steps per rollout batch and pass: its groups are split into this "
+        "many mini-batches, so every update after the first sees a ratio away from 1 "
+        "(where clips, caps and gates act; verl's train / ppo_mini_batch_size, TRL's "
+        "steps_per_generation; 1 = on-policy) "
+        + sized.format(tiny["mini_batches"], real["mini_batches"]),
+    )
+    p.add_argument(
+        "--epochs",
+        type=int,
+        help="passes over each rollout batch (verl's ppo_epochs, TRL's num_iterations) "
+        + sized.format(tiny["epochs"], real["epochs"]),
+    )
+    p.add_argument(
+        "--correction",
+        choices=list(CORRECTIONS),
+        default="none",
+        help="trainer-sampler mismatch correction, for any algorithm: none; tis (weight "
+        "each token by min(pi_old / pi_sampler, C)); mis-token / mis-sequence (drop tokens "
+        "or responses whose pi_old / pi_sampler is outside [low, high], as IcePop); bypass "
+        "(the sampler's log-probs as the old policy) (default: none)",
+    )
+    p.add_argument("--correction-cap", type=float, default=2.0, metavar="C",
+                   help="tis: the cap C (default 2.0)")  # fmt: skip
+    p.add_argument("--correction-low", type=float, default=0.5, metavar="LOW",
+                   help="mis-*: the lowest ratio kept (default 0.5)")  # fmt: skip
+    p.add_argument("--correction-high", type=float, default=5.0, metavar="HIGH",
+                   help="mis-*: the highest ratio kept (default 5.0)")  # fmt: skip
     p.add_argument(
         "--micro-batch-size",
         type=int,
@@ -372,6 +411,12 @@ def run_config(args: argparse.Namespace, algorithm: str, env: str, seed: int):
         temperature=args.temperature,
         lr=args.lr,
         micro_batch_size=args.micro_batch_size,
+        mini_batches=args.mini_batches,
+        epochs=args.epochs,
+        correction=args.correction,
+        correction_cap=args.correction_cap,
+        correction_low=args.correction_low,
+        correction_high=args.correction_high,
         eval_every=args.eval_every,
         budget_flops=args.budget,
         budget_samples=args.budget_samples,

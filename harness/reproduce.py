@@ -41,7 +41,12 @@ def first_difference(old: list[dict], new: list[dict]) -> str | None:
 
 def reproduce_run(run_dir: Path, interval: tuple[float, float] | None = None) -> Verdict:
     config = json.loads((run_dir / "config.json").read_text())
-    cfg = RunConfig(**config["run"])
+    try:
+        cfg = RunConfig.from_record(config["run"])
+    except ConfigError as exc:
+        commit = config.get("git", {}).get("commit", "?")
+        return Verdict(False, False, f"not reproducible with this version: {exc} (recorded "
+                       f"at commit {commit})")  # fmt: skip
     cfg.validate()
     recorded = read_metrics(run_dir)
     if not recorded:

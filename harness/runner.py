@@ -55,7 +55,7 @@ def execute_run(
     if resume and has_checkpoint(checkpoint_dir):
         saved = json.loads((out / "config.json").read_text())
         # Through RunConfig, so fields added since the run started take their defaults.
-        if dataclasses.asdict(RunConfig(**saved["run"])) != config["run"]:
+        if dataclasses.asdict(RunConfig.from_record(saved["run"])) != config["run"]:
             raise ConfigError(f"{out}: cannot resume, its config.json differs from this run's")
         truncate_metrics(out, load_checkpoint(checkpoint_dir, loop))
     elif read_metrics(out):

@@ -164,6 +164,14 @@ def test_resume_accepts_runs_recorded_before_newer_config_fields(experiment, tmp
     assert (run_dir / "complete.json").exists()
     assert without_timing(metrics(run_dir)) == without_timing(before)
 
+    # a run from before several updates per rollout batch would change its numbers: refused
+    del config["run"]["mini_batches"]
+    (run_dir / "config.json").write_text(json.dumps(config))
+    (run_dir / "complete.json").unlink()
+    result = run_harness("compare", "grpo", "dapo", "--seeds", "2", "--budget", str(BUDGET),
+                         *SMALL, "--resume", "--out", str(out), cwd=tmp_path)  # fmt: skip
+    assert result.returncode == 2 and "recorded by an older forge-zoo" in result.stderr
+
 
 @pytest.mark.slow
 def test_resume_after_a_kill_equals_an_uninterrupted_run(tiny_model_path, tmp_path):
@@ -245,3 +253,15 @@ def test_on_gpus_a_split_trainer_counts_its_share_of_the_memory():
     share = whole.trainer_split(4)
     assert share.optimizer == whole.optimizer / 4 and share.generator == whole.generator
     assert whole.minimum - share.minimum == pytest.approx(0.75 * (16 * shape.params))
+
+
+def test_runs_recorded_before_mini_batches_are_refused_with_the_reason(tmp_path):
+    """A committed leaderboard run predates several updates per rollout batch: this
+    version would give other numbers, so reproduce says so (and names the commit) instead
+    of reporting a mismatch (test_resume_accepts_... checks that --resume refuses)."""
+    recorded = REPO / "results" / "tiny-arithmetic-builtins" / "runs" / "grpo__arithmetic__seed0"
+    result = run_harness("reproduce", str(recorded), cwd=tmp_path)
+    assert result.returncode == 1
+    assert "not reproducible with this version" in result.stdout
+    assert "before mini_batches, epochs existed" in result.stdout
+    assert json.loads((recorded / "config.json").read_text())["git"]["commit"] in result.stdout

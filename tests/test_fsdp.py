@@ -1,11 +1,13 @@
 """The Trainer split over gloo processes: FSDP2 data parallelism over 2, TorchTitan's Qwen3
 tensor parallelism over 2, or both (2 x 2 = 4 processes). Each rank, given the same whole
-batch, must make the same updates as one process (same losses, gradient norms, gradients
-and weights), report whole-batch metrics on every rank, keep tied embeddings tied, and
-resume from a checkpoint at either world size."""
+batch, must compute the same old log-probs (also with the previous version's weights)
+and make the same updates as one process (two mini-batches per batch: same losses,
+gradient norms, gradients and weights), report whole-batch metrics on every rank, keep
+tied embeddings tied, and resume from a checkpoint at either world size."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -64,8 +66,24 @@ def make_batches(rows: int, seed: int) -> list[RolloutBatch]:
     return out
 
 
+def train_on(trainer: Trainer, algo, batch: RolloutBatch) -> dict:
+    """One rollout batch: old log-probs, then two mini-batches (Trainer.train)."""
+    batch.old_logprobs = trainer.logprobs(batch)
+    return trainer.train(batch, algo.loss)
+
+
 def run_steps(trainer: Trainer, algo, batches: list[RolloutBatch]) -> list[dict]:
-    return [trainer.step(b, algo.loss) for b in batches]
+    return [train_on(trainer, algo, b) for b in batches]
+
+
+def previous_version_logprobs(trainer: Trainer, batch: RolloutBatch) -> torch.Tensor:
+    """The batch scored with the weights of one version back (kept by ``train``)."""
+    versions = torch.full((batch.size,), trainer.version - 1)
+    return trainer.logprobs(dataclasses.replace(batch, policy_versions=versions))
+
+
+def trainer_config(micro: int) -> TrainerConfig:
+    return TrainerConfig(micro_batch_size=micro, mini_batches=2, max_policy_age=1)
 
 
 def full_grads(trainer: Trainer) -> dict[str, torch.Tensor]:
@@ -87,7 +105,7 @@ def worker(rank: int, port: int, paths: dict[str, str], out_dir: str, split: str
     try:
         results = {}
         for name, (model, (algo_name, overrides), rows, micro, resume_from) in SCENARIOS.items():
-            config = TrainerConfig(micro_batch_size=micro)
+            config = trainer_config(micro)
             algo = get_algorithm(algo_name, **overrides)
             batches = make_batches(rows, seed=len(name))
             trainer = Trainer(Path(paths[model]), config, RESPONSE, tensor_parallel=tp)
@@ -96,7 +114,7 @@ def worker(rank: int, port: int, paths: dict[str, str], out_dir: str, split: str
             tied = trainer.model.enable_weight_tying
             metrics, grads, checkpoint = [], None, None
             for i, batch in enumerate(batches, start=1):
-                metrics.append(trainer.step(batch, algo.loss))
+                metrics.append(train_on(trainer, algo, batch))
                 if i == 1:
                     grads = full_grads(trainer)
                 if i == SAVE_AFTER:
@@ -105,9 +123,10 @@ def worker(rank: int, port: int, paths: dict[str, str], out_dir: str, split: str
                         trainer.optimizer_state_dict(),
                         trainer.version,
                     )
+            previous = previous_version_logprobs(trainer, batches[-1])
             if tied:  # still one Parameter after sharding and training
                 assert trainer.model.tok_embeddings.weight is trainer.model.lm_head.weight
-            final = trainer.hf_state_dict()
+            final = trainer.hf_state_dict()  # (the current weights are back)
             if resume_from == "single":
                 checkpoint = torch.load(Path(out_dir) / f"{name}-single.pt", weights_only=False)
             resumed = Trainer(Path(paths[model]), config, RESPONSE, tensor_parallel=tp)
@@ -118,6 +137,7 @@ def worker(rank: int, port: int, paths: dict[str, str], out_dir: str, split: str
                 "grads": grads if rank == 0 else None,
                 "checkpoint": checkpoint if rank == 0 else None,
                 "final": final,
+                "previous": previous,
                 "resumed": resumed_metrics,
                 "resumed_final": resumed.hf_state_dict(),
                 "tied": tied,
@@ -152,13 +172,16 @@ def free_port() -> int:
 
 
 def assert_metrics_close(got: list[dict], want: list[dict]) -> None:
+    """Within 1e-4 relative: a batch's second mini-batch starts from weights that already
+    carry the rounding differences of the first update (see assert_weights_close), and
+    pre-clip gradient norms of ~100 amplify them; a wrong reduction is off by 2x."""
     for g, w in zip(got, want, strict=True):
         assert g.keys() == w.keys()
         assert g["response_tokens"] == w["response_tokens"]
-        assert g["loss"] == pytest.approx(w["loss"], rel=1e-5, abs=1e-7)
-        assert g["grad_norm"] == pytest.approx(w["grad_norm"], rel=1e-5)
+        assert g["loss"] == pytest.approx(w["loss"], rel=1e-4, abs=1e-7)
+        assert g["grad_norm"] == pytest.approx(w["grad_norm"], rel=1e-4)
         for k in w:
-            assert g[k] == pytest.approx(w[k], rel=1e-5, abs=1e-6), k
+            assert g[k] == pytest.approx(w[k], rel=1e-4, abs=1e-6), k
 
 
 def assert_weights_close(got: dict, want: dict) -> None:
@@ -181,17 +204,20 @@ def one_process(tiny_path: Path, tied_path: Path, tmp_path_factory) -> tuple[dic
     for name, (model, (algo_name, overrides), rows, micro, _) in SCENARIOS.items():
         algo = get_algorithm(algo_name, **overrides)
         batches = make_batches(rows, seed=len(name))
-        trainer = Trainer(Path(paths[model]), TrainerConfig(micro_batch_size=micro), RESPONSE)
+        trainer = Trainer(Path(paths[model]), trainer_config(micro), RESPONSE)
         assert not trainer.sharded
         metrics = []
         for i, batch in enumerate(batches, start=1):
-            metrics.append(trainer.step(batch, algo.loss))
+            metrics.append(train_on(trainer, algo, batch))
             if i == 1:
                 grads = full_grads(trainer)
             if i == SAVE_AFTER:
                 state = trainer.hf_state_dict(), trainer.optimizer_state_dict(), i
                 torch.save(state, tmp_path / f"{name}-single.pt")
-        single[name] = {"metrics": metrics, "grads": grads, "final": trainer.hf_state_dict()}
+        previous = previous_version_logprobs(trainer, batches[-1])
+        assert not torch.allclose(previous, trainer.logprobs(batches[-1]), atol=1e-4)
+        single[name] = {"metrics": metrics, "grads": grads, "final": trainer.hf_state_dict(),
+                        "previous": previous}  # fmt: skip
     return paths, single, tmp_path
 
 
@@ -213,11 +239,13 @@ def test_split_trainers_train_like_one_process(one_process, tmp_path, split: str
         want, got = single[name], ranks[0][name]
         assert got["tied"] == (model == "tied")
         # FSDP2: gradients are summed over ranks, not averaged: an average would halve
-        # these (the first step's gradients, as clipped)
+        # these (the first batch's last mini-batch's gradients, as clipped; they follow one
+        # update, whose rounding moves a few elements by ~2e-6)
         assert_metrics_close(got["metrics"], want["metrics"])
         for k, g in want["grads"].items():
-            torch.testing.assert_close(got["grads"][k], g, atol=1e-6, rtol=1e-4, msg=k)
+            torch.testing.assert_close(got["grads"][k], g, atol=1e-5, rtol=1e-4, msg=k)
         assert_weights_close(got["final"], want["final"])
+        torch.testing.assert_close(got["previous"], want["previous"], atol=1e-5, rtol=1e-5)
         # every rank reports the whole batch's metrics and holds the same weights
         for other in ranks[1:]:
             assert other[name]["metrics"] == got["metrics"]
@@ -230,7 +258,7 @@ def test_split_trainers_train_like_one_process(one_process, tmp_path, split: str
         # the sharded checkpoint (whole tensors, torch.optim layout) resumes in one process
         hf, optim, version = got["checkpoint"]
         algo = get_algorithm(algo_name, **overrides)
-        one = Trainer(Path(paths[model]), TrainerConfig(micro_batch_size=micro), RESPONSE)
+        one = Trainer(Path(paths[model]), trainer_config(micro), RESPONSE)
         one.load_state(hf, optim, version)
         assert one.version == SAVE_AFTER
         later = make_batches(rows, seed=len(name))[SAVE_AFTER:]

@@ -114,8 +114,10 @@ def test_check_plugin_runs_the_conformance_suite_on_an_installed_plugin(plugin_s
     result = harness(plugin_site, "check-plugin", "rloo", cwd=tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "zoo-rloo" in result.stdout
-    for prop in ("reinforce_on_policy", "zero_advantages", "padding", "micro_batching"):
+    for prop in ("reinforce_on_policy", "zero_advantages", "padding", "micro_batching",
+                 "off_policy"):  # fmt: skip
         assert any(prop in line and "PASS" in line for line in result.stdout.splitlines())
+    assert "declares clip_low_frac, clip_high_frac" in result.stdout and "acted" in result.stdout
 
 
 def test_check_plugin_of_an_unknown_name_exits_2(plugin_site, tmp_path):

@@ -3,9 +3,9 @@ and writes ``loss``; it may override ``advantages``, ``shape_rewards``, ``keep``
 ``train_mask``.
 It never sees a process, a device or a mesh: only tensors of rewards and a TrainBatch.
 
-Three more class attributes describe the loss to generic checks
-(zoo/algorithms/conformance.py) and to readers; they do not change what the loss does:
-``aggregation``, ``clip_style`` and ``sequence_level``."""
+Four more class attributes describe the loss to generic checks
+(zoo/algorithms/conformance.py), to the compare report and to readers; they do not change
+what the loss does: ``aggregation``, ``clip_style``, ``sequence_level`` and ``mechanism``."""
 
 from __future__ import annotations
 
@@ -38,6 +38,19 @@ class Algorithm(ABC):
     sequence_level: ClassVar[bool] = False
     """True when the loss sees a sequence's tokens only through its mean log-ratio
     (GSPO's sequence ratio)."""
+    mechanism: ClassVar[dict[str, float]] = {}
+    """What the loss does once the ratio moves away from 1, as the metrics it reports and
+    their values while that mechanism is idle: {"clip_low_frac": 0.0, "clip_high_frac":
+    0.0} for a PPO clip, {"capped_frac": 0.0} for CISPO's cap, {"gate_weight_mean": 1.0}
+    for SAPO's gate. ``check-plugin`` and the compare report say from it whether the
+    mechanism acted; empty: the algorithm declares none."""
+
+    @classmethod
+    def mechanism_acted(cls, metrics: dict[str, float], tol: float = 1e-6) -> bool:
+        """True when a metric of ``mechanism`` in ``metrics`` is away from its idle value."""
+        return any(
+            abs(metrics[k] - idle) > tol for k, idle in cls.mechanism.items() if k in metrics
+        )
 
     def __init__(self, **overrides: Any) -> None:
         self.config = make_config(self.config_class, overrides, owner=f"algorithm {self.name!r}")

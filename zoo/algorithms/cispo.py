@@ -40,6 +40,7 @@ class CISPO(Algorithm):
     config_class = CISPOConfig
     paper = "MiniMax, MiniMax-M1, arXiv 2506.13585 (2025)"
     aggregation = "token_mean"
+    mechanism = {"capped_frac": 0.0}
     clip_style = "cap"
 
     def loss(self, batch: TrainBatch) -> LossOutput:

@@ -13,10 +13,10 @@ only absorb rounding. A check that cannot apply (no hard clip, not sequence-leve
 returns ``passed=None`` with the reason.
 
 What the checks read from the class (zoo/algorithms/base.py): ``aggregation`` (how to
-build the REINFORCE reference), ``clip_style`` ("zero" / "cap" / "none") and
-``sequence_level``. The upper clip is read from the first config field among
-``eps_high``, ``eps``, ``clip_range``, ``clip`` (ratio bound 1 + value) and ``clip_high``
-(the ratio bound itself).
+build the REINFORCE reference), ``clip_style`` ("zero" / "cap" / "none"),
+``sequence_level`` and ``mechanism`` (the metrics that show it acting). The upper clip
+is read from the first config field among ``eps_high``, ``eps``, ``clip_range``, ``clip``
+(ratio bound 1 + value) and ``clip_high`` (the ratio bound itself).
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from typing import Any
 import torch
 
 from zoo.algorithms.base import Algorithm
-from zoo.core.losses import aggregate
+from zoo.core.losses import aggregate, log_ratio
 from zoo.core.types import TrainBatch
 
 Overrides = Mapping[str, Any]
@@ -273,6 +273,61 @@ def check_sequence_level(cls: type[Algorithm], overrides: Overrides = NONE) -> C
     return CheckResult(name, ok, f"spread within a response {within:.2e}, between {across:.2e}")
 
 
+def off_policy_case() -> Case:
+    """B = 5 responses whose log-ratios lp - old have scales 0.05, 0.3, 0.6, 1.0 and 2.0
+    (ratios from about 0.35 to 20, as after several updates on a batch), two positive and
+    three negative advantages. Every built-in's mechanism acts on some token here."""
+    g = torch.Generator().manual_seed(7)
+    lengths, width = [6, 3, 5, 4, 6], 6
+    lp = -0.1 - 2 * torch.rand(len(lengths), width, generator=g, dtype=torch.float64)
+    scale = torch.tensor([0.05, 0.3, 0.6, 1.0, 2.0], dtype=torch.float64)[:, None]
+    old = lp - scale * torch.randn(len(lengths), width, generator=g, dtype=torch.float64)
+    adv = torch.tensor([1.2, -0.4, 0.7, -1.1, -0.5], dtype=torch.float64)
+    return Case(lp, old, lp.clone(), adv, lengths_mask(lengths, width))
+
+
+def check_off_policy(cls: type[Algorithm], overrides: Overrides = NONE) -> CheckResult:
+    """(7) The mechanism the class declares (``Algorithm.mechanism``: metrics and their
+    idle values) is idle on-policy and acts on a batch whose ratios moved, where the
+    gradient differs from that of the unclipped importance-weighted surrogate -r*A (same
+    aggregation): the mechanism changes the update, and its metrics say so."""
+    name = "off_policy"
+    if not cls.mechanism:
+        return CheckResult(name, None, "declares no mechanism (Algorithm.mechanism is empty)")
+    algo = build(cls, overrides, beta_zero=True)
+    declared = ", ".join(cls.mechanism)
+    on_case = random_case(4, on_policy=True)
+    on_metrics = algo.loss(TrainBatch(on_case.lp, on_case.old, None, on_case.adv,
+                                      on_case.mask, max_response_len=8)).metrics  # fmt: skip
+    missing = [m for m in cls.mechanism if m not in on_metrics]
+    if missing:
+        return CheckResult(name, False, f"declares {declared} but reports no {missing[0]}")
+    if cls.mechanism_acted(on_metrics):
+        return CheckResult(name, False, f"{declared} not idle on-policy: {on_metrics}")
+    case = off_policy_case()
+    _, grad = loss_and_grad(algo, case)
+    batch = TrainBatch(case.lp.detach(), case.old, None, case.adv, case.mask,
+                       max_response_len=case.max_response_len)  # fmt: skip
+    metrics = algo.loss(batch).metrics
+    lp = case.lp.clone().requires_grad_(True)
+    plain = TrainBatch(lp, case.old, None, case.adv, case.mask,
+                       max_response_len=case.max_response_len)  # fmt: skip
+    ratio = torch.exp(log_ratio(plain))
+    aggregate(-ratio * plain.token_advantages, plain, algo.aggregation).backward()
+    changed = max_diff(grad, lp.grad) / float(lp.grad.abs().max())
+    values = ", ".join(f"{m} {metrics[m]:.3g}" for m in cls.mechanism)
+    acted = cls.mechanism_acted(metrics)
+    ok = acted and changed > TOL
+    on_tokens = ratio.detach()[case.mask > 0]
+    detail = (
+        f"declares {declared}; ratios {float(on_tokens.min()):.2g}..{float(on_tokens.max()):.2g}:"
+        f" {values}, "
+        f"{'acted' if acted else 'did not act'}; gradient vs unclipped -r*A: relative max "
+        f"diff {changed:.2e}"
+    )
+    return CheckResult(name, ok, detail)
+
+
 CHECKS: dict[str, Callable[[type[Algorithm], Overrides], CheckResult]] = {
     "reinforce_on_policy": check_reinforce_on_policy,
     "zero_advantages": check_zero_advantages,
@@ -280,6 +335,7 @@ CHECKS: dict[str, Callable[[type[Algorithm], Overrides], CheckResult]] = {
     "micro_batching": check_micro_batching,
     "clipping": check_clipping,
     "sequence_level": check_sequence_level,
+    "off_policy": check_off_policy,
 }
 
 

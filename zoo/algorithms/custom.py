@@ -62,6 +62,8 @@ class Custom(Algorithm):
     config_class = CustomConfig
     paper = "Schulman et al., Proximal Policy Optimization Algorithms, arXiv 1707.06347 (2017)"
     aggregation = "seq_mean"  # (1/B) sum_i (1/|o_i|) sum_t
+    # the metrics that show its mechanism acting, and their values while it is idle
+    mechanism = {"clip_low_frac": 0.0, "clip_high_frac": 0.0}
     clip_style = "zero"  # a token whose ratio is clipped gets no policy gradient
 
     def loss(self, batch: TrainBatch) -> LossOutput:

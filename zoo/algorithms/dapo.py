@@ -63,6 +63,7 @@ class DAPO(Algorithm):
     config_class = DAPOConfig
     paper = "Yu et al., DAPO, arXiv 2503.14476 (2025)"
     aggregation = "token_mean"
+    mechanism = {"clip_low_frac": 0.0, "clip_high_frac": 0.0}
 
     def shape_rewards(
         self, rewards: torch.Tensor, lengths: torch.Tensor, max_response_len: int

@@ -49,6 +49,7 @@ class DrGRPO(Algorithm):
     config_class = DrGRPOConfig
     paper = "Liu et al., Understanding R1-Zero-Like Training, arXiv 2503.20783 (2025)"
     aggregation = "fixed"
+    mechanism = {"clip_low_frac": 0.0, "clip_high_frac": 0.0}
 
     def advantages(self, rewards: torch.Tensor) -> torch.Tensor:
         return group_center(rewards)

@@ -33,6 +33,7 @@ class GRPO(Algorithm):
     config_class = GRPOConfig
     paper = "Shao et al., DeepSeekMath, arXiv 2402.03300 (2024)"
     aggregation = "seq_mean"
+    mechanism = {"clip_low_frac": 0.0, "clip_high_frac": 0.0}
 
     def loss(self, batch: TrainBatch) -> LossOutput:
         eps, beta = self.config.eps, self.config.beta

@@ -50,6 +50,7 @@ class GSPO(Algorithm):
     config_class = GSPOConfig
     paper = "Zheng et al., Group Sequence Policy Optimization, arXiv 2507.18071 (2025)"
     aggregation = "seq_mean"
+    mechanism = {"clip_low_frac": 0.0, "clip_high_frac": 0.0}
     sequence_level = True
 
     def loss(self, batch: TrainBatch) -> LossOutput:

@@ -43,6 +43,7 @@ class SAPO(Algorithm):
     config_class = SAPOConfig
     paper = "Gao et al., Soft Adaptive Policy Optimization, arXiv 2511.20347 (2025)"
     aggregation = "seq_mean"
+    mechanism = {"gate_weight_mean": 1.0}
     clip_style = "none"
 
     def loss(self, batch: TrainBatch) -> LossOutput:

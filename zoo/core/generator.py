@@ -29,7 +29,8 @@ from zoo.core.types import Completion
 @dataclass
 class SamplingConfig:
     temperature: float = 1.0
-    """Sampling temperature (1.0 keeps sampler and trainer logprobs comparable)."""
+    """Sampling temperature T: tokens are drawn from softmax(logits / T), and the logprobs
+    reported are of that distribution (the trainer scores tokens at the same T)."""
     top_p: float = 1.0
     max_tokens: int = 6
     """Generation budget L_max: new tokens per response."""
@@ -89,6 +90,9 @@ class VLLMGenerator:
                 seed=seed,
                 max_model_len=max_model_len,
                 enable_prefix_caching=False,
+                # The sampled token's log-probability under the distribution it was drawn
+                # from (after temperature), not vLLM's default raw_logprobs (temperature 1).
+                logprobs_mode="processed_logprobs",
                 # The CPU backend's default (4096 tokens per scheduler step) makes it chunk
                 # large prefills, and chunked prefill with per-request seeds fails there
                 # ("CPU Generator does not use offset"): schedule whole batches instead.

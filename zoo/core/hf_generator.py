@@ -79,11 +79,13 @@ class HFGenerator:
             return_dict_in_generate=True,
         )
         new = out.sequences[:, width:]
-        # Raw logits, like vLLM's default logprobs (before temperature / top-p); one step at
-        # a time, so float32 log-softmax never holds [rows, steps, vocab] at once.
+        # Log-probabilities of the distribution sampled from, softmax(logits / T) (top-p is
+        # 1 in runs), as the vLLM backend reports them; one step at a time, so float32
+        # log-softmax never holds [rows, steps, vocab] at once.
+        temperature = 1.0 if greedy else sampling.temperature
         picked = torch.stack(
             [
-                step.float().log_softmax(-1).gather(-1, tok[:, None]).squeeze(-1)
+                (step.float() / temperature).log_softmax(-1).gather(-1, tok[:, None]).squeeze(-1)
                 for step, tok in zip(out.logits, new.T, strict=True)
             ],
             dim=1,

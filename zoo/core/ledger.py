@@ -14,7 +14,10 @@ backward pass costs twice its forward, so training is 3x its forward.
 
 - generation of R tokens after a P-token prompt: body over positions 0 .. P + R - 2 (the
   last sampled token is never fed back), head R times;
-- reference / training forward over P + R tokens: body over all, head R times.
+- reference / training forward over P + R tokens: body over all, head R times; the
+  old-log-prob pass (the trainer's forward with the weights that sampled the batch, once
+  per rollout batch) costs the same as a reference forward, and training is charged once
+  per pass over the batch (``epochs``).
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from contextlib import contextmanager
 
 from zoo.core.models import ModelShape
 
-PHASES = ("generate", "score", "reference", "train", "sync")
+PHASES = ("generate", "score", "old_logprobs", "reference", "train", "sync")
 
 
 class Ledger:

@@ -6,17 +6,24 @@
     algorithm.shape_rewards  -> e.g. DAPO's overlong punishment
     algorithm.advantages     -> per-response advantages
     algorithm.keep           -> e.g. DAPO's dynamic sampling (refill up to max rounds)
+    trainer.logprobs         -> the old log-probs: the trainer's own, with the weights
+                                that sampled the batch, once per batch
+    offpolicy                -> trainer-sampler mismatch metrics, and the run's correction
+                                (none, TIS, MIS, bypass) (zoo.core.offpolicy)
     reference.logprobs       -> only if algorithm.needs_reference
-    trainer.step(batch, algorithm.loss)
+    trainer.train(batch, algorithm.loss)
+                             -> mini_batches x epochs optimizer steps (zoo.core.trainer)
     services.sync_weights    -> trainer weights to the generators, new policy version
     ledger                   -> FLOPs, tokens, seconds per phase
 
-Sync mode (the default) is on-policy: each batch is sampled by the current weights and
-used for one optimizer step. Async mode (Monarch placement) requests batches
-``max_policy_age`` steps ahead, so generation overlaps training, and the importance ratio
-is taken against the sampler's logprobs. Services are built by ``build_services``, in
-this process or as Monarch actors (zoo.core.placement): a placement only has to provide
-objects with the same methods.
+One step of the loop is one rollout batch. Sync mode (the default) samples each batch
+with the current weights; it then trains in ``mini_batches`` optimizer steps per pass
+over ``epochs`` passes, so every update after the first sees a ratio away from 1 (where
+the algorithms' clips, caps and gates act). Async mode (Monarch placement) requests
+batches ``max_policy_age`` steps ahead, so generation overlaps training; the trainer keeps
+the weights of those versions to compute the old log-probs with the weights that sampled
+each batch. Services are built by ``build_services``, in this process or as Monarch actors
+(zoo.core.placement): a placement only has to provide objects with the same methods.
 """
 
 from __future__ import annotations
@@ -39,6 +46,7 @@ from zoo.core.config import ConfigError
 from zoo.core.generator import GENERATOR_BACKENDS, SamplingConfig, make_generator
 from zoo.core.ledger import Ledger
 from zoo.core.models import INITS, TINY_MODELS, ModelShape, ModelSpec, resolve_model
+from zoo.core.offpolicy import CORRECTIONS, correction_weights, mismatch_metrics
 from zoo.core.reference import Reference
 from zoo.core.trainer import RolloutBatch, Trainer, TrainerConfig
 from zoo.core.types import Completion
@@ -49,14 +57,17 @@ PLACEMENTS = ("local", "monarch")
 WEIGHT_SYNCS = ("rdma", "endpoint")
 """Monarch weight-sync backends (TorchStore is not one: shared/stack.md, README)."""
 MODES = ("sync", "async")
-"""sync: sample with the current weights, then train (on-policy). async: generation of the
-next batches overlaps training on this one (off-policy by at most max_policy_age)."""
+"""sync: sample with the current weights, then train. async: generation of the next
+batches overlaps training on this one (sampled by weights at most max_policy_age old)."""
 
 
 @dataclass
 class RunConfig:
-    """Everything that defines a run. Defaults: shared/calibration.md's best GRPO recipe
-    for the tiny model (128 prompts x 8 samples, lr 2e-4, temperature 1, grad clip 1)."""
+    """Everything that defines a run. Defaults: the tiny model's recipe, calibrated on this
+    project's CPU machines (README, "Training regime"): 128 prompts x 8 samples per
+    rollout batch, trained in 4 mini-batches at lr 5e-5, temperature 1, grad clip 1. There
+    GRPO's clip acts on ~0.8% of tokens (papers: 0.1-1%) and the model learns as fast as
+    the earlier on-policy recipe (one update per batch at lr 2e-4), in which no clip acts."""
 
     algorithm: str = "grpo"
     env: str = "arithmetic"
@@ -70,10 +81,27 @@ class RunConfig:
     max_response_len: int = 6
     """Generation budget L_max in tokens."""
     temperature: float = 1.0
-    lr: float = 2e-4
+    lr: float = 5e-5
     grad_clip: float = 1.0
     micro_batch_size: int = 0
-    """Sequences per forward/backward in the trainer; 0 = whole batch."""
+    """Sequences per forward/backward in the trainer; 0 = the whole mini-batch. Memory only."""
+    mini_batches: int = 4
+    """Optimizer steps per rollout batch and pass: the batch's groups are split into this
+    many mini-batches (verl: train batch / ppo_mini_batch_size; TRL: steps_per_generation).
+    Every update after the first sees a ratio away from 1: where clips, caps and gates act.
+    1 (with epochs 1) is the on-policy regime, in which they never do."""
+    epochs: int = 1
+    """Passes over each rollout batch (verl: ppo_epochs; TRL: num_iterations)."""
+    correction: str = "none"
+    """Trainer-sampler mismatch correction (zoo.core.offpolicy): none, tis (truncated
+    importance sampling), mis-token / mis-sequence (masked importance sampling), bypass
+    (the sampler's log-probs as the old policy)."""
+    correction_cap: float = 2.0
+    """tis: the cap C on pi_old / pi_sampler per token."""
+    correction_low: float = 0.5
+    """mis-*: the lowest pi_old / pi_sampler kept (IcePop's 0.5)."""
+    correction_high: float = 5.0
+    """mis-*: the highest pi_old / pi_sampler kept (IcePop's 5)."""
     max_sampling_rounds: int = 10
     """Bound on refills when the algorithm drops groups (DAPO's dynamic sampling)."""
     eval_every: int = 25
@@ -154,6 +182,25 @@ class RunConfig:
             )
         if not self.lr > 0 or self.temperature < 0:
             raise ConfigError("lr must be > 0 and temperature >= 0")
+        if self.temperature == 0:
+            raise ConfigError(
+                f"temperature 0 is greedy decoding: the {self.group_size} samples of a group "
+                "would be identical, so every group advantage is 0 and nothing is learned; "
+                "use a temperature > 0 (1.0 samples the policy itself)"
+            )
+        for name in ("mini_batches", "epochs"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.mini_batches > self.prompts_per_step:
+            raise ConfigError(
+                f"mini_batches {self.mini_batches} > prompts_per_step {self.prompts_per_step}: "
+                "a mini-batch holds whole groups, at least one"
+            )
+        if not 0 < self.correction_low <= 1 <= self.correction_high or self.correction_cap < 1:
+            raise ConfigError(
+                "need 0 < correction_low <= 1 <= correction_high and correction_cap >= 1, got "
+                f"{self.correction_low}, {self.correction_high}, {self.correction_cap}"
+            )
         for name, valid in (
             ("init", INITS),
             ("generator", GENERATOR_BACKENDS),
@@ -161,6 +208,7 @@ class RunConfig:
             ("placement", PLACEMENTS),
             ("mode", MODES),
             ("weight_sync", WEIGHT_SYNCS),
+            ("correction", CORRECTIONS),
         ):
             if getattr(self, name) not in valid:
                 raise ConfigError(
@@ -180,6 +228,22 @@ class RunConfig:
 
             PlacementConfig.from_dict(self.distributed)
 
+    @classmethod
+    def from_record(cls, run: dict[str, Any]) -> RunConfig:
+        """The config a run recorded in its config.json (``["run"]``). Fields added since
+        take their defaults, unless the default changes what such a run did: a run
+        recorded before forge-zoo trained in mini-batches is refused, with the reason."""
+        missing = [k for k in PREDATES_REGIME if k not in run]
+        if missing:
+            raise ConfigError(
+                f"this run was recorded by an older forge-zoo (before {', '.join(missing)} "
+                "existed: one optimizer step per rollout batch, the trainer's own log-probs "
+                "as the old policy, the old-log-prob pass not charged); this version would "
+                "give other numbers. Check out the commit its config.json records to "
+                "re-run or continue it"
+            )
+        return cls(**run)
+
     def resolved_device(self) -> str:
         if self.device == "auto":
             return "cuda" if torch.cuda.is_available() else "cpu"
@@ -191,16 +255,25 @@ class RunConfig:
         return resolve_model(self.model, quiet=quiet, model_path=self.model_path, init=self.init)
 
 
+PREDATES_REGIME = ("mini_batches", "epochs")
+"""Run-config fields whose absence marks a run recorded before several updates per
+rollout batch (RunConfig.from_record)."""
+
+
 REAL_MODEL_DEFAULTS = {
     "prompts_per_step": 64,
     "group_size": 8,
     "max_response_len": 1024,
     "lr": 1e-6,
     "micro_batch_size": 8,
+    "mini_batches": 4,
+    "epochs": 1,
 }
 """Where a run of a real model starts when the command line does not say: the scale of
 published GRPO/DAPO recipes for 1-8B models (lr 1e-6, G = 8 or 16, responses of ~1k
-tokens for GSM8K-level math), cut to a batch one GPU node handles."""
+tokens for GSM8K-level math), cut to a batch one GPU node handles, trained in 4
+mini-batches per rollout batch (verl's common train / mini-batch ratio; DAPO uses 16).
+Not measured here (no GPU): a starting point."""
 
 
 def run_defaults(model: str) -> dict[str, Any]:
@@ -241,6 +314,21 @@ class Services:
             self.generator.update_weights(self.trainer.hf_state_dict(), self.trainer.version)
 
 
+def trainer_config_of(cfg: RunConfig, device: str = "cpu") -> TrainerConfig:
+    """The trainer's settings of a run (bf16 on GPUs)."""
+    return TrainerConfig(
+        lr=cfg.lr,
+        grad_clip=cfg.grad_clip,
+        micro_batch_size=cfg.micro_batch_size,
+        mini_batches=cfg.mini_batches,
+        epochs=cfg.epochs,
+        temperature=cfg.temperature,
+        # async: batches sampled by up to max_policy_age older versions are trained on
+        max_policy_age=cfg.max_policy_age if cfg.mode == "async" else 0,
+        mixed_precision="bf16" if device == "cuda" else "none",
+    )
+
+
 def build_services(cfg: RunConfig, quiet: bool = False, generator: Any = None) -> Services:
     """The run's services, placed as ``cfg.placement`` says. Local: every service in this
     process; a ``generator`` from an earlier run on the same model is reused (its weights
@@ -254,12 +342,7 @@ def build_services(cfg: RunConfig, quiet: bool = False, generator: Any = None) -
     device = cfg.resolved_device()
     torch.manual_seed(cfg.seed)
     tokenizer = AutoTokenizer.from_pretrained(spec.path)
-    trainer_config = TrainerConfig(
-        lr=cfg.lr,
-        grad_clip=cfg.grad_clip,
-        micro_batch_size=cfg.micro_batch_size,
-        mixed_precision="bf16" if device == "cuda" else "none",
-    )
+    trainer_config = trainer_config_of(cfg, device)
     context_len = max_model_len(spec.path, cfg)
     shared = dict(env=env, algorithm=algorithm, encode=prompt_encoder(tokenizer),
                   ledger=Ledger(ModelShape.from_hf_dir(spec.path)))  # fmt: skip
@@ -271,9 +354,9 @@ def build_services(cfg: RunConfig, quiet: bool = False, generator: Any = None) -
         return Services(**remote, **shared)
     trainer = Trainer(spec.path, trainer_config, max_response_len=cfg.max_response_len,
                       init=cfg.init, device=device)  # fmt: skip
-    reference = (
-        Reference(trainer.model, cfg.micro_batch_size) if algorithm.needs_reference else None
-    )
+    reference = None
+    if algorithm.needs_reference:
+        reference = Reference(trainer.model, cfg.micro_batch_size, cfg.temperature)
     if generator is None:
         # Every sampling request carries its own seed (sampling_seed), so the engine's
         # global seed never matters; a constant keeps shared and fresh engines identical.
@@ -329,34 +412,30 @@ def sampling_seed(run_seed: int, prompt_index: int) -> int:
 def rollout_batch(
     groups: list[list[Completion]], advantages: torch.Tensor, in_loss: torch.Tensor | None = None
 ) -> RolloutBatch:
-    """Pack groups of completions ([groups, G] advantages) into right-padded sequences;
-    responses with ``in_loss`` False get an all-zero mask (they count nowhere)."""
+    """Pack groups of completions ([groups, G] advantages) into right-padded sequences,
+    with the sampler's log-probs and policy version of each; responses with ``in_loss``
+    False get an all-zero mask (they count nowhere)."""
     flat = [c for g in groups for c in g]
     width = max((len(c.token_ids) for c in flat), default=1) or 1
     length = max(len(c.prompt_ids) + len(c.token_ids) for c in flat)
     tokens = torch.zeros(len(flat), length, dtype=torch.long)
     mask = torch.zeros(len(flat), width)
+    sampler = torch.zeros(len(flat), width)
     included = [True] * len(flat) if in_loss is None else in_loss.reshape(-1).tolist()
     for i, c in enumerate(flat):
         seq = c.prompt_ids + c.token_ids
         tokens[i, : len(seq)] = torch.tensor(seq)
         mask[i, : len(c.token_ids)] = float(included[i])
+        sampler[i, : len(c.logprobs)] = torch.tensor(c.logprobs)
     return RolloutBatch(
         tokens=tokens,
         response_start=torch.tensor([len(c.prompt_ids) for c in flat]),
         mask=mask,
         advantages=advantages.reshape(-1),
+        sampler_logprobs=sampler,
+        policy_versions=torch.tensor([c.policy_version for c in flat]),
+        group_size=len(groups[0]),
     )
-
-
-def sampler_logprobs(groups: list[list[Completion]], width: int) -> torch.Tensor:
-    """[B, width] the generator's log-probability of each response token (0 on padding),
-    rows in rollout_batch's order."""
-    flat = [c for g in groups for c in g]
-    out = torch.zeros(len(flat), width)
-    for i, c in enumerate(flat):
-        out[i, : len(c.logprobs)] = torch.tensor(c.logprobs)
-    return out
 
 
 class RLLoop:
@@ -476,26 +555,17 @@ class RLLoop:
         }
         if kept_groups:
             batch = rollout_batch(kept_groups, torch.stack(kept_adv), torch.stack(kept_in_loss))
-            if cfg.mode == "async":  # off-policy: the ratio is against the sampler's policy
-                batch.old_logprobs = sampler_logprobs(kept_groups, batch.mask.shape[1])
             shapes = [(len(c.prompt_ids), len(c.token_ids)) for g in kept_groups for c in g]
-            tokens = sum(p + r for p, r in shapes)
-            if algo.needs_reference:
-                with ledger.timed("reference"):
-                    batch.ref_logprobs = s.reference.logprobs(batch)
-                ledger.add("reference", sum(ledger.scoring_flops(p, r) for p, r in shapes), tokens)
-            with ledger.timed("train"):
-                record.update(s.trainer.step(batch, algo.loss))
-            ledger.add("train", sum(3 * ledger.scoring_flops(p, r) for p, r in shapes), tokens)
+            record.update(self.train(batch, shapes))
             with ledger.timed("sync"):
                 s.sync_weights()
         wall = time.perf_counter() - start
         self.train_seconds += wall
         spent = {k: v - phase_before.get(k, 0.0) for k, v in ledger.seconds.items()}
         # Idle: wall seconds of this step a service was not working for it (the trainer
-        # works in train and in exporting its weights for sync; generator busy time is
-        # summed over replicas and counted when its samples arrive).
-        trainer_busy = spent.get("train", 0.0) + spent.get("sync", 0.0)
+        # works in old_logprobs, train and in exporting its weights for sync; generator
+        # busy time is summed over replicas and counted when its samples arrive).
+        trainer_busy = sum(spent.get(p, 0.0) for p in ("old_logprobs", "train", "sync"))
         generator_busy = s.generator.busy_seconds - busy_before
         record["trainer_idle_seconds"] = max(0.0, wall - trainer_busy)
         record["generator_busy_seconds"] = generator_busy
@@ -506,6 +576,38 @@ class RLLoop:
                            "policy_age_max": max(ages, default=0),
                            "stale_dropped": self.stale_dropped})  # fmt: skip
         self.policy_ages, self.stale_dropped = [], 0
+        return record
+
+    def train(self, batch: RolloutBatch, shapes: list[tuple[int, int]]) -> dict[str, Any]:
+        """The old log-probs, the mismatch metrics and correction, the reference, then the
+        trainer's updates on ``batch``; each phase timed and charged to the ledger by the
+        (prompt, response) lengths of its rows, ``shapes`` (a response masked out of the
+        loss still passes through every forward)."""
+        cfg, s, ledger = self.cfg, self.s, self.s.ledger
+        tokens = sum(p + r for p, r in shapes)
+        forward = sum(ledger.scoring_flops(p, r) for p, r in shapes)
+        with ledger.timed("old_logprobs"):
+            batch.old_logprobs = s.trainer.logprobs(batch)
+        ledger.add("old_logprobs", forward, tokens)
+        record = mismatch_metrics(batch.old_logprobs, batch.sampler_logprobs, batch.mask)
+        weights, correction = correction_weights(
+            cfg.correction, batch.old_logprobs, batch.sampler_logprobs, batch.mask,
+            cap=cfg.correction_cap, low=cfg.correction_low, high=cfg.correction_high,
+        )  # fmt: skip
+        record.update(correction)
+        if weights is not None:  # on the policy-gradient term only: through the advantages
+            advantages = batch.advantages
+            advantages = advantages if advantages.dim() == 2 else advantages[:, None]
+            batch.advantages = advantages * weights
+        if cfg.correction == "bypass":
+            batch.old_logprobs = batch.sampler_logprobs
+        if s.algorithm.needs_reference:
+            with ledger.timed("reference"):
+                batch.ref_logprobs = s.reference.logprobs(batch)
+            ledger.add("reference", forward, tokens)
+        with ledger.timed("train"):
+            record.update(s.trainer.train(batch, s.algorithm.loss))
+        ledger.add("train", cfg.epochs * 3 * forward, cfg.epochs * tokens)
         return record
 
     def evaluate(self) -> dict[str, float]:

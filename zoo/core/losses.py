@@ -109,9 +109,11 @@ def masked_mean(values: torch.Tensor, mask: torch.Tensor) -> float:
 def ratio_metrics(
     ratio: torch.Tensor, batch: TrainBatch, low: float | None, high: float | None
 ) -> dict[str, float]:
-    """Mean token ratio and the fractions of response tokens below ``low`` / above ``high``."""
+    """Mean and max of the ratio over response tokens, and the fractions of response
+    tokens below ``low`` / above ``high``."""
     ratio = ratio.detach()
-    out = {"ratio_mean": masked_mean(ratio, batch.mask)}
+    on_tokens = torch.where(batch.mask > 0, ratio, 0.0)  # ratios are > 0: padding never wins
+    out = {"ratio_mean": masked_mean(ratio, batch.mask), "ratio_max": float(on_tokens.max())}
     if low is not None:
         out["clip_low_frac"] = masked_mean((ratio < low).to(ratio.dtype), batch.mask)
     if high is not None:

@@ -179,8 +179,12 @@ class TrainerActor(Actor):
         self.algorithm = get_algorithm(self.algorithm_args[0], **self.algorithm_args[1])
 
     @endpoint
-    def step(self, batch: RolloutBatch) -> dict:
-        return self.trainer.step(batch, self.algorithm.loss)
+    def logprobs(self, batch: RolloutBatch) -> torch.Tensor:
+        return self.trainer.logprobs(batch)
+
+    @endpoint
+    def train(self, batch: RolloutBatch) -> dict:
+        return self.trainer.train(batch, self.algorithm.loss)
 
     @endpoint
     def hf_state_dict(self) -> dict[str, torch.Tensor]:
@@ -229,14 +233,14 @@ class ReferenceActor(Actor):
     """The frozen reference: built from the trainer's initial weights (sent once)."""
 
     def __init__(self, model_path: str, hf_state_dict: dict, micro_batch_size: int,
-                 device: str, cores: list[int] | None) -> None:  # fmt: skip
+                 temperature: float, device: str, cores: list[int] | None) -> None:  # fmt: skip
         from zoo.core.models import build_titan_model
         from zoo.core.reference import Reference
 
         pin_cores(cores)
         model, adapter = build_titan_model(Path(model_path), init="random", device=device)
         model.load_state_dict(adapter.from_hf(hf_state_dict), strict=True)
-        self.reference = Reference(model, micro_batch_size)
+        self.reference = Reference(model, micro_batch_size, temperature)
 
     @endpoint
     def logprobs(self, batch: RolloutBatch) -> torch.Tensor:
@@ -536,7 +540,7 @@ class RemoteScorer:
 
 class RemoteTrainer:
     """The Trainer's interface, forwarded to every trainer process (FSDP2 needs all ranks
-    in each collective); the answer is rank 0's. ``step`` ignores its ``loss_fn``
+    in each collective); the answer is rank 0's. ``train`` ignores its ``loss_fn``
     argument: the actors call the loss of the algorithm they were built with (the run's)."""
 
     def __init__(self, actors: Any) -> None:
@@ -546,8 +550,11 @@ class RemoteTrainer:
         values = _get("trainer", getattr(self.actors, name).call(*args))
         return next(iter(values.values()))
 
-    def step(self, batch: RolloutBatch, loss_fn: Any = None) -> dict:
-        return self._all("step", batch)
+    def logprobs(self, batch: RolloutBatch) -> torch.Tensor:
+        return self._all("logprobs", batch)
+
+    def train(self, batch: RolloutBatch, loss_fn: Any = None) -> dict:
+        return self._all("train", batch)
 
     @property
     def version(self) -> int:
@@ -658,8 +665,8 @@ def spawn_monarch_services(
     reference = None
     if needs_reference:
         reference = RemoteReference(procs(1, "reference").spawn(
-            "reference", ReferenceActor, str(spec.path), initial, cfg.micro_batch_size, device,
-            trainer_cores,
+            "reference", ReferenceActor, str(spec.path), initial, cfg.micro_batch_size,
+            cfg.temperature, device, trainer_cores,
         ))  # fmt: skip
 
     def close() -> None:

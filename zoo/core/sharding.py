@@ -78,14 +78,17 @@ def row_slice(size: int, rank: int, world: int) -> slice:
 
 def sum_over_ranks(values: dict[str, float], group=None) -> dict[str, float]:
     """Each key summed over the ranks of ``group`` (default: all), in rank order, so every
-    rank gets the same floats. A key missing on some rank (one with no rows) counts as 0
-    there."""
+    rank gets the same floats; ``*_max`` keys take the maximum instead. A key missing on
+    some rank (one with no rows) is left out there."""
     gathered: list[dict[str, float] | None] = [None] * dist.get_world_size(group)
     dist.all_gather_object(gathered, values, group=group)
     total: dict[str, float] = {}
     for part in gathered:
         for k, v in (part or {}).items():
-            total[k] = total.get(k, 0.0) + v
+            if k not in total:
+                total[k] = v
+            else:
+                total[k] = max(total[k], v) if k.endswith("_max") else total[k] + v
     return total
 
 

@@ -1,24 +1,37 @@
 """The trainer: TorchTitan's Qwen3 model, AdamW, gradient clipping and micro-batching.
 
-This is where an algorithm's loss is called (``Trainer.step``). Sequences are laid out
-prompt + response, right-padded, so causal attention never lets a real token see a pad.
-Weights come in and go out in Hugging Face naming, the interchange format with the
-generator.
+This is where an algorithm's loss is called. One rollout batch trains in ``Trainer.train``:
+
+    old = trainer.logprobs(batch)        once, before any update, with the weights that
+                                         sampled each row (the caller stores it in the batch)
+    for each of ``epochs`` passes:
+        for each of ``mini_batches`` group-aligned mini-batches:
+            trainer.step(mini_batch)     one optimizer step; micro-batched for memory
+    version += 1                         the policy version the generators get next
+
+So the first mini-batch sees a ratio pi_theta / pi_old of 1 and every later one a ratio
+that moved: that is where the algorithms' clips, caps and gates act. Every pass scores
+tokens at the run's sampling temperature (logits / T), like the sampler.
+
+Sequences are laid out prompt + response, right-padded, so causal attention never lets a
+real token see a pad. Weights come in and go out in Hugging Face naming, the interchange
+format with the generator.
 
 Several processes: when the caller has initialised a torch.distributed process group of
 more than one rank before building the Trainer, the model is split over them
 (zoo/core/sharding.py): FSDP2 data parallelism by default, TorchTitan's Qwen3 tensor
 parallelism with ``tensor_parallel`` ranks per group, or both. Every rank gets the same
-whole batch in ``step``; each data-parallel rank trains on its own contiguous slice of
-rows, which the ranks of its tensor-parallel group share. The update equals the
-one-process update, and all public methods are collectives: every rank calls them
-together, in the same order.
+whole batch; each data-parallel rank computes on its own contiguous slice of rows, which
+the ranks of its tensor-parallel group share. The update equals the one-process update,
+and all public methods are collectives: every rank calls them together, in the same order.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-from collections.abc import Callable
+import itertools
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,6 +40,7 @@ from torch.distributed.tensor import DTensor
 
 from zoo.core import sharding
 from zoo.core.config import ConfigError
+from zoo.core.losses import k3_kl
 from zoo.core.models import build_titan_model
 from zoo.core.types import LossOutput, TrainBatch
 
@@ -34,7 +48,8 @@ from zoo.core.types import LossOutput, TrainBatch
 @dataclass
 class RolloutBatch:
     """Sequences ready for training. ``tokens`` holds prompt + response per row (right
-    padded); response token t of row i sits at position ``response_start[i] + t``."""
+    padded); response token t of row i sits at position ``response_start[i] + t``. Rows
+    come in groups of ``group_size`` consecutive rows (the G responses of one prompt)."""
 
     tokens: torch.Tensor
     """[B, L] token ids."""
@@ -45,31 +60,38 @@ class RolloutBatch:
     advantages: torch.Tensor
     """[B] or [B, T]."""
     old_logprobs: torch.Tensor | None = None
-    """[B, T] the sampling policy's logprobs; None = on-policy (use the trainer's own)."""
+    """[B, T] log pi_old, the policy the ratio is taken against: the trainer's own
+    log-probs with the weights that sampled each row (``Trainer.logprobs``), or the
+    sampler's. None: each update takes its own (detached), which is right only for a
+    single update per batch."""
     ref_logprobs: torch.Tensor | None = None
+    sampler_logprobs: torch.Tensor | None = None
+    """[B, T] the generator's log-probs of the sampled tokens (the mismatch metrics and
+    corrections of zoo/core/offpolicy.py read them)."""
+    policy_versions: torch.Tensor | None = None
+    """[B] the policy version that sampled each row; None: the trainer's current one."""
+    group_size: int = 1
+    """Rows per group: mini-batches split only between groups."""
 
     @property
     def size(self) -> int:
         return self.tokens.shape[0]
 
-    def to(self, device: torch.device) -> RolloutBatch:
-        def move(t: torch.Tensor | None) -> torch.Tensor | None:
-            return None if t is None else t.to(device, non_blocking=True)
-
-        return RolloutBatch(*(move(getattr(self, f.name)) for f in dataclasses.fields(self)))
-
-    def rows(self, sl: slice) -> RolloutBatch:
-        def cut(t: torch.Tensor | None) -> torch.Tensor | None:
-            return None if t is None else t[sl]
-
+    def _map(self, fn: Callable[[torch.Tensor], torch.Tensor]) -> RolloutBatch:
+        """A batch with ``fn`` applied to every tensor field (others kept as they are)."""
         return RolloutBatch(
-            self.tokens[sl],
-            self.response_start[sl],
-            self.mask[sl],
-            self.advantages[sl],
-            cut(self.old_logprobs),
-            cut(self.ref_logprobs),
+            **{
+                f.name: fn(v) if isinstance(v := getattr(self, f.name), torch.Tensor) else v
+                for f in dataclasses.fields(self)
+            }
         )
+
+    def to(self, device: torch.device) -> RolloutBatch:
+        return self._map(lambda t: t.to(device, non_blocking=True))
+
+    def rows(self, rows: slice | torch.Tensor) -> RolloutBatch:
+        """The batch restricted to ``rows`` (a slice or an index tensor)."""
+        return self._map(lambda t: t[rows])
 
 
 def response_logprobs(
@@ -78,11 +100,13 @@ def response_logprobs(
     response_start: torch.Tensor,
     width: int,
     split: sharding.Split | None = None,
+    temperature: float = 1.0,
 ) -> torch.Tensor:
     """[B, width] log-probability of each response token under ``model`` (a TorchTitan
     decoder; under tensor parallelism, per ``split``, its LM head gives each rank a slice
-    of the vocabulary). The LM head runs only where a response token is predicted: on
-    prompt positions its output would be thrown away."""
+    of the vocabulary), for sampling at ``temperature``: log softmax(logits / T), the
+    distribution the generator sampled from. The LM head runs only where a response token
+    is predicted: on prompt positions its output would be thrown away."""
     positions = (response_start[:, None] - 1 + torch.arange(width, device=tokens.device)).clamp(
         max=tokens.shape[1] - 2
     )
@@ -97,25 +121,58 @@ def response_logprobs(
     logits = model.lm_head(picked)
     targets = tokens.gather(1, positions + 1)
     if split is not None and split.tensor_parallel > 1:
-        return split.vocab_logprobs(logits.to_local().float(), targets)
-    logits = logits.float()
+        return split.vocab_logprobs(logits.to_local().float() / temperature, targets)
+    logits = logits.float() / temperature
     return torch.log_softmax(logits, dim=-1).gather(-1, targets[..., None]).squeeze(-1)
 
 
 @dataclass
 class TrainerConfig:
     lr: float = 2e-4
-    """AdamW learning rate (calibration: 2e-4 at 128 prompts x 8)."""
+    """AdamW learning rate."""
     weight_decay: float = 0.0
     betas: tuple[float, float] = (0.9, 0.999)
     grad_clip: float = 1.0
     """Max global gradient norm."""
     micro_batch_size: int = 0
-    """Sequences per forward/backward; 0 = the whole batch at once."""
+    """Sequences per forward/backward; 0 = the whole mini-batch at once. Memory only: it
+    never changes the numbers."""
+    mini_batches: int = 1
+    """Optimizer steps per rollout batch and pass: its groups are split into this many
+    mini-batches (verl: train batch / ppo_mini_batch_size; TRL: steps_per_generation)."""
+    epochs: int = 1
+    """Passes over each rollout batch (verl: ppo_epochs; TRL: num_iterations)."""
+    temperature: float = 1.0
+    """The sampling temperature: every pass scores log softmax(logits / T)."""
+    max_policy_age: int = 0
+    """``logprobs`` can be asked for the weights of up to this many versions back (async
+    mode), at the cost of one copy of the parameters per version kept."""
     mixed_precision: str = "none"
     """"bf16": compute in bfloat16 under autocast, float32 master weights and optimizer
     state (TorchTitan's FSDP2 mixed-precision policy, on one device). Sharded: FSDP2's
     MixedPrecisionPolicy (bf16 parameters in compute, float32 gradient reduction)."""
+
+
+def mini_batch_slices(rows: int, group_size: int, count: int) -> list[slice]:
+    """``count`` contiguous, group-aligned slices of ``rows`` rows, as even as whole groups
+    allow: the first ``groups % count`` get one group more (fewer slices when there are
+    fewer groups than ``count``)."""
+    group_size = group_size if group_size > 0 and rows % group_size == 0 else 1
+    groups = rows // group_size
+    count = max(1, min(count, groups))
+    base, extra = divmod(groups, count)
+    sizes = [(base + (i < extra)) * group_size for i in range(count)]
+    bounds = [0, *itertools.accumulate(sizes)]
+    return [slice(lo, hi) for lo, hi in itertools.pairwise(bounds)]
+
+
+def combine_updates(updates: list[dict[str, float]]) -> dict[str, float]:
+    """Per-update metrics -> one record: the mean over updates, the max of ``*_max`` keys."""
+    out: dict[str, float] = {}
+    for key in updates[0]:
+        values = [u[key] for u in updates if key in u]
+        out[key] = max(values) if key.endswith("_max") else sum(values) / len(values)
+    return out
 
 
 class Trainer:
@@ -160,6 +217,9 @@ class Trainer:
             weight_decay=config.weight_decay,
         )
         self.version = 0
+        self.kept_weights: dict[int, list[torch.Tensor]] = {}
+        """Parameters of earlier versions (async mode), by version: ``logprobs`` scores
+        rows with the weights that sampled them."""
         self.loss_fn: Callable[[TrainBatch], LossOutput] | None = None
 
     @property
@@ -167,45 +227,153 @@ class Trainer:
         """FSDP2 data parallelism: each data-parallel rank trains on its own rows."""
         return self.split is not None and self.split.fsdp
 
+    def _autocast(self):
+        # Sharded bf16 computes in bf16 through FSDP2's policy instead of autocast.
+        return torch.autocast(
+            self.device.type,
+            dtype=torch.bfloat16,
+            enabled=self.config.mixed_precision == "bf16" and not self.sharded,
+        )
+
+    def _local_rows(self, batch: RolloutBatch) -> tuple[RolloutBatch, slice, int, int]:
+        """(this rank's rows, their slice, rows per pass, passes). Sharded: each
+        data-parallel rank takes its own contiguous rows, and every rank runs as many
+        passes as the largest slice needs (FSDP2 gathers and reduces weights in every
+        forward and backward, so all ranks must make the same calls)."""
+        if self.sharded:
+            dp, dp_rank = self.split.data_parallel, self.split.dp_rank
+            rows = sharding.row_slice(batch.size, dp_rank, dp)
+            most_rows = -(-batch.size // dp)  # data-parallel rank 0's slice is the largest
+        else:
+            rows, most_rows = slice(0, batch.size), batch.size
+        micro = self.config.micro_batch_size or max(most_rows, 1)
+        return batch.rows(rows), rows, micro, -(-most_rows // micro)
+
+    def _logprobs(self, batch: RolloutBatch, width: int) -> torch.Tensor:
+        with self._autocast():
+            return response_logprobs(self.model, batch.tokens, batch.response_start, width,
+                                     self.split, self.config.temperature)  # fmt: skip
+
+    @torch.no_grad()
+    def logprobs(self, batch: RolloutBatch) -> torch.Tensor:
+        """[B, T] log pi_old: each row's response log-probs (at the run's temperature)
+        under the weights that sampled it (``batch.policy_versions``; current weights for
+        rows without one), before any update on this batch: the "old" policy of the
+        ratio. Sharded: every rank gets the whole batch's."""
+        width = batch.mask.shape[1]
+        versions = batch.policy_versions
+        if versions is None:
+            versions = torch.full((batch.size,), self.version)
+        out = torch.zeros(batch.size, width)
+        for version in sorted(set(versions.tolist())):  # same order on every rank
+            rows = torch.nonzero(versions == version).flatten()
+            with self._weights_of(version):
+                out[rows] = self._logprobs_of_rows(batch.rows(rows), width)
+        return out
+
+    def _logprobs_of_rows(self, batch: RolloutBatch, width: int) -> torch.Tensor:
+        local, rows, micro, passes = self._local_rows(batch)
+        out = torch.zeros(batch.size, width, device=self.device)
+        for start in range(0, passes * micro, micro):
+            if start >= local.size:  # a forward for FSDP2's collectives; its values unused
+                self._logprobs(batch.rows(slice(0, 1)).to(self.device), width)
+                continue
+            mb = local.rows(slice(start, start + micro)).to(self.device)
+            first = rows.start + start
+            out[first : first + mb.size] = self._logprobs(mb, width).float()
+        if self.sharded:  # each data-parallel rank filled its own rows
+            torch.distributed.all_reduce(out, group=self.split.dp_group)
+        return out.cpu()
+
+    @contextlib.contextmanager
+    def _weights_of(self, version: int) -> Iterator[None]:
+        """Run the block with the parameters of ``version`` (kept by ``train``), then put
+        the current ones back."""
+        if version == self.version:
+            yield
+            return
+        if version not in self.kept_weights:
+            raise RuntimeError(
+                f"no weights of policy version {version} (current {self.version}, kept "
+                f"{sorted(self.kept_weights)}): raise max_policy_age"
+            )
+        params = self._parameters()
+        with torch.no_grad():
+            self._reshard()
+            current = [p.detach().clone() for p in params]
+            for p, old in zip(params, self.kept_weights[version], strict=True):
+                p.copy_(old)
+        try:
+            yield
+        finally:
+            with torch.no_grad():
+                self._reshard()
+                for p, now in zip(params, current, strict=True):
+                    p.copy_(now)
+
+    def _parameters(self) -> list[torch.Tensor]:
+        """The parameters as the optimizer holds them (FSDP2's sharded ones when split)."""
+        return [p for group in self.optimizer.param_groups for p in group["params"]]
+
+    def _reshard(self) -> None:
+        """FSDP2 keeps the root's gathered weights after a forward (sharding.shard_model):
+        drop them, so the next forward gathers the parameters as they are now."""
+        if self.sharded:
+            from torch.distributed.fsdp import FSDPModule
+
+            for module in self.model.modules():
+                if isinstance(module, FSDPModule):
+                    module.reshard()
+
+    def train(self, batch: RolloutBatch, loss_fn: Callable[[TrainBatch], LossOutput]) -> dict:
+        """Train on one rollout batch: ``epochs`` passes, each over ``mini_batches``
+        group-aligned mini-batches, one optimizer step each; then the policy version
+        advances by one. ``batch.old_logprobs`` must be set when there is more than one
+        update (``logprobs`` gives them). Returns the updates' metrics combined
+        (``combine_updates``), ``updates``, ``staleness_kl`` (the policy KL at the first
+        update, before any step on this batch: 0 when the batch was sampled by the current
+        weights) and ``response_tokens`` of the whole batch."""
+        slices = mini_batch_slices(batch.size, batch.group_size, self.config.mini_batches)
+        if batch.old_logprobs is None and len(slices) * self.config.epochs > 1:
+            raise ValueError("several updates per batch need batch.old_logprobs (logprobs())")
+        if self.config.max_policy_age:  # later batches may have been sampled by this version
+            self.kept_weights[self.version] = [p.detach().clone() for p in self._parameters()]
+            oldest = self.version + 1 - self.config.max_policy_age
+            self.kept_weights = {v: w for v, w in self.kept_weights.items() if v >= oldest}
+        updates = [
+            self.step(batch.rows(rows), loss_fn)
+            for _ in range(self.config.epochs)
+            for rows in slices
+        ]
+        self.version += 1
+        return {
+            **combine_updates(updates),
+            "updates": len(updates),
+            "staleness_kl": updates[0]["policy_kl"],
+            "response_tokens": int(batch.mask.sum()),
+        }
+
     def step(self, batch: RolloutBatch, loss_fn: Callable[[TrainBatch], LossOutput]) -> dict:
-        """One optimizer step on ``batch``; returns the loss metrics (token-weighted over
-        micro-batches) and the gradient norm. Sharded: every rank passes the same whole
-        batch, trains on its own rows, and gets the whole batch's metrics."""
+        """One optimizer step on ``batch`` (the policy version is ``train``'s to change);
+        returns the loss metrics (token-weighted over micro-batches; ``*_max`` keys the
+        max), ``policy_kl`` (k3 estimate of KL(pi_old || pi_theta) on its tokens) and the
+        gradient norm. Sharded: every rank passes the same whole batch, trains on its own
+        rows, and gets the whole batch's metrics."""
         width = batch.mask.shape[1]
         # Counts over the whole batch, on every rank: each micro-batch's loss divides by
         # them, so the losses of all micro-batches of all ranks add up to the batch loss.
         num_sequences = int((batch.mask.sum(-1) > 0).sum())
         num_tokens = int(batch.mask.sum())
-        if self.sharded:
-            dp, dp_rank = self.split.data_parallel, self.split.dp_rank
-            local = batch.rows(sharding.row_slice(batch.size, dp_rank, dp))
-            most_rows = -(-batch.size // dp)  # data-parallel rank 0's slice is the largest
-            micro = self.config.micro_batch_size or max(most_rows, 1)
-            # FSDP2 gathers and reduces weights in every forward and backward, so all
-            # ranks run the same number of passes: those of the largest slice.
-            passes = -(-most_rows // micro)
-        else:
-            local = batch
-            micro = self.config.micro_batch_size or batch.size
-            passes = -(-batch.size // micro)
+        local, _, micro, passes = self._local_rows(batch)
         self.optimizer.zero_grad(set_to_none=True)
         sums: dict[str, float] = {}
         loss_total = 0.0  # micro-batch losses add up: each divides by whole-batch counts
-        # Sharded bf16 computes in bf16 through FSDP2's policy instead of autocast.
-        autocast = torch.autocast(
-            self.device.type,
-            dtype=torch.bfloat16,
-            enabled=self.config.mixed_precision == "bf16" and not self.sharded,
-        )
         for start in range(0, passes * micro, micro):
             if start >= local.size:
-                self._padding_pass(batch, width, autocast)
+                self._padding_pass(batch, width)
                 continue
             mb = local.rows(slice(start, start + micro)).to(self.device)
-            with autocast:
-                logprobs = response_logprobs(
-                    self.model, mb.tokens, mb.response_start, width, self.split
-                )
+            logprobs = self._logprobs(mb, width)
             old = mb.old_logprobs if mb.old_logprobs is not None else logprobs.detach()
             train_batch = TrainBatch(
                 logprobs=logprobs,
@@ -221,9 +389,19 @@ class Trainer:
             out.loss.backward()
             loss_total += float(out.loss.detach())
             weight = float(mb.mask.sum()) / max(num_tokens, 1)
-            metrics = {**out.metrics, "entropy_sampled": -_masked_mean(logprobs, mb.mask)}
+            # float64: early in a batch the ratio is within float32's resolution of 1
+            kl = k3_kl(old.double(), logprobs.detach().double())
+            metrics = {
+                **out.metrics,
+                "entropy_sampled": -_masked_mean(logprobs, mb.mask),
+                "policy_kl": _masked_mean(kl, mb.mask.double()),
+            }
             for k, v in metrics.items():
-                if k != "loss":
+                if k == "loss":
+                    continue
+                if k.endswith("_max"):
+                    sums[k] = max(sums.get(k, v), v)
+                else:
                     sums[k] = sums.get(k, 0.0) + weight * v
         if self.sharded:  # every rank reports the whole batch
             sums = sharding.sum_over_ranks({**sums, "loss": loss_total}, self.split.dp_group)
@@ -234,7 +412,6 @@ class Trainer:
         if isinstance(grad_norm, DTensor):
             grad_norm = grad_norm.full_tensor()
         self.optimizer.step()
-        self.version += 1
         return {
             "loss": loss_total,
             **sums,
@@ -242,23 +419,20 @@ class Trainer:
             "response_tokens": num_tokens,
         }
 
-    def _padding_pass(self, batch: RolloutBatch, width: int, autocast) -> None:
+    def _padding_pass(self, batch: RolloutBatch, width: int) -> None:
         """A forward and backward that changes no gradient, for a rank with fewer rows
         than the others (FSDP2's collectives need the same passes on every rank). Any
         real row serves as input; its loss is zero times its log-probabilities, which
         leaves the algorithm's loss (and its handling of empty masks) out of it."""
         row = batch.rows(slice(0, 1)).to(self.device)
-        with autocast:
-            logprobs = response_logprobs(
-                self.model, row.tokens, row.response_start, width, self.split
-            )
-        (logprobs.sum() * 0.0).backward()
+        (self._logprobs(row, width).sum() * 0.0).backward()
 
     def train_step(self, inputs: list[dict], targets: list[dict]) -> float:
         """torchforge-compatible step: ``inputs = [{"tokens": [B, L]}]``, ``targets =
         [{"response": [B, T], "ref_logprobs", "advantages", "padding_mask"}]``, one entry
-        per micro-batch, responses occupying the last T positions of ``tokens``. Uses the
-        loss function set in ``self.loss_fn``; returns the loss as a float."""
+        per micro-batch, responses occupying the last T positions of ``tokens``. One
+        optimizer step with the loss function set in ``self.loss_fn`` (on-policy: the
+        ratio is taken against this step's own log-probs); returns the loss as a float."""
         if self.loss_fn is None:
             raise RuntimeError("set trainer.loss_fn (e.g. algorithm.loss) before train_step")
         tokens = torch.cat([i["tokens"] for i in inputs])
@@ -275,9 +449,11 @@ class Trainer:
         saved = self.config.micro_batch_size
         self.config.micro_batch_size = inputs[0]["tokens"].shape[0]
         try:
-            return float(self.step(batch, self.loss_fn)["loss"])
+            loss = float(self.step(batch, self.loss_fn)["loss"])
         finally:
             self.config.micro_batch_size = saved
+        self.version += 1
+        return loss
 
     def hf_state_dict(self) -> dict[str, torch.Tensor]:
         """Current weights in Hugging Face naming (detached, contiguous); whole tensors on
@@ -308,6 +484,7 @@ class Trainer:
             self.model.load_state_dict(self.adapter.from_hf(hf_state_dict), strict=True)
             self.optimizer.load_state_dict(optimizer_state)
         self.version = version
+        self.kept_weights = {}  # a resumed run samples again with these weights
 
     def save_hf(self, directory: Path, source: Path) -> None:
         """Write the current weights as a Hugging Face checkpoint (config and tokenizer

@@ -35,6 +35,7 @@ class RLOO(Algorithm):
     config_class = RLOOConfig
     paper = "Ahmadian et al., Back to Basics (RLOO), arXiv 2402.14740 (2024)"
     aggregation = "seq_mean"
+    mechanism = {"clip_low_frac": 0.0, "clip_high_frac": 0.0}  # noqa: RUF012 (read as ClassVar)
 
     def advantages(self, rewards: torch.Tensor) -> torch.Tensor:
         check_groups(rewards)

@@ -1,0 +1,236 @@
+"""The training regime on the real tiny model (zoo/core/trainer.py, zoo/core/loop.py):
+several optimizer steps per rollout batch against old log-probs computed once, the
+weights of older versions kept for async batches, scoring at the sampling temperature,
+and the corrections reaching the update."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from zoo.algorithms import get_algorithm
+from zoo.core.config import ConfigError
+from zoo.core.generator import SamplingConfig
+from zoo.core.ledger import Ledger
+from zoo.core.loop import RLLoop, RunConfig, Services, rollout_batch, trainer_config_of
+from zoo.core.models import ModelShape, load_hf_state_dict
+from zoo.core.reference import Reference
+from zoo.core.trainer import RolloutBatch, Trainer, TrainerConfig, response_logprobs
+from zoo.envs import get_env
+
+GROUP = 2
+
+
+def random_batch(groups: int = 4, prompt: int = 6, response: int = 5) -> RolloutBatch:
+    gen = torch.Generator().manual_seed(0)
+    size = groups * GROUP
+    tokens = torch.randint(0, 256, (size, prompt + response), generator=gen)
+    lengths = torch.randint(1, response + 1, (size,), generator=gen)
+    mask = (torch.arange(response)[None, :] < lengths[:, None]).float()
+    return RolloutBatch(
+        tokens=tokens,
+        response_start=torch.full((size,), prompt),
+        mask=mask,
+        advantages=torch.randn(size, generator=gen),
+        group_size=GROUP,
+    )
+
+
+def weights(trainer: Trainer) -> dict[str, torch.Tensor]:
+    return {k: v.clone() for k, v in trainer.model.state_dict().items()}
+
+
+def trainer_with(tiny_path, **config) -> Trainer:
+    return Trainer(tiny_path, TrainerConfig(lr=1e-3, **config), max_response_len=5)
+
+
+LOSS = get_algorithm("grpo", beta=0.0).loss
+
+
+@pytest.mark.parametrize(("mini_batches", "epochs"), [(2, 1), (2, 2), (4, 1)])
+def test_train_is_mini_batches_x_epochs_optimizer_steps_against_one_old_policy(
+    tiny_path, mini_batches, epochs
+):
+    batch = random_batch()
+    scheduled = trainer_with(tiny_path, mini_batches=mini_batches, epochs=epochs)
+    batch.old_logprobs = scheduled.logprobs(batch)
+    metrics = scheduled.train(batch, LOSS)
+    assert metrics["updates"] == mini_batches * epochs and scheduled.version == 1
+
+    by_hand = trainer_with(tiny_path)
+    rows = batch.size // mini_batches  # whole groups: 8 rows, groups of 2
+    for _ in range(epochs):
+        for k in range(mini_batches):
+            by_hand.step(batch.rows(slice(k * rows, (k + 1) * rows)), LOSS)
+    ours, theirs = weights(scheduled), weights(by_hand)
+    assert all(torch.equal(ours[k], theirs[k]) for k in ours)
+
+
+def test_the_first_update_is_on_policy_and_the_later_ones_are_not(tiny_path):
+    batch = random_batch()
+    trainer = trainer_with(tiny_path, mini_batches=4)
+    batch.old_logprobs = trainer.logprobs(batch)
+    metrics = trainer.train(batch, LOSS)
+    assert metrics["staleness_kl"] < 1e-9  # the first update: ratio 1
+    assert metrics["policy_kl"] > 1e-6 and metrics["ratio_max"] > 1.0  # the later ones moved
+    assert metrics["clip_low_frac"] + metrics["clip_high_frac"] > 0  # lr 1e-3: GRPO clips
+
+
+def test_several_updates_need_old_log_probs(tiny_path):
+    with pytest.raises(ValueError, match="old_logprobs"):
+        trainer_with(tiny_path, mini_batches=2).train(random_batch(), LOSS)
+
+
+def test_old_log_probs_come_from_the_weights_that_sampled_each_row(tiny_path):
+    batch = random_batch()
+    trainer = trainer_with(tiny_path, mini_batches=2, max_policy_age=1)
+    at_0 = trainer.logprobs(batch)
+    batch.old_logprobs = at_0
+    trainer.train(batch, LOSS)  # now version 1
+    batch.policy_versions = torch.tensor([0, 0, 1, 1, 0, 0, 1, 1])
+    mixed = trainer.logprobs(batch)
+    with torch.no_grad():
+        at_1 = response_logprobs(trainer.model, batch.tokens, batch.response_start, 5)
+    old_rows, new_rows = batch.policy_versions == 0, batch.policy_versions == 1
+    assert torch.equal(mixed[old_rows], at_0[old_rows])  # version 0's weights, restored after
+    assert torch.allclose(mixed[new_rows], at_1[new_rows], atol=1e-6)
+    assert not torch.allclose(at_0, at_1, atol=1e-4)  # the step did change them
+
+    batch.old_logprobs = mixed
+    trainer.train(batch, LOSS)  # version 2: version 0 is now two steps back
+    with pytest.raises(RuntimeError, match="no weights of policy version 0"):
+        trainer.logprobs(batch)
+    batch.policy_versions = torch.ones(8, dtype=torch.long)
+    assert torch.allclose(trainer.logprobs(batch), at_1, atol=1e-6)
+
+
+def sampled_batch(generator, temperature: float) -> RolloutBatch:
+    prompts = get_env("arithmetic").train_prompts(0, 12, seed=5)
+    sampling = SamplingConfig(temperature=temperature, max_tokens=6)
+    groups = generator.generate([list(p.text.encode()) for p in prompts], n=4,
+                                sampling=sampling, seeds=list(range(12)))  # fmt: skip
+    return rollout_batch(groups, torch.zeros(12, 4))
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+def test_trainer_and_sampler_log_probs_agree_at_the_sampling_temperature(
+    generator, tiny_path, temperature
+):
+    batch = sampled_batch(generator, temperature)
+    trainer = trainer_with(tiny_path, temperature=temperature)
+    gap = ((trainer.logprobs(batch) - batch.sampler_logprobs).abs() * batch.mask).max()
+    assert gap < 1e-3
+    if temperature != 1.0:  # scoring at T = 1 instead would be far off
+        at_1 = trainer_with(tiny_path).logprobs(batch)
+        assert ((at_1 - batch.sampler_logprobs).abs() * batch.mask).max() > 0.05
+
+
+def test_the_reference_scores_at_the_sampling_temperature_too(tiny_path):
+    batch = random_batch()
+    trainer = trainer_with(tiny_path, temperature=0.7)
+    reference = Reference(trainer.model, temperature=0.7)
+    assert torch.allclose(reference.logprobs(batch), trainer.logprobs(batch), atol=1e-6)
+
+
+def test_greedy_temperature_is_refused_with_the_reason():
+    with pytest.raises(ConfigError, match="temperature 0 is greedy decoding: the 8 samples"):
+        RunConfig(temperature=0.0).validate()
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"mini_batches": 0}, "mini_batches must be >= 1"),
+        ({"epochs": 0}, "epochs must be >= 1"),
+        ({"mini_batches": 9, "prompts_per_step": 8}, "a mini-batch holds whole groups"),
+        ({"correction": "icepop"}, "valid: none, tis, mis-token, mis-sequence, bypass"),
+        ({"correction_low": 1.5}, "correction_low <= 1"),
+    ],
+)
+def test_bad_regime_settings_are_config_errors(change, message):
+    with pytest.raises(ConfigError, match=message):
+        RunConfig(**change).validate()
+
+
+@pytest.fixture
+def loop_for(tiny_path, generator):
+    """An RLLoop on the shared engine (reset to the tiny model's weights) with the run's
+    trainer settings; the engine's weights are restored afterwards."""
+    start = load_hf_state_dict(tiny_path)
+
+    def build(cfg: RunConfig) -> RLLoop:
+        cfg.validate()
+        generator.update_weights(start, version=0)
+        torch.manual_seed(cfg.seed)
+        trainer = Trainer(tiny_path, trainer_config_of(cfg), cfg.max_response_len)
+        algorithm = get_algorithm(cfg.algorithm, **cfg.algorithm_config)
+        services = Services(
+            env=get_env(cfg.env),
+            algorithm=algorithm,
+            generator=generator,
+            trainer=trainer,
+            reference=Reference(trainer.model) if algorithm.needs_reference else None,
+            encode=lambda prompt: list(prompt.text.encode()),
+            ledger=Ledger(ModelShape.from_hf_dir(tiny_path)),
+        )
+        return RLLoop(cfg, services)
+
+    yield build
+    generator.update_weights(start, version=0)
+
+
+def test_gspo_and_sapo_differ_from_the_first_step(loop_for):
+    """On-policy they are the same update (REINFORCE under seq_mean); from the second
+    mini-batch of the first rollout batch on, GSPO's sequence clip and SAPO's gate act."""
+    records, finals = {}, {}
+    for name in ("gspo", "sapo"):
+        loop = loop_for(RunConfig(algorithm=name, prompts_per_step=32, seed=2))
+        records[name] = loop.step()
+        finals[name] = weights(loop.s.trainer)
+    gspo, sapo = records["gspo"], records["sapo"]
+    assert gspo["reward_mean"] == sapo["reward_mean"]  # the same samples
+    assert gspo["grad_norm"] != sapo["grad_norm"]
+    assert any(not torch.equal(finals["gspo"][k], finals["sapo"][k]) for k in finals["gspo"])
+    assert gspo["clip_low_frac"] + gspo["clip_high_frac"] > 0
+    assert sapo["gate_weight_mean"] < 1.0
+
+
+def test_the_ledger_charges_the_old_log_prob_pass_and_every_epoch(loop_for):
+    one = loop_for(RunConfig(algorithm="dapo", prompts_per_step=16, mini_batches=2, seed=1))
+    one.step()
+    two = loop_for(RunConfig(algorithm="dapo", prompts_per_step=16, mini_batches=2, epochs=2,
+                             seed=1))  # fmt: skip
+    two.step()
+    a, b = one.s.ledger.flops, two.s.ledger.flops
+    assert a["old_logprobs"] > 0 and a["old_logprobs"] == b["old_logprobs"]
+    assert a["train"] == pytest.approx(3 * a["old_logprobs"])  # backward = 2 x forward
+    assert b["train"] == pytest.approx(2 * a["train"])
+
+
+@pytest.mark.parametrize("correction", ["none", "tis", "mis-token", "mis-sequence", "bypass"])
+def test_each_correction_reports_itself_and_bypass_trains_against_the_sampler(loop_for, correction):
+    loop = loop_for(RunConfig(prompts_per_step=16, correction=correction, seed=4))
+    seen: list[RolloutBatch] = []
+    train = loop.s.trainer.train
+    loop.s.trainer.train = lambda batch, loss_fn: seen.append(batch) or train(batch, loss_fn)
+    record = loop.step()
+    assert 0 <= record["mismatch_logprob_mean"] <= record["mismatch_logprob_max"] < 1e-3
+    reported = {"is_weight_mean", "is_truncated_frac", "is_masked_frac"} & set(record)
+    assert reported == {"tis": {"is_weight_mean", "is_truncated_frac"},
+                        "mis-token": {"is_masked_frac"},
+                        "mis-sequence": {"is_masked_frac"}}.get(correction, set())  # fmt: skip
+    batch = seen[0]
+    bypassed = torch.equal(batch.old_logprobs, batch.sampler_logprobs)
+    assert bypassed == (correction == "bypass")
+
+
+def test_a_correction_reaches_the_update(loop_for):
+    """Masking every token whose ratio to the sampler is not exactly 1 (the float gap
+    between vLLM and the trainer is nonzero almost everywhere) leaves almost no policy
+    gradient; the same step without the correction has its usual one."""
+    plain = loop_for(RunConfig(algorithm="dapo", prompts_per_step=16, seed=4)).step()
+    masked = loop_for(RunConfig(algorithm="dapo", prompts_per_step=16, seed=4,
+                                correction="mis-token", correction_low=1.0,
+                                correction_high=1.0)).step()  # fmt: skip
+    assert masked["is_masked_frac"] > 0.5
+    assert masked["grad_norm"] < 0.5 * plain["grad_norm"]
