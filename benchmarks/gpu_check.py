@@ -1,5 +1,6 @@
 """GPU check: trainer throughput and model FLOP utilisation, generation tokens/s, weight
-export seconds and peak memory, for a Qwen3 shape with random weights.
+export seconds, peak memory, and the trainer-sampler log-prob gap (bf16 on GPUs), for a
+Qwen3 shape with random weights.
 
     python benchmarks/gpu_check.py --model qwen3-1.7b --device cuda --out DIR
 
@@ -28,6 +29,7 @@ from zoo.core.generator import SamplingConfig
 from zoo.core.hf_generator import HFGenerator
 from zoo.core.ledger import Ledger
 from zoo.core.models import ModelShape, qwen3_config_dir
+from zoo.core.offpolicy import mismatch_metrics
 from zoo.core.trainer import RolloutBatch, Trainer, TrainerConfig
 
 # Dense bf16 peak of the chips we expect (vendor data sheets, without sparsity).
@@ -111,6 +113,32 @@ def train_with_transformers(model_dir, args, device, batch, algo):
         opt.step()
 
     return step, model
+
+
+def sampled_batch(groups) -> RolloutBatch:
+    """Equal-length prompts and their sampled responses, right-padded (0 on padding)."""
+    flat = [c for g in groups for c in g]
+    width = max(len(c.token_ids) for c in flat)
+    prompt = len(flat[0].prompt_ids)
+    tokens = torch.zeros(len(flat), prompt + width, dtype=torch.long)
+    mask, sampler = torch.zeros(len(flat), width), torch.zeros(len(flat), width)
+    for i, c in enumerate(flat):
+        tokens[i, : prompt + len(c.token_ids)] = torch.tensor(c.prompt_ids + c.token_ids)
+        mask[i, : len(c.token_ids)] = 1.0
+        sampler[i, : len(c.logprobs)] = torch.tensor(c.logprobs)
+    return RolloutBatch(tokens, torch.full((len(flat),), prompt), mask,
+                        torch.zeros(len(flat)), sampler_logprobs=sampler)  # fmt: skip
+
+
+@torch.no_grad()
+def hf_logprobs(model, batch: RolloutBatch, device: torch.device) -> torch.Tensor:
+    """The transformers trainer's log-probs of the batch's responses (bf16 autocast on
+    GPUs, like its training step)."""
+    width, start = batch.mask.shape[1], int(batch.response_start[0])
+    with torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"):
+        logits = model(input_ids=batch.tokens.to(device)).logits[:, start - 1 : start - 1 + width]
+    targets = batch.tokens[:, start : start + width].to(device)
+    return logits.float().log_softmax(-1).gather(-1, targets[..., None]).squeeze(-1).cpu()
 
 
 def main() -> int:
@@ -223,8 +251,7 @@ def main() -> int:
     export_s = timed(export, device, repeats=3, warmup=1)
     report["weight_export_seconds_median"] = sorted(export_s)[1]
     report["weight_export_gib"] = sum(v.numel() * 2 for v in exported.values()) / 2**30
-    trainer = hf_model = None
-    del step
+    del step  # (the trainer stays: it scores the generator's samples below)
     if device.type == "cuda":
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats()
@@ -266,6 +293,19 @@ def main() -> int:
     if device.type == "cuda":
         report["generate_peak_memory_gib"] = torch.cuda.max_memory_allocated() / 2**30
 
+    # ---- trainer-sampler log-prob gap: the generator (bf16 weights, KV-cache decoding)
+    # against the trainer's forward (float32 masters under bf16 autocast) on the same
+    # sampled tokens, with the same weights ----
+    groups = gen.generate(prompts[:8], n=2, sampling=sampling, seeds=[2])
+    batch = sampled_batch(groups)
+    if trainer is not None:
+        trained = trainer.logprobs(batch)
+    else:
+        trained = hf_logprobs(hf_model, batch, device)
+    gap = mismatch_metrics(trained, batch.sampler_logprobs, batch.mask)
+    report.update({f"trainer_sampler_{k}": v for k, v in gap.items()})
+    report["trainer_sampler_tokens"] = int(batch.mask.sum())
+
     (args.out / "gpu_check.json").write_text(json.dumps(report, indent=2))
     (args.out / "gpu_check.md").write_text(markdown(report))
     print(markdown(report), flush=True)
@@ -302,6 +342,11 @@ def markdown(r: dict) -> str:
         f"| generation | {r['generate_tokens_per_s']:,.0f} | new tokens/s (transformers "
         f"backend, {r['generate_new_tokens']} tokens per call) |",
         f"| generation peak memory | {r.get('generate_peak_memory_gib', float('nan')):.1f} | GiB |",
+        f"| trainer-sampler gap, mean | {r['trainer_sampler_mismatch_logprob_mean']:.2e} | nats "
+        f"per token, |trainer - generator| log-prob, {r['trainer_sampler_tokens']} tokens |",
+        f"| trainer-sampler gap, max | {r['trainer_sampler_mismatch_logprob_max']:.2e} | nats |",
+        f"| trainer-sampler KL | {r['trainer_sampler_mismatch_kl']:.2e} | k3 estimate of "
+        "KL(generator || trainer), per token |",
     ]
     return "\n".join(lines) + "\n"
 

@@ -43,9 +43,10 @@ def preflight(cfgs: list[RunConfig]) -> None:
         prompt = max(len(env.train_prompt(i, cfg.seed).text.encode()) for i in range(8))
         response = max(1, cfg.max_response_len // 2)
         ledger = Ledger(shape)
-        per_sample = ledger.generation_flops(prompt, response) + 3 * ledger.scoring_flops(
-            prompt, response
-        )
+        # generation, the old-log-prob forward, and a forward + backward per epoch
+        per_sample = ledger.generation_flops(prompt, response) + (
+            1 + 3 * cfg.epochs
+        ) * ledger.scoring_flops(prompt, response)
         if algorithm.needs_reference:
             per_sample += ledger.scoring_flops(prompt, response)
         step_samples = cfg.prompts_per_step * cfg.group_size
@@ -80,6 +81,7 @@ def check_memory(cfg: RunConfig, shape, sequences: int, seq_len: int, reference:
         micro_batch=cfg.micro_batch_size or sequences,
         reference=reference,
         compute_bytes=2 if device == "cuda" else 4,
+        kept_versions=cfg.max_policy_age if cfg.mode == "async" else 0,
     )
     trainer_procs = (cfg.distributed or {}).get("services", {}).get("trainer", {}).get("procs", 1)
     if device == "cuda" and trainer_procs > 1:

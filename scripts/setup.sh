@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Sets up forge-zoo on a fresh machine: a virtual environment in .venv with the pinned
-# dependency set (pyproject.toml), then the repairs that set needs (shared/stack.md).
+# dependency set (pyproject.toml), then the repairs that set needs (docs/stack.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

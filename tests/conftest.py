@@ -34,3 +34,44 @@ def tiny_model_path(tiny_path: Path) -> Path:
     """Alias of ``tiny_path`` (the name tests/test_cli.py asks for). Subprocesses inherit
     $FORGE_ZOO_CACHE from this process, so they reuse the same build."""
     return tiny_path
+
+
+@pytest.fixture
+def loop_for(tiny_path: Path, generator):
+    """``loop_for(cfg)``: an RLLoop in this process on the session's vLLM engine (reset
+    to the tiny model's weights) and a fresh trainer with the run's settings; the
+    engine's weights are restored afterwards."""
+    import torch
+
+    from zoo.algorithms import get_algorithm
+    from zoo.core.ledger import Ledger
+    from zoo.core.loop import RLLoop, RunConfig, Services, trainer_config_of
+    from zoo.core.models import ModelShape, load_hf_state_dict
+    from zoo.core.reference import Reference
+    from zoo.core.trainer import Trainer
+    from zoo.envs import get_env
+
+    start = load_hf_state_dict(tiny_path)
+
+    def build(cfg: RunConfig) -> RLLoop:
+        cfg.validate()
+        generator.update_weights(start, version=0)
+        torch.manual_seed(cfg.seed)
+        trainer = Trainer(tiny_path, trainer_config_of(cfg), cfg.max_response_len)
+        algorithm = get_algorithm(cfg.algorithm, **cfg.algorithm_config)
+        reference = None
+        if algorithm.needs_reference:
+            reference = Reference(trainer.model, temperature=cfg.temperature)
+        services = Services(
+            env=get_env(cfg.env, **cfg.env_config),
+            algorithm=algorithm,
+            generator=generator,
+            trainer=trainer,
+            reference=reference,
+            encode=lambda prompt: list(prompt.text.encode()),
+            ledger=Ledger(ModelShape.from_hf_dir(tiny_path)),
+        )
+        return RLLoop(cfg, services)
+
+    yield build
+    generator.update_weights(start, version=0)

@@ -1,4 +1,4 @@
-"""The built-in algorithms against shared/algorithms.md: defaults, configuration errors,
+"""The built-in algorithms against docs/algorithms.md: defaults, configuration errors,
 advantages, DAPO's reward shaping and dynamic sampling, and each loss's value and
 gradient on hand-specified batches against plain-Python references (math.exp, min, a
 hand-written sigmoid; gradients derived analytically), with clips, caps and gates binding.
@@ -21,7 +21,7 @@ from zoo.core.types import TrainBatch
 
 BUILTINS = ["grpo", "dr_grpo", "dapo", "cispo", "gspo", "sapo", "custom"]
 
-DEFAULTS = {  # shared/algorithms.md, "The built-ins"
+DEFAULTS = {  # docs/algorithms.md, "The built-ins"
     "grpo": {"eps": 0.2, "beta": 0.04},
     "dr_grpo": {"clip_low": 0.8, "clip_high": 1.2, "beta": 0.0},
     "dapo": {
@@ -255,13 +255,13 @@ def test_sapo_gradient_weight_is_4p_1_minus_p_and_1_at_r_equal_1():
 @pytest.mark.parametrize(
     ("name", "keys"),
     [
-        ("grpo", {"loss", "ratio_mean", "clip_low_frac", "clip_high_frac", "kl"}),
-        ("dr_grpo", {"loss", "ratio_mean", "clip_low_frac", "clip_high_frac"}),
-        ("dapo", {"loss", "ratio_mean", "clip_low_frac", "clip_high_frac"}),
-        ("cispo", {"loss", "ratio_mean", "capped_frac"}),
-        ("gspo", {"loss", "ratio_mean", "clip_low_frac", "clip_high_frac"}),
-        ("sapo", {"loss", "ratio_mean", "gate_weight_mean"}),
-        ("custom", {"loss", "ratio_mean", "clip_low_frac", "clip_high_frac", "kl"}),
+        ("grpo", {"loss", "ratio_mean", "ratio_max", "clip_low_frac", "clip_high_frac", "kl"}),
+        ("dr_grpo", {"loss", "ratio_mean", "ratio_max", "clip_low_frac", "clip_high_frac"}),
+        ("dapo", {"loss", "ratio_mean", "ratio_max", "clip_low_frac", "clip_high_frac"}),
+        ("cispo", {"loss", "ratio_mean", "ratio_max", "capped_frac"}),
+        ("gspo", {"loss", "ratio_mean", "ratio_max", "clip_low_frac", "clip_high_frac"}),
+        ("sapo", {"loss", "ratio_mean", "ratio_max", "gate_weight_mean"}),
+        ("custom", {"loss", "ratio_mean", "ratio_max", "clip_low_frac", "clip_high_frac", "kl"}),
     ],
 )
 def test_metrics_each_loss_reports(name, keys):
@@ -271,6 +271,7 @@ def test_metrics_each_loss_reports(name, keys):
     ratios = [math.exp(D[i][t]) for i, t in RESPONSE]
     if name != "gspo":  # gspo reports its sequence ratio
         assert metrics["ratio_mean"] == pytest.approx(sum(ratios) / len(ratios), rel=1e-12)
+        assert metrics["ratio_max"] == pytest.approx(max(ratios), rel=1e-12)
     if name == "dapo":  # r > 1.28 at (0,1) (0,3) (1,2) (3,2); r < 0.8 at (1,0) (3,0)
         assert metrics["clip_high_frac"] == pytest.approx(4 / 11)
         assert metrics["clip_low_frac"] == pytest.approx(2 / 11)

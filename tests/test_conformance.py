@@ -1,9 +1,10 @@
 """The conformance suite (zoo/algorithms/conformance.py): every registered algorithm x every
-invariant of shared/algorithms.md, and deliberately broken plugins, one per check, to show
+invariant of docs/algorithms.md, and deliberately broken plugins, one per check, to show
 that each check catches the fault it exists for."""
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 
 import pytest
@@ -134,3 +135,101 @@ def test_a_plugin_that_raises_is_reported_failed_with_the_exception():
     assert [r.name for r in results] == list(CHECKS)
     assert all(r.passed is not True for r in results)
     assert "RuntimeError: boom" in results[0].detail
+
+
+# --- off-policy: the built-ins differ, each exactly where its mechanism acts ------------
+
+BUILTINS = ["cispo", "custom", "dapo", "dr_grpo", "grpo", "gspo", "sapo"]
+
+
+def off_policy_grads(names: list[str], case) -> dict[str, torch.Tensor]:
+    from zoo.algorithms.conformance import build, loss_and_grad
+
+    return {n: loss_and_grad(build(ALGORITHMS.load(n), {}, beta_zero=True), case)[1]
+            for n in names}  # fmt: skip
+
+
+def test_off_policy_every_builtin_gives_its_own_gradient():
+    """On a batch whose ratios moved (after the first mini-batch), no two built-ins make
+    the same update, not even grpo, gspo and sapo, which share their aggregation and are
+    one update on-policy (below). (custom is GRPO written as a template: without its KL
+    term it is GRPO, so it is left out.)"""
+    from zoo.algorithms.conformance import off_policy_case
+
+    names = [n for n in BUILTINS if n != "custom"]
+    grads = off_policy_grads(names, off_policy_case())
+    for a, b in itertools.combinations(names, 2):
+        scale = float(grads[a].abs().max())
+        assert float((grads[a] - grads[b]).abs().max()) > 1e-3 * scale, (a, b)
+
+
+def test_on_policy_grpo_gspo_sapo_and_custom_are_one_update():
+    from zoo.algorithms.conformance import random_case
+
+    grads = off_policy_grads(["grpo", "gspo", "sapo", "custom"], random_case(0, on_policy=True))
+    for name in ("gspo", "sapo", "custom"):
+        torch.testing.assert_close(grads[name], grads["grpo"], atol=1e-12, rtol=1e-9)
+
+
+def unclipped_grad(case, aggregation: str, sequence_ratio: bool = False) -> torch.Tensor:
+    """Gradient of the plain importance-weighted surrogate -r*A (GSPO: -s_i*A_i)."""
+    lp = case.lp.clone().requires_grad_(True)
+    batch = TrainBatch(lp, case.old, None, case.adv, case.mask, max_response_len=8)
+    log_r = log_ratio(batch)
+    if sequence_ratio:
+        log_r = ((log_r * case.mask).sum(-1) / case.mask.sum(-1))[:, None].expand_as(lp)
+    aggregate(-torch.exp(log_r) * batch.token_advantages, batch, aggregation).backward()
+    return lp.grad
+
+
+@pytest.mark.parametrize(
+    ("name", "low", "high"),
+    [("grpo", 0.8, 1.2), ("custom", 0.8, 1.2), ("dr_grpo", 0.8, 1.2), ("dapo", 0.8, 1.28),
+     ("gspo", 1 - 3e-4, 1 + 4e-4)],
+)  # fmt: skip
+def test_a_clip_changes_the_update_exactly_where_it_binds(name, low, high):
+    """PPO's clip: the gradient leaves the unclipped one exactly on the tokens (GSPO: the
+    sequences) with A > 0 and ratio > high, or A < 0 and ratio < low, where it is 0."""
+    from zoo.algorithms.conformance import off_policy_case
+
+    case = off_policy_case()
+    got = off_policy_grads([name], case)[name]
+    cls = ALGORITHMS.load(name)
+    plain = unclipped_grad(case, cls.aggregation, sequence_ratio=cls.sequence_level)
+    log_r = (case.lp - case.old) * case.mask
+    if cls.sequence_level:
+        log_r = (log_r.sum(-1) / case.mask.sum(-1))[:, None].expand_as(log_r)
+    ratio, adv = torch.exp(log_r), case.adv[:, None].expand_as(log_r)
+    binds = ((adv > 0) & (ratio > high)) | ((adv < 0) & (ratio < low))
+    real = case.mask > 0
+    assert (binds & real).any() and (~binds & real).any()
+    assert torch.all(got[binds & real] == 0)
+    torch.testing.assert_close(got[~binds & real], plain[~binds & real], atol=1e-12, rtol=1e-9)
+
+
+def test_cispo_departs_from_the_unclipped_update_exactly_where_its_cap_binds():
+    """CISPO keeps every token's gradient; where r > 5 its weight stays at 5."""
+    from zoo.algorithms.conformance import off_policy_case
+
+    case = off_policy_case()
+    got = off_policy_grads(["cispo"], case)["cispo"]
+    plain = unclipped_grad(case, "token_mean")
+    ratio, real = torch.exp(case.lp - case.old), case.mask > 0
+    capped = (ratio > 5.0) & real
+    assert capped.any() and torch.all(got[capped] != 0)
+    torch.testing.assert_close(got[capped], plain[capped] * 5.0 / ratio[capped])
+    torch.testing.assert_close(got[~capped & real], plain[~capped & real], atol=1e-12, rtol=1e-9)
+
+
+def test_sapos_gate_scales_the_unclipped_update_by_4p_1_minus_p_everywhere():
+    from zoo.algorithms.conformance import off_policy_case
+
+    case = off_policy_case()
+    got = off_policy_grads(["sapo"], case)["sapo"]
+    plain = unclipped_grad(case, "seq_mean")
+    ratio, real = torch.exp(case.lp - case.old), case.mask > 0
+    tau_pos, tau_neg = (torch.tensor(t, dtype=torch.float64) for t in (1.0, 1.05))
+    tau = torch.where(case.adv[:, None] > 0, tau_pos, tau_neg).expand_as(ratio)
+    p = torch.sigmoid(tau * (ratio - 1))
+    torch.testing.assert_close(got[real], (plain * 4 * p * (1 - p))[real], atol=1e-12, rtol=1e-9)
+    assert float((4 * p * (1 - p))[real].min()) < 0.9  # the gate did attenuate somewhere

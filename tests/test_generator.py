@@ -98,7 +98,8 @@ def test_completions_are_well_formed_at_policy_version_0(generator):
             if c.finish_reason == "stop":
                 assert c.token_ids[-1] == EOS_ID
                 assert EOS_ID not in c.token_ids[:-1]
-                assert c.text == bytes(c.token_ids[:-1]).decode()
+                # a sample may hold bytes that are not UTF-8; the text shows them as U+FFFD
+                assert c.text == bytes(c.token_ids[:-1]).decode(errors="replace")
             else:
                 assert len(c.token_ids) == MAX_TOKENS and EOS_ID not in c.token_ids
 

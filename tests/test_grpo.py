@@ -1,4 +1,4 @@
-"""The grpo plugin against shared/algorithms.md ("grpo" and "Invariants every loss must
+"""The grpo plugin against docs/algorithms.md ("grpo" and "Invariants every loss must
 satisfy"), with an independent plain-Python reference for value and gradient."""
 
 from __future__ import annotations

@@ -7,39 +7,10 @@ import json
 import math
 
 import pytest
-import torch
 
 from zoo.algorithms import get_algorithm, list_algorithms
-from zoo.core.ledger import Ledger
-from zoo.core.loop import RLLoop, RunConfig, Services
-from zoo.core.models import ModelShape, load_hf_state_dict
-from zoo.core.reference import Reference
+from zoo.core.loop import RunConfig
 from zoo.core.runlog import RunWriter
-from zoo.core.trainer import Trainer, TrainerConfig
-from zoo.envs import get_env
-
-
-@pytest.fixture
-def services_for(tiny_path, generator):
-    """Build Services around the shared engine; restore its weights afterwards."""
-
-    def build(cfg: RunConfig) -> Services:
-        algorithm = get_algorithm(cfg.algorithm, **cfg.algorithm_config)
-        trainer = Trainer(tiny_path, TrainerConfig(lr=cfg.lr), cfg.max_response_len)
-        torch.manual_seed(cfg.seed)
-        return Services(
-            env=get_env(cfg.env),
-            algorithm=algorithm,
-            generator=generator,
-            trainer=trainer,
-            reference=Reference(trainer.model) if algorithm.needs_reference else None,
-            encode=lambda prompt: list(prompt.text.encode()),
-            ledger=Ledger(ModelShape.from_hf_dir(tiny_path)),
-        )
-
-    yield build
-    generator.update_weights(load_hf_state_dict(tiny_path), version=0)
-
 
 BUILTINS = ["cispo", "custom", "dapo", "dr_grpo", "grpo", "gspo", "sapo"]
 
@@ -49,9 +20,9 @@ def test_every_builtin_is_registered():
 
 
 @pytest.mark.parametrize("name", BUILTINS)
-def test_every_builtin_trains_without_nan_and_logs_its_loss_metrics(name, services_for, tmp_path):
+def test_every_builtin_trains_without_nan_and_logs_its_loss_metrics(name, loop_for, tmp_path):
     cfg = RunConfig(algorithm=name, steps=2, prompts_per_step=16, eval_every=2, seed=3)
-    loop = RLLoop(cfg, services_for(cfg))
+    loop = loop_for(cfg)
     writer = RunWriter(tmp_path)
     loop.run(writer.log)
     writer.close()
@@ -66,11 +37,11 @@ def test_every_builtin_trains_without_nan_and_logs_its_loss_metrics(name, servic
     assert 0 <= records[-1]["eval_reward"] <= 1
 
 
-def test_dapo_dynamic_sampling_refills_and_charges_every_generated_token(services_for):
+def test_dapo_dynamic_sampling_refills_and_charges_every_generated_token(loop_for):
     # G = 2 makes all-equal groups (both right or both wrong) common: many are dropped.
     cfg = RunConfig(algorithm="dapo", steps=1, prompts_per_step=16, group_size=2, seed=1)
-    services = services_for(cfg)
-    loop = RLLoop(cfg, services)
+    loop = loop_for(cfg)
+    services = loop.s
     generated: list[int] = []
     generate = services.generator.generate
 
@@ -93,19 +64,18 @@ def test_dapo_dynamic_sampling_refills_and_charges_every_generated_token(service
     assert delta["generate_flops"] > 0 and record["response_tokens"] < sum(generated)
 
 
-def test_beta_zero_algorithms_never_build_or_run_the_reference(services_for):
+def test_beta_zero_algorithms_never_build_or_run_the_reference(loop_for):
     cfg = RunConfig(algorithm="dapo", steps=1, prompts_per_step=8)
-    services = services_for(cfg)
+    loop = loop_for(cfg)
+    services = loop.s
     assert services.reference is None
-    RLLoop(cfg, services).step()
+    loop.step()
     assert services.ledger.flops["reference"] == 0
 
 
-def test_a_samples_budget_stops_the_run_once_spent_and_evaluates_at_its_points(
-    services_for, tmp_path
-):
+def test_a_samples_budget_stops_the_run_once_spent_and_evaluates_at_its_points(loop_for, tmp_path):
     cfg = RunConfig(algorithm="dr_grpo", prompts_per_step=16, budget_samples=300, eval_points=2)
-    loop = RLLoop(cfg, services_for(cfg))
+    loop = loop_for(cfg)
     records = loop.run(lambda record: None)
     assert [r["samples"] for r in records] == [0, 128, 256, 384]  # stops once >= 300
     assert [r["step"] for r in records if "eval_reward" in r] == [0, 2, 3]  # 150 and 300

@@ -1,4 +1,4 @@
-"""zoo.core.losses against shared/algorithms.md, checked with plain-Python arithmetic."""
+"""zoo.core.losses against docs/algorithms.md, checked with plain-Python arithmetic."""
 
 from __future__ import annotations
 
@@ -44,7 +44,7 @@ def make_batch(per_token: torch.Tensor, mask: torch.Tensor, **counts) -> TrainBa
 
 
 def expected_aggregate(per_token: list[list[float]], mask: list[list[int]], mode: str) -> float:
-    """shared/algorithms.md "Aggregation modes", in plain Python. Sequences with no response
+    """docs/algorithms.md "Aggregation modes", in plain Python. Sequences with no response
     tokens contribute 0 and are not counted."""
     rows = [
         [v for v, m in zip(vals, ms, strict=True) if m]

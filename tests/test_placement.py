@@ -162,8 +162,10 @@ def test_replicas_on_two_hosts_survive_killed_replicas_with_unchanged_numbers(
 
 def test_async_mode_overlaps_and_respects_max_policy_age(tmp_path, tiny_model_path):
     """Batches are requested max_policy_age steps ahead: from the first step that can
-    have them, samples are exactly that many versions old, never older; none is dropped;
-    the ratio's old logprobs are the sampler's."""
+    have them, samples are exactly that many versions old, never older; none is dropped.
+    The trainer computes the old log-probs with the weights that sampled each batch (kept
+    for max_policy_age versions), so the staleness shows in the first update's ratio and
+    the sampler-trainer mismatch stays at float-rounding size."""
     out = tmp_path / "async"
     result = run_harness("run", "grpo", "--steps", "5", "--prompts-per-step", "32",
                          "--eval-every", "5", "--placement", "monarch", "--mode", "async",
@@ -174,8 +176,10 @@ def test_async_mode_overlaps_and_respects_max_policy_age(tmp_path, tiny_model_pa
     assert [r["policy_age_max"] for r in records] == [0, 1, 2, 2, 2]
     assert [r["policy_age_mean"] for r in records] == [0, 1, 2, 2, 2]
     assert all(r["stale_dropped"] == 0 for r in records)
-    # the importance ratio is off-policy from step 2 on (sampler != trainer weights)
-    assert all(r["ratio_mean"] != 1.0 for r in records[1:]), [r["ratio_mean"] for r in records]
+    # from step 2 on the first update's ratio is already away from 1 (older weights)
+    assert records[0]["staleness_kl"] < 1e-9
+    assert all(r["staleness_kl"] > 1e-7 for r in records[1:]), [r["staleness_kl"] for r in records]
+    assert all(r["mismatch_logprob_max"] < 1e-3 for r in records)
     run = json.loads((out / "config.json").read_text())["run"]
     assert (run["mode"], run["max_policy_age"]) == ("async", 2)
 
@@ -343,3 +347,40 @@ def test_async_runs_with_the_same_seed_give_the_same_numbers(tmp_path, tiny_mode
         runs.append(numbers(read_metrics(tmp_path / name)))
     assert runs[0] == runs[1]
     assert runs[0][3]["policy_age_max"] == 2 and runs[0][3]["loss"] != runs[0][4]["loss"]
+
+
+CORRECTION_METRICS = {
+    "none": set(),
+    "bypass": set(),
+    "tis": {"is_weight_mean", "is_truncated_frac"},
+    "mis-token": {"is_masked_frac"},
+    "mis-sequence": {"is_masked_frac"},
+}
+
+
+@pytest.mark.parametrize(
+    "correction",
+    [pytest.param(c, marks=[] if c == "tis" else [pytest.mark.slow]) for c in CORRECTION_METRICS],
+)
+def test_async_comparison_with_each_correction_reports_staleness_and_mismatch(
+    tmp_path, tiny_model_path, correction
+):
+    """An async comparison (batches one version old) with a correction: every step logs
+    the mismatch, the staleness and the correction's own metrics, and the report's
+    training-regime table carries them."""
+    import pandas as pd
+
+    result = run_harness("compare", "grpo", "--seeds", "1", "--budget", "4e10",
+                         "--eval-points", "2", "--prompts-per-step", "16", "--placement",
+                         "monarch", "--mode", "async", "--correction", correction, "--quiet",
+                         "--out", "exp", cwd=tmp_path)  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    records = read_metrics(tmp_path / "exp" / "runs" / "grpo__arithmetic__seed0")[1:]
+    assert len(records) >= 3
+    wanted = {"mismatch_logprob_mean", "mismatch_logprob_max", "mismatch_kl", "staleness_kl"}
+    assert all(wanted | CORRECTION_METRICS[correction] <= set(r) for r in records)
+    assert all(r["policy_age_max"] == 1 and r["staleness_kl"] > 1e-7 for r in records[1:])
+    table = pd.read_csv(tmp_path / "exp" / "tables" / "off_policy.csv")
+    assert f"correction {correction}" in table["regime"][0]
+    assert wanted | CORRECTION_METRICS[correction] <= set(table.columns)
+    assert "Training regime" in (tmp_path / "exp" / "report.md").read_text()

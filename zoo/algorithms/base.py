@@ -27,7 +27,7 @@ class Algorithm(ABC):
     """The paper it follows: authors, title, arXiv id."""
     aggregation: ClassVar[Aggregation] = "seq_mean"
     """How ``loss`` reduces per-token terms to a scalar: "seq_mean", "token_mean" or
-    "fixed" (shared/algorithms.md, "Aggregation modes"). Pass it to
+    "fixed" (docs/algorithms.md, "Aggregation modes"). Pass it to
     ``zoo.core.losses.aggregate``; the conformance suite builds its REINFORCE reference
     -A*lp under the same mode."""
     clip_style: ClassVar[Literal["zero", "cap", "none"]] = "zero"

@@ -3,7 +3,7 @@
 MiniMax, "MiniMax-M1: Scaling Test-Time Compute Efficiently with Lightning Attention",
 arXiv 2506.13585, 2025 (Sec. 3.1). Instead of clipping the token update (which drops the
 gradient of rare, high-ratio tokens), CISPO caps the importance weight and keeps every
-token's gradient. Exactly as shared/algorithms.md defines it:
+token's gradient. Exactly as docs/algorithms.md defines it:
 
     A_i   = (R_i - mean(R)) / (std(R) + 1e-6)                  group_norm
     r_it  = exp(lp_it - old_it)

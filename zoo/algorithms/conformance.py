@@ -1,4 +1,4 @@
-"""The conformance suite: shared/algorithms.md's "Invariants every loss must satisfy",
+"""The conformance suite: docs/algorithms.md's "Invariants every loss must satisfy",
 checked generically against any Algorithm class (a built-in or a third-party plugin).
 
     run_conformance(cls) -> list[CheckResult]      # what `python -m harness check-plugin` runs

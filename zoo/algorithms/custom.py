@@ -22,8 +22,11 @@ How to write a plugin
      micro-batches add up to the whole batch.
   3. Optionally override ``advantages(rewards)``, ``shape_rewards(rewards, lengths,
      max_response_len)``, ``keep(rewards)`` and ``train_mask(truncated)`` (see dr_grpo.py
-     and dapo.py), and set the
-     class attributes ``aggregation``, ``clip_style`` and ``sequence_level`` (base.py).
+     and dapo.py), and set the class attributes ``aggregation``, ``clip_style``,
+     ``sequence_level`` and ``mechanism`` (base.py). ``mechanism`` names the metrics that
+     show your loss doing something different once the ratio moves away from 1 (each
+     rollout batch trains in several mini-batches, so it does after the first), with
+     their values while it is idle; check-plugin and the compare report read it.
 
 How to register it
   - In this repository: add ``"name": "zoo.algorithms.<module>:<Class>"`` to ``builtins``
@@ -35,7 +38,7 @@ How to register it
         myalgo = "my_package.myalgo:MyAlgo"
 
     A built-in name cannot be taken. Check your plugin against the invariants of
-    shared/algorithms.md with ``python -m harness check-plugin myalgo``.
+    docs/algorithms.md with ``python -m harness check-plugin myalgo``.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """DAPO: Decoupled Clip and Dynamic sAmpling Policy Optimization.
 
 Yu et al., "DAPO: An Open-Source LLM Reinforcement Learning System at Scale", arXiv
-2503.14476, 2025. Exactly as shared/algorithms.md defines it:
+2503.14476, 2025. Exactly as docs/algorithms.md defines it:
 
     A_i   = (R_i - mean(R)) / (std(R) + 1e-6)                  group_norm
     r_it  = exp(lp_it - old_it)

@@ -4,7 +4,7 @@ Liu et al., "Understanding R1-Zero-Like Training: A Critical Perspective", arXiv
 2503.20783, 2025 (Sec. 3.2). It removes GRPO's two normalisations that bias
 training: the per-response 1/|o_i| (longer wrong answers are punished less) and the
 std in the advantage (questions that are too easy or too hard weigh more). Exactly as
-shared/algorithms.md defines it:
+docs/algorithms.md defines it:
 
     A_i   = R_i - mean(R)                                         group_center
     r_it  = exp(lp_it - old_it)

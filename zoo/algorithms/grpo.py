@@ -1,7 +1,7 @@
 """GRPO: Group Relative Policy Optimization.
 
 Shao et al., "DeepSeekMath: Pushing the Limits of Mathematical Reasoning in Open Language
-Models", arXiv 2402.03300, 2024 (eq. 3). Exactly as shared/algorithms.md defines it:
+Models", arXiv 2402.03300, 2024 (eq. 3). Exactly as docs/algorithms.md defines it:
 
     A_i   = (R_i - mean(R)) / (std(R) + 1e-6)                  group_norm
     r_it  = exp(lp_it - old_it)

@@ -2,7 +2,7 @@
 
 Zheng et al., "Group Sequence Policy Optimization", arXiv 2507.18071, 2025 (Sec. 4). The
 importance ratio, clipping and reward are all per sequence, so a response's tokens act on
-the gradient only through their mean log-ratio. Exactly as shared/algorithms.md defines it:
+the gradient only through their mean log-ratio. Exactly as docs/algorithms.md defines it:
 
     A_i   = (R_i - mean(R)) / (std(R) + 1e-6)                  group_norm
     s_i   = exp((1/|o_i|) sum_t (lp_it - old_it))               sequence ratio

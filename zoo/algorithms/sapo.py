@@ -3,7 +3,7 @@
 Gao et al., "Soft Adaptive Policy Optimization", arXiv 2511.20347, 2025. A smooth,
 temperature-controlled gate replaces the hard clip: off-policy tokens are attenuated
 instead of cut off, and tokens with negative advantages decay faster (tau_neg > tau_pos).
-Exactly as shared/algorithms.md defines it:
+Exactly as docs/algorithms.md defines it:
 
     A_i   = (R_i - mean(R)) / (std(R) + 1e-6)                  group_norm
     r_it  = exp(lp_it - old_it)

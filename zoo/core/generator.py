@@ -5,7 +5,7 @@ restarting the engine.
 
 The engine runs in-process (VLLM_ENABLE_V1_MULTIPROCESSING=0, enforce_eager): it starts in
 seconds instead of ~15 s, and weight updates are a direct call. Notes from
-shared/stack.md: the CPU backend needs VLLM_CPU_KVCACHE_SPACE; it would drop torch to one
+docs/stack.md: the CPU backend needs VLLM_CPU_KVCACHE_SPACE; it would drop torch to one
 thread unless OMP_NUM_THREADS is set, so we set it to the current thread count.
 """
 

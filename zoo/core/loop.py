@@ -55,7 +55,7 @@ from zoo.envs import Env, Prompt, get_env
 PLACEMENTS = ("local", "monarch")
 """Where services run (RunConfig.placement); the Monarch one is zoo.core.placement."""
 WEIGHT_SYNCS = ("rdma", "endpoint")
-"""Monarch weight-sync backends (TorchStore is not one: shared/stack.md, README)."""
+"""Monarch weight-sync backends (TorchStore is not one: docs/stack.md, README)."""
 MODES = ("sync", "async")
 """sync: sample with the current weights, then train. async: generation of the next
 batches overlaps training on this one (sampled by weights at most max_policy_age old)."""
@@ -277,7 +277,7 @@ Not measured here (no GPU): a starting point."""
 
 
 def run_defaults(model: str) -> dict[str, Any]:
-    """Batch, lengths and learning rate for ``model``: shared/calibration.md's recipe
+    """Batch, lengths and learning rate for ``model``: docs/training.md's recipe
     (RunConfig's defaults) for the tiny presets, REAL_MODEL_DEFAULTS for anything else."""
     if model in TINY_MODELS:
         return {name: getattr(RunConfig, name) for name in REAL_MODEL_DEFAULTS}

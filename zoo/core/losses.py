@@ -1,5 +1,5 @@
 """Shared pieces of policy-gradient losses, named so plugins read like their papers'
-formulas. Definitions follow shared/algorithms.md ("Aggregation modes", "Advantage
+formulas. Definitions follow docs/algorithms.md ("Aggregation modes", "Advantage
 estimators", "KL to the reference")."""
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ def k3_kl(logprobs: torch.Tensor, ref_logprobs: torch.Tensor) -> torch.Tensor:
 
 
 def aggregate(per_token: torch.Tensor, batch: TrainBatch, mode: Aggregation) -> torch.Tensor:
-    """Reduce a [B, T] per-token loss to a scalar (shared/algorithms.md):
+    """Reduce a [B, T] per-token loss to a scalar (docs/algorithms.md):
 
     - seq_mean:   (1/B) sum_i (1/|o_i|) sum_t l_it
     - token_mean: sum_it l_it / sum_i |o_i|

@@ -234,6 +234,9 @@ class MemoryEstimate:
     activations: float
     """Kept for backward over one micro-batch (~16 hidden + 6 intermediate values per token
     per layer), plus its float32 logits and their gradient."""
+    kept_weights: float = 0.0
+    """Async mode: the trainer's copies of its weights of earlier policy versions (float32,
+    one per version of max_policy_age), to score batches those versions sampled."""
 
     @property
     def total(self) -> float:
@@ -255,6 +258,7 @@ class MemoryEstimate:
             weights=self.weights / procs,
             gradients=self.gradients / procs,
             optimizer=self.optimizer / procs,
+            kept_weights=self.kept_weights / procs,
         )
 
 
@@ -266,9 +270,11 @@ def memory_estimate(
     micro_batch: int,
     reference: bool,
     compute_bytes: int = 4,
+    kept_versions: int = 0,
 ) -> MemoryEstimate:
     """Memory of a run with ``sequences`` per step of up to ``seq_len`` tokens, trained
-    ``micro_batch`` sequences at a time; ``compute_bytes`` 4 (float32, CPU) or 2 (bf16)."""
+    ``micro_batch`` sequences at a time; ``compute_bytes`` 4 (float32, CPU) or 2 (bf16);
+    ``kept_versions``: earlier weights the trainer keeps (async mode's max_policy_age)."""
     params = shape.params
     per_token = shape.num_layers * (16 * shape.hidden_size + 6 * shape.intermediate_size)
     kv_per_token = shape.num_layers * 2 * shape.num_kv_heads * shape.head_dim
@@ -281,6 +287,7 @@ def memory_estimate(
         kv_cache=compute_bytes * kv_per_token * sequences * seq_len,
         kv_cache_minimum=compute_bytes * kv_per_token * min(micro_batch, sequences) * seq_len,
         activations=micro_batch * seq_len * (compute_bytes * per_token + 8 * shape.vocab_size),
+        kept_weights=4 * params * kept_versions,
     )
 
 
@@ -339,7 +346,7 @@ class ModelShape:
 def titan_qwen3_config(path: Path):
     """TorchTitan's Qwen3Model.Config for an HF Qwen3 checkpoint, with plain causal SDPA as
     the inner attention (TorchTitan's flex attention has no CPU backward and its varlen
-    attention needs CUDA; shared/stack.md). Uses the layer builders of torchtitan 0.3.0's
+    attention needs CUDA; docs/stack.md). Uses the layer builders of torchtitan 0.3.0's
     qwen3 package (pinned)."""
     from torchtitan.models.common import CosSinRoPE, Embedding, Linear
     from torchtitan.models.common.attention import ScaledDotProductAttention

@@ -294,7 +294,7 @@ def _parallel_dims(device: torch.device, data_parallel: int, tensor_parallel: in
     from torchtitan.distributed import utils as titan_dist
 
     # ParallelDims builds its mesh on torchtitan.tools.utils.device_type, which is
-    # "cuda" on a machine without an accelerator (shared/stack.md): use ours.
+    # "cuda" on a machine without an accelerator (docs/stack.md): use ours.
     parallel_dims_module.device_type = device.type
     titan_dist.set_spmd_backend("partial_dtensor")  # (a process-wide TorchTitan setting)
     dims = ParallelDims(

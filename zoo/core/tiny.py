@@ -1,6 +1,6 @@
 """The embedded ``tiny`` model: a Qwen3-architecture causal LM built and warm-started here.
 
-Recipe (see shared/calibration.md): 2 layers, hidden 128, 4 query heads of size 32 (vLLM's
+Recipe (see docs/training.md): 2 layers, hidden 128, 4 query heads of size 32 (vLLM's
 CPU attention needs head size >= 32), 2 KV heads, MLP 384, untied embeddings, vocabulary
 of 257 byte-level tokens padded to 320 (~476k parameters). A short supervised stage on the
 arithmetic env's format ("37+45=82<|endoftext|>") stops at the first evaluation whose
