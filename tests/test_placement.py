@@ -165,12 +165,13 @@ def test_async_mode_overlaps_and_respects_max_policy_age(tmp_path, tiny_model_pa
     have them, samples are exactly that many versions old, never older; none is dropped.
     The trainer computes the old log-probs with the weights that sampled each batch (kept
     for max_policy_age versions), so the staleness shows in the first update's ratio and
-    the sampler-trainer mismatch stays at float-rounding size."""
+    the sampler-trainer mismatch stays at float-rounding size (with TIS reporting its
+    weights; every correction is run in the slow set, below)."""
     out = tmp_path / "async"
     result = run_harness("run", "grpo", "--steps", "5", "--prompts-per-step", "32",
                          "--eval-every", "5", "--placement", "monarch", "--mode", "async",
-                         "--max-policy-age", "2", "--quiet", "--out", str(out),
-                         cwd=tmp_path)  # fmt: skip
+                         "--max-policy-age", "2", "--correction", "tis", "--quiet",
+                         "--out", str(out), cwd=tmp_path)  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     records = read_metrics(out)[1:]
     assert [r["policy_age_max"] for r in records] == [0, 1, 2, 2, 2]
@@ -180,6 +181,9 @@ def test_async_mode_overlaps_and_respects_max_policy_age(tmp_path, tiny_model_pa
     assert records[0]["staleness_kl"] < 1e-9
     assert all(r["staleness_kl"] > 1e-7 for r in records[1:]), [r["staleness_kl"] for r in records]
     assert all(r["mismatch_logprob_max"] < 1e-3 for r in records)
+    # TIS against the sampler: weights of ~1, none truncated at equal weights
+    assert all(abs(r["is_weight_mean"] - 1) < 1e-3 and r["is_truncated_frac"] == 0
+               for r in records)  # fmt: skip
     run = json.loads((out / "config.json").read_text())["run"]
     assert (run["mode"], run["max_policy_age"]) == ("async", 2)
 
@@ -358,10 +362,8 @@ CORRECTION_METRICS = {
 }
 
 
-@pytest.mark.parametrize(
-    "correction",
-    [pytest.param(c, marks=[] if c == "tis" else [pytest.mark.slow]) for c in CORRECTION_METRICS],
-)
+@pytest.mark.slow
+@pytest.mark.parametrize("correction", list(CORRECTION_METRICS))
 def test_async_comparison_with_each_correction_reports_staleness_and_mismatch(
     tmp_path, tiny_model_path, correction
 ):

@@ -144,55 +144,44 @@ def greedy_agrees_with_trainer(services, prompts: list[list[int]]) -> float:
     return gap
 
 
-def weights_flow(cfg: RunConfig, hub_cache: str) -> None:
+def weights_flow(configs: list[RunConfig], hub_cache: str) -> None:
     """The body of the test below, run in a process of its own: a second in-process vLLM
     engine tears down vLLM's process-wide parallel state when it goes, which the
     session's shared engine (tests/conftest.py) still needs."""
     huggingface_hub.constants.HF_HUB_CACHE = hub_cache
-    services = build_services(cfg, quiet=True)
-    prompts = [list(b"12+34="), list(b"7*8="), list(b"hello")]
-    assert greedy_agrees_with_trainer(services, prompts) < 1e-4
-    torch.manual_seed(0)
-    with torch.no_grad():
-        for p in services.trainer.model.parameters():
-            p.add_(0.05 * torch.randn_like(p))
-    assert greedy_agrees_with_trainer(services, prompts) > 1e-2  # the generator is stale
-    RLLoop(cfg, services).step()
-    assert services.generator.policy_version == 1
-    assert greedy_agrees_with_trainer(services, prompts) < 1e-4
+    for cfg in configs:
+        services = build_services(cfg, quiet=True)
+        prompts = [list(b"12+34="), list(b"7*8="), list(b"hello")]
+        assert greedy_agrees_with_trainer(services, prompts) < 1e-4
+        torch.manual_seed(0)
+        with torch.no_grad():
+            for p in services.trainer.model.parameters():
+                p.add_(0.05 * torch.randn_like(p))
+        assert greedy_agrees_with_trainer(services, prompts) > 1e-2  # the generator is stale
+        RLLoop(cfg, services).step()
+        assert services.generator.policy_version == 1
+        assert greedy_agrees_with_trainer(services, prompts) < 1e-4
 
 
-@pytest.mark.parametrize("source", ["hf-cache", "random-init"])
-def test_weights_flow_trainer_to_vllm_in_hugging_face_naming(source, hf_cache, tmp_path,
+def test_weights_flow_trainer_to_vllm_in_hugging_face_naming(hf_cache, tmp_path,
                                                              qwen3_checkpoint):  # fmt: skip
-    """Pretrained weights from the cache, or random ones the trainer made (vLLM starts
+    """Pretrained weights from the cache, and random ones the trainer made (vLLM starts
     with dummy weights and receives them): the generator samples from the trainer's
     weights before the first step and again after a step's sync. (A small random model
     earns no reward on arithmetic, so its gradient is zero: the trainer's weights are
     moved by hand, as an optimizer step would, and the step must carry them over.)"""
     import multiprocessing
 
-    if source == "hf-cache":
-        cfg = RunConfig(model="qwen3-0.6b")
-    else:
-        bare = tmp_path / "bare"
-        bare.mkdir()
-        shutil.copy(qwen3_checkpoint / "config.json", bare)
-        save_tokenizer(bare)
-        cfg = RunConfig(model=str(bare), init="random")
-    cfg = RunConfig(
-        **{
-            **cfg.__dict__,
-            "generator": "vllm",
-            "prompts_per_step": 4,
-            "group_size": 4,
-            "max_response_len": 5,
-            "lr": 1e-2,
-            "device": "cpu",
-        }
-    )
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    shutil.copy(qwen3_checkpoint / "config.json", bare)
+    save_tokenizer(bare)
+    settings = {"generator": "vllm", "prompts_per_step": 4, "group_size": 4,
+                "max_response_len": 5, "lr": 1e-2, "device": "cpu"}  # fmt: skip
+    configs = [RunConfig(model="qwen3-0.6b", **settings),  # from the cache
+               RunConfig(model=str(bare), init="random", **settings)]  # fmt: skip
     child = multiprocessing.get_context("spawn").Process(
-        target=weights_flow, args=(cfg, str(hf_cache))
+        target=weights_flow, args=(configs, str(hf_cache))
     )
     child.start()
     child.join(timeout=600)
