@@ -15,7 +15,18 @@ import numpy as np
 import pandas as pd
 
 from harness.runner import read_metrics
-from harness.stats import fit_sigmoid, iqm, stratified_bootstrap_ci
+from harness.stats import (
+    bootstrap_fit,
+    extrapolation_check,
+    holm,
+    iqm_interval,
+    min_detectable_difference,
+    normalised_scores,
+    performance_profile,
+    probability_of_improvement,
+    t_interval,
+    tie_groups,
+)
 from zoo.core.ledger import PHASES
 
 SPENT_KEY = {"flops": "flops", "samples": "samples", "seconds": "seconds", "steps": "step"}
@@ -46,9 +57,25 @@ def load_runs(out: Path) -> list[dict]:
     return runs
 
 
+HEADLINE_POINTS = 3
+HEADLINE = (
+    "held-out greedy reward, the mean of each run's last 3 compute checkpoints "
+    "(6/8, 7/8 and 8/8 of the budget with the default 8 points), then the mean over seeds"
+)
+"""The one number per run the leaderboards rank by, fixed before any run (it is written
+into every experiment.json when the experiment starts). Three checkpoints rather than the
+last alone: one evaluation of 500 problems has a binomial standard error near 2 points."""
+
+SAMPLED_METRICS = ("eval_pass_at_1", "eval_pass_at_4", "eval_pass_at_8", "eval_mean_at_8")
+"""Sampled held-out metrics (zoo/core/evaluation.py), summarised like the headline."""
+
+FIT_BOOTSTRAP_REPS = 200
+
+
 def checkpoint_rows(run: dict) -> list[dict]:
     """Held-out reward at each compute checkpoint k = 0..K: the first evaluation at or
-    past k/K of the budget (k = 0: the starting weights)."""
+    past k/K of the budget (k = 0: the starting weights), with the sampled metrics the
+    run logged there."""
     unit, amount, points = budget_of(run)
     evals = [r for r in run["records"] if "eval_reward" in r]
     rows = []
@@ -59,60 +86,160 @@ def checkpoint_rows(run: dict) -> list[dict]:
             break  # the run did not get there (interrupted)
         rows.append({"env": run["env"], "algorithm": run["algorithm"], "seed": run["seed"],
                      "point": k, "budget_fraction": k / points, "flops": hit["flops"],
-                     "seconds": hit["seconds"], "reward": hit["eval_reward"]})  # fmt: skip
+                     "seconds": hit["seconds"], "reward": hit["eval_reward"],
+                     **{m: hit[m] for m in SAMPLED_METRICS if m in hit}})  # fmt: skip
     return rows
 
 
 def interval(values: np.ndarray) -> tuple[float, float, float]:
-    low, high = stratified_bootstrap_ci([np.asarray(values, dtype=float)])
-    return iqm(values), low, high
+    """Mean and 95% Student t interval over seeds (harness/stats.py: with a handful of
+    seeds a bootstrap interval collapses to the seeds' minimum and maximum)."""
+    return t_interval(np.asarray(values, dtype=float))
 
 
 def reward_table(points: pd.DataFrame) -> pd.DataFrame:
     rows = []
     for (env, algo, k), g in points.groupby(["env", "algorithm", "point"]):
         mid, low, high = interval(g["reward"].to_numpy())
-        rows.append({"env": env, "algorithm": algo, "point": k,
-                     "budget_fraction": g["budget_fraction"].iloc[0],
-                     "flops": g["flops"].mean(), "seconds": g["seconds"].mean(),
-                     "reward_iqm": mid, "ci_low": low, "ci_high": high,
-                     "seeds": len(g)})  # fmt: skip
+        row = {"env": env, "algorithm": algo, "point": k,
+               "budget_fraction": g["budget_fraction"].iloc[0],
+               "flops": g["flops"].mean(), "seconds": g["seconds"].mean(),
+               "reward_mean": mid, "ci_low": low, "ci_high": high, "seeds": len(g)}  # fmt: skip
+        for m in SAMPLED_METRICS:
+            if m in g and g[m].notna().all():
+                row[m.removeprefix("eval_")] = g[m].mean()
+        rows.append(row)
     return pd.DataFrame(rows)
 
 
-def summary_table(points: pd.DataFrame) -> pd.DataFrame:
+def run_scores(points: pd.DataFrame) -> pd.DataFrame:
+    """One row per run: the headline (mean reward over its last HEADLINE_POINTS
+    checkpoints), the same for each sampled metric, and the area under its reward curve
+    over the budget fraction. Runs that did not reach the end of the budget are left out."""
+    last = points["point"].max()
     rows = []
-    for (env, algo), g in points.groupby(["env", "algorithm"]):
-        per_seed = {s: d.sort_values("point") for s, d in g.groupby("seed")}
-        last = g["point"].max()
-        final = g[g["point"] == last]["reward"].to_numpy()
-        auc = np.array([np.trapezoid(d["reward"], d["budget_fraction"])
-                        for d in per_seed.values()])  # fmt: skip
-        r0 = iqm(g[g["point"] == 0]["reward"].to_numpy())
-        first = g["point"][g["point"] > 0].min() if (g["point"] > 0).any() else 0
-        early = g[g["point"] == first]["flops"].min() if first else 0.0
-        pooled = fit_sigmoid(g["flops"].to_numpy(), g["reward"].to_numpy(), r0, early)
-        seed_fits = [fit_sigmoid(d["flops"].to_numpy(), d["reward"].to_numpy(), r0, early)
-                     for d in per_seed.values()]  # fmt: skip
-        a_seeds = [f.a for f in seed_fits if f.converged]
-        b_seeds = [f.b for f in seed_fits if f.converged]
-        f_mid, f_low, f_high = interval(final)
-        a_mid, a_low, a_high = interval(auc)
-        rows.append({
-            "env": env, "algorithm": algo, "seeds": len(per_seed),
-            "final_reward_iqm": f_mid, "final_ci_low": f_low, "final_ci_high": f_high,
-            "auc_iqm": a_mid, "auc_ci_low": a_low, "auc_ci_high": a_high,
-            "fit_A": pooled.a, "fit_B": pooled.b, "fit_C_mid": pooled.c_mid,
-            "fit_rmse": pooled.rmse, "fit_converged": pooled.converged,
-            "fit_note": pooled.note,
-            "A_seed_range": _range(a_seeds), "B_seed_range": _range(b_seeds),
-            "seed_fits_converged": f"{sum(f.converged for f in seed_fits)}/{len(seed_fits)}",
-        })  # fmt: skip
+    for (env, algo, seed), d in points.groupby(["env", "algorithm", "seed"]):
+        d = d.sort_values("point")
+        if d["point"].max() < last:
+            continue
+        tail = d[d["point"] > last - HEADLINE_POINTS]
+        row = {"env": env, "algorithm": algo, "seed": seed, "headline": tail["reward"].mean(),
+               "final": d["reward"].iloc[-1],
+               "auc": np.trapezoid(d["reward"], d["budget_fraction"])}  # fmt: skip
+        for m in SAMPLED_METRICS:
+            if m in tail and tail[m].notna().all():
+                row[m.removeprefix("eval_")] = tail[m].mean()
+        rows.append(row)
     return pd.DataFrame(rows)
 
 
-def _range(values: list[float]) -> str:
-    return f"{min(values):.3g}..{max(values):.3g}" if values else "n/a"
+def summary_table(points: pd.DataFrame, pairs: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Per (env, algorithm): every seed's headline, its mean with a t-interval (and the
+    IQM with a bootstrap interval from MIN_BOOTSTRAP_SEEDS seeds up), the seed standard
+    deviation and the minimum detectable difference at 80% power, the tie group (from
+    ``pairs``), AUC, the sampled metrics, and the sigmoid fit bootstrapped over seeds with
+    A withheld, and the reason given, where the data do not identify it."""
+    scores = run_scores(points)
+    groups = tie_group_of(scores, pairs) if pairs is not None else {}
+    rows = []
+    for (env, algo), g in scores.groupby(["env", "algorithm"]):
+        g = g.sort_values("seed")
+        values = g["headline"].to_numpy()
+        mean, low, high = interval(values)
+        mid, b_low, b_high = iqm_interval(values)
+        sd = float(np.std(values, ddof=1)) if len(values) > 1 else float("nan")
+        row = {
+            "env": env, "algorithm": algo, "seeds": len(g),
+            "per_seed": " ".join(f"{v:.3f}" for v in values),
+            "headline_mean": mean, "ci_low": low, "ci_high": high, "seed_sd": sd,
+            "mdd_80": min_detectable_difference(sd, len(values), len(values)),
+            "tie_group": groups.get((env, algo), np.nan),
+            "iqm": mid, "iqm_ci_low": b_low, "iqm_ci_high": b_high,
+        }  # fmt: skip
+        row["auc_mean"], row["auc_ci_low"], row["auc_ci_high"] = interval(g["auc"].to_numpy())
+        for m in SAMPLED_METRICS:
+            key = m.removeprefix("eval_")
+            if key in g and g[key].notna().all():
+                row[key] = g[key].mean()
+        row.update(fit_columns(points[(points.env == env) & (points.algorithm == algo)]))
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def fit_columns(points: pd.DataFrame) -> dict:
+    """The sigmoid compute fit (Khatri et al., arXiv 2510.13786) of one algorithm's
+    checkpoints: the start and the first checkpoint are excluded (early, noisy points),
+    A, B and C_mid come with 95% bootstrap intervals over seeds, A is blank (with the
+    reason) when C_mid lies beyond the observed compute or a parameter sits on its bound,
+    and a fit on the first half of the budget predicts the last checkpoint (ScaleRL's
+    extrapolation check)."""
+    r0 = float(points[points["point"] == 0]["reward"].mean())
+    first = points[points["point"] == 1]["flops"]
+    exclude = float(first.max()) if len(first) else 0.0
+    curves = [(d["flops"].to_numpy(), d["reward"].to_numpy())
+              for _, d in points.groupby("seed")]  # fmt: skip
+    summary = bootstrap_fit(curves, r0, exclude, reps=FIT_BOOTSTRAP_REPS)
+    check = extrapolation_check(curves, r0, 0.5, exclude)
+    fit = summary.fit
+    return {
+        "fit_A": summary.a, "fit_A_low": summary.a_low, "fit_A_high": summary.a_high,
+        "fit_B": fit.b, "fit_B_low": summary.b_low, "fit_B_high": summary.b_high,
+        "fit_C_mid": fit.c_mid, "fit_C_mid_low": summary.c_mid_low,
+        "fit_C_mid_high": summary.c_mid_high, "max_flops": float(points["flops"].max()),
+        "fit_identified": fit.identified, "fit_identified_share": summary.identified_share,
+        "fit_note": summary.reason, "fit_points": fit.points_used,
+        "half_budget_predicted": check["predicted"], "half_budget_error": check["error"],
+    }  # fmt: skip
+
+
+def pairs_table(points: pd.DataFrame) -> pd.DataFrame:
+    """Every pair of algorithms on an env: the difference of headline means, the
+    probability of improvement P(A > B) (rliable; its bootstrap interval from
+    MIN_BOOTSTRAP_SEEDS seeds up), the t-test p-value and its Holm adjustment over all
+    pairs of the env, and the minimum detectable difference of this comparison. Runs with
+    the same seed share their prompt stream and evaluation samples, so pairs are compared
+    seed by seed (paired) when both algorithms ran the same seeds."""
+    scores = run_scores(points)
+    rows = []
+    for env, e in scores.groupby("env"):
+        by_algo = {
+            a: d.set_index("seed")["headline"].sort_index() for a, d in e.groupby("algorithm")
+        }
+        names = sorted(by_algo)
+        env_rows = []
+        for i, a in enumerate(names):
+            for b in names[i + 1 :]:
+                x, y = by_algo[a], by_algo[b]
+                paired = list(x.index) == list(y.index) and len(x) > 1
+                cmp = probability_of_improvement(x.to_numpy(), y.to_numpy(), paired=paired)
+                diff = (x - y).to_numpy() if paired else None
+                sd = float(np.std(diff, ddof=1)) if paired else float(
+                    np.sqrt((x.var(ddof=1) + y.var(ddof=1)) / 2))  # fmt: skip
+                mdd = (min_detectable_difference(sd, len(x), paired=True) if paired
+                       else min_detectable_difference(sd, len(x), len(y)))  # fmt: skip
+                env_rows.append({
+                    "env": env, "a": a, "b": b, "mean_a_minus_b": cmp.mean_difference,
+                    "p_a_better": cmp.p_improve, "p_a_better_low": cmp.ci_low,
+                    "p_a_better_high": cmp.ci_high, "paired": paired, "p_value": cmp.p_value,
+                    "mdd_80": mdd,
+                })  # fmt: skip
+        for row, adjusted in zip(env_rows, holm([r["p_value"] for r in env_rows]), strict=True):
+            row["p_holm"] = adjusted
+        rows += env_rows
+    return pd.DataFrame(rows)
+
+
+def tie_group_of(scores: pd.DataFrame, pairs: pd.DataFrame) -> dict[tuple[str, str], int]:
+    """(env, algorithm) -> its tie group, 1 = the group of the best mean (harness/stats.py
+    tie_groups, at Holm-adjusted p < 0.05)."""
+    out = {}
+    for env, e in scores.groupby("env"):
+        means = e.groupby("algorithm")["headline"].mean().to_dict()
+        p = pairs[pairs.env == env] if len(pairs) else pairs
+        adjusted = {(r.a, r.b): r.p_holm for r in p.itertuples()}
+        for rank, group in enumerate(tie_groups(means, adjusted), start=1):
+            out.update({(env, a): rank for a in group})
+    return out
 
 
 def throughput_table(runs: list[dict]) -> pd.DataFrame:
@@ -196,13 +323,35 @@ def plot_curves(table: pd.DataFrame, x: str, xlabel: str, path: Path) -> None:
     for ax, env in zip(axes[0], envs, strict=True):
         for algo, g in table[table["env"] == env].groupby("algorithm"):
             g = g.sort_values("point")
-            ax.plot(g[x], g["reward_iqm"], marker="o", label=algo)
+            ax.plot(g[x], g["reward_mean"], marker="o", label=algo)
             ax.fill_between(g[x], g["ci_low"], g["ci_high"], alpha=0.2)
-        ax.set_title(f"{env}: held-out reward (IQM, 95% CI)")
+        ax.set_title(f"{env}: held-out greedy reward (mean, 95% t-interval)")
         ax.set_xlabel(xlabel)
         ax.set_ylabel("held-out reward")
         ax.grid(alpha=0.3)
         ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def plot_profile(scores: pd.DataFrame, points: pd.DataFrame, path: Path) -> None:
+    """rliable's performance profile over envs: the share of an algorithm's runs (all envs
+    and seeds) whose normalised headline exceeds tau; 0 = the env's starting reward, 1 =
+    the best run on that env (harness/stats.py normalised_scores)."""
+    per_env = {env: {a: d["headline"].to_numpy() for a, d in e.groupby("algorithm")}
+               for env, e in scores.groupby("env")}  # fmt: skip
+    start = {env: float(d[d["point"] == 0]["reward"].mean()) for env, d in points.groupby("env")}
+    taus = np.linspace(0, 1, 101)
+    profile = performance_profile(normalised_scores(per_env, start), taus)
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for algo, share in sorted(profile.items()):
+        ax.plot(taus, share, label=algo)
+    ax.set_xlabel("normalised headline tau (0: start, 1: best run on the env)")
+    ax.set_ylabel("share of runs above tau")
+    ax.set_title("Performance profile over envs and seeds")
+    ax.grid(alpha=0.3)
+    ax.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -239,9 +388,11 @@ def write_analysis(out: Path) -> dict[str, pd.DataFrame]:
     tables_dir.mkdir(exist_ok=True)
     plots_dir.mkdir(exist_ok=True)
     points = pd.DataFrame([row for run in runs for row in checkpoint_rows(run)])
+    pairs = pairs_table(points)
     tables = {
         "reward_at_checkpoints": reward_table(points),
-        "summary": summary_table(points),
+        "summary": summary_table(points, pairs),
+        "pairs": pairs,
         "throughput": throughput_table(runs),
         "off_policy": off_policy_table(runs),
     }
@@ -251,6 +402,8 @@ def write_analysis(out: Path) -> dict[str, pd.DataFrame]:
     plot_curves(tables["reward_at_checkpoints"], "seconds", "wall seconds of training",
                 plots_dir / "reward_vs_seconds.png")  # fmt: skip
     plot_throughput(tables["throughput"], plots_dir / "throughput.png")
+    if points["env"].nunique() > 1:
+        plot_profile(run_scores(points), points, plots_dir / "performance_profile.png")
     write_report(out, text)
     return tables
 
@@ -270,20 +423,50 @@ def write_report(out: Path, tables: dict[str, str]) -> None:
         "",
         "Every algorithm had the same model, env, prompt order per seed, sampling settings,",
         "generation budget and compute budget; held-out reward was measured at the same",
-        "points of the budget (evaluation is not charged). Figures are interquartile means",
-        "across seeds with 95% stratified-bootstrap intervals (rliable's method).",
+        "points of the budget (evaluation is not charged). Runs with the same seed share",
+        "their prompt stream and evaluation samples, so algorithms are compared seed by seed.",
+        "",
+        f"Headline, fixed before the runs: {HEADLINE}.",
         "",
         "## Held-out reward against compute",
         "",
         "![reward vs FLOPs](plots/reward_vs_flops.png)",
         "![reward vs wall time](plots/reward_vs_seconds.png)",
+        *(
+            ["![performance profile](plots/performance_profile.png)", ""]
+            if (out / "plots" / "performance_profile.png").exists()
+            else []
+        ),
         "",
-        "## Summary: final reward, area under the curve, sigmoid compute fit",
+        "## Summary: headline, pass@k, area under the curve, sigmoid compute fit",
         "",
-        "Fit: R(C) = R0 + (A - R0) / (1 + (C_mid / C)^B) (Khatri et al., arXiv 2510.13786),",
-        "A the asymptote, B the efficiency; the first checkpoint's points are excluded.",
+        "`per_seed`: each seed's headline. `headline_mean` [`ci_low`, `ci_high`]: mean over",
+        "seeds with a 95% Student t interval (an IQM with a bootstrap interval only from 10",
+        "seeds up). `mdd_80`: the smallest difference of means a t-test at 5% detects with",
+        "80% power at this seed spread, for two algorithms with this many seeds each: gaps",
+        "below it are not resolved. `tie_group`: algorithms not separated from the best of",
+        "their group at Holm-adjusted p < 0.05 share a group (1 = the top group); a ranking",
+        "inside a group is not supported by these seeds. `pass_at_k`, `mean_at_8`: sampled",
+        "at the run's temperature, 8 samples per held-out problem, same last checkpoints.",
+        "",
+        "Fit: R(C) = R0 + (A - R0) / (1 + (C_mid / C)^B) (Khatri et al., arXiv 2510.13786)",
+        "on every seed's checkpoints after the first, intervals from 200 bootstrap",
+        "resamples of the seeds. A is left blank, with the reason in `fit_note`, when",
+        "C_mid lies beyond the largest compute observed or a parameter sits on its bound:",
+        "the data then do not pin the asymptote down. `half_budget_error`: a fit on the",
+        "first half of the budget predicts the last checkpoint this far off (ScaleRL's",
+        "extrapolation check).",
         "",
         tables["summary"],
+        "",
+        "## Pairs: probability of improvement",
+        "",
+        "`p_a_better`: P(headline of a > headline of b), seed by seed where `paired`",
+        "(rliable's probability of improvement; its interval needs 10 seeds). `p_value`:",
+        "paired (or Welch) t-test of the means; `p_holm`: Holm-adjusted over every pair of",
+        "the env. `mdd_80`: the difference this comparison could detect with 80% power.",
+        "",
+        tables["pairs"],
         "",
         "## Reward at each compute checkpoint",
         "",

@@ -73,6 +73,11 @@ def build_parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     board.add_argument("--results", type=Path, default=RESULTS)
     board.add_argument("--out", type=Path, default=Path("leaderboards"))
+    board.add_argument("--allow-dirty", action="store_true",
+                       help="also build rows whose runs ran from a modified (dirty) working "
+                       "tree or without a recorded git state, marking their commits '+dirty'. "
+                       "Refused by default: no commit holds the code behind such numbers "
+                       "(the run folder's source.diff does, where recorded)")  # fmt: skip
 
     repro = sub.add_parser(
         "reproduce", help="re-run a recorded run (or leaderboard row) and check the numbers",
@@ -233,6 +238,15 @@ def add_training_arguments(p: argparse.ArgumentParser) -> None:
         help="with a budget: evaluate at K evenly spaced points of it (default 8)",
     )
     p.add_argument(
+        "--eval-samples",
+        type=int,
+        default=8,
+        metavar="N",
+        help="at each evaluation, besides greedy accuracy, sample N completions per held-out "
+        "prompt at --temperature for pass@k (k = 1, 4, 8 up to N; Chen et al. 2021's "
+        "unbiased estimator) and the mean sampled reward; 0: greedy only (default 8)",
+    )
+    p.add_argument(
         "--env-set",
         action="append",
         default=[],
@@ -339,7 +353,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "leaderboard":
             from harness.leaderboard import build_leaderboards
 
-            for path in build_leaderboards(args.results, args.out):
+            for path in build_leaderboards(args.results, args.out, args.allow_dirty):
                 print(f"wrote {path}")
             return 0
         if args.command == "reproduce":
@@ -423,6 +437,7 @@ def run_config(args: argparse.Namespace, algorithm: str, env: str, seed: int):
         budget_samples=args.budget_samples,
         budget_seconds=args.budget_seconds,
         eval_points=args.eval_points,
+        eval_samples=args.eval_samples,
         checkpoint_every=args.checkpoint_every,
         algorithm_config=parse_overrides(getattr(args, "algo_set", [])),
         env_config=parse_overrides(args.env_set),
@@ -519,15 +534,22 @@ def print_summary(out: Path) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    df = pd.read_csv(out / "tables" / "summary.csv")
-    table = Table(title="held-out reward at the budget (IQM across seeds, 95% CI)")
-    for col in ("env", "algorithm", "seeds", "final", "AUC", "fit A", "fit B"):
+    from harness.analysis import HEADLINE
+
+    df = pd.read_csv(out / "tables" / "summary.csv").sort_values(
+        ["env", "tie_group", "headline_mean"], ascending=[True, True, False]
+    )
+    table = Table(title="held-out reward (mean over seeds, 95% t-interval)", caption=HEADLINE)
+    for col in ("env", "tie group", "algorithm", "seeds", "headline", "MDD 80%", "pass@1",
+                "pass@8", "AUC", "fit A"):  # fmt: skip
         table.add_column(col)
     for r in df.itertuples():
         table.add_row(
-            r.env, r.algorithm, str(r.seeds),
-            f"{r.final_reward_iqm:.3f} [{r.final_ci_low:.3f}, {r.final_ci_high:.3f}]",
-            f"{r.auc_iqm:.3f}", f"{r.fit_A:.3f}", f"{r.fit_B:.3f}",
+            r.env, str(r.tie_group), r.algorithm, str(r.seeds),
+            f"{r.headline_mean:.3f} [{r.ci_low:.3f}, {r.ci_high:.3f}]", f"{r.mdd_80:.3f}",
+            f"{getattr(r, 'pass_at_1', float('nan')):.3f}",
+            f"{getattr(r, 'pass_at_8', float('nan')):.3f}",
+            f"{r.auc_mean:.3f}", "-" if r.fit_A != r.fit_A else f"{r.fit_A:.3f}",
         )  # fmt: skip
     Console().print(table)
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import time
 from dataclasses import asdict, replace
 from pathlib import Path
 
@@ -22,7 +21,7 @@ from zoo.core.ledger import Ledger
 from zoo.core.loop import RunConfig, build_services
 from zoo.core.models import TINY_MODELS, check_model_name, memory_estimate, model_shape
 from zoo.core.progress import add_run_task, make_progress, run_columns, update_run_task
-from zoo.core.runlog import machine, package_versions
+from zoo.core.runlog import machine, now_iso, package_versions
 from zoo.envs import get_env
 
 
@@ -105,6 +104,33 @@ def check_memory(cfg: RunConfig, shape, sequences: int, seq_len: int, reference:
         )
 
 
+def write_manifest(out: Path, cfgs: list[RunConfig], command: str, resume: bool) -> dict:
+    """Write ``out/experiment.json``, stating the headline metric before any run. A resume
+    keeps the first start's ``created`` (ISO UTC) and its ``command`` (unless the resume
+    asks for other runs, e.g. more seeds: then its own) and appends ``{"at", "command"}``
+    to ``resumed``; the runs, versions and machine are this process's."""
+    from harness.analysis import HEADLINE
+
+    path = out / "experiment.json"
+    now = now_iso()
+    manifest = {
+        "command": command,
+        "headline": HEADLINE,
+        "runs": {run_name(c): asdict(c) for c in cfgs},
+        "versions": package_versions(),
+        "machine": machine(),
+        "created": now,
+    }
+    if resume and path.exists():
+        first = json.loads(path.read_text())
+        if set(first.get("runs", {})) == set(manifest["runs"]):  # else: the new command's runs
+            manifest["command"] = first.get("command", command)
+        manifest["created"] = first.get("created", now)
+        manifest["resumed"] = [*first.get("resumed", []), {"at": now, "command": command}]
+    path.write_text(json.dumps(manifest, indent=2, default=str))
+    return manifest
+
+
 def run_experiment(cfgs: list[RunConfig], out: Path, command: str, resume: bool,
                    quiet: bool = False) -> list[dict]:  # fmt: skip
     """Run every config into ``out/runs/<name>`` (skipping finished runs and resuming
@@ -115,14 +141,7 @@ def run_experiment(cfgs: list[RunConfig], out: Path, command: str, resume: bool,
     if out.exists() and any(runs_dir.glob("*/metrics.jsonl")) and not resume:
         raise ConfigError(f"{out} already holds runs; add --resume to continue it")
     runs_dir.mkdir(parents=True, exist_ok=True)
-    manifest = {
-        "command": command,
-        "runs": {run_name(c): asdict(c) for c in cfgs},
-        "versions": package_versions(),
-        "machine": machine(),
-        "created": time.strftime("%Y-%m-%d %H:%M:%S"),
-    }
-    (out / "experiment.json").write_text(json.dumps(manifest, indent=2, default=str))
+    write_manifest(out, cfgs, command, resume)
 
     summary = []
     generators: dict[tuple, object] = {}

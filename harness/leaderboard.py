@@ -1,18 +1,24 @@
 """`harness leaderboard`: every experiment under results/ aggregated into
 leaderboards/<model>__<env>.md, a static leaderboards/index.html (plots embedded, readable
 offline) and leaderboards/leaderboard.json. Each row carries what made it: the exact
-command, a hash of the run config, package versions, git commit and date."""
+command, a hash of the run config, package versions, every git commit its runs (and their
+resumes) ran, how many of them ran from a modified tree, the hash of the starting weights
+and the dates from the first start to the last finish. Rows from a modified (dirty) tree
+are refused unless ``allow_dirty``: their code is not a commit anyone can check out."""
 
 from __future__ import annotations
 
 import base64
 import hashlib
 import json
+from html import escape
 from pathlib import Path
 
 import pandas as pd
 
-from harness.analysis import write_analysis
+from harness.analysis import HEADLINE, write_analysis
+from zoo.core.config import ConfigError
+from zoo.core.runlog import read_sessions
 
 
 def config_hash(run_config: dict) -> str:
@@ -21,9 +27,102 @@ def config_hash(run_config: dict) -> str:
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:12]
 
 
+def run_provenance(run_dir: Path) -> dict:
+    """What a run folder says about the code and weights behind it. Runs recorded before a
+    field existed read as unknown (None): no sessions.jsonl, no start-weights hash, no
+    finish time."""
+    config = json.loads((run_dir / "config.json").read_text())
+    git = config.get("git") or {}
+    states = [(git.get("commit"), git.get("dirty"))]
+    states += [(s.get("commit"), s.get("dirty")) for s in read_sessions(run_dir)]
+    complete = run_dir / "complete.json"
+    finished = json.loads(complete.read_text()).get("finished") if complete.exists() else None
+    return {
+        "run": run_dir.name,
+        "states": states,
+        "dirty": any(d is True for _, d in states),
+        "diff_kept": any(run_dir.glob("source*.diff")),
+        "unknown": any(c is None or d is None for c, d in states),
+        "start_weights_sha256": config.get("start_weights_sha256"),
+        "start_weights": config.get("start_weights"),
+        "created": config.get("created"),
+        "finished": finished,
+    }
+
+
+def unclean_runs(experiment: Path) -> list[str]:
+    """The runs of ``experiment`` whose code (at the start or a resume) came from a
+    modified tree, or whose git state was not recorded."""
+    found = []
+    for run_dir in sorted((experiment / "runs").glob("*/config.json")):
+        p = run_provenance(run_dir.parent)
+        if p["dirty"] or p["unknown"]:
+            commits = sorted({(c or "unknown")[:10] for c, _ in p["states"]})
+            what = "modified tree" if p["dirty"] else "git state unknown"
+            found.append(f"{run_dir.parent}: {what}, commit {', '.join(commits)}")
+    return found
+
+
+def row_provenance(run_dirs: list[Path]) -> dict:
+    runs = [run_provenance(d) for d in run_dirs]
+    states = [s for r in runs for s in r["states"]]
+    commits = sorted({c for c, _ in states if c})
+    dirty_commits = sorted({c for c, d in states if c and d is True})
+    hashes = sorted({r["start_weights_sha256"] for r in runs if r["start_weights_sha256"]})
+    notes = []
+    if len(hashes) > 1:
+        notes.append(f"runs started from {len(hashes)} different weights")
+    missing = [r["run"] for r in runs if not r["start_weights_sha256"]]
+    if missing:
+        how = sorted({r["start_weights"] or "not recorded" for r in runs
+                      if not r["start_weights_sha256"]})  # fmt: skip
+        notes.append(f"start weights of {len(missing)} of {len(runs)} runs: {'; '.join(how)}")
+    dirty = sum(r["dirty"] for r in runs)
+    if dirty:
+        kept = sum(r["dirty"] and r["diff_kept"] for r in runs)
+        notes.append(f"{dirty} of {len(runs)} runs from a modified tree; the diff is kept "
+                     f"(source.diff in the run folder) for {kept} of them")  # fmt: skip
+    unknown = sum(r["unknown"] for r in runs)
+    if unknown:
+        notes.append(f"git state of {unknown} of {len(runs)} runs unknown")
+    if len(commits) > 1:
+        notes.append(f"runs span {len(commits)} commits")
+    created = [r["created"] for r in runs]
+    finished = [r["finished"] for r in runs]
+    started = min(created) if all(created) else None
+    ended = max(finished) if all(finished) else None
+    return {
+        "git_commits": commits,
+        "git_commit": runs[0]["states"][0][0],  # the first run's, as before git_commits
+        "dirty_commits": dirty_commits,
+        "dirty_runs": dirty,
+        "unknown_git_runs": unknown,
+        "start_weights_sha256": hashes,
+        "started": started,
+        "finished": ended,
+        "date": f"{_minute(started)} .. {_minute(ended)} UTC",
+        "provenance_notes": notes,
+    }
+
+
+def _minute(iso: str | None) -> str:
+    return iso[:16].replace("T", " ") if iso else "?"  # (recorded in UTC)
+
+
+STAT_FIELDS = (
+    "per_seed", "seed_sd", "mdd_80", "tie_group", "iqm", "iqm_ci_low", "iqm_ci_high",
+    "auc_mean", "pass_at_1", "pass_at_4", "pass_at_8", "mean_at_8", "fit_A", "fit_A_low",
+    "fit_A_high", "fit_B", "fit_B_low", "fit_B_high", "fit_C_mid", "fit_C_mid_low",
+    "fit_C_mid_high", "max_flops", "fit_identified", "fit_identified_share", "fit_note",
+    "half_budget_error",
+)  # fmt: skip
+"""Columns of an experiment's tables/summary.csv (harness/analysis.py) a row carries."""
+
+
 def experiment_rows(experiment: Path) -> list[dict]:
-    if not (experiment / "tables" / "summary.csv").exists():
-        write_analysis(experiment)
+    summary_csv = experiment / "tables" / "summary.csv"
+    if not summary_csv.exists() or "headline_mean" not in pd.read_csv(summary_csv, nrows=0):
+        write_analysis(experiment)  # none yet, or written by an older version
     manifest = json.loads((experiment / "experiment.json").read_text())
     summary = pd.read_csv(experiment / "tables" / "summary.csv")
     throughput = pd.read_csv(experiment / "tables" / "throughput.csv")
@@ -35,18 +134,75 @@ def experiment_rows(experiment: Path) -> list[dict]:
         rows.append({
             "id": f"{config['run']['model']}__{r.env}__{r.algorithm}__{experiment.name}",
             "model": config["run"]["model"], "env": r.env, "algorithm": r.algorithm,
-            "reward": r.final_reward_iqm, "ci_low": r.final_ci_low, "ci_high": r.final_ci_high,
-            "fit_A": r.fit_A, "fit_B": r.fit_B, "fit_converged": bool(r.fit_converged),
-            "seeds": int(r.seeds),
+            "reward": r.headline_mean, "ci_low": r.ci_low, "ci_high": r.ci_high,
+            **{k: _plain(getattr(r, k, None)) for k in STAT_FIELDS}, "seeds": int(r.seeds),
             "generate_tokens_per_s": float(t.generate_tokens_per_s.iloc[0]),
             "train_tokens_per_s": float(t.train_tokens_per_s.iloc[0]),
             "budget": _budget(config["run"]),
             "command": manifest["command"], "config_hash": config_hash(config["run"]),
-            "versions": manifest["versions"], "git_commit": config["git"]["commit"],
-            "date": manifest["created"], "experiment": str(experiment),
+            "versions": manifest["versions"], **row_provenance(run_dirs),
+            "experiment": str(experiment),
             "runs": [str(d) for d in run_dirs],
         })  # fmt: skip
     return rows
+
+
+def _plain(value):
+    """A CSV cell as JSON: numpy scalars to Python, NaN to None."""
+    if value is None or (isinstance(value, float) and value != value):
+        return None
+    return value.item() if hasattr(value, "item") else value
+
+
+def _num(value, fmt: str = ".3f") -> str:
+    return "-" if value is None or value != value else format(value, fmt)
+
+
+def _interval(mid, low, high, fmt: str = ".3f") -> str:
+    if mid is None or mid != mid:
+        return "-"
+    if low is None or low != low:
+        return format(mid, fmt)
+    return f"{format(mid, fmt)} [{format(low, fmt)}, {format(high, fmt)}]"
+
+
+def fit_cell(r) -> str:
+    """A with its interval, or why it is withheld; C_mid with its interval against the
+    largest compute observed."""
+    c_mid = _interval(r.fit_C_mid, r.fit_C_mid_low, r.fit_C_mid_high, ".2g")
+    where = f"C_mid {c_mid} (max observed {_num(r.max_flops, '.2g')})"
+    if r.fit_A is None or r.fit_A != r.fit_A:
+        return f"A withheld ({(r.fit_note or 'no fit').removeprefix('A withheld: ')}); {where}"
+    return f"A {_interval(r.fit_A, r.fit_A_low, r.fit_A_high)}; {where}"
+
+
+def pairs_markdown(experiment: Path, env: str) -> str:
+    """The probability-of-improvement table of one env (tables/pairs.csv)."""
+    path = experiment / "tables" / "pairs.csv"
+    if not path.exists():
+        return ""
+    p = pd.read_csv(path)
+    p = p[p.env == env]
+    if p.empty:
+        return ""
+    return pd.DataFrame({
+        "a": p.a, "b": p.b, "mean a - b": p.mean_a_minus_b.map(lambda v: f"{v:+.3f}"),
+        "P(a > b)": [_interval(r.p_a_better, r.p_a_better_low, r.p_a_better_high, ".2f")
+                     for r in p.itertuples()],
+        "paired": p.paired, "p": p.p_value.map(lambda v: _num(v, ".3g")),
+        "p (Holm)": p.p_holm.map(lambda v: _num(v, ".3g")),
+        "MDD 80%": p.mdd_80.map(_num),
+    }).to_markdown(index=False)  # fmt: skip
+
+
+def commits_cell(row) -> str:
+    """All commits behind a row, short; ``+dirty`` on those some run ran modified."""
+    cells = [c[:10] + ("+dirty" if c in row.dirty_commits else "") for c in row.git_commits]
+    return ", ".join(cells + ["unknown"] * bool(row.unknown_git_runs))
+
+
+def weights_cell(hashes: list[str]) -> str:
+    return " / ".join(h[:12] for h in hashes) if hashes else "?"
 
 
 def _budget(run: dict) -> str:
@@ -57,8 +213,42 @@ def _budget(run: dict) -> str:
     return f"{run['steps']} steps"
 
 
-def build_leaderboards(results: Path, out: Path) -> list[Path]:
+LEGEND = (
+    "Headline ({headline}) with a 95% Student t interval over seeds; `per seed`: each "
+    "seed's value. Tie group: algorithms whose difference from the best of their group is "
+    "not significant (t-test, Holm-adjusted over all pairs, 5%) share a group; 1 is the top "
+    "group, and no order inside a group is supported by these seeds. MDD 80%: the smallest "
+    "difference of means these seeds detect with 80% power at this row's seed spread. "
+    "pass@k: unbiased estimator (Chen et al. 2021) from 8 samples per held-out problem at "
+    "the run's temperature, same checkpoints. AUC: area under the reward curve over the "
+    "budget. Compute fit: R(C) = R0 + (A - R0) / (1 + (C_mid / C)^B) (arXiv 2510.13786) "
+    "with 95% bootstrap intervals over seeds, A withheld when the data do not identify "
+    "it. Reproduce a row: `python -m harness reproduce ROW_ID`."
+)
+PAIRS_LEGEND = (
+    "P(a > b): probability that a's headline beats b's, seed by seed where paired (rliable; "
+    "interval from 10 seeds up). p: paired t-test (Welch when unpaired); p (Holm): adjusted "
+    "over all pairs of the env. MDD 80%: the difference this pair's seeds could detect."
+)
+
+
+def build_leaderboards(results: Path, out: Path, allow_dirty: bool = False) -> list[Path]:
+    """Rows from a modified tree (or an unrecorded git state) raise ConfigError naming
+    each such run, unless ``allow_dirty``: then they are built, their commits marked
+    ``+dirty``. Nothing is written when refused."""
     experiments = sorted(p.parent for p in results.glob("*/experiment.json"))
+    unclean = {e: runs for e in experiments if (runs := unclean_runs(e))}
+    if unclean and not allow_dirty:
+        lines = [f"  {run}" for runs in unclean.values() for run in runs]
+        raise ConfigError(
+            f"{len(lines)} run(s) of {len(unclean)} experiment(s) ran from a modified (dirty) "
+            "working tree or without a recorded git state, so no commit holds the code behind "
+            "their numbers:\n"
+            + "\n".join(lines)
+            + "\nRe-run them from a clean checkout, or pass --allow-dirty to build the "
+            "leaderboards anyway with their commits marked '+dirty' (each run's diff, "
+            "where recorded, is its folder's source.diff)."
+        )
     rows = [row for e in experiments for row in experiment_rows(e)]
     if not rows:
         raise FileNotFoundError(f"no experiment (experiment.json) under {results}")
@@ -68,25 +258,31 @@ def build_leaderboards(results: Path, out: Path) -> list[Path]:
     written = [out / "leaderboard.json"]
     sections = []
     for (model, env), g in frame.groupby(["model", "env"]):
-        g = g.sort_values("reward", ascending=False)
+        g = g.sort_values(["tie_group", "reward"], ascending=[True, False])
         table = pd.DataFrame({
-            "algorithm": g.algorithm,
-            "reward at budget [95% CI]": [f"{r.reward:.3f} [{r.ci_low:.3f}, {r.ci_high:.3f}]"
-                                          for r in g.itertuples()],
-            "A": g.fit_A.map(lambda v: f"{v:.3f}"), "B": g.fit_B.map(lambda v: f"{v:.2f}"),
-            "fit ok": g.fit_converged, "seeds": g.seeds, "budget": g.budget,
+            "tie group": g.tie_group.map(lambda v: _num(v, ".0f")), "algorithm": g.algorithm,
+            "headline [95% t-CI]": [_interval(r.reward, r.ci_low, r.ci_high)
+                                    for r in g.itertuples()],
+            "per seed": g.per_seed, "MDD 80%": g.mdd_80.map(_num),
+            "pass@1": g.pass_at_1.map(_num), "pass@8": g.pass_at_8.map(_num),
+            "AUC": g.auc_mean.map(_num), "compute fit": [fit_cell(r) for r in g.itertuples()],
+            "B": g.fit_B.map(lambda v: _num(v, ".2f")), "seeds": g.seeds, "budget": g.budget,
             "gen tok/s": g.generate_tokens_per_s.map(lambda v: f"{v:,.0f}"),
             "train tok/s": g.train_tokens_per_s.map(lambda v: f"{v:,.0f}"),
-            "config": g.config_hash, "commit": g.git_commit.map(lambda c: (c or "")[:10]),
+            "config": g.config_hash, "commits": [commits_cell(r) for r in g.itertuples()],
+            "start weights": g.start_weights_sha256.map(weights_cell),
             "date": g.date, "row id": g.id,
         })  # fmt: skip
+        pairs = [pairs_markdown(Path(e), env) for e in sorted(set(g.experiment))]
         commands = sorted(set(g.command))
-        md = [f"# {model} on {env}", "",
-              "Reward: held-out reward at the compute budget, interquartile mean across seeds "
-              "with a 95% stratified-bootstrap interval. A, B: sigmoid compute fit "
-              "(arXiv 2510.13786). Reproduce a row: `python -m harness reproduce ROW_ID`.", "",
-              table.to_markdown(index=False), "", "Commands:", ""]  # fmt: skip
+        md = [f"# {model} on {env}", "", LEGEND.format(headline=HEADLINE), "",
+              table.to_markdown(index=False), ""]  # fmt: skip
+        md += ["## Pairs: probability of improvement", "", PAIRS_LEGEND, "",
+               *[p + "\n" for p in pairs if p]] if any(pairs) else []  # fmt: skip
+        md += ["Commands:", ""]
         md += [f"    {c}" for c in commands]
+        notes = provenance_notes(g)
+        md += ["", "Provenance:", "", *[f"- {n}" for n in notes]] if notes else []
         md += ["", "Versions: " + json.dumps(g.versions.iloc[0])]
         path = out / f"{model}__{env}.md"
         path.write_text("\n".join(md) + "\n")
@@ -95,7 +291,9 @@ def build_leaderboards(results: Path, out: Path) -> list[Path]:
                          for e in sorted(set(g.experiment)))  # fmt: skip
         sections.append(f"<h2>{model} on {env}</h2>{table.to_html(index=False)}"
                         f"<p>Commands: {'<br>'.join(f'<code>{c}</code>' for c in commands)}</p>"
-                        f"{images}")  # fmt: skip
+                        + (f"<p>Provenance:<br>{'<br>'.join(escape(n) for n in notes)}"
+                           "</p>" if notes else "")
+                        + images)  # fmt: skip
     html = ("<!doctype html><html><head><meta charset='utf-8'><title>forge-zoo leaderboards"
             "</title><style>body{font-family:sans-serif;margin:2em}table{border-collapse:"
             "collapse}td,th{border:1px solid #ccc;padding:4px 8px}img{max-width:720px}"
@@ -104,6 +302,14 @@ def build_leaderboards(results: Path, out: Path) -> list[Path]:
     (out / "index.html").write_text(html)
     written.append(out / "index.html")
     return written
+
+
+def provenance_notes(g: pd.DataFrame) -> list[str]:
+    notes = [f"{r.algorithm}: {n}" for r in g.itertuples() for n in r.provenance_notes]
+    if g.dirty_runs.any():
+        notes.append("+dirty: built with --allow-dirty; the commit's code was modified when "
+                     "(some of) the runs ran, so it alone does not reproduce them")  # fmt: skip
+    return notes
 
 
 def _img(path: Path) -> str:

@@ -13,8 +13,8 @@ from typing import Any
 
 from harness.runner import execute_run, read_metrics
 from zoo.core.config import ConfigError
-from zoo.core.loop import RunConfig, build_services
-from zoo.core.runlog import is_timing_key, machine, package_versions
+from zoo.core.loop import RunConfig, build_services, resolved_config
+from zoo.core.runlog import is_timing_key, machine, package_versions, start_weights
 
 
 @dataclass
@@ -54,6 +54,17 @@ def reproduce_run(run_dir: Path, interval: tuple[float, float] | None = None) ->
     with tempfile.TemporaryDirectory(prefix="reproduce-") as tmp:
         services = build_services(cfg, quiet=True)
         try:
+            recorded_weights = config.get("start_weights_sha256")
+            model_path = Path(resolved_config(cfg, services)["model_path"])
+            now = start_weights(model_path, cfg.init, cfg.seed)["start_weights_sha256"]
+            if recorded_weights and now != recorded_weights:
+                commit = config.get("git", {}).get("commit", "?")
+                return Verdict(False, False, (
+                    f"not reproducible with this version: its starting weights "
+                    f"(sha256 {recorded_weights[:12]}) differ from what {cfg.model!r} resolves "
+                    f"to now ({(now or 'none')[:12]}, {model_path}); check out the commit it "
+                    f"records ({commit}) or pass the original weights with --model-path"
+                ))  # fmt: skip
             fresh = execute_run(cfg, Path(tmp) / run_dir.name, services,
                                 command=f"reproduce {run_dir}")  # fmt: skip
         finally:
@@ -69,11 +80,19 @@ def reproduce_run(run_dir: Path, interval: tuple[float, float] | None = None) ->
         if diff is None:
             return Verdict(True, True, f"all {len(fresh)} steps match exactly")
         return Verdict(False, True, f"numbers differ: {diff}")
-    final = next(r["eval_reward"] for r in reversed(fresh) if "eval_reward" in r)
+    final = headline(fresh)
     if interval is None:
-        recorded_final = next(r["eval_reward"] for r in reversed(recorded) if "eval_reward" in r)
-        interval = (recorded_final, recorded_final)
+        interval = (headline(recorded), headline(recorded))
     inside = interval[0] <= final <= interval[1]
-    return Verdict(inside, False, f"different setup (versions, device or time budget); final "
-                   f"held-out reward {final:.4f} {'inside' if inside else 'outside'} "
+    return Verdict(inside, False, f"different setup (versions, device or time budget); "
+                   f"headline {final:.4f} {'inside' if inside else 'outside'} "
                    f"[{interval[0]:.4f}, {interval[1]:.4f}]")  # fmt: skip
+
+
+def headline(records: list[dict[str, Any]]) -> float:
+    """A run's headline (harness/analysis.py): the mean held-out reward of its last
+    HEADLINE_POINTS evaluations."""
+    from harness.analysis import HEADLINE_POINTS
+
+    evals = [r["eval_reward"] for r in records if "eval_reward" in r][1:]  # not the start
+    return sum(evals[-HEADLINE_POINTS:]) / len(evals[-HEADLINE_POINTS:])

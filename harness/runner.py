@@ -1,4 +1,5 @@
-"""One run into one folder: config.json, metrics.jsonl (flushed per step), resumable
+"""One run into one folder: config.json (with the run's provenance, see zoo.core.runlog),
+metrics.jsonl (flushed per step), sessions.jsonl (one line per start or resume), resumable
 checkpoints, and a ``complete.json`` marker once the budget is spent. Shared by
 ``harness run`` and ``harness compare``."""
 
@@ -14,7 +15,7 @@ from typing import Any
 from zoo.core.checkpoint import has_checkpoint, load_checkpoint, save_checkpoint
 from zoo.core.config import ConfigError
 from zoo.core.loop import RLLoop, RunConfig, Services, resolved_config
-from zoo.core.runlog import RunWriter
+from zoo.core.runlog import RunWriter, now_iso, start_weights
 
 COMPLETE = "complete.json"
 
@@ -63,8 +64,9 @@ def execute_run(
             raise ConfigError(f"{out} already holds a run; use --resume or another --out")
         (out / "metrics.jsonl").unlink()  # started, but no checkpoint yet: start over
     writer = RunWriter(out)
-    if loop.step_index == 0:
-        writer.write_config(config)
+    if loop.step_index == 0:  # a first start (a resume keeps config.json as it was)
+        writer.write_config({**config, **start_weights(model_path, cfg.init, cfg.seed)})
+    writer.start_session(loop.step_index)
 
     def log(record: dict[str, Any]) -> None:
         writer.log(record)
@@ -83,5 +85,6 @@ def execute_run(
     (out / COMPLETE).write_text(json.dumps({
         "steps": loop.step_index, "flops": services.ledger.total_flops,
         "samples": loop.samples, "wall_seconds_this_session": time.time() - started,
+        "finished": now_iso(), "sessions": writer.sessions(),
     }))  # fmt: skip
     return read_metrics(out) if resume else history

@@ -416,6 +416,36 @@ def test_dapo_overlong_cache_override_and_switch_off():
     assert torch.equal(off, rewards)
 
 
+def reference_lengths(env_name: str) -> torch.Tensor:
+    """Token counts (the tiny models' byte tokens, plus the end-of-text token) of the
+    reference answers of every held-out prompt and 4000 train prompts of an env."""
+    from zoo.envs import get_env
+
+    env = get_env(env_name)
+    prompts = env.eval_prompts() + env.train_prompts(0, 4000, seed=0)
+    return torch.tensor([[len(env.reference_answer(p).encode()) + 1 for p in prompts]])
+
+
+# (env, the generation budget its tiny-model commands use: README, leaderboards)
+DOCUMENTED_BUDGETS = [("arithmetic", 6), ("pyfunc", 12)]
+
+
+@pytest.mark.parametrize(("env_name", "l_max"), DOCUMENTED_BUDGETS)
+def test_dapo_overlong_punishment_spares_every_reference_answer(env_name, l_max):
+    lengths = reference_lengths(env_name)
+    rewards = torch.ones(lengths.shape)
+    shaped = get_algorithm("dapo").shape_rewards(rewards, lengths, l_max)
+    assert torch.equal(shaped, rewards), f"{env_name}: longest answer {int(lengths.max())} tokens"
+
+
+def test_dapo_overlong_punishment_at_pyfunc_old_budget_punished_correct_answers():
+    """The budget of 9 tokens that pyfunc's leaderboard used to run with put its longest
+    correct answers inside the window: the reason the budget is now 12."""
+    lengths = reference_lengths("pyfunc")
+    shaped = get_algorithm("dapo").shape_rewards(torch.ones(lengths.shape), lengths, 9)
+    assert (shaped < 1).float().mean() > 0.3
+
+
 @pytest.mark.parametrize("cache", [0, -1.0, 9])
 def test_dapo_overlong_cache_outside_0_to_l_max_is_a_config_error(cache):
     algo = get_algorithm("dapo", overlong_cache=cache)

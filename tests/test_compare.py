@@ -43,7 +43,7 @@ def experiment(tiny_model_path, tmp_path_factory) -> Path:
 def test_compare_writes_runs_tables_plots_and_report(experiment):
     runs = sorted(p.name for p in (experiment / "runs").iterdir())
     assert runs == [f"{a}__arithmetic__seed{s}" for a in ("dapo", "grpo") for s in (0, 1)]
-    for name in ("reward_at_checkpoints", "summary", "throughput"):
+    for name in ("reward_at_checkpoints", "summary", "pairs", "throughput", "off_policy"):
         assert (experiment / "tables" / f"{name}.csv").stat().st_size > 0
         assert "|" in (experiment / "tables" / f"{name}.md").read_text()
     for name in ("reward_vs_flops", "reward_vs_seconds", "throughput"):
@@ -58,11 +58,24 @@ def test_compare_writes_runs_tables_plots_and_report(experiment):
     assert sorted(table.algorithm.unique()) == ["dapo", "grpo"]
     for _, g in table.groupby("algorithm"):
         assert list(g.point) == [0, 1, 2, 3] and (g.seeds == 2).all()
-        assert (g.ci_low <= g.reward_iqm + 1e-12).all() and (
-            g.reward_iqm <= g.ci_high + 1e-12
+        assert (g.ci_low <= g.reward_mean + 1e-12).all() and (
+            g.reward_mean <= g.ci_high + 1e-12
         ).all()
+        assert ((g.pass_at_1 <= g.pass_at_4) & (g.pass_at_4 <= g.pass_at_8)).all()
     summary = pd.read_csv(experiment / "tables" / "summary.csv")
-    assert {"final_reward_iqm", "auc_iqm", "fit_A", "fit_B", "fit_converged"} <= set(summary)
+    columns = {"per_seed", "headline_mean", "ci_low", "ci_high", "mdd_80", "tie_group",
+               "auc_mean", "pass_at_1", "pass_at_8", "fit_A", "fit_C_mid", "fit_note"}  # fmt: skip
+    assert columns <= set(summary)
+    points = table.groupby("algorithm").point.max().min()
+    for r in summary.itertuples():  # the headline: the mean over the last 3 checkpoints
+        runs = pd.read_csv(experiment / "tables" / "reward_at_checkpoints.csv")
+        tail = runs[(runs.algorithm == r.algorithm) & (runs.point > points - 3)]
+        assert r.headline_mean == pytest.approx(tail.reward_mean.mean())
+        assert len(r.per_seed.split()) == r.seeds == 2
+        assert r.fit_A != r.fit_A or r.fit_identified  # A is blank unless identified
+    pairs = pd.read_csv(experiment / "tables" / "pairs.csv")
+    assert len(pairs) == 1 and bool(pairs.paired.iloc[0])
+    assert "Headline, fixed before the runs" in report
 
 
 def test_matched_budgets_stop_within_one_step_of_each_other(experiment):
@@ -109,10 +122,16 @@ def test_bootstrap_interval_covers_the_truth_and_narrows_with_more_seeds():
 
 @pytest.mark.slow
 def test_leaderboard_rows_carry_provenance_and_reproduce_matches(experiment):
+    from zoo.core.runlog import git_state
+
     root = experiment.parent.parent
-    result = run_harness("leaderboard", "--results", "results", "--out", "boards", cwd=root)
+    dirty = git_state(REPO).dirty  # a working copy being edited; CI's clone is clean
+    flags = ["--allow-dirty"] if dirty else []
+    result = run_harness("leaderboard", "--results", "results", "--out", "boards", *flags,
+                         cwd=root)  # fmt: skip
     assert result.returncode == 0, result.stderr[-2000:]
     rows = json.loads((root / "boards" / "leaderboard.json").read_text())
+    assert all(bool(r["dirty_runs"]) == dirty for r in rows)
     assert {r["algorithm"] for r in rows} == {"grpo", "dapo"}
     for row in rows:
         assert row["command"].startswith("python -m harness compare")

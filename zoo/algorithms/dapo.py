@@ -19,6 +19,12 @@ with L_max the generation budget and L_cache = ``overlong_cache``:
                   ((L_max - L_cache) - |o|) / L_cache   if L_max - L_cache < |o| <= L_max
                   -1                                if |o| > L_max
 
+The window must start after the longest correct answer, or the punishment pushes correct
+answers shorter than they can be (the paper's 16k tokens before a 4k window leave its
+answers untouched). The built-in envs' documented generation budgets keep every reference
+answer out of the default window (tests/test_algorithms.py checks it): arithmetic at
+L_max 6 (answers <= 4 tokens), pyfunc at 12 (<= 9), the real-model envs at 1024.
+
 Overlong filtering (Sec. 3.4, ``train_mask``, off by default): responses cut off by the
 generation budget (finish reason "length") are masked out of the loss.
 """

@@ -43,6 +43,7 @@ import torch
 
 from zoo.algorithms import Algorithm, get_algorithm
 from zoo.core.config import ConfigError
+from zoo.core.evaluation import sampled_metrics
 from zoo.core.generator import GENERATOR_BACKENDS, SamplingConfig, make_generator
 from zoo.core.ledger import Ledger
 from zoo.core.models import INITS, TINY_MODELS, ModelShape, ModelSpec, resolve_model
@@ -106,6 +107,10 @@ class RunConfig:
     """Bound on refills when the algorithm drops groups (DAPO's dynamic sampling)."""
     eval_every: int = 25
     """Greedy evaluation on the held-out split every this many steps (and at 0 and end)."""
+    eval_samples: int = 8
+    """Sampled completions per held-out prompt at each evaluation, at the run's
+    temperature, for pass@k (k in 1, 4, 8, up to this) and mean reward
+    (zoo.core.evaluation); 0: greedy accuracy only."""
     budget_flops: float = 0.0
     """If > 0: stop once the ledger's model FLOPs reach it (all phases), not at ``steps``."""
     budget_samples: int = 0
@@ -175,6 +180,8 @@ class RunConfig:
                 raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
         if min(self.budget_flops, self.budget_samples, self.budget_seconds) < 0:
             raise ConfigError("budgets must be >= 0")
+        if self.eval_samples < 0:
+            raise ConfigError(f"eval_samples must be >= 0 (0: greedy only): {self.eval_samples}")
         self.budget  # noqa: B018 (raises on several budgets)
         if self.group_size < 2:
             raise ConfigError(
@@ -242,7 +249,7 @@ class RunConfig:
                 "give other numbers. Check out the commit its config.json records to "
                 "re-run or continue it"
             )
-        return cls(**run)
+        return cls(**{**ADDED_LATER, **run})
 
     def resolved_device(self) -> str:
         if self.device == "auto":
@@ -258,6 +265,10 @@ class RunConfig:
 PREDATES_REGIME = ("mini_batches", "epochs")
 """Run-config fields whose absence marks a run recorded before several updates per
 rollout batch (RunConfig.from_record)."""
+
+ADDED_LATER = {"eval_samples": 0}
+"""Fields added since runs were first recorded, with the value that reproduces what a
+run recorded without them did (RunConfig.from_record)."""
 
 
 REAL_MODEL_DEFAULTS = {
@@ -402,6 +413,10 @@ def prompt_encoder(tokenizer) -> Callable[[Prompt], list[int]]:
         return list(ids)
 
     return encode
+
+
+EVAL_SEED_OFFSET = 7_919
+"""Held-out sampling uses the seeds of run seed + this, apart from the training stream's."""
 
 
 def sampling_seed(run_seed: int, prompt_index: int) -> int:
@@ -611,18 +626,26 @@ class RLLoop:
         return record
 
     def evaluate(self) -> dict[str, float]:
-        """Mean reward of greedy decoding on the held-out split (not charged to compute)."""
-        s = self.s
+        """Held-out split (not charged to compute): mean reward of greedy decoding
+        (``eval_reward``), and with ``eval_samples`` n > 0 pass@k and mean reward of n
+        samples per prompt (zoo.core.evaluation), seeded per (run seed, prompt) so every
+        checkpoint and every algorithm at this seed draws the same random numbers."""
+        s, n = self.s, self.cfg.eval_samples
         start = time.perf_counter()
         prompts = s.env.eval_prompts()
-        groups = s.generator.generate(
-            [s.encode(p) for p in prompts], n=1, sampling=self.sampling, greedy=True
-        )
+        encoded = [s.encode(p) for p in prompts]
+        groups = s.generator.generate(encoded, n=1, sampling=self.sampling, greedy=True)
         rewards = s.score_batch(prompts, [g[0].text for g in groups])
-        return {
-            "eval_reward": statistics.fmean(rewards),
-            "eval_seconds": time.perf_counter() - start,
-        }
+        record = {"eval_reward": statistics.fmean(rewards)}
+        if n:
+            eval_seed = self.cfg.seed + EVAL_SEED_OFFSET
+            seeds = [sampling_seed(eval_seed, i) for i in range(len(prompts))]
+            groups = s.generator.generate(encoded, n=n, sampling=self.sampling, seeds=seeds)
+            flat = s.score_batch([p for p in prompts for _ in range(n)],
+                                 [c.text for g in groups for c in g])  # fmt: skip
+            record.update(sampled_metrics([flat[i * n : (i + 1) * n] for i in range(len(prompts))]))
+        record["eval_seconds"] = time.perf_counter() - start
+        return record
 
     def spent(self, step: int) -> float:
         """How much of the run's budget is used, in its unit."""

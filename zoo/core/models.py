@@ -20,7 +20,7 @@ from zoo.core.config import ConfigError
 TINY_MODELS = {
     "tiny": "embedded ~476k-parameter Qwen3, warm-started on arithmetic (built here)",
     "tiny-code": "the tiny model warm-started on the pyfunc code env instead (built here; "
-    "use --env pyfunc --max-response-len 9)",
+    "use --env pyfunc --max-response-len 12)",
 }
 """Presets built here, each a recipe in zoo.core.tiny.TINY_PRESETS."""
 

@@ -1,17 +1,22 @@
-"""What a run leaves behind: ``config.json`` (resolved config, package versions, git
-commit, machine, seed) and ``metrics.jsonl`` (one JSON object per step, flushed as it is
-written, so a crash never loses a finished step)."""
+"""What a run leaves behind: ``config.json`` (resolved config, package versions, the full
+installed package list, git commit and dirty flag, a hash of the starting weights, machine,
+seed), ``source.diff`` (the uncommitted changes to tracked files, when the tree was dirty),
+``sessions.jsonl`` (one line per start or resume: time, commit, dirty flag) and
+``metrics.jsonl`` (one JSON object per step, flushed as it is written, so a crash never
+loses a finished step)."""
 
 from __future__ import annotations
 
 import contextlib
 import functools
+import hashlib
 import json
 import os
 import platform
 import subprocess
+from dataclasses import dataclass
 from datetime import UTC, datetime
-from importlib.metadata import PackageNotFoundError, version
+from importlib.metadata import PackageNotFoundError, distributions, version
 from pathlib import Path
 from typing import Any
 
@@ -28,8 +33,20 @@ PACKAGES = (
     "numpy",
 )
 
+PACKAGE_ROOT = Path(__file__).resolve().parents[2]
+"""The checkout this code runs from (its git state is what a run records)."""
+
+SOURCE_DIFF = "source.diff"
+SESSIONS = "sessions.jsonl"
+CHUNK = 1 << 20
+
+
+def now_iso() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
 
 def package_versions() -> dict[str, str]:
+    """The versions of the packages that decide a run's numbers (compared by reproduce)."""
     out = {}
     for name in PACKAGES:
         try:
@@ -40,26 +57,103 @@ def package_versions() -> dict[str, str]:
 
 
 @functools.cache
-def git_commit() -> dict[str, Any]:
-    """The commit this process's code came from: read once, at the first call (a run that
-    starts before a later commit must not record that commit)."""
-    root = Path(__file__).resolve().parents[2]
+def _installed_packages() -> tuple[tuple[str, str], ...]:
+    found: dict[str, str] = {}
+    for dist in distributions():  # in sys.path order: the first one is the one imported
+        name = dist.metadata["Name"]
+        if name and name not in found:
+            found[name] = dist.version
+    return tuple(sorted(found.items(), key=lambda kv: (kv[0].lower(), kv[0])))
+
+
+def installed_packages() -> dict[str, str]:
+    """Every installed distribution, ``{name: version}`` sorted by name (read once per
+    process: what was installed when the run's code was imported)."""
+    return dict(_installed_packages())
+
+
+@dataclass(frozen=True)
+class GitState:
+    commit: str | None
+    dirty: bool | None
+    """Tracked files modified (staged or not); None when the state could not be read."""
+    diff: bytes | None
+    """``git diff HEAD --binary`` of the tracked files when dirty (applies with git apply)."""
+
+    @property
+    def diff_sha256(self) -> str | None:
+        return hashlib.sha256(self.diff).hexdigest() if self.diff is not None else None
+
+    def record(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"commit": self.commit, "dirty": self.dirty}
+        if self.diff is not None:
+            out["diff_sha256"] = self.diff_sha256
+        return out
+
+
+def git_state(root: Path) -> GitState:
+    """The commit checked out in the git work tree ``root``, whether tracked files differ
+    from it and, if so, the diff (untracked files are not part of it). Not cached."""
+
+    def git(*args: str) -> bytes:
+        return subprocess.run(["git", *args], cwd=root, capture_output=True, check=True).stdout
+
     try:
-        commit = subprocess.run(
-            ["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, check=True
-        ).stdout.strip()
-        dirty = bool(
-            subprocess.run(
-                ["git", "status", "--porcelain", "--untracked-files=no"],
-                cwd=root,
-                capture_output=True,
-                text=True,
-                check=True,
-            ).stdout.strip()
-        )
-        return {"commit": commit, "dirty": dirty}
+        top = Path(git("rev-parse", "--show-toplevel").decode().strip())
+        if top.resolve() != Path(root).resolve():  # e.g. installed inside another repository
+            return GitState(None, None, None)
+        commit = git("rev-parse", "HEAD").decode().strip()
+        dirty = bool(git("status", "--porcelain", "--untracked-files=no").strip())
     except (OSError, subprocess.CalledProcessError):
-        return {"commit": None, "dirty": None}
+        return GitState(None, None, None)
+    diff = None
+    if dirty:
+        with contextlib.suppress(OSError, subprocess.CalledProcessError):
+            diff = git("diff", "HEAD", "--binary", "--no-color", "--no-ext-diff",
+                       "--no-textconv", "--src-prefix=a/", "--dst-prefix=b/")  # fmt: skip
+    return GitState(commit, dirty, diff)
+
+
+@functools.cache
+def process_git_state() -> GitState:
+    """The git state of the code this process runs: read once, at the first call (a run
+    that starts before a later commit or edit must not record that commit or edit)."""
+    return git_state(PACKAGE_ROOT)
+
+
+def git_commit() -> dict[str, Any]:
+    """``{"commit", "dirty"[, "diff_sha256"]}`` of this process's code (cached, see
+    process_git_state)."""
+    return process_git_state().record()
+
+
+def weights_sha256(folder: Path) -> str | None:
+    """sha256 over the ``*.safetensors`` files in ``folder``, sorted by name: for each,
+    its name (UTF-8), a NUL byte, its size in bytes (decimal ASCII), a NUL byte, then its
+    bytes (read in 1 MiB chunks). None when there is none."""
+    files = sorted(Path(folder).glob("*.safetensors"), key=lambda p: p.name)
+    if not files:
+        return None
+    digest = hashlib.sha256()
+    for f in files:
+        digest.update(f.name.encode() + b"\0" + str(f.stat().st_size).encode() + b"\0")
+        with open(f, "rb") as fh:
+            while chunk := fh.read(CHUNK):
+                digest.update(chunk)
+    return digest.hexdigest()
+
+
+def start_weights(model_path: Path, init: str, seed: int) -> dict[str, Any]:
+    """What a run starts from, for config.json: the weights' hash, or how they were made."""
+    if init == "random":
+        return {"start_weights_sha256": None,
+                "start_weights": f"random: torch.manual_seed({seed}), then the architecture "
+                                 f"of {Path(model_path) / 'config.json'}"}  # fmt: skip
+    digest = weights_sha256(model_path)
+    record: dict[str, Any] = {"start_weights_sha256": digest}
+    if digest is None:
+        record["start_weights"] = f"unknown: no *.safetensors in {model_path}"
+    return record
 
 
 def cpu_model() -> str:
@@ -98,14 +192,44 @@ class RunWriter:
         self._metrics = open(directory / "metrics.jsonl", "a", encoding="utf-8")  # noqa: SIM115
 
     def write_config(self, config: dict[str, Any]) -> None:
+        """At a run's first start (not on resume): config.json with the provenance of this
+        process, ``source.diff`` when its tree is dirty; any earlier sessions and diffs in
+        the folder (a start that left no checkpoint) are removed."""
+        git = process_git_state()
+        for stale in (*self.directory.glob("source*.diff"), self.directory / SESSIONS):
+            stale.unlink(missing_ok=True)
+        if git.diff is not None:
+            (self.directory / SOURCE_DIFF).write_bytes(git.diff)
         record = {
             **config,
             "versions": package_versions(),
-            "git": git_commit(),
+            "git": git.record(),
             "machine": machine(),
-            "created": datetime.now(UTC).isoformat(timespec="seconds"),
+            "created": now_iso(),
+            "packages": installed_packages(),
         }
         (self.directory / "config.json").write_text(json.dumps(record, indent=2, default=str))
+
+    def start_session(self, step: int) -> dict[str, Any]:
+        """Append this start or resume (time, the step it starts from, commit, dirty flag)
+        to sessions.jsonl. A diff unlike every one stored already goes to
+        ``source-<sha256[:12]>.diff``."""
+        git = process_git_state()
+        record: dict[str, Any] = {"started": now_iso(), "step": step, **git.record()}
+        if git.diff is not None:
+            name = SOURCE_DIFF
+            first = self.directory / SOURCE_DIFF
+            if first.exists() and hashlib.sha256(first.read_bytes()).hexdigest() != git.diff_sha256:
+                name = f"source-{git.diff_sha256[:12]}.diff"
+            if not (self.directory / name).exists():
+                (self.directory / name).write_bytes(git.diff)
+            record["diff"] = name
+        with open(self.directory / SESSIONS, "a", encoding="utf-8") as f:
+            f.write(json.dumps(record) + "\n")
+        return record
+
+    def sessions(self) -> list[dict[str, Any]]:
+        return read_sessions(self.directory)
 
     def log(self, record: dict[str, Any]) -> None:
         self._metrics.write(json.dumps(record, default=float) + "\n")
@@ -114,6 +238,14 @@ class RunWriter:
 
     def close(self) -> None:
         self._metrics.close()
+
+
+def read_sessions(run_dir: Path) -> list[dict[str, Any]]:
+    """The starts and resumes of a run (none for a run recorded before sessions.jsonl)."""
+    path = run_dir / SESSIONS
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
 TIMING_KEYS_SUFFIX = ("_seconds", "tokens_per_s", "seconds")

@@ -4,16 +4,20 @@ Recipe (see docs/training.md): 2 layers, hidden 128, 4 query heads of size 32 (v
 CPU attention needs head size >= 32), 2 KV heads, MLP 384, untied embeddings, vocabulary
 of 257 byte-level tokens padded to 320 (~476k parameters). A short supervised stage on the
 arithmetic env's format ("37+45=82<|endoftext|>") stops at the first evaluation whose
-greedy held-out accuracy reaches ``target_accuracy``, so RL starts with room to improve
-and signal to learn from. The result is saved in Hugging Face format (config.json,
-model.safetensors, tokenizer.json) under the cache directory, keyed by a hash of this
-recipe, and reused. Same recipe and thread count give a bit-identical checkpoint.
+greedy accuracy on a validation split of its own reaches ``target_accuracy``, so RL
+starts with room to improve and signal to learn from. The validation problems are drawn
+from the env's train stream with a seed of their own (``VALIDATION_SEED``) and never
+trained on; the held-out split, on which runs are evaluated and compared, plays no part in
+building the model (choosing the starting weights on it would select on the test set).
+The result is saved in Hugging Face format (config.json, model.safetensors,
+tokenizer.json) under the cache directory, keyed by a hash of this recipe, and reused.
+Same recipe and thread count give a bit-identical checkpoint.
 
 The ``tiny-code`` preset (``TINY_PRESETS``) is the same recipe with ``task="pyfunc"``:
 the supervised stage uses the pyfunc env's format ("f(0..4)=1,3,5,7,9 f(x)=2*x+1<|endoftext|>",
-its reference answers) and stops at the first evaluation whose held-out reward (the env's
-100 held-out functions, greedy, scored by running the model's expressions in the sandbox)
-reaches ``target_accuracy``. Only non-default tasks enter the cache key, so the ``tiny``
+its reference answers) and stops at the first evaluation whose validation reward (200
+train functions set aside, greedy, scored by running the model's expressions in the
+sandbox) reaches ``target_accuracy``. Only non-default tasks enter the cache key, so the ``tiny``
 model's key and checkpoint are unchanged.
 """
 
@@ -32,7 +36,12 @@ import torch
 
 from zoo.core.tokenizer import EOS_ID, save_tokenizer
 
-RECIPE_VERSION = 1
+RECIPE_VERSION = 2
+"""2: the warm start stops on a validation split of its own (1 stopped on the held-out
+split the runs are evaluated on)."""
+
+VALIDATION_SEED = 1_000_003
+"""Train-stream seed of the warm start's validation problems (runs use seeds 0, 1, ...)."""
 
 
 @dataclass(frozen=True)
@@ -52,7 +61,9 @@ class TinyRecipe:
     eval_every: int = 10
     max_steps: int = 1500
     target_accuracy: float = 0.25
-    """Stop at the first evaluation at or above this greedy held-out accuracy."""
+    """Stop at the first evaluation at or above this greedy validation accuracy."""
+    validation_size: int = 500
+    """Validation problems (drawn from the train stream, never trained on)."""
     threads: int = 2
     """Torch threads during the warm start: fixed, so the checkpoint is reproducible."""
     task: str = "arithmetic"
@@ -70,7 +81,7 @@ class TinyRecipe:
 TINY_PRESETS = {
     "tiny": TinyRecipe(),
     # One torch thread: as fast as two at this size, and unharmed by a busy machine.
-    "tiny-code": TinyRecipe(task="pyfunc", threads=1),
+    "tiny-code": TinyRecipe(task="pyfunc", threads=1, validation_size=200),
 }
 """Model presets built here, by name (zoo.core.models resolves them)."""
 
@@ -80,11 +91,12 @@ def warm_start_task(recipe: TinyRecipe):
     if recipe.task == "arithmetic":
         from zoo.envs.arithmetic import Arithmetic
 
-        return Arithmetic(), lambda p: str(p.answer), 6
+        env = Arithmetic()
+        return env, env.reference_answer, 6
     if recipe.task == "pyfunc":
         from zoo.envs.pyfunc import PyFunc
 
-        env = PyFunc()  # held-out: its 100 functions, scored through the sandbox
+        env = PyFunc()  # validation: train functions set aside, scored in the sandbox
         return env, env.reference_answer, 9
     raise ValueError(f"unknown warm-start task {recipe.task!r}; valid: arithmetic, pyfunc")
 
@@ -133,6 +145,8 @@ def build_tiny_model(recipe: TinyRecipe, path: Path, quiet: bool = False) -> dic
     from zoo.core.progress import make_progress
 
     env, reference, max_new_tokens = warm_start_task(recipe)
+    validation = env.train_prompts(0, recipe.validation_size, seed=VALIDATION_SEED)
+    set_aside = {p.text for p in validation}
     threads = torch.get_num_threads()
     torch.set_num_threads(recipe.threads)
     try:
@@ -150,14 +164,15 @@ def build_tiny_model(recipe: TinyRecipe, path: Path, quiet: bool = False) -> dic
                 prompts = env.train_prompts(
                     (step - 1) * recipe.batch_size, recipe.batch_size, seed=recipe.seed
                 )
-                loss = sft_loss(model, [(p.text, reference(p)) for p in prompts])
+                pairs = [(p.text, reference(p)) for p in prompts if p.text not in set_aside]
+                loss = sft_loss(model, pairs)
                 opt.zero_grad(set_to_none=True)
                 loss.backward()
                 opt.step()
                 sched.step()
                 progress.update(task, advance=1)
                 if step % recipe.eval_every == 0:
-                    acc = greedy_accuracy(model, env, max_new_tokens)
+                    acc = greedy_accuracy(model, env, validation, max_new_tokens)
                     history.append({"step": step, "loss": float(loss.detach()), "accuracy": acc})
                     progress.update(task, description=f"{label}: acc {acc:.1%}")
                     if acc >= recipe.target_accuracy:
@@ -200,10 +215,9 @@ def sft_loss(model: torch.nn.Module, pairs: list[tuple[str, str]]) -> torch.Tens
 
 
 @torch.no_grad()
-def greedy_accuracy(model: torch.nn.Module, env, max_new_tokens: int = 6) -> float:
-    """Held-out accuracy (mean reward) of greedy decoding (a plain loop; prompts grouped by
-    length), scored with one ``env.score_batch`` call."""
-    prompts = env.eval_prompts()
+def greedy_accuracy(model: torch.nn.Module, env, prompts: list, max_new_tokens: int = 6) -> float:
+    """Accuracy (mean reward) of greedy decoding on ``prompts`` (a plain loop; prompts
+    grouped by length), scored with one ``env.score_batch`` call."""
     by_len: dict[int, list] = {}
     for p in prompts:
         by_len.setdefault(len(encode(p.text)), []).append(p)

@@ -76,6 +76,9 @@ class Arithmetic(Env):
     def eval_prompts(self) -> list[Prompt]:
         return [self._prompt(p, i, "eval") for i, p in enumerate(self._heldout)]
 
+    def reference_answer(self, prompt: Prompt) -> str:
+        return str(prompt.answer)
+
     def score(self, prompt: Prompt, completion: str) -> float:
         text = completion.strip()
         return 1.0 if INTEGER.fullmatch(text) and int(text) == prompt.answer else 0.0

@@ -64,6 +64,11 @@ class Env(ABC):
     def describe(self) -> dict[str, Any]:
         return {"name": self.name, "config": asdict(self.config)}
 
+    def reference_answer(self, prompt: Prompt) -> str | None:
+        """A correct completion of ``prompt`` (the warm start's target, and the check that
+        no length shaping punishes a correct answer), or None where the env has none."""
+        return None
+
 
 HELDOUT_SEED = "heldout-v1"
 """Seed string of the held-out draw of the dataset envs (never changes: the split is fixed)."""

@@ -1,0 +1,65 @@
+"""Held-out evaluation (zoo/core/evaluation.py, RLLoop.evaluate): the unbiased pass@k
+estimator against its closed form, and the loop's sampled metrics on the tiny model."""
+
+from __future__ import annotations
+
+import math
+from itertools import combinations
+
+import pytest
+
+from zoo.core.evaluation import pass_at_k, sampled_metrics
+
+
+@pytest.mark.parametrize("n", [1, 2, 5, 8, 20])
+def test_pass_at_k_equals_the_closed_form(n):
+    for c in range(n + 1):
+        for k in range(1, n + 1):
+            closed = 1 - math.comb(n - c, k) / math.comb(n, k)
+            assert pass_at_k(n, c, k) == pytest.approx(closed, abs=1e-12)
+        assert pass_at_k(n, c, 1) == pytest.approx(c / n)
+
+
+def test_pass_at_k_is_the_share_of_k_subsets_holding_a_correct_sample():
+    # Enumerate every k-subset of 6 samples, 2 of them correct: the estimator's meaning.
+    samples = [1, 0, 0, 1, 0, 0]
+    for k in range(1, 7):
+        subsets = list(combinations(samples, k))
+        assert pass_at_k(6, 2, k) == pytest.approx(sum(any(s) for s in subsets) / len(subsets))
+
+
+@pytest.mark.parametrize(("n", "c", "k"), [(4, 5, 1), (4, 1, 5), (4, 1, 0), (-1, 0, 1)])
+def test_pass_at_k_refuses_impossible_counts(n, c, k):
+    with pytest.raises(ValueError, match="pass@k"):
+        pass_at_k(n, c, k)
+
+
+def test_sampled_metrics_by_hand():
+    # prompt 1: 2 of 4 right (one at 0.5 does not count); prompt 2: none right
+    rewards = [[1.0, 0.5, 1.0, 0.0], [0.0, 0.0, 0.1, 0.0]]
+    m = sampled_metrics(rewards, ks=(1, 4, 8))
+    assert m["eval_pass_at_1"] == pytest.approx((2 / 4 + 0) / 2)
+    assert m["eval_pass_at_4"] == pytest.approx((1 + 0) / 2)
+    assert "eval_pass_at_8" not in m  # k > n is not reported
+    assert m["eval_mean_at_4"] == pytest.approx((2.5 + 0.1) / 8)
+    with pytest.raises(ValueError):
+        sampled_metrics([[1.0], [1.0, 0.0]])
+
+
+def test_evaluate_reports_greedy_and_sampled_metrics_with_fixed_seeds(loop_for):
+    from zoo.core.loop import RunConfig
+
+    loop = loop_for(RunConfig(prompts_per_step=8, eval_samples=8, seed=3))
+    first, again = loop.evaluate(), loop.evaluate()
+    keys = {"eval_reward", "eval_pass_at_1", "eval_pass_at_4", "eval_pass_at_8", "eval_mean_at_8"}
+    assert keys <= set(first)
+    same = {k: first[k] for k in keys}
+    assert same == {k: again[k] for k in keys}  # the same seeds at every checkpoint
+    # arithmetic's rewards are 0 or 1, so pass@1 is the mean sampled reward
+    assert first["eval_pass_at_1"] == pytest.approx(first["eval_mean_at_8"])
+    assert 0 < first["eval_pass_at_1"] < first["eval_pass_at_4"] < first["eval_pass_at_8"] < 1
+    other_seed = loop_for(RunConfig(prompts_per_step=8, eval_samples=8, seed=4)).evaluate()
+    assert other_seed["eval_pass_at_1"] != first["eval_pass_at_1"]
+    assert other_seed["eval_reward"] == first["eval_reward"]  # greedy: no randomness
+    greedy_only = loop_for(RunConfig(prompts_per_step=8, eval_samples=0)).evaluate()
+    assert set(greedy_only) == {"eval_reward", "eval_seconds"}
