@@ -29,7 +29,14 @@ FAST = {"timeout_s": 2.0}
 
 @pytest.fixture(scope="module")
 def humaneval():
-    return get_env("humaneval", **FAST)
+    return get_env("humaneval", eval_size=64, **FAST)
+
+
+def test_humaneval_holds_out_the_whole_test_set_by_default_and_says_how_to_train():
+    env = get_env("humaneval")
+    assert len(env.eval_prompts()) == 164
+    with pytest.raises(ConfigError, match="eval_size=64"):
+        env.train_prompt(0, seed=0)
 
 
 @pytest.fixture(scope="module")
@@ -39,7 +46,7 @@ def pyfunc():
 
 def test_code_envs_are_registered_and_describe_their_splits(humaneval, pyfunc, mbpp):
     assert {"humaneval", "mbpp", "pyfunc"} <= set(list_envs())
-    for env, sizes in ((humaneval, (100, 64)), (pyfunc, (1039, 100)), (mbpp, (6, 3))):
+    for env, sizes in ((humaneval, (100, 64)), (pyfunc, (639, 500)), (mbpp, (6, 3))):
         d = env.describe()
         assert (d["sizes"]["train"], d["sizes"]["eval"]) == sizes
         assert d["sources"]["train"] and d["sources"]["eval"]
@@ -159,7 +166,7 @@ def test_pyfunc_runs_duplicate_completions_once_and_counts_executions(pyfunc):
 
 @pytest.mark.parametrize("name", ["humaneval", "pyfunc", "mbpp"])
 def test_held_out_split_is_fixed_and_train_is_a_pure_function_of_index_and_seed(name, mbpp_files):
-    config = mbpp_files if name == "mbpp" else {}
+    config = mbpp_files if name == "mbpp" else {"eval_size": 64} if name == "humaneval" else {}
     a, b = get_env(name, **config), get_env(name, **config)
 
     def key(p):

@@ -278,7 +278,14 @@ def test_runs_recorded_before_mini_batches_are_refused_with_the_reason(tmp_path)
     """A committed leaderboard run predates several updates per rollout batch: this
     version would give other numbers, so reproduce says so (and names the commit) instead
     of reporting a mismatch (test_resume_accepts_... checks that --resume refuses)."""
-    recorded = REPO / "results" / "tiny-arithmetic-builtins" / "runs" / "grpo__arithmetic__seed0"
+    recorded = (
+        REPO
+        / "results"
+        / "archive"
+        / "tiny-arithmetic-builtins-predates-regime"
+        / "runs"
+        / "grpo__arithmetic__seed0"
+    )
     result = run_harness("reproduce", str(recorded), cwd=tmp_path)
     assert result.returncode == 1
     assert "not reproducible with this version" in result.stdout

@@ -85,6 +85,49 @@ def test_a_killed_generator_stops_the_run_and_the_run_resumes(tmp_path, tiny_mod
     assert numbers(history) == numbers(uninterrupted)
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("stage", ["state written", "link switched"])
+def test_a_save_killed_on_monarch_resumes_to_the_uninterrupted_numbers(
+    stage, tmp_path, monkeypatch
+):
+    """The trainer runs in its own process; the loop fetches its weights and writes every
+    part of the checkpoint (zoo/core/checkpoint.py). A save killed before and after the
+    checkpoint becomes current resumes to the numbers of an uninterrupted local run."""
+    from zoo.core import checkpoint
+
+    cfg = RunConfig(steps=3, prompts_per_step=8, eval_every=3, checkpoint_every=1,
+                    placement="monarch", device="cpu", eval_samples=0,
+                    env_config={"eval_size": 50})  # fmt: skip
+    out, seen = tmp_path / "run", []
+
+    def kill_in_second_save(s: str) -> None:
+        seen.append(s)
+        if s == stage and seen.count(stage) == 2:
+            raise KeyboardInterrupt(stage)  # like a kill: nothing catches it
+
+    monkeypatch.setattr(checkpoint, "reached", kill_in_second_save)
+    services = build_services(cfg, quiet=True)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            execute_run(cfg, out, services, command="test")
+    finally:
+        services.close()
+    monkeypatch.setattr(checkpoint, "reached", lambda s: None)
+    resumed = build_services(cfg, quiet=True)
+    try:
+        history = execute_run(cfg, out, resumed, command="test", resume=True)
+    finally:
+        resumed.close()
+    local_cfg = replace(cfg, placement="local")
+    local = build_services(local_cfg, quiet=True)
+    try:
+        uninterrupted = execute_run(local_cfg, tmp_path / "local", local, command="test")
+    finally:
+        local.close()
+    assert numbers(history) == numbers(uninterrupted)
+    assert checkpoint.checkpoint_step(out / "checkpoint") == 3
+
+
 @pytest.fixture
 def two_hosts():
     """Two Monarch workers on local ports standing in for two machines of a cluster,

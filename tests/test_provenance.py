@@ -187,6 +187,7 @@ def test_execute_run_records_sessions_and_the_finish(tmp_path, monkeypatch, fres
     def save(directory, loop, source_model):
         directory.mkdir(exist_ok=True)
         (directory / "trainer_state.pt").write_text(json.dumps({"step": loop.step_index}))
+        (directory / "checkpoint.json").write_text(json.dumps({"step": loop.step_index}))
 
     def load(directory, loop):
         loop.step_index = json.loads((directory / "trainer_state.pt").read_text())["step"]

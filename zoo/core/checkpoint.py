@@ -1,10 +1,30 @@
-"""Resumable checkpoints: the trainer's weights as a Hugging Face checkpoint (usable as
-``--model DIR``), plus the optimizer and loop state in ``trainer_state.pt``. Written to a
-temporary folder and renamed, so a crash mid-write leaves the previous checkpoint whole."""
+"""Resumable checkpoints that survive a kill at any instant.
+
+A checkpoint is the trainer's weights as a Hugging Face checkpoint (usable as
+``--model DIR``), plus the optimizer and loop state in ``trainer_state.pt`` and
+``checkpoint.json`` (the step, written last). In a run folder:
+
+    checkpoints/step-000040/    one complete checkpoint per folder
+    checkpoint -> checkpoints/step-000040     the current one (a relative symbolic link)
+
+A save writes ``checkpoints/step-N.tmp/``, flushes every file and the folder to disk
+(fsync), renames it to ``checkpoints/step-N`` (one atomic rename), then makes it current by
+renaming a new link over ``checkpoint`` (``os.replace``: atomic too), flushes the run
+folder, and only then removes the older step folders. So at every instant ``checkpoint``
+names a complete checkpoint: the old one until the link switch, the new one after it.
+
+Loading follows the link; where it is missing or dangling (a kill before the first
+switch, a folder copied without its link, the layout of older versions: a plain
+``checkpoint/`` folder with ``checkpoint.tmp`` / ``checkpoint.old`` beside it), it takes
+the complete checkpoint with the highest step among every candidate folder. The next save
+removes whatever a kill left behind.
+"""
 
 from __future__ import annotations
 
 import json
+import os
+import re
 import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -17,38 +37,133 @@ if TYPE_CHECKING:
     from zoo.core.loop import RLLoop
 
 STATE_FILE = "trainer_state.pt"
+MARKER = "checkpoint.json"
+"""Written last into a checkpoint folder: its presence (with the state file) marks it whole."""
+STEPS = "checkpoints"
+STEP_DIR = re.compile(r"step-(\d+)")
+
+SAVE_STAGES = (
+    "weights written",
+    "state written",
+    "marker written",
+    "folder renamed",
+    "link written",
+    "link switched",
+    "old removed",
+)
+"""The points of a save a kill can fall between (tests/test_checkpoint.py kills at each)."""
+
+
+def reached(stage: str) -> None:
+    """Called as a save passes each of SAVE_STAGES; a no-op (tests replace it to kill the
+    save there)."""
 
 
 def save_checkpoint(directory: Path, loop: RLLoop, source_model: Path) -> None:
+    """Make a checkpoint of ``loop`` the current one at ``directory`` (the link)."""
     trainer = loop.s.trainer
-    tmp = directory.with_name(directory.name + ".tmp")
-    if tmp.exists():
-        shutil.rmtree(tmp)
+    root = directory.parent / STEPS
+    root.mkdir(exist_ok=True)
+    adopt_legacy_folder(directory, root)
+    final = root / f"step-{loop.step_index:06d}"
+    tmp = final.with_name(final.name + ".tmp")
+    for stale in (tmp, final):  # a kill's leftovers, or a re-done step after a resume
+        if stale.exists() and stale.resolve() != current(directory):
+            shutil.rmtree(stale)
+    if final.exists():  # this very step is already current: nothing to do
+        return
     trainer.save_hf(tmp, source_model)
+    reached("weights written")
     torch.save(
         {"loop": loop.state(), "optimizer": trainer.optimizer_state_dict(),
          "version": trainer.version},
         tmp / STATE_FILE,
     )  # fmt: skip
-    (tmp / "checkpoint.json").write_text(json.dumps({"step": loop.step_index}))
-    old = directory.with_name(directory.name + ".old")
-    if directory.exists():
-        directory.rename(old)
-    tmp.rename(directory)
-    if old.exists():
-        shutil.rmtree(old)
+    reached("state written")
+    (tmp / MARKER).write_text(json.dumps({"step": loop.step_index}))
+    for f in tmp.iterdir():
+        fsync_path(f)
+    fsync_path(tmp)
+    reached("marker written")
+    tmp.rename(final)
+    fsync_path(root)
+    reached("folder renamed")
+    link = directory.with_name(directory.name + ".link")
+    if link.is_symlink() or link.exists():
+        link.unlink()
+    link.symlink_to(Path(STEPS) / final.name)
+    reached("link written")
+    os.replace(link, directory)
+    fsync_path(directory.parent)
+    reached("link switched")
+    for old in root.iterdir():
+        if old != final:
+            shutil.rmtree(old, ignore_errors=True)
+    for leftover in ("tmp", "old"):  # the previous layout's
+        shutil.rmtree(directory.with_name(f"{directory.name}.{leftover}"), ignore_errors=True)
+    reached("old removed")
+
+
+def adopt_legacy_folder(directory: Path, root: Path) -> None:
+    """A plain ``checkpoint/`` folder (older versions, or a run folder copied without
+    following links, e.g. by ``shutil.copytree``) becomes a step folder, so the link can
+    replace it."""
+    if directory.is_dir() and not directory.is_symlink():
+        root.mkdir(exist_ok=True)
+        step = checkpoint_step(directory)
+        target = root / f"step-{step:06d}" if step is not None else None
+        if target is None or checkpoint_step(target) == step:  # (a copy made without
+            shutil.rmtree(directory)  # links holds the same folder twice)
+        else:
+            shutil.rmtree(target, ignore_errors=True)
+            directory.rename(target)
+
+
+def fsync_path(path: Path) -> None:
+    """Flush a file's or a folder's entry to disk."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def checkpoint_step(folder: Path) -> int | None:
+    """The step of a complete checkpoint folder, else None."""
+    try:
+        if not (folder / STATE_FILE).is_file():
+            return None
+        return int(json.loads((folder / MARKER).read_text())["step"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def current(directory: Path) -> Path | None:
+    """The current complete checkpoint of the run whose link is ``directory``: the link's
+    target, or else the complete candidate folder with the highest step."""
+    if checkpoint_step(directory) is not None:
+        return directory.resolve()
+    candidates = [directory.with_name(f"{directory.name}.{s}") for s in ("old", "tmp")]
+    root = directory.parent / STEPS
+    if root.is_dir():
+        candidates += [p for p in root.iterdir() if STEP_DIR.fullmatch(p.name.removesuffix(".tmp"))]
+    steps = [(step, p) for p in candidates if (step := checkpoint_step(p)) is not None]
+    return max(steps)[1].resolve() if steps else None
 
 
 def has_checkpoint(directory: Path) -> bool:
-    return (directory / STATE_FILE).exists()
+    return current(directory) is not None
 
 
 def load_checkpoint(directory: Path, loop: RLLoop) -> int:
-    """Restore trainer, optimizer, loop and ledger state, push the weights to the
-    generator; returns the step the checkpoint was taken after."""
+    """Restore trainer, optimizer, loop and ledger state from the current checkpoint,
+    push the weights to the generator; returns the step it was taken after."""
+    folder = current(directory)
+    if folder is None:
+        raise FileNotFoundError(f"no complete checkpoint at {directory}")
     trainer = loop.s.trainer
-    state = torch.load(directory / STATE_FILE, weights_only=False)
-    trainer.load_state(load_hf_state_dict(directory), state["optimizer"], state["version"])
+    state = torch.load(folder / STATE_FILE, weights_only=False)
+    trainer.load_state(load_hf_state_dict(folder), state["optimizer"], state["version"])
     loop.load_state(state["loop"])
     loop.s.sync_weights()
     return loop.step_index

@@ -35,7 +35,7 @@ from monarch.actor import Actor, current_rank, endpoint, this_host
 from zoo.core.generator import SamplingConfig
 from zoo.core.models import ModelShape
 from zoo.core.sharding import check_tensor_parallel
-from zoo.core.trainer import RolloutBatch
+from zoo.core.trainer import RolloutBatch, write_hf_checkpoint
 from zoo.core.types import Completion
 
 CALL_TIMEOUT_S = 3600.0
@@ -220,13 +220,6 @@ class TrainerActor(Actor):
     @endpoint
     def load_state(self, hf_state_dict: dict, optimizer_state: dict, version: int) -> None:
         self.trainer.load_state(hf_state_dict, optimizer_state, version)
-
-    @endpoint
-    def save_hf(self, directory: str, source: str) -> None:
-        if self.rank == 0:  # every rank gathers the weights; one writes them
-            self.trainer.save_hf(Path(directory), Path(source))
-        else:
-            self.trainer.hf_state_dict()
 
 
 class ReferenceActor(Actor):
@@ -573,7 +566,9 @@ class RemoteTrainer:
         self._all("load_state", hf_state_dict, optimizer_state, version)
 
     def save_hf(self, directory: Path, source: Path) -> None:
-        self._all("save_hf", str(directory), str(source))
+        """The weights come to this (the loop's) process, which writes them: every part of
+        a checkpoint lands on the loop's host, whichever host the trainer runs on."""
+        write_hf_checkpoint(self.hf_state_dict(), directory, source)
 
 
 class RemoteReference:

@@ -489,17 +489,21 @@ class Trainer:
     def save_hf(self, directory: Path, source: Path) -> None:
         """Write the current weights as a Hugging Face checkpoint (config and tokenizer
         copied from ``source``)."""
-        import shutil
+        write_hf_checkpoint(self.hf_state_dict(), directory, source)
 
-        from safetensors.torch import save_file
 
-        directory.mkdir(parents=True, exist_ok=True)
-        for f in Path(source).iterdir():
-            if f.is_file() and f.suffix != ".safetensors":
-                shutil.copy2(f, directory / f.name)
-        save_file(
-            self.hf_state_dict(), str(directory / "model.safetensors"), metadata={"format": "pt"}
-        )
+def write_hf_checkpoint(state: dict[str, torch.Tensor], directory: Path, source: Path) -> None:
+    """``state`` (Hugging Face names) as ``directory/model.safetensors``, beside the
+    config and tokenizer files of the checkpoint ``source``."""
+    import shutil
+
+    from safetensors.torch import save_file
+
+    directory.mkdir(parents=True, exist_ok=True)
+    for f in Path(source).iterdir():
+        if f.is_file() and f.suffix != ".safetensors":
+            shutil.copy2(f, directory / f.name)
+    save_file(state, str(directory / "model.safetensors"), metadata={"format": "pt"})
 
 
 def _masked_mean(values: torch.Tensor, mask: torch.Tensor) -> float:

@@ -317,7 +317,11 @@ class SplitMixin:
 
     def _train_item(self, index: int, seed: int):
         if not self._train:
-            raise ConfigError(f"{self.name}: no train problems (every problem is held out)")
+            raise ConfigError(
+                f"{self.name}: no train problems: all {len(getattr(self, '_eval', []))} are "
+                "held out (eval_size); to train on this env, hold out fewer, e.g. "
+                "--env-set eval_size=64"
+            )
         return self._train[self._stream(index, seed)]
 
 
@@ -331,8 +335,10 @@ HUMANEVAL_CHAT = (
 
 @dataclass
 class HumanEvalConfig(SandboxConfig):
-    eval_size: int = 64
-    """Held-out problems, drawn once with a constant seed (164: all, and no train stream)."""
+    eval_size: int = 164
+    """Held-out problems, drawn once with a constant seed. 164 (the default): the whole
+    test set, as published results report it, and no train stream (an evaluation env);
+    fewer (e.g. 64) leaves the rest to train on."""
     prompt_format: str = "plain"
     """"plain": the problem's prompt, to be continued with the function body; "chat": an
     instruction plus the prompt in a code block (meta["messages"])."""
@@ -351,9 +357,10 @@ class HumanEval(SandboxedCodeEnv, SplitMixin):
     Rewards: 1.0 when every test passes, 0.0 otherwise (wrong, crash, syntax error,
     timeout, memory, killed). Pass fraction (metric): see the module docstring.
 
-    Splits: held-out = ``eval_size`` problems (default 64) drawn once with a constant
-    seed; train = the other problems (100 by default) in a seeded order, a fresh
-    permutation per epoch. ``eval_size=164`` holds out everything (evaluation only).
+    Splits: held-out = ``eval_size`` problems drawn once with a constant seed; by default
+    all 164 (the whole test set: an evaluation env, nothing to train on). With fewer
+    (``--env-set eval_size=64``), train = the other problems in a seeded order, a fresh
+    permutation per epoch.
     """
 
     name = "humaneval"
