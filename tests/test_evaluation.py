@@ -65,6 +65,7 @@ def test_evaluate_reports_greedy_and_sampled_metrics_with_fixed_seeds(loop_for):
     assert set(greedy_only) == {"eval_reward", "eval_seconds"}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("task", ["arithmetic", "pyfunc"])
 def test_warm_start_selects_on_its_own_validation_split_never_the_held_out_one(
     task, tmp_path, monkeypatch
