@@ -2,13 +2,16 @@
 
     python -m benchmarks.sandbox_bench --n 40 [--workers 2]
 
-Two programs: a trivial one (``print(1)``, the fixed cost of a sandbox: reaper, bwrap
-namespaces and mounts, interpreter start) and a small test-running one (``run_tests`` of
-a correct solution against five asserts, as a code env scores a completion). "serial"
-runs them one after another in this thread; "pool" runs them through
-``SandboxPool(workers).map``. executions/s = n / wall seconds of the whole batch;
-ms/exec (wall) = wall seconds / n * 1000, what a batch pays per execution; ms/exec
-(own) = mean of the executions' own durations (launch to the namespace being empty).
+Three programs: a trivial one (``print(1)``, the fixed cost of a sandbox: reaper, bwrap
+namespaces and mounts, interpreter start); "one process" (a correct solution and five
+asserts in ONE sandbox: the shape of the verdict before the two-process design, the
+baseline); and "verdict" (``zoo.envs.verdict.run_tests`` of the same solution and asserts:
+candidate and tests in two sandboxes joined by a pipe, as a code env scores a completion).
+"serial" runs them one after another in this thread; "pool" through ``SandboxPool``.
+executions/s = n / wall seconds of the whole batch; ms/exec (wall) = wall seconds / n *
+1000, what a batch pays per execution; ms/exec (own) = mean of the executions' own
+durations (launch to the namespace being empty); "x one process" = the verdict's
+executions/s over the one-process baseline's, same mode, same run.
 """
 
 from __future__ import annotations
@@ -19,7 +22,8 @@ import platform
 import subprocess
 import time
 
-from zoo.envs.sandbox import SandboxPool, execute, run_tests, sandbox_info
+from zoo.envs.sandbox import SandboxPool, execute, sandbox_info
+from zoo.envs.verdict import TestJob, map_tests, run_tests
 
 LIMITS = {"timeout_s": 10.0, "memory_mb": 256}
 TRIVIAL = "print(1)\n"
@@ -34,6 +38,8 @@ def check(candidate):
 
 check(add)
 """
+ONE_PROCESS = CANDIDATE + TESTS + "print('passed')\n"
+JOB = TestJob(CANDIDATE, TESTS, serve=("add",))
 
 
 def machine() -> str:
@@ -51,38 +57,42 @@ def serial(kind: str, n: int) -> tuple[float, float]:
     durations = []
     start = time.monotonic()
     for _ in range(n):
-        if kind == "trivial":
-            result = execute(TRIVIAL, **LIMITS)
+        if kind == "verdict":
+            verdict = run_tests(JOB, **LIMITS)
+            assert verdict.passed, verdict
+            durations.append(verdict.duration_s)
         else:
-            verdict = run_tests(CANDIDATE, TESTS, **LIMITS)
-            assert verdict.passed, verdict.result
-            result = verdict.result
-        assert result.status == "ok", result
-        durations.append(result.duration_s)
+            result = execute(TRIVIAL if kind == "trivial" else ONE_PROCESS, **LIMITS)
+            assert result.status == "ok", result
+            durations.append(result.duration_s)
     return time.monotonic() - start, sum(durations) / n
 
 
 def pooled(kind: str, n: int, workers: int) -> tuple[float, float]:
     with SandboxPool(workers) as pool:
-        if kind == "trivial":
-            results = pool.map([TRIVIAL] * n, **LIMITS)
-        else:
-            verdicts = pool.map_tests([(CANDIDATE, TESTS)] * n, **LIMITS)
+        if kind == "verdict":
+            verdicts = map_tests(pool, [JOB] * n, **LIMITS)
             assert all(v.passed for v in verdicts)
-            results = [v.result for v in verdicts]
-        assert all(r.status == "ok" for r in results)
+        else:
+            results = pool.map([TRIVIAL if kind == "trivial" else ONE_PROCESS] * n, **LIMITS)
+            assert all(r.status == "ok" for r in results)
         return pool.stats.wall_seconds, pool.stats.exec_seconds / n
 
 
 def sandbox_table(n: int = 40, workers: int = 2) -> list[dict[str, object]]:
     """One row per (program, mode): executions/s and milliseconds per execution."""
     execute(TRIVIAL, **LIMITS)  # warm the page cache; not counted
-    rows = []
-    for kind in ("trivial", "tests"):
+    rows, baseline = [], {}
+    for kind in ("trivial", "one process", "verdict"):
         for mode in ("serial", f"pool({workers})"):
             wall, own = serial(kind, n) if mode == "serial" else pooled(kind, n, workers)
-            rows.append({"program": kind, "mode": mode, "exec/s": n / wall,
-                         "ms/exec (wall)": wall / n * 1e3, "ms/exec (own)": own * 1e3})  # fmt: skip
+            rate = n / wall
+            if kind == "one process":
+                baseline[mode] = rate
+            ratio = rate / baseline[mode] if kind == "verdict" else None
+            rows.append({"program": kind, "mode": mode, "exec/s": rate,
+                         "ms/exec (wall)": wall / n * 1e3, "ms/exec (own)": own * 1e3,
+                         "x one process": ratio})  # fmt: skip
     return rows
 
 

@@ -29,7 +29,8 @@ TARGETS = {
     "setting, report honestly",
     "utilisation": "at least 30% of the measured float32 matmul peak on the 50m shape",
     "scaling": "no target: where the curves bend, and why",
-    "sandbox": "no target: executions per second, serial and pooled",
+    "sandbox": "a code verdict (candidate and tests in two sandboxes) at no less than half "
+    "the executions per second of the one-process baseline",
 }
 
 

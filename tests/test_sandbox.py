@@ -12,12 +12,13 @@ import secrets
 import signal
 import socket
 import textwrap
+import threading
 import time
 
 import pytest
 
 from zoo.envs import sandbox
-from zoo.envs.sandbox import SandboxPool, SandboxUnavailable, execute, run_tests
+from zoo.envs.sandbox import SandboxPool, SandboxUnavailable, execute
 
 LIMITS = {"timeout_s": 5.0, "memory_mb": 256}
 
@@ -320,131 +321,32 @@ def test_no_child_survives_the_program_exiting():
     assert_harness_keeps_going()
 
 
-# --- verdicts: faking success ------------------------------------------------------------
-
-TESTS = """
-def check(candidate):
-    assert candidate(2, 3) == 5
-    assert candidate(-1, 1) == 0
-    assert len([candidate(0, 0)]) == 1
-
-check(add)
-"""
-CORRECT = "def add(a, b):\n    return a + b\n"
-WRONG = "def add(a, b):\n    return a - b\n"
+# --- descriptors passed in, and stopping from outside ----------------------------------------
 
 
-def verdict(candidate: str, tests: str = TESTS):
-    return run_tests(textwrap.dedent(candidate), tests, **LIMITS)
+def test_passed_descriptors_reach_the_program_and_are_taken_over():
+    read_end, write_end = os.pipe()
+    result = run(f"import os\nos.write({write_end}, b'through the pipe')\n", pass_fds=(write_end,))
+    assert result.status == "ok", result
+    # execute closed this process's copy of the write end: the read sees all, then EOF.
+    with os.fdopen(read_end, "rb") as pipe:
+        assert pipe.read() == b"through the pipe"
+    with pytest.raises(OSError):
+        os.fstat(write_end)
 
 
-def test_correct_candidate_passes_and_wrong_one_fails():
-    good = verdict(CORRECT)
-    assert good.passed, good.result
-    bad = verdict(WRONG)
-    assert not bad.passed
-    assert bad.result.status == "error"
-    assert "AssertionError" in bad.result.stderr
-
-
-def test_faking_success_by_printing_is_not_a_pass():
-    # What a passing run prints (exit 0 and "ok") is not what makes it pass.
-    result = run("print('ok')\nprint('all tests passed')\nraise ValueError('but it failed')")
-    assert result.status == "error"
-    assert result.stdout.startswith("ok\n")
-    fake = verdict(WRONG + "print('ok')\nprint('PASSED')\n")
-    assert not fake.passed
-    assert verdict(CORRECT).passed
-
-
-@pytest.mark.parametrize(
-    "exit_call",
-    ["import sys; sys.exit(0)", "import os; os._exit(0)", "raise SystemExit(0)"],
-)
-def test_exiting_early_is_not_a_pass(exit_call):
-    early = verdict(f"{WRONG}print('ok')\n{exit_call}\n")
-    assert not early.passed
-    assert early.result.status == "ok"  # exit status 0 ...
-    # ... and the same from inside the candidate, while the tests run.
-    during = verdict(f"def add(a, b):\n    print('ok', flush=True)\n    {exit_call}\n")
-    assert not during.passed
-    assert verdict(CORRECT).passed
-
-
-def test_printing_a_guessed_or_found_nonce_is_not_a_pass(monkeypatch):
-    known = "0123456789abcdef" * 2
-    monkeypatch.setattr(sandbox.secrets, "token_hex", lambda n: known[: 2 * n])
-    # Look everywhere a candidate could read from for something nonce-shaped.
-    candidate = r"""
-        import os, re, sys
-        seen = [open(sys.argv[0]).read(), " ".join(sys.argv), open("/proc/self/cmdline").read(),
-                str(dict(os.environ)), sys.stdin.read()]
-        for fd in os.listdir("/proc/self/fd"):
-            try:
-                seen.append(os.readlink(f"/proc/self/fd/{fd}"))
-            except OSError:
-                pass
-        guesses = set(re.findall(r"[0-9a-f]{32}", "\n".join(seen)))
-        print("\n".join(sorted(guesses | {"0" * 32, "f" * 32})), flush=True)
-        os._exit(0)
-    """
-    result = verdict(candidate)
-    assert not result.passed
-    assert result.result.stdout.splitlines()[-1] == "f" * 32  # it did print its guesses
-    assert known not in result.result.stdout  # and the nonce was nowhere to be found
-    monkeypatch.undo()
-    assert verdict(CORRECT).passed
-
-
-HELPER_TESTS = """
-def assert_close(a, b):
-    assert abs(a - b) < 1e-9, (a, b)
-
-def check(candidate):
-    assert all(candidate(a, b) == a + b for a, b in [(2, 3), (-1, 1)])
-    assert_close(candidate(0.5, 0.25), 0.75)
-    assert isinstance(candidate(1, 2), int)
-    print("checked", len([1, 2]))
-
-check(add)
-"""
-REDEFINITIONS = {
-    "globals": "abs = lambda x: 0\nall = lambda it: True\nisinstance = lambda *a: True\n",
-    "builtins-module": (
-        "import builtins\nbuiltins.abs = lambda x: 0\nbuiltins.all = lambda it: True\n"
-        "builtins.isinstance = lambda *a: True\n"
-    ),
-    "__builtins__": (
-        "__builtins__ = dict(vars(__import__('builtins')), abs=lambda x: 0,\n"
-        "                    all=lambda it: True, isinstance=lambda *a: True)\n"
-    ),
-}
-
-
-@pytest.mark.parametrize("hack", REDEFINITIONS.values(), ids=REDEFINITIONS.keys())
-def test_redefining_test_helpers_is_not_a_pass(hack):
-    # Control: appended naively after this wrong solution, the tests "pass" (exit 0).
-    naive = run(WRONG + hack + HELPER_TESTS)
-    assert (naive.status, naive.stdout) == ("ok", "checked 2\n")
-    # Through run_tests the tests see the real builtins, so the wrong solution fails ...
-    assert not verdict(WRONG + hack, HELPER_TESTS).passed
-    # ... and the same redefinitions next to a correct solution do not break its pass.
-    assert verdict(CORRECT + hack, HELPER_TESTS).passed
-
-
-TAMPERING = {
-    "helpers": "def check(candidate):\n    pass\ndef assert_close(a, b):\n    pass\n",
-    "print": "import builtins\ndef print(*a, **k):\n    pass\nbuiltins.print = print\n",
-    "stdout": "import sys\nsys.stdout = open('/dev/null', 'w')\n",
-    "os-exit": "import os\nos.write = lambda fd, data: len(data)\nos._exit = lambda code: None\n",
-}
-
-
-@pytest.mark.parametrize("hack", TAMPERING.values(), ids=TAMPERING.keys())
-def test_tampering_with_the_harness_is_not_a_pass(hack):
-    assert not verdict(WRONG + hack, HELPER_TESTS).passed
-    good = verdict(CORRECT + hack, HELPER_TESTS)
-    assert good.passed, good.result
+def test_a_readable_stop_fd_stops_the_sandbox_at_once():
+    stop_r, stop_w = os.pipe()
+    marker = f"forge-zoo-stop-{secrets.token_hex(4)}"
+    threading.Timer(0.3, os.write, (stop_w, b"x")).start()
+    start = time.monotonic()
+    result = run(f"import time\n# {marker}\ntime.sleep(30)\n", stop_fd=stop_r)
+    assert result.status == "stopped" and result.reason == "stopped by the caller"
+    assert time.monotonic() - start < 3.0
+    assert host_processes_with(marker) == []
+    os.close(stop_r)
+    os.close(stop_w)
+    assert_harness_keeps_going()
 
 
 # --- availability, opt-in and the pool ---------------------------------------------------
@@ -479,10 +381,10 @@ def test_pool_runs_in_parallel_in_order_and_counts():
         start = time.monotonic()
         results = pool.map(programs, **LIMITS)
         wall = time.monotonic() - start
-        verdicts = pool.map_tests([(CORRECT, TESTS), (WRONG, TESTS)], **LIMITS)
+        doubled = pool.run_all(lambda n: run(f"print({n} * 2)"), [1, 2], lambda r: r.duration_s)
     assert [r.stdout for r in results] == [f"{i}\n" for i in range(4)]
     assert wall < 4 * 0.4  # overlapping, not one after another
-    assert [v.passed for v in verdicts] == [True, False]
+    assert [r.stdout for r in doubled] == ["2\n", "4\n"]
     assert pool.stats.executions == 6
     assert pool.stats.executions_per_s > 0
     assert pool.stats.exec_seconds >= 4 * 0.4

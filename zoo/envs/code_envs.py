@@ -3,27 +3,27 @@
 ``humaneval`` and ``mbpp`` live here, with the machinery every code env shares
 (``SandboxedCodeEnv``); the procedural ``pyfunc`` is in ``zoo.envs.pyfunc``.
 
-Execution. Every completion runs only through ``zoo.envs.sandbox``: ``run_tests`` (the
-candidate, then the hidden tests, in one bubblewrap sandbox with rlimits and a wall-clock
-timeout), several at a time through a bounded ``SandboxPool`` (``sandbox_workers``, shared
-by the env instances of a process). ``score_batch`` runs a batch's executions in parallel
-and runs identical (prompt, completion) pairs once. The reward comes from the sandbox's
-verdict (exit 0 and this execution's secret nonce printed after the last test), never from
-what the model's code says about itself. Building an env probes the sandbox: without
+Execution. Every completion runs only through ``zoo.envs.verdict.run_tests``: the
+candidate in one bubblewrap sandbox, the hidden tests in another, calling the candidate's
+functions across a pipe that carries plain data only (so no object the candidate built
+ever reaches the tests), each with rlimits and a wall-clock timeout; several verdicts at a
+time through a bounded ``SandboxPool`` (``sandbox_workers``, shared by the env instances
+of a process). ``score_batch`` runs a batch's verdicts in parallel and runs identical
+(prompt, completion) pairs once. The reward comes from the tests' process (exit 0 and its
+secret nonce printed after the last test), never from anything the model's code prints or
+returns about itself. Building an env probes the sandbox: without
 isolation it raises ``CodeEnvUnavailable`` (a ``ConfigError`` and a
 ``SandboxUnavailable``) with the sandbox's reason; ``FORGE_ZOO_UNSAFE_NO_SANDBOX=1`` is
 the sandbox module's explicit opt-out (never with untrusted code).
 
-Pass fraction (a metric, never the reward). The tests run twice in the same execution:
+Pass fraction (a metric, never the reward). The tests run twice in the same verdict:
 first a counting pass, where every ``assert`` is evaluated on its own (an exception counts
-as a failure) and the counts are written to stdout after a per-execution random tag that
-travels with the hidden tests (on stdin, out of the candidate's sight); then the tests
-unmodified, whose success alone gives reward 1. A passing completion has pass fraction 1;
-a failing one the fraction of the asserts evaluated in the counting pass that passed (an
-exception outside an assert ends the pass early; the fraction is 0 if the process died
-before writing the counts). So ``timeout_s`` must cover both passes. A candidate that
-deliberately patches ``os.write`` or introspects the interpreter can inflate this metric
-(as ``run_tests`` documents for the nonce), never the reward.
+as a failure) and the counts are written to the tests' stdout after a per-execution random
+tag; then the tests unmodified, whose success alone gives reward 1. A passing completion
+has pass fraction 1; a failing one the fraction of the asserts evaluated in the counting
+pass that passed (an exception outside an assert ends the pass early; the fraction is 0 if
+the process died before writing the counts). So ``timeout_s`` must cover both passes. The
+counts are written by the tests' process, which the candidate cannot reach.
 
 Statistics. ``env.stats`` (a fresh dict on each read; ``reset_stats()`` zeroes it) counts
 since the last reset: ``passed``, ``failed`` (ran, tests not all passed), ``timeouts``,
@@ -36,10 +36,12 @@ the pool) and ``executions_per_s``, plus ``pass_fraction_mean`` over scored comp
 from __future__ import annotations
 
 import ast
+import dataclasses
 import json
 import os
 import re
 import secrets
+import sys
 import threading
 import time
 from abc import abstractmethod
@@ -50,7 +52,8 @@ from zoo.core.config import ConfigError
 from zoo.envs.base import Env, EpochShuffle, Prompt, split_off
 from zoo.envs.math_datasets import MathDatasetEnv
 from zoo.envs.prompt_format import build_prompt, check_prompt_format
-from zoo.envs.sandbox import SandboxPool, SandboxUnavailable, TestVerdict, sandbox_info
+from zoo.envs.sandbox import SandboxPool, SandboxUnavailable, sandbox_info
+from zoo.envs.verdict import TestJob, TestVerdict, free_names, map_tests
 
 TAG = "__FORGE_ZOO_TAG__"
 """Placeholder in test templates; each execution replaces it with a fresh random tag."""
@@ -162,7 +165,7 @@ def tag_fields(stdout: str, tag: str) -> list[str] | None:
 def tally_fraction(verdict: TestVerdict, tag: str) -> float:
     if verdict.passed:
         return 1.0
-    fields = tag_fields(verdict.result.stdout, tag)
+    fields = tag_fields(verdict.tests.stdout, tag)
     try:
         passed, total = (int(x) for x in fields or ())
     except ValueError:
@@ -176,9 +179,10 @@ def tally_fraction(verdict: TestVerdict, tag: str) -> float:
 @dataclass
 class SandboxConfig:
     timeout_s: float = 10.0
-    """Wall-clock limit of one execution (candidate plus tests); past it, reward 0."""
+    """Wall-clock limit of one verdict (the candidate's process; the tests' gets 0.5 s
+    more); past it, reward 0."""
     memory_mb: int = 512
-    """Address-space limit of each sandboxed process."""
+    """Address-space limit of each sandboxed process (the candidate's and the tests')."""
     sandbox_workers: int = 0
     """Executions at a time (0: min(8, CPU count)); pools are shared per size."""
 
@@ -188,9 +192,9 @@ OUTCOMES = ("passed", "failed", "timeouts", "memory", "killed", "rejected")
 
 class SandboxedCodeEnv(Env):
     """Scoring through the sandbox. Subclasses implement ``_job(prompt, completion)`` ->
-    ``(candidate, tests)`` (tests may contain ``TAG``) or None to reject without
-    executing, and optionally ``_grade(prompt, verdict, tag)`` -> (reward, pass fraction);
-    the default gives 1/0 on the verdict and the counted pass fraction."""
+    a ``TestJob`` (its tests may contain ``TAG``) or None to reject without executing,
+    and optionally ``_grade(prompt, verdict, tag)`` -> (reward, pass fraction); the
+    default gives 1/0 on the verdict and the counted pass fraction."""
 
     def __init__(self, **overrides: Any) -> None:
         super().__init__(**overrides)
@@ -207,8 +211,8 @@ class SandboxedCodeEnv(Env):
     # ---- hooks ----
 
     @abstractmethod
-    def _job(self, prompt: Prompt, completion: str) -> tuple[str, str] | None:
-        """(candidate program, hidden tests) for the sandbox, or None if not runnable."""
+    def _job(self, prompt: Prompt, completion: str) -> TestJob | None:
+        """The verdict to decide for this completion, or None if it is not runnable."""
 
     def _grade(self, prompt: Prompt, verdict: TestVerdict, tag: str) -> tuple[float, float]:
         return (1.0 if verdict.passed else 0.0), tally_fraction(verdict, tag)
@@ -234,21 +238,17 @@ class SandboxedCodeEnv(Env):
     ) -> list[tuple[float, float]]:
         """(reward, pass fraction) per completion; executions run in parallel."""
         jobs = [self._job(p, c) for p, c in zip(prompts, completions, strict=True)]
-        unique: dict[tuple[str, str], int] = {}
+        unique: dict[TestJob, int] = {}
         for job in jobs:
             if job is not None:
                 unique.setdefault(job, len(unique))
         tags = [secrets.token_hex(16) for _ in unique]
-        pairs = [
-            (cand, tests.replace(TAG, tag)) for (cand, tests), tag in zip(unique, tags, strict=True)
+        tagged = [
+            dataclasses.replace(job, tests=job.tests.replace(TAG, tag))
+            for job, tag in zip(unique, tags, strict=True)
         ]
-        cfg = self.config
         start = time.monotonic()
-        verdicts = (
-            self.pool.map_tests(pairs, timeout_s=cfg.timeout_s, memory_mb=cfg.memory_mb)
-            if pairs
-            else []
-        )
+        verdicts = self._verdicts(tagged) if tagged else []
         wall = time.monotonic() - start
         out, counts = [], dict.fromkeys(OUTCOMES, 0)
         fraction_sum = 0.0
@@ -268,14 +268,19 @@ class SandboxedCodeEnv(Env):
                 s[k] += v
             s["duplicates"] += sum(j is not None for j in jobs) - len(unique)
             s["fraction_sum"] += fraction_sum
-            s["executions"] += len(pairs)
-            s["exec_seconds"] += sum(v.result.duration_s for v in verdicts)
-            s["wall_seconds"] += wall if pairs else 0.0
+            s["executions"] += len(tagged)
+            s["exec_seconds"] += sum(v.duration_s for v in verdicts)
+            s["wall_seconds"] += wall if tagged else 0.0
         return out
+
+    def _verdicts(self, jobs: list[TestJob]) -> list[TestVerdict]:
+        """Each job's verdict, the tests in a process of their own (``zoo.envs.verdict``)."""
+        cfg = self.config
+        return map_tests(self.pool, jobs, timeout_s=cfg.timeout_s, memory_mb=cfg.memory_mb)
 
     @staticmethod
     def _outcome(verdict: TestVerdict, reward: float) -> str:
-        status = verdict.result.status
+        status = verdict.status
         if status == "timeout":
             return "timeouts"
         if status in ("memory", "killed"):
@@ -404,7 +409,7 @@ class HumanEval(SandboxedCodeEnv, SplitMixin):
     def reference_answer(self, prompt: Prompt) -> str:
         return prompt.answer["canonical_solution"]
 
-    def _job(self, prompt: Prompt, completion: str) -> tuple[str, str] | None:
+    def _job(self, prompt: Prompt, completion: str) -> TestJob | None:
         a = prompt.answer
         entry = a["entry_point"]
         code = fenced_code(completion)
@@ -415,7 +420,11 @@ class HumanEval(SandboxedCodeEnv, SplitMixin):
         else:
             program = a["prompt"] + (completion if code is None else code) + "\n"
         counting = counting_tests(a["test"], entry) or ""
-        return program, f"{a['test']}\n\n{counting}\ncheck({entry})\n"
+        tests = f"{a['test']}\n\n{counting}\ncheck({entry})\n"
+        # The prompt (imports, helpers such as HumanEval/38's encode_cyclic, the entry
+        # point's signature) is the data set's own code: the tests' side runs it too, so
+        # the tests use the real helpers, and only the entry point calls the candidate.
+        return TestJob(program, tests, serve=(entry,), prelude=a["prompt"])
 
     def describe(self) -> dict[str, Any]:
         out = super().describe()
@@ -453,6 +462,17 @@ class MBPPConfig(SandboxConfig):
     """"plain": Prompt.text only; "chat": also meta["messages"] for a chat template."""
     instruction: str = MBPP_INSTRUCTION
     """Appended to each problem after a blank line ("" appends nothing)."""
+
+
+def mbpp_calls(asserts: str, setup: str) -> tuple[tuple[str, ...], str]:
+    """(served names, tests' prelude) for MBPP asserts: each name they use that neither
+    they nor the setup code define is the candidate's function, except standard-library
+    modules used without an import (the reference code imported them), which the tests'
+    side imports itself."""
+    names = free_names(asserts, setup)
+    modules = [n for n in names if n in sys.stdlib_module_names]
+    serve = tuple(n for n in names if n not in sys.stdlib_module_names)
+    return serve, setup + "".join(f"\nimport {m}" for m in modules) + "\n"
 
 
 class MBPP(SandboxedCodeEnv, SplitMixin):
@@ -564,7 +584,7 @@ class MBPP(SandboxedCodeEnv, SplitMixin):
     def reference_answer(self, prompt: Prompt) -> str:
         return prompt.answer["code"]
 
-    def _job(self, prompt: Prompt, completion: str) -> tuple[str, str] | None:
+    def _job(self, prompt: Prompt, completion: str) -> TestJob | None:
         a = prompt.answer
         code = fenced_code(completion)
         program = completion if code is None else code
@@ -575,7 +595,8 @@ class MBPP(SandboxedCodeEnv, SplitMixin):
         plain = "\n".join(asserts)
         # The setup code (imports, fixtures) runs before the candidate and before the tests.
         candidate = f"{setup}\n{program}\n" if setup.strip() else program + "\n"
-        return candidate, f"{setup}\n{counting_statements(asserts)}\n{plain}\n"
+        tests = f"{counting_statements(asserts)}\n{plain}\n"
+        return TestJob(candidate, tests, *mbpp_calls(plain, setup))
 
     def describe(self) -> dict[str, Any]:
         out = super().describe()

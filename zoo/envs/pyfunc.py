@@ -18,8 +18,9 @@ Scoring: the completion (stripped; it must parse as one Python expression, check
 host with ``ast.parse`` and nothing else, or it is rejected unexecuted) becomes
 ``def f(x): return (<completion>)``, which runs in the sandbox on the hidden inputs
 ``HIDDEN_XS`` (none of them shown); each value is written out only if it is a Python
-``int``, and compared OUTSIDE the sandbox with the expected values, which never enter the
-sandbox. Reward = the fraction of hidden inputs on which the value is right, in steps of
+``int``, and compared OUTSIDE the sandbox, on the host, with the expected values, which
+never enter the sandbox (so one sandbox per completion suffices: see ``_verdicts``).
+Reward = the fraction of hidden inputs on which the value is right, in steps of
 1/len(HIDDEN_XS) (0.1): 1.0 for an equivalent function, 0.0 for a wrong, malformed,
 crashing (an exception at one input only fails that input) or timed-out one (any
 execution that does not run to its end scores 0). ``env.stats`` as for every code env
@@ -52,7 +53,7 @@ from zoo.envs.code_envs import (
     SplitMixin,
     tag_fields,
 )
-from zoo.envs.sandbox import TestVerdict
+from zoo.envs.verdict import TestJob, TestVerdict
 
 SHOWN_XS = (0, 1, 2, 3, 4)
 HIDDEN_XS = (-4, -3, -2, -1, 5, 6, 7, 8, 9, 12)
@@ -160,7 +161,7 @@ class PyFunc(SandboxedCodeEnv, SplitMixin):
     def reference_answer(self, prompt: Prompt) -> str:
         return prompt.answer["expr"]
 
-    def _job(self, prompt: Prompt, completion: str) -> tuple[str, str] | None:
+    def _job(self, prompt: Prompt, completion: str) -> TestJob | None:
         expr = completion.strip()
         if not expr or len(expr) > MAX_COMPLETION_CHARS:
             return None
@@ -168,23 +169,36 @@ class PyFunc(SandboxedCodeEnv, SplitMixin):
             ast.parse(expr, mode="eval")
         except (SyntaxError, ValueError, RecursionError, MemoryError):
             return None
-        candidate = f"def _fz_f(x):\n    return (\n{expr}\n    )\n"
+        candidate = f"def f(x):\n    return (\n{expr}\n    )\n"
         xs = [x for x, _ in prompt.answer["hidden"]]
         tests = (
             "_fz_out = []\n"
             f"for _fz_x in {xs!r}:\n"
             "    try:\n"
-            "        _fz_v = _fz_f(_fz_x)\n"
+            "        _fz_v = f(_fz_x)\n"
             "        _fz_out.append(repr(_fz_v) if type(_fz_v) is int else '!')\n"
             "    except Exception:\n"
             "        _fz_out.append('!')\n"
-            f"__import__('os').write(1, ('\\n{TAG} ' + ' '.join(_fz_out) + '\\n').encode())\n"
+            f"print('\\n{TAG} ' + ' '.join(_fz_out))\n"
         )
-        return candidate, tests
+        return TestJob(candidate, tests, serve=("f",))
+
+    def _verdicts(self, jobs: list[TestJob]) -> list[TestVerdict]:
+        """One sandbox per completion: ``f`` and the loop that prints its values run
+        together, and the values are judged here, on the host, against expected values
+        that never enter the sandbox. Whatever the expression does to its own process
+        (lying objects, patched builtins, a forged line), the reward is a function of the
+        text it printed, and printing the right values is solving the task. So the
+        second process of ``zoo.envs.verdict`` would add nothing here but its cost (about
+        half of pyfunc's scoring throughput)."""
+        cfg = self.config
+        programs = [f"{job.candidate}\n{job.tests}" for job in jobs]
+        results = self.pool.map(programs, timeout_s=cfg.timeout_s, memory_mb=cfg.memory_mb)
+        return [TestVerdict(passed=r.status == "ok", tests=r, candidate=r) for r in results]
 
     def _grade(self, prompt: Prompt, verdict: TestVerdict, tag: str) -> tuple[float, float]:
         hidden = prompt.answer["hidden"]
-        fields = tag_fields(verdict.result.stdout, tag) if verdict.passed else None
+        fields = tag_fields(verdict.tests.stdout, tag) if verdict.passed else None
         if fields is None or len(fields) != len(hidden):
             return 0.0, 0.0
         right = sum(got == str(y) for got, (_, y) in zip(fields, hidden, strict=True))

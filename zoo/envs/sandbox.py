@@ -5,7 +5,8 @@
 "timeout", "memory", "killed") this module decides from what the kernel reports: the
 exit status, the kernel's resource accounting (``wait4``), and its own wall clock and
 output counters. Nothing the sandboxed program prints changes its status.
-``run_tests(candidate, tests)`` builds a pass/fail verdict on top of that (see below).
+``zoo.envs.verdict`` builds pass/fail verdicts on top of it, from two executions: the
+candidate in one sandbox, the hidden tests in another.
 
 What it protects against (each has an adversarial test in tests/test_sandbox.py):
 
@@ -46,14 +47,13 @@ What it does not protect against:
   /tmp are not mounted at all;
 - total memory across processes: RLIMIT_AS is per process, so one execution can hold
   up to ``max_processes * memory_mb`` (no cgroup is used); the tmpfs sizes add to it;
-- CPU share: a sandbox can keep all its processes busy until the wall-clock timeout;
-- in-process forgery of a test verdict by a candidate that deliberately introspects the
-  interpreter (see ``run_tests``).
+- CPU share: a sandbox can keep all its processes busy until the wall-clock timeout.
 
-Status rules, in order: wall clock exceeded -> "timeout"; output cap exceeded ->
-"killed"; exit 0 -> "ok"; SIGXCPU, or SIGKILL after using the CPU limit -> "timeout";
-a failure whose kernel-accounted peak resident memory (``ru_maxrss``) reached
-``MEMORY_STATUS_FRACTION`` of ``memory_mb`` -> "memory"; an exit status of 128+N
+Status rules, in order: the caller's ``stop_fd`` became readable -> "stopped"; wall
+clock exceeded -> "timeout"; output cap exceeded -> "killed"; exit 0 -> "ok"; SIGXCPU, or
+SIGKILL after using the CPU limit -> "timeout"; a failure whose kernel-accounted peak
+resident memory (``ru_maxrss``) reached ``MEMORY_STATUS_FRACTION`` of ``memory_mb`` ->
+"memory"; an exit status of 128+N
 (bwrap's report of death by signal N) -> "killed"; anything else -> "error". bwrap
 reports death by signal N as exit status 128+N, so a program that calls
 ``sys.exit(137)`` reads as "killed"; either way it is not "ok". A refused allocation that
@@ -75,7 +75,6 @@ from __future__ import annotations
 import contextlib
 import os
 import pwd
-import secrets
 import selectors
 import shutil
 import signal
@@ -84,7 +83,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -94,9 +93,7 @@ __all__ = [
     "ExecResult",
     "SandboxPool",
     "SandboxUnavailable",
-    "TestVerdict",
     "execute",
-    "run_tests",
     "sandbox_info",
 ]
 
@@ -126,7 +123,8 @@ class SandboxUnavailable(RuntimeError):
 @dataclass(frozen=True)
 class ExecResult:
     status: str
-    """"ok", "error", "timeout", "memory" or "killed" (rules in the module docstring)."""
+    """"ok", "error", "timeout", "memory", "killed" or "stopped" (rules in the module
+    docstring)."""
     exit_code: int | None
     """Exit status as bwrap reports it (death by signal N reads 128+N); None when the
     harness killed the sandbox (timeout, output cap)."""
@@ -139,14 +137,6 @@ class ExecResult:
     peak_memory_mb: float = 0.0
     """Kernel-accounted peak resident memory (ru_maxrss) of the program, or of the largest
     child it waited for."""
-
-
-@dataclass(frozen=True)
-class TestVerdict:
-    passed: bool
-    """True only if the process exited 0 AND printed this run's secret nonce, which the
-    hidden tests print after their last assert."""
-    result: ExecResult
 
 
 # --- launch configuration (probed once per process) -------------------------------------
@@ -284,11 +274,17 @@ def execute(
     max_open_files: int = 64,
     max_file_mb: int = 16,
     tmp_mb: int = 64,
+    pass_fds: Sequence[int] = (),
+    stop_fd: int | None = None,
 ) -> ExecResult:
     """Run ``program`` (Python source) in a fresh sandbox; see the module docstring.
 
     ``timeout_s`` is wall-clock seconds; ``memory_mb`` the address-space limit of each
     process; ``max_output_bytes`` applies to stdout and stderr separately.
+    ``pass_fds``: open descriptors (pipe ends) the program inherits under the same
+    numbers; ``execute`` takes them over and closes this process's copies once the
+    sandbox holds them. ``stop_fd``: when it becomes readable, the sandbox is killed and
+    the status is "stopped".
     """
     return _run(
         _get_backend(),
@@ -301,6 +297,8 @@ def execute(
         max_open_files=max_open_files,
         max_file_mb=max_file_mb,
         tmp_mb=tmp_mb,
+        pass_fds=tuple(pass_fds),
+        stop_fd=stop_fd,
     )
 
 
@@ -367,12 +365,16 @@ def _run(
     max_open_files: int = 64,
     max_file_mb: int = 16,
     tmp_mb: int = 64,
+    pass_fds: tuple[int, ...] = (),
+    stop_fd: int | None = None,
 ) -> ExecResult:
+    fds: list[int] = list(pass_fds)  # ours to close, whatever happens
     if timeout_s <= 0 or memory_mb <= 0:
+        for fd in fds:
+            os.close(fd)
         raise ValueError("timeout_s and memory_mb must be positive")
     limits = _rlimit_args(timeout_s, memory_mb, max_processes, max_open_files, max_file_mb)
     python = [backend.python, "-I", "-S", "-B"]
-    fds: list[int] = []
     tmpdir = None
     try:
         program_fd = os.memfd_create("forge-zoo-program")
@@ -400,13 +402,13 @@ def _run(
                 backend.prlimit, *limits, *python, _PROGRAM_PATH,
             ]
             # fmt: on
-            child_fds = [program_fd, info_w]
+            child_fds = [program_fd, info_w, *pass_fds]
             cwd, env = "/", _ENV
         else:
             tmpdir = tempfile.TemporaryDirectory(prefix="forge-zoo-unsafe-")
             os.chmod(tmpdir.name, 0o777)
             command = [backend.prlimit, *limits, *python, f"/dev/fd/{program_fd}"]
-            child_fds = [program_fd]
+            child_fds = [program_fd, *pass_fds]
             cwd, env = tmpdir.name, {**_ENV, "HOME": tmpdir.name}
         argv = [
             backend.python, "-I", "-S", "-c", _REAPER, str(report_w), str(guard_r),
@@ -424,7 +426,7 @@ def _run(
             env=env,
             start_new_session=True,
         )
-        for fd in (report_w, guard_r, info_w):
+        for fd in (report_w, guard_r, info_w, *pass_fds):
             if fd >= 0:
                 os.close(fd)
                 fds.remove(fd)
@@ -435,8 +437,9 @@ def _run(
             if marker in info:
                 ns_init = int(info.split(marker, 1)[1].split(b",", 1)[0].split(b"\n", 1)[0])
         return _supervise(
-            proc, start, ns_init, report_r, stdin, timeout_s, memory_mb, max_output_bytes
-        )
+            proc, start, ns_init, report_r, stdin, timeout_s, memory_mb, max_output_bytes,
+            stop_fd,
+        )  # fmt: skip
     finally:
         for fd in fds:
             with contextlib.suppress(OSError):
@@ -445,10 +448,12 @@ def _run(
             tmpdir.cleanup()
 
 
-def _supervise(proc, start, ns_init, report_r, stdin, timeout_s, memory_mb, cap) -> ExecResult:
+def _supervise(
+    proc, start, ns_init, report_r, stdin, timeout_s, memory_mb, cap, stop_fd
+) -> ExecResult:
     pidfd = os.pidfd_open(proc.pid)
     try:
-        out, err, stop = _pump(proc, pidfd, stdin, start + timeout_s, cap)
+        out, err, stop = _pump(proc, pidfd, stdin, start + timeout_s, cap, stop_fd)
         if stop is not None:
             _kill(proc, pidfd, ns_init)
         _, wait_status, _ = os.wait4(proc.pid, 0)
@@ -482,10 +487,10 @@ def _read_all(fd: int) -> bytes:
     return data
 
 
-def _pump(proc, pidfd: int, stdin: bytes, deadline: float, cap: int):
+def _pump(proc, pidfd: int, stdin: bytes, deadline: float, cap: int, stop_fd: int | None):
     """Feed stdin, collect at most ``cap`` bytes per stream, until the process is gone
-    and both streams are closed. Returns (stdout, stderr, stop) with stop None, "timeout"
-    or "output"."""
+    and both streams are closed. Returns (stdout, stderr, stop) with stop None, "timeout",
+    "output" or "stopped" (``stop_fd`` became readable while the process ran)."""
     sel = selectors.DefaultSelector()
     bufs = {proc.stdout.fileno(): bytearray(), proc.stderr.fileno(): bytearray()}
     for fd in bufs:
@@ -499,6 +504,8 @@ def _pump(proc, pidfd: int, stdin: bytes, deadline: float, cap: int):
     else:
         proc.stdin.close()
     sel.register(pidfd, selectors.EVENT_READ)
+    if stop_fd is not None:
+        sel.register(stop_fd, selectors.EVENT_READ)
     exited, stop, open_streams = False, None, len(bufs)
     try:
         while not (exited and open_streams == 0):
@@ -508,7 +515,11 @@ def _pump(proc, pidfd: int, stdin: bytes, deadline: float, cap: int):
                 break
             for key, _ in sel.select(remaining):
                 fd = key.fd
-                if fd == pidfd:
+                if fd == stop_fd:
+                    if not exited:
+                        stop = "stopped"
+                    sel.unregister(fd)
+                elif fd == pidfd:
                     exited = True
                     sel.unregister(pidfd)
                     # All sandboxed processes are gone once bwrap exits; the pipes only
@@ -566,6 +577,8 @@ def _signal(send) -> None:
 
 
 def _classify(stop, code, peak_mb, cpu_s, timeout_s, memory_mb, cap) -> tuple[str, str]:
+    if stop == "stopped":
+        return "stopped", "stopped by the caller"
     if stop == "timeout":
         return "timeout", f"wall-clock limit of {timeout_s:g} s exceeded; killed"
     if stop == "output":
@@ -584,91 +597,6 @@ def _classify(stop, code, peak_mb, cpu_s, timeout_s, memory_mb, cap) -> tuple[st
         name = signal.Signals(signum).name if signum in signal.valid_signals() else signum
         return "killed", f"terminated by signal {name}"
     return "error", f"exit status {code}"
-
-
-# --- verdicts for hidden tests -----------------------------------------------------------
-
-_NONCE_HEX = 32
-_LEN_DIGITS = 12
-_HEADER_LEN = _NONCE_HEX + 1 + _LEN_DIGITS + 1
-
-_TEST_HARNESS = f"""\
-def _forge_zoo_run_tests(candidate):
-    import builtins, os, sys
-    write, exit_, stdout = os.write, os._exit, sys.stdout
-    pristine = dict(vars(builtins))
-
-    def read_exact(n):
-        data = b""
-        while len(data) < n:
-            chunk = os.read(0, n - len(data))
-            if not chunk:
-                exit_(3)
-            data += chunk
-        return data
-
-    header = read_exact({_HEADER_LEN})
-    nonce, tests = header[:{_NONCE_HEX}], read_exact(int(header[{_NONCE_HEX + 1}:-1]))
-    del header
-    cand = {{"__name__": "__main__", "__builtins__": builtins}}
-    exec(compile(candidate, "<candidate>", "exec", dont_inherit=True, optimize=0), cand)
-    env = {{k: v for k, v in cand.items() if k not in pristine}}
-    env.update(__name__="__main__", __builtins__=pristine)
-    exec(compile(tests.decode(), "<tests>", "exec", dont_inherit=True, optimize=0), env)
-    try:
-        stdout.flush()
-    except BaseException:
-        pass
-    write(1, b"\\n" + nonce + b"\\n")
-    exit_(0)
-"""
-
-
-def _test_program(candidate: str) -> str:
-    return f"{_TEST_HARNESS}\n_forge_zoo_run_tests({candidate!r})\n"
-
-
-def _test_stdin(tests: str, stdin: str) -> tuple[str, str]:
-    nonce = secrets.token_hex(_NONCE_HEX // 2)
-    body = tests.encode(errors="replace")
-    header = f"{nonce} {len(body):0{_LEN_DIGITS}d}\n"
-    return nonce, header + tests + stdin
-
-
-def run_tests(candidate: str, tests: str, *, stdin: str = "", **limits: Any) -> TestVerdict:
-    """Run model-written ``candidate`` then the hidden ``tests`` (plain Python with
-    asserts, e.g. HumanEval's ``check`` plus the call ``check(entry_point)``) in one
-    sandbox; ``limits`` as for ``execute``.
-
-    The verdict needs exit status 0 and, on stdout, a fresh 128-bit nonce that the
-    harness prints only after the tests ran to the end. How it defends against a
-    candidate faking success:
-
-    - sys.exit(0), os._exit(0), an exception or printing "ok" before or during the tests:
-      the process ends without the nonce, so no pass;
-    - printing a guessed nonce: 128 random bits per execution;
-    - reading the nonce or the tests from its program text, argv, environment or files:
-      neither is there; both arrive on stdin and the harness reads them before the
-      candidate runs (the candidate sees only the stdin that follows);
-    - redefining test helpers, ``print``, ``len``..., assigning ``__builtins__`` or
-      patching the ``builtins`` module: the tests run in a namespace holding the
-      candidate's names minus any that shadow a builtin, with a copy of the builtins
-      taken before the candidate ran; tests that define their own helpers after the
-      candidate's code win; asserts are compiled with optimize=0;
-    - replacing ``sys.stdout`` / ``os.write`` / ``os._exit``: the harness holds its own
-      references taken before the candidate ran, and writes to fd 1 directly.
-
-    Limits (both in-process, so they need the candidate to attack on purpose): a
-    candidate can walk interpreter frames or objects (``sys._getframe``, ``gc``, ctypes)
-    to find the nonce in the harness's memory; it can return objects whose ``__eq__``
-    lies, or patch attributes of modules the tests import (``math.isclose``). Tests
-    should compare with ``type(x) is T and x == v``; a verdict immune to all of this
-    needs the comparison done outside the sandboxed process.
-    """
-    nonce, full_stdin = _test_stdin(tests, stdin)
-    result = execute(_test_program(candidate), stdin=full_stdin, **limits)
-    passed = result.status == "ok" and nonce in result.stdout.splitlines()
-    return TestVerdict(passed=passed, result=result)
 
 
 # --- bounded parallel executions ---------------------------------------------------------
@@ -701,20 +629,20 @@ class SandboxPool:
         self.stats = PoolStats()
 
     def map(self, programs: Iterable[str], **limits: Any) -> list[ExecResult]:
-        return self._timed(lambda p: execute(p, **limits), list(programs), lambda r: r)
+        return self.run_all(lambda p: execute(p, **limits), list(programs), lambda r: r.duration_s)
 
-    def map_tests(self, pairs: Iterable[tuple[str, str]], **limits: Any) -> list[TestVerdict]:
-        """``run_tests`` for each (candidate, tests) pair, in parallel, in order."""
-        return self._timed(lambda ct: run_tests(*ct, **limits), list(pairs), lambda v: v.result)
-
-    def _timed(self, fn, items: Sequence, result_of) -> list:
+    def run_all(
+        self, fn: Callable[[Any], Any], items: Sequence, seconds_of: Callable[[Any], float]
+    ) -> list:
+        """``fn`` over ``items`` (each a unit of sandboxed work), at most ``max_workers`` at
+        a time, results in order; ``seconds_of(result)`` is its own wall duration."""
         _get_backend()  # probe (and raise SandboxUnavailable) once, in this thread
         start = time.monotonic()
         out = list(self._executor.map(fn, items))
         wall = time.monotonic() - start
         with self._lock:
             self.stats.executions += len(out)
-            self.stats.exec_seconds += sum(result_of(x).duration_s for x in out)
+            self.stats.exec_seconds += sum(seconds_of(x) for x in out)
             self.stats.wall_seconds += wall
         return out
 
