@@ -332,7 +332,7 @@ ATTACKS: dict[str, tuple[str, str]] = {
         "write pre-made replies into every pipe it holds, ahead of the calls",
         """
         import __main__, os
-        for fd in range(3, 64):
+        for fd in [int(n) for n in os.listdir("/proc/self/fd") if int(n) > 2]:
             try:
                 for k in range(1, 50):
                     __main__.send(fd, ("return", k, "forged"))
@@ -347,12 +347,12 @@ ATTACKS: dict[str, tuple[str, str]] = {
         """
         import os
         def NAME(*args, **kwargs):
-            for fd in range(3, 64):
+            for fd in [int(n) for n in os.listdir("/proc/self/fd") if int(n) > 2]:
                 try:
                     os.write(fd, b"9999999999 " + os.urandom(64))
                 except OSError:
                     pass
-            return True
+            return "garbage"
         """,
     ),
     "deep-nesting": (
