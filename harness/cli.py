@@ -11,8 +11,10 @@ import dataclasses
 import json
 import sys
 import time
+import typing
 from pathlib import Path
 
+from harness.third_party import LOG_NAME, routed_to
 from zoo.core.config import ConfigError, field_docs, parse_overrides
 from zoo.core.registry import PluginError
 
@@ -37,7 +39,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument("algorithm", help="algorithm name (see `list algorithms`)")
     run.add_argument("--env", default="arithmetic", help="environment (default: arithmetic)")
-    run.add_argument("--seed", type=int, default=0)
+    run.add_argument(
+        "--seed",
+        type=int,
+        default=0,
+        help="seeds the prompts' order, the sampler and the trainer (default 0)",
+    )
     run.add_argument("--out", type=Path, help="run folder (default: results/<run-id>)")
     run.add_argument("--resume", action="store_true",
                      help="continue the run in --out from its last checkpoint")  # fmt: skip
@@ -129,44 +136,54 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def add_training_arguments(p: argparse.ArgumentParser) -> None:
-    """Options shared by `run` and `compare`."""
-    from zoo.core.loop import REAL_MODEL_DEFAULTS, run_defaults
-    from zoo.core.offpolicy import CORRECTIONS
+CLI_OWN_FIELDS = ("algorithm", "env", "seed", "distributed", "algorithm_config", "env_config")
+"""RunConfig fields each command sets its own way (positional algorithms, --env, --seed or
+--seeds, --config, --set, --env-set); every other field is a generated flag."""
+FLAG_ALIASES = {"budget_flops": ("--budget",)}
+"""Shorter names kept for flags used in the README and in recorded commands."""
+METAVARS = {"budget_flops": "FLOPS", "budget_seconds": "S", "model_path": "DIR", "model": "MODEL"}
+TYPE_METAVARS = {int: "N", float: "X", str: "NAME"}
 
+
+def add_training_arguments(p: argparse.ArgumentParser) -> None:
+    """Options shared by `run` and `compare`: one flag per RunConfig field (its docstring
+    is the help, its type the parser, ``zoo.core.loop.CHOICES`` its valid values), so the
+    command line cannot drift from the config."""
+    from zoo.core.loop import CHOICES, REAL_MODEL_DEFAULTS, RunConfig, run_defaults
+
+    docs = field_docs(RunConfig)
+    types = typing.get_type_hints(RunConfig)
+    tiny = run_defaults("tiny")
+    for f in dataclasses.fields(RunConfig):
+        if f.name in CLI_OWN_FIELDS:
+            continue
+        kind = types[f.name]
+        help_text = " ".join(docs.get(f.name, "").split()).replace("``", "`").rstrip(".")
+        default = f.default
+        if f.name in REAL_MODEL_DEFAULTS:
+            # Left unset, these take the model's defaults (run_config fills them in).
+            default = None
+            help_text += (
+                f" (default: {tiny[f.name]} for the tiny presets, "
+                f"{REAL_MODEL_DEFAULTS[f.name]} for real models)"
+            )
+        elif f.name == "model":
+            default = None
+            help_text += " (default: the placement file's model, else tiny)"
+        else:
+            help_text += f" (default: {default})" if default != "" else ""
+        flag = "--" + f.name.replace("_", "-")
+        p.add_argument(
+            flag, *FLAG_ALIASES.get(f.name, ()), dest=f.name, type=kind, default=default,
+            choices=CHOICES.get(f.name), help=help_text.replace("%", "%%"),
+            metavar=None if f.name in CHOICES else METAVARS.get(f.name, TYPE_METAVARS[kind]),
+        )  # fmt: skip
     p.add_argument(
-        "--model",
-        help="model preset (see `list models`) or a local Hugging Face Qwen3 checkpoint "
-        "directory (default: the placement file's model, else tiny)",
-    )
-    p.add_argument(
-        "--model-path",
-        default="",
-        metavar="DIR",
-        help="read the model's weights from DIR (config.json, *.safetensors, tokenizer.json) "
-        "instead of the Hugging Face cache",
-    )
-    p.add_argument(
-        "--init",
-        choices=["pretrained", "random"],
-        default="pretrained",
-        help="random: the architecture with random weights, to measure throughput where the "
-        "weights are not at hand (default: pretrained)",
-    )
-    p.add_argument(
-        "--generator",
-        choices=["auto", "vllm", "hf"],
-        default="auto",
-        help="generation backend: vllm, hf (transformers generate) or auto (vLLM where it "
-        "imports, else hf with a notice)",
-    )
-    p.add_argument(
-        "--placement",
-        choices=["local", "monarch"],
-        default="local",
-        help="local: every service in this process; monarch: generator, trainer and "
-        "reference each in their own process as Monarch actors (in sync mode: the same "
-        "numbers as local)",
+        "--env-set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="environment config override, e.g. --env-set digits=3 (repeatable)",
     )
     p.add_argument(
         "--config",
@@ -175,162 +192,19 @@ def add_training_arguments(p: argparse.ArgumentParser) -> None:
         help="placement file (YAML, torchforge's shape): processes per service, generator "
         "replicas, FSDP2 degree; implies --placement monarch (see README, Placement)",
     )
-    p.add_argument(
-        "--weight-sync",
-        choices=["rdma", "endpoint"],
-        default="rdma",
-        help="monarch placement: generators read the trainer's weights from a registered "
-        "buffer (rdma; TCP fallback without RDMA hardware) or get them in messages "
-        "(endpoint) (default: rdma)",
-    )
-    p.add_argument(
-        "--mode",
-        choices=["sync", "async"],
-        default="sync",
-        help="sync: sample with the current weights, then train; async: generate the next "
-        "batches while training on this one (needs --placement monarch)",
-    )
-    p.add_argument(
-        "--max-policy-age",
-        type=int,
-        default=1,
-        metavar="N",
-        help="async mode: request batches N steps ahead; drop samples from weights more "
-        "than N steps old (default 1)",
-    )
-    p.add_argument(
-        "--device",
-        choices=["auto", "cpu", "cuda"],
-        default="auto",
-        help="where trainer and generator run; auto: cuda when available (bf16 there)",
-    )
-    p.add_argument(
-        "--steps",
-        type=int,
-        default=150,
-        help="optimizer steps, when no budget is given (default: 150)",
-    )
-    p.add_argument(
-        "--budget",
-        type=float,
-        default=0.0,
-        metavar="FLOPS",
-        help="stop at this many model FLOPs (all phases), e.g. 2e12",
-    )
-    p.add_argument(
-        "--budget-samples",
-        type=int,
-        default=0,
-        metavar="N",
-        help="stop after N generated completions (dropped ones count)",
-    )
-    p.add_argument(
-        "--budget-seconds",
-        type=float,
-        default=0.0,
-        metavar="S",
-        help="stop after S wall seconds of training",
-    )
-    p.add_argument(
-        "--eval-points",
-        type=int,
-        default=8,
-        help="with a budget: evaluate at K evenly spaced points of it (default 8)",
-    )
-    p.add_argument(
-        "--eval-samples",
-        type=int,
-        default=8,
-        metavar="N",
-        help="at each evaluation, besides greedy accuracy, sample N completions per held-out "
-        "prompt at --temperature for pass@k (k = 1, 4, 8 up to N; Chen et al. 2021's "
-        "unbiased estimator) and the mean sampled reward; 0: greedy only (default 8)",
-    )
-    p.add_argument(
-        "--env-set",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="environment config override, e.g. --env-set digits=3",
-    )
-    sized = "(default: {} for the tiny presets, {} for real models)"
-    tiny, real = run_defaults("tiny"), REAL_MODEL_DEFAULTS
-    p.add_argument(
-        "--prompts-per-step",
-        type=int,
-        help="groups per optimizer step "
-        + sized.format(tiny["prompts_per_step"], real["prompts_per_step"]),
-    )
-    p.add_argument(
-        "--group-size",
-        type=int,
-        help="completions per prompt (G) " + sized.format(tiny["group_size"], real["group_size"]),
-    )
-    p.add_argument(
-        "--max-response-len",
-        type=int,
-        help="generation budget in tokens "
-        + sized.format(tiny["max_response_len"], real["max_response_len"]),
-    )
-    p.add_argument(
-        "--lr", type=float, help="AdamW learning rate " + sized.format(tiny["lr"], real["lr"])
-    )
-    p.add_argument(
-        "--temperature",
-        type=float,
-        default=1.0,
-        help="sampling temperature T > 0; the trainer, reference and old-log-prob passes "
-        "score tokens at the same T (default 1.0)",
-    )
-    p.add_argument(
-        "--mini-batches",
-        type=int,
-        help="optimizer steps per rollout batch and pass: its groups are split into this "
-        "many mini-batches, so every update after the first sees a ratio away from 1 "
-        "(where clips, caps and gates act; verl's train / ppo_mini_batch_size, TRL's "
-        "steps_per_generation; 1 = on-policy) "
-        + sized.format(tiny["mini_batches"], real["mini_batches"]),
-    )
-    p.add_argument(
-        "--epochs",
-        type=int,
-        help="passes over each rollout batch (verl's ppo_epochs, TRL's num_iterations) "
-        + sized.format(tiny["epochs"], real["epochs"]),
-    )
-    p.add_argument(
-        "--correction",
-        choices=list(CORRECTIONS),
-        default="none",
-        help="trainer-sampler mismatch correction, for any algorithm: none; tis (weight "
-        "each token by min(pi_old / pi_sampler, C)); mis-token / mis-sequence (drop tokens "
-        "or responses whose pi_old / pi_sampler is outside [low, high], as IcePop); bypass "
-        "(the sampler's log-probs as the old policy) (default: none)",
-    )
-    p.add_argument("--correction-cap", type=float, default=2.0, metavar="C",
-                   help="tis: the cap C (default 2.0)")  # fmt: skip
-    p.add_argument("--correction-low", type=float, default=0.5, metavar="LOW",
-                   help="mis-*: the lowest ratio kept (default 0.5)")  # fmt: skip
-    p.add_argument("--correction-high", type=float, default=5.0, metavar="HIGH",
-                   help="mis-*: the highest ratio kept (default 5.0)")  # fmt: skip
-    p.add_argument(
-        "--micro-batch-size",
-        type=int,
-        help="sequences per trainer forward/backward; 0: the whole batch "
-        + sized.format(tiny["micro_batch_size"], real["micro_batch_size"]),
-    )  # fmt: skip
-    p.add_argument(
-        "--eval-every",
-        type=int,
-        default=25,
-        help="without a budget: evaluate every N steps (default 25)",
-    )
-    p.add_argument(
-        "--checkpoint-every",
-        type=int,
-        default=10,
-        help="resumable checkpoint every N steps (default 10; 0: at the end only)",
-    )
     p.add_argument("--quiet", action="store_true", help="no progress bars")
+    p.add_argument(
+        "--skip-conformance",
+        action="store_true",
+        help="train even if the algorithm fails the conformance suite (`check-plugin`), "
+        "which every run otherwise passes first",
+    )
+    p.add_argument(
+        "--verbose",
+        action="store_true",
+        help="show other libraries' warnings and logs (vLLM, torch, ...) here; by default "
+        f"they go to {LOG_NAME} in the run or experiment folder",
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -405,42 +279,19 @@ def run_config(args: argparse.Namespace, algorithm: str, env: str, seed: int):
         if getattr(args, name) is None:
             setattr(args, name, value)
 
+    settings = {
+        f.name: getattr(args, f.name)
+        for f in dataclasses.fields(RunConfig)
+        if f.name not in CLI_OWN_FIELDS
+    }
     cfg = RunConfig(
         algorithm=algorithm,
         env=env,
-        model=args.model,
-        model_path=args.model_path,
-        init=args.init,
-        generator=args.generator,
-        device=args.device,
-        placement=args.placement,
-        distributed=args.distributed,
-        weight_sync=args.weight_sync,
-        mode=args.mode,
-        max_policy_age=args.max_policy_age,
         seed=seed,
-        steps=args.steps,
-        prompts_per_step=args.prompts_per_step,
-        group_size=args.group_size,
-        max_response_len=args.max_response_len,
-        temperature=args.temperature,
-        lr=args.lr,
-        micro_batch_size=args.micro_batch_size,
-        mini_batches=args.mini_batches,
-        epochs=args.epochs,
-        correction=args.correction,
-        correction_cap=args.correction_cap,
-        correction_low=args.correction_low,
-        correction_high=args.correction_high,
-        eval_every=args.eval_every,
-        budget_flops=args.budget,
-        budget_samples=args.budget_samples,
-        budget_seconds=args.budget_seconds,
-        eval_points=args.eval_points,
-        eval_samples=args.eval_samples,
-        checkpoint_every=args.checkpoint_every,
+        distributed=args.distributed,
         algorithm_config=parse_overrides(getattr(args, "algo_set", [])),
         env_config=parse_overrides(args.env_set),
+        **settings,
     )
     cfg.validate()
     return cfg
@@ -450,17 +301,26 @@ def cmd_run(args: argparse.Namespace) -> int:
     from harness.experiment import preflight
 
     cfg = run_config(args, args.algorithm, args.env, args.seed)
-    preflight([cfg])
+    preflight([cfg], conformance=not args.skip_conformance)
     if args.resume and not args.out:
         raise ConfigError("--resume needs --out DIR, the folder of the run to continue")
 
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    out = args.out or RESULTS / f"{cfg.algorithm}-{cfg.env}-{cfg.model}-seed{cfg.seed}-{stamp}"
+    with routed_to(out / LOG_NAME, args.verbose):
+        history = _train(cfg, out, args)
+    evals = [(r["step"], r["eval_reward"]) for r in history if "eval_reward" in r]
+    print(f"run folder: {out}")
+    print("held-out reward by step: " + ", ".join(f"{s}: {v:.3f}" for s, v in evals))
+    return 0
+
+
+def _train(cfg, out: Path, args: argparse.Namespace) -> list[dict]:
     from harness.runner import execute_run
     from zoo.core.loop import build_services
     from zoo.core.progress import add_run_task, make_progress, run_columns, update_run_task
 
     services = build_services(cfg, quiet=args.quiet)
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    out = args.out or RESULTS / f"{cfg.algorithm}-{cfg.env}-{cfg.model}-seed{cfg.seed}-{stamp}"
     with make_progress(args.quiet, *run_columns()) as progress:
         task = add_run_task(progress, f"{cfg.algorithm} on {cfg.env}", cfg)
         try:
@@ -470,10 +330,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             )  # fmt: skip
         finally:
             services.close()
-    evals = [(r["step"], r["eval_reward"]) for r in history if "eval_reward" in r]
-    print(f"run folder: {out}")
-    print("held-out reward by step: " + ", ".join(f"{s}: {v:.3f}" for s, v in evals))
-    return 0
+    return history
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
@@ -481,7 +338,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
     if args.resume and not args.out:
         raise ConfigError("--resume needs --out DIR, the experiment folder to continue")
-    if not (args.budget or args.budget_samples or args.budget_seconds):
+    if not (args.budget_flops or args.budget_samples or args.budget_seconds):
         from zoo.core.models import TINY_MODELS
 
         if args.model not in TINY_MODELS:
@@ -489,16 +346,17 @@ def cmd_compare(args: argparse.Namespace) -> int:
                 f"give a compute budget for {args.model!r}: --budget FLOPS (or "
                 "--budget-samples / --budget-seconds); runs stop at the budget, not a step count"
             )
-        args.budget = DEFAULT_TINY_BUDGET
+        args.budget_flops = DEFAULT_TINY_BUDGET
     envs = args.envs or ["arithmetic"]
     if len(set(args.algorithms)) != len(args.algorithms) or args.seeds < 1:
         raise ConfigError("name each algorithm once, and give --seeds >= 1")
     base = run_config(args, args.algorithms[0], envs[0], 0)
     cfgs = expand(base, args.algorithms, envs, args.seeds)
-    preflight(cfgs)
+    preflight(cfgs, conformance=not args.skip_conformance)
     stamp = time.strftime("%Y%m%d-%H%M%S")
     out = args.out or RESULTS / f"compare-{'-'.join(args.algorithms)}-{args.model}-{stamp}"
-    summary = run_experiment(cfgs, out, command_line(), args.resume, quiet=args.quiet)
+    with routed_to(out / LOG_NAME, args.verbose):
+        summary = run_experiment(cfgs, out, command_line(), args.resume, quiet=args.quiet)
     print_summary(out)
     print(f"{len(summary)} runs done this time; experiment folder: {out} (report.md)")
     return 0

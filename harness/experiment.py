@@ -29,12 +29,18 @@ def run_name(cfg: RunConfig) -> str:
     return f"{cfg.algorithm}__{cfg.env}__seed{cfg.seed}"
 
 
-def preflight(cfgs: list[RunConfig]) -> None:
-    """Fail before any work: unknown names, a budget below one step, a model the machine
-    cannot hold by the ledger's estimate."""
+def preflight(cfgs: list[RunConfig], conformance: bool = True) -> None:
+    """Fail before any work: unknown names, an algorithm that breaks the loss contract
+    (unless ``conformance`` is False), a budget below one step, a model the machine cannot
+    hold by the ledger's estimate."""
+    checked: set[str] = set()
     for cfg in cfgs:
         cfg.validate()
         algorithm = get_algorithm(cfg.algorithm, **cfg.algorithm_config)
+        key = json.dumps([cfg.algorithm, cfg.algorithm_config], sort_keys=True, default=str)
+        if conformance and key not in checked:
+            check_conformance(cfg.algorithm, cfg.algorithm_config)
+            checked.add(key)
         env = get_env(cfg.env, **cfg.env_config)
         check_model_name(cfg.model)
         device = cfg.resolved_device()
@@ -65,6 +71,25 @@ def preflight(cfgs: list[RunConfig]) -> None:
                      algorithm.needs_reference, device)  # fmt: skip
         if cfg.model not in TINY_MODELS or cfg.model_path:  # (tiny presets are built later)
             cfg.model_spec()  # the weights are there (or --init random)
+
+
+def check_conformance(name: str, overrides: dict) -> None:
+    """The conformance suite (``harness check-plugin``), ~20 ms: a loss that breaks a
+    property would train to numbers that mean something else, so it is refused here with
+    the property, what went wrong and how to fix it."""
+    from zoo.algorithms import ALGORITHMS
+    from zoo.algorithms.conformance import FIXES, run_conformance
+
+    failed = [r for r in run_conformance(ALGORITHMS.load(name), overrides) if r.passed is False]
+    if failed:
+        lines = [f"  {r.name}: {r.detail}\n    fix: {FIXES.get(r.name, '')}" for r in failed]
+        raise ConfigError(
+            f"algorithm {name!r} breaks {len(failed)} propert"
+            f"{'y' if len(failed) == 1 else 'ies'} every loss must hold:\n"
+            + "\n".join(lines)
+            + f"\n`python -m harness check-plugin {name}` shows them all; "
+            "--skip-conformance runs it anyway"
+        )
 
 
 def check_memory(cfg: RunConfig, shape, sequences: int, seq_len: int, reference: bool,

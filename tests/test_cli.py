@@ -39,6 +39,58 @@ def test_bad_input_exits_2_listing_valid_names_and_writes_nothing(tmp_path, args
     assert not (tmp_path / "results").exists()
 
 
+def test_every_run_config_field_is_reachable_from_the_command_line():
+    # The flags are generated from RunConfig: set each one alone to a value that is not
+    # its default and check that it arrives in the run's config, with nothing else moved.
+    import dataclasses
+    import typing
+
+    from harness.cli import CLI_OWN_FIELDS, build_parser, run_config
+    from zoo.core.loop import CHOICES, RunConfig
+
+    def parse(*flags: str) -> RunConfig:
+        args = build_parser().parse_args(["run", "grpo", *flags])
+        args.distributed = {}
+        args.model = args.model or "tiny"
+        return run_config(args, args.algorithm, args.env, args.seed)
+
+    baseline = dataclasses.asdict(parse())
+    types = typing.get_type_hints(RunConfig)
+    settable = [f for f in dataclasses.fields(RunConfig) if f.name not in CLI_OWN_FIELDS]
+    assert {"grad_clip", "max_sampling_rounds", "eval_samples"} <= {f.name for f in settable}
+    for f in settable:
+        if f.name in CHOICES:
+            value = next(c for c in CHOICES[f.name] if c != f.default)
+        elif types[f.name] is str:
+            value = "tiny-code" if f.name == "model" else "/some/folder"
+        elif types[f.name] is int:
+            value = baseline[f.name] * 2 or 3
+        else:
+            value = baseline[f.name] / 2 or 1e12
+        flag = "--" + f.name.replace("_", "-")
+        extra = ["--placement", "monarch"] if f.name == "mode" else []
+        cfg = dataclasses.asdict(parse(flag, str(value), *extra))
+        assert cfg[f.name] == value, f.name
+        moved = {k for k in cfg if cfg[k] != baseline[k]} - {f.name, "placement"}
+        assert not moved, (f.name, moved)
+
+
+def test_run_help_lists_every_setting_with_its_help():
+    from harness_cli import run_harness as run
+
+    result = run("run", "--help", cwd=Path.cwd(), timeout=120)
+    assert result.returncode == 0
+    expected = {
+        "--grad-clip": "gradient's global norm",
+        "--max-sampling-rounds": "refills",
+        "--budget-flops": "FLOPs",
+        "--correction": "mis-sequence",
+        "--mini-batches": "on-policy",
+    }
+    for flag, words in expected.items():
+        assert flag in result.stdout and words in result.stdout, flag
+
+
 SMALL_RUN = ["--steps", "3", "--prompts-per-step", "16", "--eval-every", "2", "--seed", "7"]
 
 

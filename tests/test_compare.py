@@ -6,6 +6,7 @@ import dataclasses
 import itertools
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -37,7 +38,24 @@ def experiment(tiny_model_path, tmp_path_factory) -> Path:
     result = run_harness("compare", "grpo", "dapo", "--seeds", "2", "--budget", str(BUDGET),
                          *SMALL, "--out", "results/exp", cwd=root)  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
+    (root / "compare.stdout").write_text(result.stdout)
+    (root / "compare.stderr").write_text(result.stderr)
     return root / "results" / "exp"
+
+
+THIRD_PARTY = re.compile(
+    r"WARNING|Warning|warnings\.warn|^\[W\d|Triton|safetensors|NUMA|tqdm|it/s\]", re.M
+)
+
+
+def test_a_default_compare_prints_no_third_party_warnings(experiment):
+    root = experiment.parents[1]
+    printed = (root / "compare.stdout").read_text() + (root / "compare.stderr").read_text()
+    assert THIRD_PARTY.findall(printed) == [], printed[-3000:]
+    assert "Held-out" in printed or "report" in printed  # forge-zoo's own output is there
+    # They went to the experiment's log instead (vLLM's, Python warnings, C++ ones).
+    log = (experiment / "third_party.log").read_text()
+    assert "WARNING vllm" in log and "py.warnings" in log
 
 
 def test_compare_writes_runs_tables_plots_and_report(experiment):

@@ -62,8 +62,30 @@ def plugin_site(tmp_path_factory) -> Path:
         "class Evil:\n    pass\n",
         '[project.entry-points."zoo.algorithms"]\ngrpo = "zoo_shadow:Evil"\n',
     )
+    # A GRPO whose loss averages over the micro-batch's own tokens: not additive over
+    # micro-batches, so gradient accumulation would weigh tokens differently.
+    local_mean = write_package(
+        root,
+        "zoo-local-mean",
+        "zoo_local_mean",
+        """
+        import torch
+        from zoo.algorithms.grpo import GRPO
+        from zoo.core.types import LossOutput
+
+        class LocalMean(GRPO):
+            name = "local_mean"
+
+            def loss(self, batch):
+                ratio = torch.exp(batch.logprobs - batch.old_logprobs)
+                per_token = -ratio * batch.token_advantages * batch.mask
+                loss = per_token.sum() / batch.mask.sum().clamp(min=1)
+                return LossOutput(loss, {"loss": float(loss.detach())})
+        """,
+        '[project.entry-points."zoo.algorithms"]\nlocal_mean = "zoo_local_mean:LocalMean"\n',
+    )
     site = root / "site"
-    pip_install(site, REPO / "examples" / "zoo-rloo", broken, shadow)
+    pip_install(site, REPO / "examples" / "zoo-rloo", broken, shadow, local_mean)
     assert (site / "zoo_rloo-0.1.0.dist-info" / "entry_points.txt").exists()
     return site
 
@@ -118,6 +140,21 @@ def test_check_plugin_runs_the_conformance_suite_on_an_installed_plugin(plugin_s
                  "off_policy"):  # fmt: skip
         assert any(prop in line and "PASS" in line for line in result.stdout.splitlines())
     assert "declares clip_low_frac, clip_high_frac" in result.stdout and "acted" in result.stdout
+
+
+def test_a_plugin_that_breaks_the_loss_contract_is_refused_before_it_trains(
+    plugin_site, tiny_model_path, tmp_path
+):
+    args = ["--steps", "1", "--prompts-per-step", "16", "--eval-every", "1", "--eval-samples", "0"]
+    refused = harness(plugin_site, "run", "local_mean", *args, "--out", "r", cwd=tmp_path)
+    assert refused.returncode == 2, refused.stderr[-2000:]
+    assert "micro_batching" in refused.stderr and "fix:" in refused.stderr
+    assert "--skip-conformance" in refused.stderr and "Traceback" not in refused.stderr
+    assert not (tmp_path / "r").exists()
+    forced = harness(plugin_site, "run", "local_mean", *args, "--out", "r", "--skip-conformance",
+                     cwd=tmp_path)  # fmt: skip
+    assert forced.returncode == 0, forced.stderr[-2000:]
+    assert (tmp_path / "r" / "metrics.jsonl").exists()
 
 
 def test_check_plugin_of_an_unknown_name_exits_2(plugin_site, tmp_path):

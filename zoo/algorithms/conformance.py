@@ -339,6 +339,28 @@ CHECKS: dict[str, Callable[[type[Algorithm], Overrides], CheckResult]] = {
 }
 
 
+FIXES: dict[str, str] = {
+    "reinforce_on_policy": "on-policy (ratio 1, no clip binding, beta 0) the gradient must "
+    "be REINFORCE's, -A_i * grad log pi aggregated as the class's `aggregation` says: check "
+    "the sign of the surrogate and that `aggregation` names the reduction the loss uses",
+    "zero_advantages": "with every advantage 0 and beta 0 the loss and its gradient must be "
+    "0: do not add terms that do not depend on the advantages (or scale them by beta)",
+    "padding": "read only the tokens batch.mask marks: mask every per-token term before "
+    "reducing (zoo.core.losses.aggregate does)",
+    "micro_batching": "the loss must be additive over micro-batches: reduce with the shared "
+    "`aggregate(values, batch, mode)` or divide by the batch's global counts "
+    "(batch.num_tokens, batch.num_sequences), never by the micro-batch's own",
+    "clipping": "outside the clip range the declared clip must bind: zero gradient there "
+    "(clip_style 'zero') or a capped weight ('cap'), as the class declares",
+    "sequence_level": "a sequence-level algorithm gives every token of a response the same "
+    "ratio (length-normalised), and clips it per sequence",
+    "off_policy": "the metrics in `mechanism` must be idle on-policy and act (and change the "
+    "gradient) when the ratios move: report them from the loss, and make them measure the "
+    "clip, cap or gate the loss applies",
+}
+"""How to repair a failed property, as `harness run` says before refusing a plugin."""
+
+
 def run_conformance(
     algorithm_cls: type[Algorithm], overrides: Overrides = NONE
 ) -> list[CheckResult]:
@@ -353,4 +375,4 @@ def run_conformance(
     return results
 
 
-__all__ = ["CHECKS", "CheckResult", "run_conformance"]
+__all__ = ["CHECKS", "FIXES", "CheckResult", "run_conformance"]

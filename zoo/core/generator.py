@@ -11,46 +11,18 @@ thread unless OMP_NUM_THREADS is set, so we set it to the current thread count.
 
 from __future__ import annotations
 
-import functools
 import logging
 import os
 import sys
-import time
-from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from zoo.core.sampling import SamplingConfig, counts_busy
 from zoo.core.types import Completion
 
-
-@dataclass
-class SamplingConfig:
-    temperature: float = 1.0
-    """Sampling temperature T: tokens are drawn from softmax(logits / T), and the logprobs
-    reported are of that distribution (the trainer scores tokens at the same T)."""
-    top_p: float = 1.0
-    max_tokens: int = 6
-    """Generation budget L_max: new tokens per response."""
-    ignore_eos: bool = False
-    """Always generate max_tokens (benchmarks: fixed lengths from random-weight models)."""
-
-
-def counts_busy(generate: Callable) -> Callable:
-    """Adds each call's wall seconds to ``self.busy_seconds`` (the loop's generator
-    idle-time metric)."""
-
-    @functools.wraps(generate)
-    def timed(self: Any, *args: Any, **kwargs: Any) -> Any:
-        start = time.perf_counter()
-        try:
-            return generate(self, *args, **kwargs)
-        finally:
-            self.busy_seconds += time.perf_counter() - start
-
-    return timed
+__all__ = ["GENERATOR_BACKENDS", "SamplingConfig", "VLLMGenerator", "make_generator"]
 
 
 class VLLMGenerator:
@@ -100,6 +72,9 @@ class VLLMGenerator:
                 # The CPU default (256) runs a 1024-sample step in four waves; one wave
                 # gives identical samples (per-request seeds) ~6% faster (benchmarks/).
                 max_num_seqs=1024,
+                # vLLM passes its load bar's `disable` itself, so tqdm's own switch
+                # (TQDM_DISABLE, which `harness run` sets unless --verbose) needs relaying.
+                use_tqdm_on_load=not os.environ.get("TQDM_DISABLE"),
                 **engine_args,
             )
         finally:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import torch
 
-from zoo.core.generator import SamplingConfig, counts_busy
+from zoo.core.sampling import SamplingConfig, counts_busy
 from zoo.core.types import Completion
 
 

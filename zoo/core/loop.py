@@ -60,6 +60,19 @@ WEIGHT_SYNCS = ("rdma", "endpoint")
 MODES = ("sync", "async")
 """sync: sample with the current weights, then train. async: generation of the next
 batches overlaps training on this one (sampled by weights at most max_policy_age old)."""
+DEVICES = ("auto", "cpu", "cuda")
+"""Where the trainer, reference and generator run (RunConfig.device)."""
+CHOICES: dict[str, tuple[str, ...]] = {
+    "init": INITS,
+    "generator": GENERATOR_BACKENDS,
+    "device": DEVICES,
+    "placement": PLACEMENTS,
+    "mode": MODES,
+    "weight_sync": WEIGHT_SYNCS,
+    "correction": CORRECTIONS,
+}
+"""The valid values of RunConfig's string fields that have a fixed set: ``validate`` and
+the command line (harness/cli.py builds its flags from RunConfig) read them here."""
 
 
 @dataclass
@@ -71,19 +84,29 @@ class RunConfig:
     the earlier on-policy recipe (one update per batch at lr 2e-4), in which no clip acts."""
 
     algorithm: str = "grpo"
+    """Registered algorithm name (``harness list algorithms``)."""
     env: str = "arithmetic"
+    """Registered environment name (``harness list envs``)."""
     model: str = "tiny"
+    """Model preset (``harness list models``) or a local Hugging Face Qwen3 folder."""
     seed: int = 0
+    """Seeds the prompts' order, the sampler and the trainer's initial state."""
     steps: int = 150
+    """Rollout batches (loop steps) to train on when no budget is given."""
     prompts_per_step: int = 128
-    """Groups per optimizer step."""
+    """Prompts (groups of ``group_size`` completions) per rollout batch."""
     group_size: int = 8
     """G: completions sampled per prompt."""
     max_response_len: int = 6
     """Generation budget L_max in tokens."""
     temperature: float = 1.0
+    """Sampling temperature T > 0; the trainer, reference and old-log-prob passes score
+    tokens at the same T."""
     lr: float = 5e-5
+    """AdamW learning rate."""
     grad_clip: float = 1.0
+    """Clip the gradient's global norm to this before each optimizer step (> 0; inf: no
+    clipping)."""
     micro_batch_size: int = 0
     """Sequences per forward/backward in the trainer; 0 = the whole mini-batch. Memory only."""
     mini_batches: int = 4
@@ -189,6 +212,8 @@ class RunConfig:
             )
         if not self.lr > 0 or self.temperature < 0:
             raise ConfigError("lr must be > 0 and temperature >= 0")
+        if not self.grad_clip > 0:
+            raise ConfigError(f"grad_clip must be > 0 (inf: no clipping), got {self.grad_clip}")
         if self.temperature == 0:
             raise ConfigError(
                 f"temperature 0 is greedy decoding: the {self.group_size} samples of a group "
@@ -208,15 +233,7 @@ class RunConfig:
                 "need 0 < correction_low <= 1 <= correction_high and correction_cap >= 1, got "
                 f"{self.correction_low}, {self.correction_high}, {self.correction_cap}"
             )
-        for name, valid in (
-            ("init", INITS),
-            ("generator", GENERATOR_BACKENDS),
-            ("device", ("auto", "cpu", "cuda")),
-            ("placement", PLACEMENTS),
-            ("mode", MODES),
-            ("weight_sync", WEIGHT_SYNCS),
-            ("correction", CORRECTIONS),
-        ):
+        for name, valid in CHOICES.items():
             if getattr(self, name) not in valid:
                 raise ConfigError(
                     f"unknown {name} {getattr(self, name)!r}; valid: {', '.join(valid)}"

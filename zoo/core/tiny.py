@@ -86,19 +86,22 @@ TINY_PRESETS = {
 """Model presets built here, by name (zoo.core.models resolves them)."""
 
 
+WARM_START_EVAL_TOKENS = {"arithmetic": 6, "pyfunc": 9}
+"""Max new tokens of the warm start's greedy evaluation, per task (its longest answer)."""
+
+
 def warm_start_task(recipe: TinyRecipe):
-    """(env, reference answer of a prompt, max new tokens of the greedy evaluation)."""
-    if recipe.task == "arithmetic":
-        from zoo.envs.arithmetic import Arithmetic
+    """(env, reference answer of a prompt, max new tokens of the greedy evaluation). The
+    env comes from the registry by name, as a run's does (pyfunc's validation functions
+    are scored in the sandbox)."""
+    from zoo.envs import get_env
 
-        env = Arithmetic()
-        return env, env.reference_answer, 6
-    if recipe.task == "pyfunc":
-        from zoo.envs.pyfunc import PyFunc
-
-        env = PyFunc()  # validation: train functions set aside, scored in the sandbox
-        return env, env.reference_answer, 9
-    raise ValueError(f"unknown warm-start task {recipe.task!r}; valid: arithmetic, pyfunc")
+    if recipe.task not in WARM_START_EVAL_TOKENS:
+        raise ValueError(
+            f"unknown warm-start task {recipe.task!r}; valid: {', '.join(WARM_START_EVAL_TOKENS)}"
+        )
+    env = get_env(recipe.task)
+    return env, env.reference_answer, WARM_START_EVAL_TOKENS[recipe.task]
 
 
 def cache_dir() -> Path:

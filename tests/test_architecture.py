@@ -1,0 +1,118 @@
+"""The import graph of zoo/ and harness/: no cycles, and no module imports a layer above
+its own (docs/architecture.md's table). Every import counts, the ones inside functions
+too; imports under ``if TYPE_CHECKING:`` do not (they never run)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+from harness_cli import REPO
+
+# Lowest first. A module may import its own layer and the layers below it.
+LAYERS: list[tuple[str, tuple[str, ...]]] = [
+    ("contracts", ("zoo", "zoo.core", "zoo.core.types", "zoo.core.config", "zoo.core.registry",
+                   "zoo.core.losses", "zoo.core.progress")),
+    ("plugins", ("zoo.algorithms", "zoo.envs")),
+    ("models", ("zoo.core.models", "zoo.core.tiny", "zoo.core.tokenizer", "zoo.core.sharding")),
+    ("services", ("zoo.core.sampling", "zoo.core.generator", "zoo.core.hf_generator",
+                  "zoo.core.trainer", "zoo.core.reference", "zoo.core.offpolicy",
+                  "zoo.core.ledger", "zoo.core.evaluation")),
+    ("placement", ("zoo.core.placement", "zoo.core.placement_config")),
+    ("loop", ("zoo.core.loop", "zoo.core.checkpoint", "zoo.core.runlog")),
+    ("harness", ("harness",)),
+]  # fmt: skip
+
+
+def module_names() -> dict[str, Path]:
+    found = {}
+    for path in [*REPO.glob("zoo/**/*.py"), *REPO.glob("harness/*.py")]:
+        parts = path.relative_to(REPO).with_suffix("").parts
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        found[name] = path
+    return found
+
+
+def layer_of(module: str) -> int:
+    """Index of the layer whose longest listed prefix matches ``module``."""
+    best, best_len = None, -1
+    for i, (_, prefixes) in enumerate(LAYERS):
+        for prefix in prefixes:
+            if (module == prefix or module.startswith(prefix + ".")) and len(prefix) > best_len:
+                best, best_len = i, len(prefix)
+    assert best is not None, f"{module} is in no layer: add it to LAYERS and the docs"
+    return best
+
+
+def imports_of(path: Path, modules: dict[str, Path]) -> set[str]:
+    tree = ast.parse(path.read_text())
+    skipped = set()
+    for node in ast.walk(tree):  # the bodies of `if TYPE_CHECKING:`
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            skipped |= {id(n) for stmt in node.body for n in ast.walk(stmt)}
+    out = set()
+    for node in ast.walk(tree):
+        if id(node) in skipped:
+            continue
+        if isinstance(node, ast.Import):
+            out |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            out.add(node.module)
+            out |= {f"{node.module}.{a.name}" for a in node.names}
+    return {m for m in out if m in modules}
+
+
+def graph() -> dict[str, set[str]]:
+    modules = module_names()
+    return {name: imports_of(path, modules) - {name} for name, path in modules.items()}
+
+
+def test_every_module_has_a_layer_and_no_import_points_upward():
+    upward = [
+        f"{a} ({LAYERS[layer_of(a)][0]}) imports {b} ({LAYERS[layer_of(b)][0]})"
+        for a, targets in graph().items()
+        for b in targets
+        if layer_of(b) > layer_of(a)
+    ]
+    assert upward == []
+
+
+def test_core_modules_reach_plugins_only_through_their_registries():
+    concrete = [
+        f"{a} imports {b}"
+        for a, targets in graph().items()
+        if a.startswith("zoo.core")
+        for b in targets
+        if b.startswith(("zoo.algorithms.", "zoo.envs."))
+    ]
+    assert concrete == []
+
+
+def test_the_import_graph_has_no_cycles():
+    edges = graph()
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    cycles = []
+
+    def visit(node: str, path: list[str]) -> None:
+        state[node] = 1
+        for nxt in sorted(edges[node]):
+            if state.get(nxt) == 1:
+                cycles.append([*path[path.index(nxt) :], nxt])
+            elif nxt not in state:
+                visit(nxt, [*path, nxt])
+        state[node] = 2
+
+    for start in sorted(edges):
+        if start not in state:
+            visit(start, [start])
+    assert cycles == []
+
+
+def test_the_walk_sees_function_level_imports_and_skips_type_checking_ones(tmp_path):
+    source = tmp_path / "m.py"
+    source.write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import zoo.core.loop\n"
+        "def f():\n    from zoo.core import trainer\n"
+    )
+    modules = module_names()
+    assert imports_of(source, modules) == {"zoo.core", "zoo.core.trainer"}
