@@ -45,7 +45,9 @@ def forge_zoo_steps(
     """Median wall seconds of forge-zoo's RL step (RLLoop.step) and of its phases, GRPO
     with beta 0, after ``warmup`` steps; ``run``: further RunConfig fields (mode,
     weight_sync). Per-step idle seconds of trainer and generator are medians too."""
-    from zoo.core.loop import RLLoop, RunConfig, build_services
+    from zoo.core.loop import RLLoop
+    from zoo.core.run_config import RunConfig
+    from zoo.core.wiring import build_services
 
     cfg = RunConfig(
         model=str(model), init=init, generator=generator_backend, device="cpu",

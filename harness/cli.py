@@ -147,9 +147,9 @@ TYPE_METAVARS = {int: "N", float: "X", str: "NAME"}
 
 def add_training_arguments(p: argparse.ArgumentParser) -> None:
     """Options shared by `run` and `compare`: one flag per RunConfig field (its docstring
-    is the help, its type the parser, ``zoo.core.loop.CHOICES`` its valid values), so the
+    is the help, its type the parser, ``zoo.core.run_config.CHOICES`` its valid values), so the
     command line cannot drift from the config."""
-    from zoo.core.loop import CHOICES, REAL_MODEL_DEFAULTS, RunConfig, run_defaults
+    from zoo.core.run_config import CHOICES, REAL_MODEL_DEFAULTS, RunConfig, run_defaults
 
     docs = field_docs(RunConfig)
     types = typing.get_type_hints(RunConfig)
@@ -272,7 +272,7 @@ def apply_placement_file(args: argparse.Namespace) -> dict:
 
 
 def run_config(args: argparse.Namespace, algorithm: str, env: str, seed: int):
-    from zoo.core.loop import RunConfig, run_defaults
+    from zoo.core.run_config import RunConfig, run_defaults
 
     defaults = run_defaults(args.model)
     for name, value in defaults.items():  # options left unset take the model's defaults
@@ -317,8 +317,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def _train(cfg, out: Path, args: argparse.Namespace) -> list[dict]:
     from harness.runner import execute_run
-    from zoo.core.loop import build_services
     from zoo.core.progress import add_run_task, make_progress, run_columns, update_run_task
+    from zoo.core.wiring import build_services
 
     services = build_services(cfg, quiet=args.quiet)
     with make_progress(args.quiet, *run_columns()) as progress:
@@ -495,8 +495,8 @@ def print_models() -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from zoo.core.loop import run_defaults
     from zoo.core.models import MODEL_PRESETS, TINY_MODELS, memory_estimate, model_shape
+    from zoo.core.run_config import run_defaults
 
     gib = "{:.2f}".format
     table = Table(title="models (memory in GiB, one process, GRPO with a reference model)")

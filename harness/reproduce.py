@@ -13,8 +13,10 @@ from typing import Any
 
 from harness.runner import execute_run, read_metrics
 from zoo.core.config import ConfigError
-from zoo.core.loop import RunConfig, build_services, resolved_config
+from zoo.core.loop import resolved_config
+from zoo.core.run_config import RunConfig
 from zoo.core.runlog import is_timing_key, machine, package_versions, start_weights
+from zoo.core.wiring import build_services
 
 
 @dataclass

@@ -14,8 +14,10 @@ from typing import Any
 
 from zoo.core.checkpoint import has_checkpoint, load_checkpoint, save_checkpoint
 from zoo.core.config import ConfigError
-from zoo.core.loop import RLLoop, RunConfig, Services, resolved_config
+from zoo.core.loop import RLLoop, resolved_config
+from zoo.core.run_config import RunConfig
 from zoo.core.runlog import RunWriter, now_iso, start_weights
+from zoo.core.wiring import Services
 
 COMPLETE = "complete.json"
 

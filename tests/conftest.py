@@ -45,10 +45,12 @@ def loop_for(tiny_path: Path, generator):
 
     from zoo.algorithms import get_algorithm
     from zoo.core.ledger import Ledger
-    from zoo.core.loop import RLLoop, RunConfig, Services, trainer_config_of
+    from zoo.core.loop import RLLoop
     from zoo.core.models import ModelShape, load_hf_state_dict
     from zoo.core.reference import Reference
+    from zoo.core.run_config import RunConfig
     from zoo.core.trainer import Trainer
+    from zoo.core.wiring import Services, trainer_config_of
     from zoo.envs import get_env
 
     start = load_hf_state_dict(tiny_path)

@@ -19,7 +19,8 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
                   "zoo.core.trainer", "zoo.core.reference", "zoo.core.offpolicy",
                   "zoo.core.ledger", "zoo.core.evaluation")),
     ("placement", ("zoo.core.placement", "zoo.core.placement_config")),
-    ("loop", ("zoo.core.loop", "zoo.core.checkpoint", "zoo.core.runlog")),
+    ("loop", ("zoo.core.run_config", "zoo.core.wiring", "zoo.core.rollout", "zoo.core.loop",
+              "zoo.core.checkpoint", "zoo.core.runlog")),
     ("harness", ("harness",)),
 ]  # fmt: skip
 

@@ -13,7 +13,7 @@ import torch
 from harness.runner import execute_run, read_metrics
 from zoo.core import checkpoint
 from zoo.core.checkpoint import SAVE_STAGES, checkpoint_step, current, has_checkpoint
-from zoo.core.loop import RunConfig
+from zoo.core.run_config import RunConfig
 from zoo.core.runlog import is_timing_key
 
 

@@ -46,7 +46,7 @@ def test_every_run_config_field_is_reachable_from_the_command_line():
     import typing
 
     from harness.cli import CLI_OWN_FIELDS, build_parser, run_config
-    from zoo.core.loop import CHOICES, RunConfig
+    from zoo.core.run_config import CHOICES, RunConfig
 
     def parse(*flags: str) -> RunConfig:
         args = build_parser().parse_args(["run", "grpo", *flags])

@@ -47,7 +47,7 @@ def test_sampled_metrics_by_hand():
 
 
 def test_evaluate_reports_greedy_and_sampled_metrics_with_fixed_seeds(loop_for):
-    from zoo.core.loop import RunConfig
+    from zoo.core.run_config import RunConfig
 
     loop = loop_for(RunConfig(prompts_per_step=8, eval_samples=8, seed=3))
     first, again = loop.evaluate(), loop.evaluate()

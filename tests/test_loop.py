@@ -9,7 +9,7 @@ import math
 import pytest
 
 from zoo.algorithms import get_algorithm, list_algorithms
-from zoo.core.loop import RunConfig
+from zoo.core.run_config import RunConfig
 from zoo.core.runlog import RunWriter
 
 BUILTINS = ["cispo", "custom", "dapo", "dr_grpo", "grpo", "gspo", "sapo"]

@@ -20,12 +20,14 @@ from safetensors.torch import load_file
 
 from harness.runner import execute_run, read_metrics
 from zoo.core.config import ConfigError
-from zoo.core.loop import RLLoop, RunConfig, build_services
+from zoo.core.loop import RLLoop
 from zoo.core.models import ModelShape
 from zoo.core.placement import ServiceFailure
 from zoo.core.placement_config import PlacementConfig
+from zoo.core.run_config import RunConfig
 from zoo.core.runlog import is_timing_key
 from zoo.core.sharding import check_tensor_parallel
+from zoo.core.wiring import build_services
 
 
 def numbers(records: list[dict]) -> list[dict]:

@@ -177,7 +177,7 @@ class FakeLoop:
 
 def test_execute_run_records_sessions_and_the_finish(tmp_path, monkeypatch, fresh_process_state):
     import harness.runner as runner
-    from zoo.core.loop import RunConfig
+    from zoo.core.run_config import RunConfig
 
     model = tmp_path / "model"
     model.mkdir()
@@ -231,7 +231,7 @@ def test_execute_run_records_sessions_and_the_finish(tmp_path, monkeypatch, fres
 
 def test_a_resume_keeps_the_experiments_first_command_and_date(tmp_path, monkeypatch):
     import harness.experiment as experiment
-    from zoo.core.loop import RunConfig
+    from zoo.core.run_config import RunConfig
 
     cfgs = [RunConfig(algorithm="grpo", seed=s) for s in range(2)]
     times = iter(["2026-01-01T00:00:00+00:00", "2026-01-02T00:00:00+00:00",

@@ -17,7 +17,7 @@ import torch
 from harness_cli import run_harness
 
 from zoo.core.config import ConfigError
-from zoo.core.loop import RLLoop, RunConfig, build_services, prompt_encoder
+from zoo.core.loop import RLLoop
 from zoo.core.models import (
     CHATML_TEMPLATE,
     QWEN3_SHAPES,
@@ -27,8 +27,10 @@ from zoo.core.models import (
     resolve_model,
     titan_qwen3_config,
 )
+from zoo.core.run_config import RunConfig
 from zoo.core.tokenizer import save_tokenizer
 from zoo.core.trainer import response_logprobs
+from zoo.core.wiring import build_services, prompt_encoder
 from zoo.envs import Prompt
 
 REVISION = "0123456789abcdef0123456789abcdef01234567"

@@ -14,8 +14,9 @@ import torch
 from zoo.algorithms import get_algorithm
 from zoo.core.config import ConfigError
 from zoo.core.generator import SamplingConfig
-from zoo.core.loop import RunConfig, rollout_batch
 from zoo.core.reference import Reference
+from zoo.core.rollout import rollout_batch
+from zoo.core.run_config import RunConfig
 from zoo.core.trainer import RolloutBatch, Trainer, TrainerConfig, response_logprobs
 from zoo.envs import get_env
 

@@ -1,0 +1,273 @@
+"""What defines a run: ``RunConfig``, its valid choices, validation and size-dependent
+defaults. The command line is generated from these fields (harness/cli.py), and every run
+records them in its config.json."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from zoo.core.config import ConfigError
+from zoo.core.generator import GENERATOR_BACKENDS
+from zoo.core.models import INITS, TINY_MODELS, ModelSpec, resolve_model
+from zoo.core.offpolicy import CORRECTIONS
+
+PLACEMENTS = ("local", "monarch")
+"""Where services run (RunConfig.placement); the Monarch one is zoo.core.placement."""
+WEIGHT_SYNCS = ("rdma", "endpoint")
+"""Monarch weight-sync backends (TorchStore is not one: docs/stack.md, README)."""
+MODES = ("sync", "async")
+"""sync: sample with the current weights, then train. async: generation of the next
+batches overlaps training on this one (sampled by weights at most max_policy_age old)."""
+DEVICES = ("auto", "cpu", "cuda")
+"""Where the trainer, reference and generator run (RunConfig.device)."""
+CHOICES: dict[str, tuple[str, ...]] = {
+    "init": INITS,
+    "generator": GENERATOR_BACKENDS,
+    "device": DEVICES,
+    "placement": PLACEMENTS,
+    "mode": MODES,
+    "weight_sync": WEIGHT_SYNCS,
+    "correction": CORRECTIONS,
+}
+"""The valid values of RunConfig's string fields that have a fixed set: ``validate`` and
+the command line (harness/cli.py builds its flags from RunConfig) read them here."""
+
+
+@dataclass
+class RunConfig:
+    """Everything that defines a run. Defaults: the tiny model's recipe, calibrated on this
+    project's CPU machines (README, "Training regime"): 128 prompts x 8 samples per
+    rollout batch, trained in 4 mini-batches at lr 5e-5, temperature 1, grad clip 1. There
+    GRPO's clip acts on ~0.8% of tokens (papers: 0.1-1%) and the model learns as fast as
+    the earlier on-policy recipe (one update per batch at lr 2e-4), in which no clip acts."""
+
+    algorithm: str = "grpo"
+    """Registered algorithm name (``harness list algorithms``)."""
+    env: str = "arithmetic"
+    """Registered environment name (``harness list envs``)."""
+    model: str = "tiny"
+    """Model preset (``harness list models``) or a local Hugging Face Qwen3 folder."""
+    seed: int = 0
+    """Seeds the prompts' order, the sampler and the trainer's initial state."""
+    steps: int = 150
+    """Rollout batches (loop steps) to train on when no budget is given."""
+    prompts_per_step: int = 128
+    """Prompts (groups of ``group_size`` completions) per rollout batch."""
+    group_size: int = 8
+    """G: completions sampled per prompt."""
+    max_response_len: int = 6
+    """Generation budget L_max in tokens."""
+    temperature: float = 1.0
+    """Sampling temperature T > 0; the trainer, reference and old-log-prob passes score
+    tokens at the same T."""
+    lr: float = 5e-5
+    """AdamW learning rate."""
+    grad_clip: float = 1.0
+    """Clip the gradient's global norm to this before each optimizer step (> 0; inf: no
+    clipping)."""
+    micro_batch_size: int = 0
+    """Sequences per forward/backward in the trainer; 0 = the whole mini-batch. Memory only."""
+    mini_batches: int = 4
+    """Optimizer steps per rollout batch and pass: the batch's groups are split into this
+    many mini-batches (verl: train batch / ppo_mini_batch_size; TRL: steps_per_generation).
+    Every update after the first sees a ratio away from 1: where clips, caps and gates act.
+    1 (with epochs 1) is the on-policy regime, in which they never do."""
+    epochs: int = 1
+    """Passes over each rollout batch (verl: ppo_epochs; TRL: num_iterations)."""
+    correction: str = "none"
+    """Trainer-sampler mismatch correction (zoo.core.offpolicy): none, tis (truncated
+    importance sampling), mis-token / mis-sequence (masked importance sampling), bypass
+    (the sampler's log-probs as the old policy)."""
+    correction_cap: float = 2.0
+    """tis: the cap C on pi_old / pi_sampler per token."""
+    correction_low: float = 0.5
+    """mis-*: the lowest pi_old / pi_sampler kept (IcePop's 0.5)."""
+    correction_high: float = 5.0
+    """mis-*: the highest pi_old / pi_sampler kept (IcePop's 5)."""
+    max_sampling_rounds: int = 10
+    """Bound on refills when the algorithm drops groups (DAPO's dynamic sampling)."""
+    eval_every: int = 25
+    """Greedy evaluation on the held-out split every this many steps (and at 0 and end)."""
+    eval_samples: int = 8
+    """Sampled completions per held-out prompt at each evaluation, at the run's
+    temperature, for pass@k (k in 1, 4, 8, up to this) and mean reward
+    (zoo.core.evaluation); 0: greedy accuracy only."""
+    budget_flops: float = 0.0
+    """If > 0: stop once the ledger's model FLOPs reach it (all phases), not at ``steps``."""
+    budget_samples: int = 0
+    """If > 0: stop once this many completions have been generated (dropped ones count)."""
+    budget_seconds: float = 0.0
+    """If > 0: stop once this many wall seconds of training have passed."""
+    eval_points: int = 8
+    """With a budget: evaluate when 1/K, 2/K, ... K/K of it is spent (same points for all
+    algorithms; evaluation is not charged to the budget)."""
+    checkpoint_every: int = 10
+    """Save a resumable checkpoint every this many steps, and at the end (0: end only).
+    After a crash the run resumes from the last one; metrics after it are re-done."""
+    model_path: str = ""
+    """Hugging Face checkpoint folder for ``model`` (overrides the preset's lookup)."""
+    init: str = "pretrained"
+    """"random": the model's architecture with random weights (throughput without weights)."""
+    generator: str = "auto"
+    """Generation backend: vllm, hf (transformers), or auto (vLLM where it imports)."""
+    placement: str = "local"
+    """Where services run: local (this process) or monarch (generator, trainer and
+    reference each in their own process, as Monarch actors; zoo.core.placement)."""
+    mode: str = "sync"
+    """sync, or async: the generator samples the next batches while the trainer trains on
+    this one (needs --placement monarch, where they are separate processes)."""
+    max_policy_age: int = 1
+    """Async mode: batches are requested this many optimizer steps ahead; a sample whose
+    weights are older than this many steps at training time is dropped (and counted)."""
+    weight_sync: str = "rdma"
+    """Monarch placement: how weights reach the generators. rdma: the generators read the
+    trainer's weights from a registered buffer (Monarch RDMA; a TCP fallback on machines
+    without RDMA NICs); endpoint: the state dict travels in messages, through the loop."""
+    distributed: dict[str, Any] = field(default_factory=dict)
+    """Monarch placement: processes per service (zoo.core.placement_config; a placement
+    file's contents). Empty: one process each."""
+    device: str = "auto"
+    """Where the trainer, reference and generator run: cpu, cuda, or auto (cuda when
+    available). On cuda the trainer computes in bf16 and generation is bf16."""
+    algorithm_config: dict[str, Any] = field(default_factory=dict)
+    env_config: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def budget(self) -> tuple[str, float]:
+        """(unit, amount) of what ends the run: flops, samples, seconds or steps."""
+        chosen = [
+            (unit, float(v))
+            for unit, v in (
+                ("flops", self.budget_flops),
+                ("samples", self.budget_samples),
+                ("seconds", self.budget_seconds),
+            )
+            if v
+        ]
+        if len(chosen) > 1:
+            raise ConfigError(f"give one budget, not {', '.join(u for u, _ in chosen)}")
+        return chosen[0] if chosen else ("steps", float(self.steps))
+
+    def validate(self) -> None:
+        for name in (
+            "steps",
+            "prompts_per_step",
+            "max_response_len",
+            "max_sampling_rounds",
+            "eval_every",
+            "eval_points",
+        ):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if min(self.budget_flops, self.budget_samples, self.budget_seconds) < 0:
+            raise ConfigError("budgets must be >= 0")
+        if self.eval_samples < 0:
+            raise ConfigError(f"eval_samples must be >= 0 (0: greedy only): {self.eval_samples}")
+        self.budget  # noqa: B018 (raises on several budgets)
+        if self.group_size < 2:
+            raise ConfigError(
+                f"group_size must be >= 2 (group advantages need a baseline), got {self.group_size}"
+            )
+        if not self.lr > 0 or self.temperature < 0:
+            raise ConfigError("lr must be > 0 and temperature >= 0")
+        if not self.grad_clip > 0:
+            raise ConfigError(f"grad_clip must be > 0 (inf: no clipping), got {self.grad_clip}")
+        if self.temperature == 0:
+            raise ConfigError(
+                f"temperature 0 is greedy decoding: the {self.group_size} samples of a group "
+                "would be identical, so every group advantage is 0 and nothing is learned; "
+                "use a temperature > 0 (1.0 samples the policy itself)"
+            )
+        for name in ("mini_batches", "epochs"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.mini_batches > self.prompts_per_step:
+            raise ConfigError(
+                f"mini_batches {self.mini_batches} > prompts_per_step {self.prompts_per_step}: "
+                "a mini-batch holds whole groups, at least one"
+            )
+        if not 0 < self.correction_low <= 1 <= self.correction_high or self.correction_cap < 1:
+            raise ConfigError(
+                "need 0 < correction_low <= 1 <= correction_high and correction_cap >= 1, got "
+                f"{self.correction_low}, {self.correction_high}, {self.correction_cap}"
+            )
+        for name, valid in CHOICES.items():
+            if getattr(self, name) not in valid:
+                raise ConfigError(
+                    f"unknown {name} {getattr(self, name)!r}; valid: {', '.join(valid)}"
+                )
+
+        if self.max_policy_age < 1:
+            raise ConfigError(f"max_policy_age must be >= 1, got {self.max_policy_age}")
+        if self.placement != "monarch" and (self.mode == "async" or self.distributed):
+            what = "asynchronous mode" if self.mode == "async" else "a placement file"
+            raise ConfigError(
+                f"{what} needs --placement monarch (generation and training overlap only "
+                "when they run in processes of their own)"
+            )
+        if self.distributed:
+            from zoo.core.placement_config import PlacementConfig
+
+            PlacementConfig.from_dict(self.distributed)
+
+    @classmethod
+    def from_record(cls, run: dict[str, Any]) -> RunConfig:
+        """The config a run recorded in its config.json (``["run"]``). Fields added since
+        take their defaults, unless the default changes what such a run did: a run
+        recorded before forge-zoo trained in mini-batches is refused, with the reason."""
+        missing = [k for k in PREDATES_REGIME if k not in run]
+        if missing:
+            raise ConfigError(
+                f"this run was recorded by an older forge-zoo (before {', '.join(missing)} "
+                "existed: one optimizer step per rollout batch, the trainer's own log-probs "
+                "as the old policy, the old-log-prob pass not charged); this version would "
+                "give other numbers. Check out the commit its config.json records to "
+                "re-run or continue it"
+            )
+        return cls(**{**ADDED_LATER, **run})
+
+    def resolved_device(self) -> str:
+        if self.device == "auto":
+            return "cuda" if torch.cuda.is_available() else "cpu"
+        if self.device == "cuda" and not torch.cuda.is_available():
+            raise ConfigError("--device cuda, but torch sees no CUDA device here; use cpu")
+        return self.device
+
+    def model_spec(self, quiet: bool = True) -> ModelSpec:
+        return resolve_model(self.model, quiet=quiet, model_path=self.model_path, init=self.init)
+
+
+PREDATES_REGIME = ("mini_batches", "epochs")
+"""Run-config fields whose absence marks a run recorded before several updates per
+rollout batch (RunConfig.from_record)."""
+
+ADDED_LATER = {"eval_samples": 0}
+"""Fields added since runs were first recorded, with the value that reproduces what a
+run recorded without them did (RunConfig.from_record)."""
+
+
+REAL_MODEL_DEFAULTS = {
+    "prompts_per_step": 64,
+    "group_size": 8,
+    "max_response_len": 1024,
+    "lr": 1e-6,
+    "micro_batch_size": 8,
+    "mini_batches": 4,
+    "epochs": 1,
+}
+"""Where a run of a real model starts when the command line does not say: the scale of
+published GRPO/DAPO recipes for 1-8B models (lr 1e-6, G = 8 or 16, responses of ~1k
+tokens for GSM8K-level math), cut to a batch one GPU node handles, trained in 4
+mini-batches per rollout batch (verl's common train / mini-batch ratio; DAPO uses 16).
+Not measured here (no GPU): a starting point."""
+
+
+def run_defaults(model: str) -> dict[str, Any]:
+    """Batch, lengths and learning rate for ``model``: docs/training.md's recipe
+    (RunConfig's defaults) for the tiny presets, REAL_MODEL_DEFAULTS for anything else."""
+    if model in TINY_MODELS:
+        return {name: getattr(RunConfig, name) for name in REAL_MODEL_DEFAULTS}
+    return dict(REAL_MODEL_DEFAULTS)

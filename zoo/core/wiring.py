@@ -1,0 +1,143 @@
+"""Wiring a run: the services it needs (generator, trainer, reference, scorer, env,
+algorithm, ledger), built in this process or as Monarch actors, and how prompts become
+token ids. The loop (zoo.core.loop) only calls their methods."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from zoo.algorithms import Algorithm, get_algorithm
+from zoo.core.config import ConfigError
+from zoo.core.generator import make_generator
+from zoo.core.ledger import Ledger
+from zoo.core.models import ModelShape
+from zoo.core.reference import Reference
+from zoo.core.run_config import RunConfig
+from zoo.core.trainer import Trainer, TrainerConfig
+from zoo.envs import Env, Prompt, get_env
+
+
+@dataclass
+class Services:
+    env: Env
+    algorithm: Algorithm
+    generator: Any
+    trainer: Any
+    reference: Any | None
+    encode: Callable[[Prompt], list[int]]
+    """Prompt -> token ids (plain text, or the chat template when the env asks for it)."""
+    ledger: Ledger
+    close: Callable[[], None] = lambda: None
+    """Release what the placement started (the Monarch placement's processes)."""
+    scorer: Any | None = None
+    """Scores completions in processes of their own (the Monarch placement's scorer
+    service); None: the env scores them in this process."""
+    publish_weights: Callable[[], None] | None = None
+    """Send the trainer's current weights and version to every generator. Default: the
+    trainer's Hugging Face state dict passed to ``generator.update_weights``; the Monarch
+    placement's RDMA backend moves them between its processes without the loop."""
+
+    def score_batch(self, prompts: list[Prompt], texts: list[str]) -> list[float]:
+        return (self.scorer or self.env).score_batch(prompts, texts)
+
+    def sync_weights(self) -> None:
+        if self.publish_weights is not None:
+            self.publish_weights()
+        else:
+            self.generator.update_weights(self.trainer.hf_state_dict(), self.trainer.version)
+
+
+def trainer_config_of(cfg: RunConfig, device: str = "cpu") -> TrainerConfig:
+    """The trainer's settings of a run (bf16 on GPUs)."""
+    return TrainerConfig(
+        lr=cfg.lr,
+        grad_clip=cfg.grad_clip,
+        micro_batch_size=cfg.micro_batch_size,
+        mini_batches=cfg.mini_batches,
+        epochs=cfg.epochs,
+        temperature=cfg.temperature,
+        # async: batches sampled by up to max_policy_age older versions are trained on
+        max_policy_age=cfg.max_policy_age if cfg.mode == "async" else 0,
+        mixed_precision="bf16" if device == "cuda" else "none",
+    )
+
+
+def build_services(cfg: RunConfig, quiet: bool = False, generator: Any = None) -> Services:
+    """The run's services, placed as ``cfg.placement`` says. Local: every service in this
+    process; a ``generator`` from an earlier run on the same model is reused (its weights
+    reset to the model's), so comparisons start the engine once. Monarch: generator,
+    trainer and reference in their own processes (zoo.core.placement)."""
+    from transformers import AutoTokenizer
+
+    algorithm = get_algorithm(cfg.algorithm, **cfg.algorithm_config)
+    env = get_env(cfg.env, **cfg.env_config)
+    spec = cfg.model_spec(quiet=quiet)
+    device = cfg.resolved_device()
+    torch.manual_seed(cfg.seed)
+    tokenizer = AutoTokenizer.from_pretrained(spec.path)
+    trainer_config = trainer_config_of(cfg, device)
+    context_len = max_model_len(spec.path, cfg)
+    shared = dict(env=env, algorithm=algorithm, encode=prompt_encoder(tokenizer),
+                  ledger=Ledger(ModelShape.from_hf_dir(spec.path)))  # fmt: skip
+    if cfg.placement == "monarch":
+        from zoo.core.placement import spawn_monarch_services
+
+        remote = spawn_monarch_services(cfg, spec, device, trainer_config,
+                                        algorithm.needs_reference, context_len)  # fmt: skip
+        return Services(**remote, **shared)
+    trainer = Trainer(spec.path, trainer_config, max_response_len=cfg.max_response_len,
+                      init=cfg.init, device=device)  # fmt: skip
+    reference = None
+    if algorithm.needs_reference:
+        reference = Reference(trainer.model, cfg.micro_batch_size, cfg.temperature)
+    if generator is None:
+        # Every sampling request carries its own seed (sampling_seed), so the engine's
+        # global seed never matters; a constant keeps shared and fresh engines identical.
+        generator = make_generator(cfg.generator, spec.path, seed=0, init=cfg.init,
+                                   device=device, max_model_len=context_len)  # fmt: skip
+        if cfg.init == "random":  # the engine started without weights: send the trainer's
+            generator.update_weights(trainer.hf_state_dict(), version=0)
+    else:
+        generator.update_weights(trainer.hf_state_dict(), version=0)
+    return Services(generator=generator, trainer=trainer, reference=reference, **shared)
+
+
+MAX_PROMPT_TOKENS = 1024
+"""Room for the prompt in the generator's context (the math and code envs' chat prompts
+are a few hundred tokens)."""
+
+
+def max_model_len(model_path: Path, cfg: RunConfig) -> int:
+    """The generator's context length: prompt room plus the generation budget, capped at
+    the model's (256 for the tiny presets)."""
+    config = json.loads((Path(model_path) / "config.json").read_text())
+    return min(
+        config.get("max_position_embeddings", 4096), MAX_PROMPT_TOKENS + cfg.max_response_len
+    )
+
+
+def prompt_encoder(tokenizer) -> Callable[[Prompt], list[int]]:
+    """Token ids of a prompt: its chat messages through the tokenizer's chat template when
+    the env set ``meta["messages"]`` (prompt_format "chat"), else its plain text."""
+
+    def encode(prompt: Prompt) -> list[int]:
+        messages = prompt.meta.get("messages")
+        if messages is None:
+            return tokenizer.encode(prompt.text, add_special_tokens=False)
+        if not getattr(tokenizer, "chat_template", None):
+            raise ConfigError(
+                "the env asks for chat-formatted prompts but this model's tokenizer has no "
+                "chat template; use --env-set prompt_format=plain"
+            )
+        ids = tokenizer.apply_chat_template(
+            messages, add_generation_prompt=True, tokenize=True, return_dict=False
+        )
+        return list(ids)
+
+    return encode
