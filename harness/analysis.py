@@ -14,10 +14,9 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
+from harness.fits import bootstrap_fit, extrapolation_check
 from harness.runner import read_metrics
 from harness.stats import (
-    bootstrap_fit,
-    extrapolation_check,
     holm,
     iqm_interval,
     min_detectable_difference,

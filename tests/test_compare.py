@@ -17,7 +17,8 @@ import numpy as np
 import pytest
 from harness_cli import REPO, run_harness
 
-from harness.stats import fit_sigmoid, iqm, sigmoid_curve, stratified_bootstrap_ci
+from harness.fits import fit_sigmoid, sigmoid_curve
+from harness.stats import iqm, stratified_bootstrap_ci
 from zoo.core.runlog import is_timing_key
 
 SMALL = ["--prompts-per-step", "16", "--eval-points", "3", "--checkpoint-every", "2"]

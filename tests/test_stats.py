@@ -10,19 +10,16 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 
+from harness.fits import bootstrap_fit, extrapolation_check, fit_sigmoid, sigmoid_curve
 from harness.stats import (
     MIN_BOOTSTRAP_SEEDS,
-    bootstrap_fit,
     bootstrap_interval_allowed,
-    extrapolation_check,
-    fit_sigmoid,
     holm,
     iqm_interval,
     min_detectable_difference,
     normalised_scores,
     performance_profile,
     probability_of_improvement,
-    sigmoid_curve,
     t_interval,
     tie_groups,
 )
