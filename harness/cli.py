@@ -495,7 +495,8 @@ def print_models() -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from zoo.core.models import MODEL_PRESETS, TINY_MODELS, memory_estimate, model_shape
+    from zoo.core.memory import memory_estimate
+    from zoo.core.models import MODEL_PRESETS, TINY_MODELS, model_shape
     from zoo.core.run_config import run_defaults
 
     gib = "{:.2f}".format

@@ -18,7 +18,8 @@ from harness.runner import execute_run, is_complete
 from zoo.algorithms import get_algorithm
 from zoo.core.config import ConfigError
 from zoo.core.ledger import Ledger
-from zoo.core.models import TINY_MODELS, check_model_name, memory_estimate, model_shape
+from zoo.core.memory import memory_estimate
+from zoo.core.models import TINY_MODELS, check_model_name, model_shape
 from zoo.core.progress import add_run_task, make_progress, run_columns, update_run_task
 from zoo.core.run_config import RunConfig
 from zoo.core.runlog import machine, now_iso, package_versions

@@ -273,7 +273,8 @@ def test_on_gpus_a_split_trainer_counts_its_share_of_the_memory():
     processes share the host's memory: no split."""
     from harness.experiment import check_memory
     from zoo.core.config import ConfigError
-    from zoo.core.models import memory_estimate, model_shape
+    from zoo.core.memory import memory_estimate
+    from zoo.core.models import model_shape
     from zoo.core.run_config import RunConfig
 
     shape = model_shape("qwen3-8b")

@@ -224,7 +224,8 @@ def test_each_builtins_mechanism_acts_in_a_default_run(loop_for, name):
 
 
 def test_the_memory_estimate_counts_the_weights_async_mode_keeps():
-    from zoo.core.models import memory_estimate, model_shape
+    from zoo.core.memory import memory_estimate
+    from zoo.core.models import model_shape
 
     shape = model_shape("qwen3-1.7b")
     sizes = dict(sequences=64, seq_len=512, micro_batch=8, reference=False, compute_bytes=2)
