@@ -112,6 +112,31 @@ def test_seeded_sampling_is_reproducible(generator):
     assert [[c.token_ids for c in g] for g in a] == [[c.token_ids for c in g] for g in b]
 
 
+def test_a_batch_with_more_prompt_tokens_than_one_engine_step_samples_as_small_batches_do(
+    generator,
+):
+    # 128 prompts x 8 samples x 90 tokens = 92k prompt tokens, past the engine's 64k per
+    # step: vLLM spreads them over steps without splitting a prompt (a split prefill
+    # rewinds the seeded generator, which crashed on CPU), and per-request seeds give the
+    # samples the same prompts give in batches of 16.
+    from zoo.core.generator import MAX_BATCHED_TOKENS
+
+    g = torch.Generator().manual_seed(0)
+    prompts = [torch.randint(3, 200, (90,), generator=g).tolist() for _ in range(128)]
+    assert sum(map(len, prompts)) * 8 > MAX_BATCHED_TOKENS
+    seeds = list(range(128))
+    sampling = SamplingConfig(max_tokens=4)
+    whole = generator.generate(prompts, n=8, sampling=sampling, seeds=seeds)
+    parts = []
+    for i in range(0, 128, 16):
+        parts += generator.generate(
+            prompts[i : i + 16], n=8, sampling=sampling, seeds=seeds[i : i + 16]
+        )
+    assert [[c.token_ids for c in group] for group in whole] == [
+        [c.token_ids for c in group] for group in parts
+    ]
+
+
 def test_weight_sync_makes_generator_match_transformers_with_trainer_weights(generator, tiny_path):
     eval_prompts = [list(p.text.encode()) for p in get_env("arithmetic").eval_prompts()[:64]]
     before = greedy(generator, eval_prompts)

@@ -25,6 +25,10 @@ from zoo.core.types import Completion
 __all__ = ["GENERATOR_BACKENDS", "SamplingConfig", "VLLMGenerator", "make_generator"]
 
 
+MAX_BATCHED_TOKENS = 64 * 1024
+"""vLLM's token budget per scheduler step (prompts of a step, each counted once per sample)."""
+
+
 class VLLMGenerator:
     replicas = 1
     """One vLLM engine in this process."""
@@ -65,10 +69,14 @@ class VLLMGenerator:
                 # The sampled token's log-probability under the distribution it was drawn
                 # from (after temperature), not vLLM's default raw_logprobs (temperature 1).
                 logprobs_mode="processed_logprobs",
-                # The CPU backend's default (4096 tokens per scheduler step) makes it chunk
-                # large prefills, and chunked prefill with per-request seeds fails there
-                # ("CPU Generator does not use offset"): schedule whole batches instead.
-                max_num_batched_tokens=64 * 1024,
+                # Tokens per scheduler step: the CPU default (4096) makes many small steps.
+                max_num_batched_tokens=MAX_BATCHED_TOKENS,
+                # Never split a prompt's prefill over steps: for a partial prefill vLLM
+                # rewinds the request's seeded generator (set_offset), which torch's CPU
+                # generators refuse ("CPU Generator does not use offset"), so a batch with
+                # more prompt tokens than one step holds crashed. Whole prompts only, the
+                # rest in later steps: the same samples (per-request seeds), no crash.
+                enable_chunked_prefill=False,
                 # The CPU default (256) runs a 1024-sample step in four waves; one wave
                 # gives identical samples (per-request seeds) ~6% faster (benchmarks/).
                 max_num_seqs=1024,
