@@ -91,6 +91,40 @@ def test_run_help_lists_every_setting_with_its_help():
         assert flag in result.stdout and words in result.stdout, flag
 
 
+def test_prompts_longer_than_the_context_are_refused_before_the_run_or_cut(
+    tiny_model_path, tmp_path
+):
+    # 150-digit operands: 302-token prompts, while the tiny model's 256-token context
+    # leaves 250 next to the 6-token response budget.
+    long = ["--env-set", "digits=150", "--steps", "1", "--prompts-per-step", "8",
+            "--eval-every", "1", "--eval-samples", "0"]  # fmt: skip
+    refused = harness("run", "grpo", *long, "--out", "refused", cwd=tmp_path)
+    assert refused.returncode == 2, refused.stderr[-2000:]
+    assert "500 of 500 held-out prompts do not fit" in refused.stderr
+    assert "--long-prompts truncate-left" in refused.stderr and "Traceback" not in refused.stderr
+    assert not (tmp_path / "refused").exists()
+    cut = harness("run", "grpo", *long, "--long-prompts", "truncate-left", "--out", "cut",
+                  cwd=tmp_path)  # fmt: skip
+    assert cut.returncode == 0, cut.stderr[-2000:]
+    assert "cut to their last 250" in cut.stderr
+    assert [r["step"] for r in read_metrics(tmp_path / "cut")] == [0, 1]
+
+
+@pytest.mark.slow
+def test_a_batch_of_over_100k_prompt_tokens_trains_reproducibly(tiny_model_path, tmp_path):
+    # 50-digit operands: 102-token prompts x 128 x 8 = 104k prompt tokens per batch, past
+    # the engine's 64k per step (this crashed vLLM's seeded sampling on CPU).
+    args = ["run", "grpo", "--env-set", "digits=50", "--steps", "2", "--eval-every", "2",
+            "--eval-samples", "0", "--seed", "5"]  # fmt: skip
+    for out in ("a", "b"):
+        result = harness(*args, "--out", out, cwd=tmp_path)
+        assert result.returncode == 0, result.stderr[-3000:]
+    a, b = (read_metrics(tmp_path / out) for out in ("a", "b"))
+    strip = [{k: v for k, v in r.items() if not is_timing_key(k)} for r in a]
+    assert strip == [{k: v for k, v in r.items() if not is_timing_key(k)} for r in b]
+    assert a[1]["samples"] == 128 * 8
+
+
 SMALL_RUN = ["--steps", "3", "--prompts-per-step", "16", "--eval-every", "2", "--seed", "7"]
 
 

@@ -23,6 +23,8 @@ MODES = ("sync", "async")
 batches overlaps training on this one (sampled by weights at most max_policy_age old)."""
 DEVICES = ("auto", "cpu", "cuda")
 """Where the trainer, reference and generator run (RunConfig.device)."""
+LONG_PROMPTS = ("refuse", "truncate-left")
+"""What a run does with a prompt longer than the context leaves for it (RunConfig)."""
 CHOICES: dict[str, tuple[str, ...]] = {
     "init": INITS,
     "generator": GENERATOR_BACKENDS,
@@ -31,6 +33,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "mode": MODES,
     "weight_sync": WEIGHT_SYNCS,
     "correction": CORRECTIONS,
+    "long_prompts": LONG_PROMPTS,
 }
 """The valid values of RunConfig's string fields that have a fixed set: ``validate`` and
 the command line (harness/cli.py builds its flags from RunConfig) read them here."""
@@ -129,6 +132,10 @@ class RunConfig:
     distributed: dict[str, Any] = field(default_factory=dict)
     """Monarch placement: processes per service (zoo.core.placement_config; a placement
     file's contents). Empty: one process each."""
+    long_prompts: str = "refuse"
+    """A prompt longer than the context leaves next to the response budget: refuse (the
+    run stops with the count of such held-out prompts before it starts, or names the train
+    prompt when it comes) or truncate-left (keep its last tokens, with a warning)."""
     device: str = "auto"
     """Where the trainer, reference and generator run: cpu, cuda, or auto (cuda when
     available). On cuda the trainer computes in bf16 and generation is bf16."""

@@ -5,6 +5,7 @@ token ids. The loop (zoo.core.loop) only calls their methods."""
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -83,7 +84,9 @@ def build_services(cfg: RunConfig, quiet: bool = False, generator: Any = None) -
     tokenizer = AutoTokenizer.from_pretrained(spec.path)
     trainer_config = trainer_config_of(cfg, device)
     context_len = max_model_len(spec.path, cfg)
-    shared = dict(env=env, algorithm=algorithm, encode=prompt_encoder(tokenizer),
+    encode = prompt_encoder(tokenizer, context_len - cfg.max_response_len, cfg.long_prompts)
+    check_held_out_prompts(env, encode)
+    shared = dict(env=env, algorithm=algorithm, encode=encode,
                   ledger=Ledger(ModelShape.from_hf_dir(spec.path)))  # fmt: skip
     if cfg.placement == "monarch":
         from zoo.core.placement import spawn_monarch_services
@@ -122,22 +125,68 @@ def max_model_len(model_path: Path, cfg: RunConfig) -> int:
     )
 
 
-def prompt_encoder(tokenizer) -> Callable[[Prompt], list[int]]:
+class PromptTooLong(ConfigError):
+    """A prompt does not fit the context next to the response budget."""
+
+
+def prompt_encoder(
+    tokenizer, room: int | None = None, long_prompts: str = "refuse"
+) -> Callable[[Prompt], list[int]]:
     """Token ids of a prompt: its chat messages through the tokenizer's chat template when
-    the env set ``meta["messages"]`` (prompt_format "chat"), else its plain text."""
+    the env set ``meta["messages"]`` (prompt_format "chat"), else its plain text. A prompt
+    longer than ``room`` tokens (the context less the response budget) raises
+    ``PromptTooLong`` ("refuse"), or keeps its last ``room`` tokens ("truncate-left"; a
+    warning, once, says so)."""
+    warned = []
 
     def encode(prompt: Prompt) -> list[int]:
         messages = prompt.meta.get("messages")
         if messages is None:
-            return tokenizer.encode(prompt.text, add_special_tokens=False)
-        if not getattr(tokenizer, "chat_template", None):
+            ids = tokenizer.encode(prompt.text, add_special_tokens=False)
+        elif not getattr(tokenizer, "chat_template", None):
             raise ConfigError(
                 "the env asks for chat-formatted prompts but this model's tokenizer has no "
                 "chat template; use --env-set prompt_format=plain"
             )
-        ids = tokenizer.apply_chat_template(
-            messages, add_generation_prompt=True, tokenize=True, return_dict=False
+        else:
+            ids = tokenizer.apply_chat_template(
+                messages, add_generation_prompt=True, tokenize=True, return_dict=False
+            )
+        ids = list(ids)
+        if room is None or len(ids) <= room:
+            return ids
+        if long_prompts == "truncate-left":
+            if not warned:
+                warned.append(True)
+                print(
+                    f"warning: prompts longer than {room} tokens are cut to their last {room} "
+                    f"(--long-prompts truncate-left; the first: {prompt.split} prompt "
+                    f"{prompt.index}, {len(ids)} tokens)",
+                    file=sys.stderr,
+                )
+            return ids[-room:]
+        raise PromptTooLong(
+            f"{prompt.split} prompt {prompt.index} has {len(ids)} tokens, more than the {room} "
+            "the model's context leaves next to the response budget; --long-prompts "
+            "truncate-left keeps the last tokens of such prompts, or use shorter prompts, a "
+            "smaller --max-response-len or a model with a longer context"
         )
-        return list(ids)
 
     return encode
+
+
+def check_held_out_prompts(env: Env, encode: Callable[[Prompt], list[int]]) -> None:
+    """Before the run: with "refuse", every held-out prompt must fit; the error counts the
+    ones that do not."""
+    too_long = []
+    held_out = env.eval_prompts()
+    for prompt in held_out:
+        try:
+            encode(prompt)
+        except PromptTooLong as exc:
+            too_long.append(exc)
+    if too_long:
+        raise PromptTooLong(
+            f"{len(too_long)} of {len(held_out)} held-out prompts do not fit; the first: "
+            f"{too_long[0]}"
+        )
