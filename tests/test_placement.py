@@ -268,6 +268,19 @@ def test_placement_files_are_checked_with_clear_errors(tmp_path, text, message):
         PlacementConfig.from_yaml(path, gpus_available=0)
 
 
+def test_a_bad_placement_file_is_quoted_in_excerpts_never_echoed(tmp_path):
+    # A file that is not YAML keys (here shaped like /etc/passwd) is not printed back.
+    path = tmp_path / "passwd"
+    path.write_text("root:x:0:0:root:/root:/bin/bash\nsecret-user:x:1000:1000::/home/s:/bin/sh\n")
+    with pytest.raises(ConfigError, match=r"mapping of keys, got \d+ characters of text") as info:
+        PlacementConfig.from_yaml(path, gpus_available=0)
+    assert "root:x" not in str(info.value) and "secret-user" not in str(info.value)
+    path.write_text("services:\n  trainer: {procs: " + "9" * 5000 + "x}\n")
+    with pytest.raises(ConfigError) as info:
+        PlacementConfig.from_yaml(path, gpus_available=0)
+    assert len(str(info.value)) < 300
+
+
 def test_a_placement_file_fills_the_defaults_and_round_trips(tmp_path):
     path = tmp_path / "distributed.yaml"
     path.write_text("model: tiny\nservices:\n  trainer: {procs: 2}\n")

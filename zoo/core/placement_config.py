@@ -104,7 +104,7 @@ class PlacementConfig:
         if not isinstance(hosts, list) or not all(isinstance(h, str) and "://" in h for h in hosts):
             raise ConfigError(
                 f"hosts must be a list of Monarch worker addresses like tcp://node1:22222, "
-                f"got {hosts!r}"
+                f"got {excerpt(hosts)}"
             )
         services = _mapping(raw.get("services", {}), "services")
         _known(services, SERVICES, "service")
@@ -131,7 +131,7 @@ class PlacementConfig:
             if layout.on_failure not in ON_FAILURE:
                 raise ConfigError(
                     f"services.{name}.on_failure must be one of {', '.join(ON_FAILURE)}, "
-                    f"got {layout.on_failure!r}"
+                    f"got {excerpt(layout.on_failure)}"
                 )
         if self.trainer.num_replicas != 1 or self.reference.num_replicas != 1:
             raise ConfigError("the trainer and the reference have one replica each; "
@@ -203,16 +203,29 @@ class PlacementConfig:
         ]
 
 
+def excerpt(value: Any, limit: int = 60) -> str:
+    """``repr(value)``, cut to ``limit`` characters: an error quotes a bad file, never
+    prints it (``--config /etc/passwd`` must not echo the password file)."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 def _mapping(value: Any, where: str) -> dict[str, Any]:
     if not isinstance(value, dict):
-        raise ConfigError(f"{where} must be a mapping, got {type(value).__name__}: {value!r}")
+        got = (
+            f"{len(value)} characters of text"
+            if isinstance(value, str)
+            else f"{type(value).__name__}: {excerpt(value)}"
+        )
+        raise ConfigError(f"{where} must be a mapping of keys, got {got}")
     return value
 
 
 def _known(raw: dict[str, Any], valid: tuple[str, ...], what: str) -> None:
     unknown = sorted(set(raw) - set(valid))
     if unknown:
-        names = ", ".join(map(repr, unknown))
+        names = ", ".join(excerpt(k, 40) for k in unknown[:5])
+        names += " ..." if len(unknown) > 5 else ""
         raise ConfigError(f"unknown {what} {names}; valid: {', '.join(valid)}")
 
 
@@ -227,6 +240,6 @@ def _fields(cls: type, raw: Any, where: str) -> Any:
             continue
         value, expected = raw[f.name], type(f.default)
         if type(value) is not expected:  # bool is not an int here, and "2" is not 2
-            raise ConfigError(f"{where}.{f.name} must be {expected.__name__}, got {value!r}")
+            raise ConfigError(f"{where}.{f.name} must be {expected.__name__}, got {excerpt(value)}")
         values[f.name] = value
     return cls(**values)
