@@ -96,11 +96,11 @@ def test_prompts_longer_than_the_context_are_refused_before_the_run_or_cut(
 ):
     # 150-digit operands: 302-token prompts, while the tiny model's 256-token context
     # leaves 250 next to the 6-token response budget.
-    long = ["--env-set", "digits=150", "--steps", "1", "--prompts-per-step", "8",
-            "--eval-every", "1", "--eval-samples", "0"]  # fmt: skip
+    long = ["--env-set", "digits=150", "--env-set", "eval_size=20", "--steps", "1",
+            "--prompts-per-step", "8", "--eval-every", "1", "--eval-samples", "0"]  # fmt: skip
     refused = harness("run", "grpo", *long, "--out", "refused", cwd=tmp_path)
     assert refused.returncode == 2, refused.stderr[-2000:]
-    assert "500 of 500 held-out prompts do not fit" in refused.stderr
+    assert "20 of 20 held-out prompts do not fit" in refused.stderr
     assert "--long-prompts truncate-left" in refused.stderr and "Traceback" not in refused.stderr
     assert not (tmp_path / "refused").exists()
     cut = harness("run", "grpo", *long, "--long-prompts", "truncate-left", "--out", "cut",
