@@ -1,17 +1,21 @@
-"""The shared infra core. Where to look:
+"""The shared infra core, by layer (docs/architecture.md; tests/test_architecture.py
+checks that each module imports only its own layer and those listed before it).
 
-types.py      Completion, TrainBatch, LossOutput (the data between services)
-losses.py     aggregation modes, k3 KL, group advantages (shared by all plugins)
-tokenizer.py  the byte-level tokenizer of the embedded tiny model
-models.py     model presets and loading (the tiny model is built in tiny.py)
-generator.py  generation: vLLM, and the choice of backend (make_generator)
-hf_generator.py  generation with transformers, where vLLM is not available
-trainer.py    training: TorchTitan's Qwen3, AdamW, mini- and micro-batches; the loss is
-              called here; old log-probs with the weights that sampled a batch
-offpolicy.py  the trainer-sampler gap: mismatch metrics, TIS / MIS / bypass corrections
-reference.py  the frozen reference model
-ledger.py     compute accounting: FLOPs, tokens and seconds per phase
-loop.py       one RL step and the training loop
+contracts    types.py (Completion, TrainBatch, LossOutput), config.py (dataclass configs,
+             overrides), registry.py (built-ins and entry points), losses.py (aggregation,
+             k3 KL, group advantages), progress.py (progress bars)
+models       models.py (presets, loading, Hugging Face <-> TorchTitan), memory.py (memory
+             estimates), tiny.py (the embedded tiny models), tokenizer.py (their byte-level
+             tokenizer), sharding.py (FSDP2, tensor parallelism)
+services     sampling.py, generator.py (vLLM; make_generator), hf_generator.py
+             (transformers), trainer.py (TorchTitan Qwen3, AdamW, mini- and micro-batches,
+             old log-probs), reference.py, offpolicy.py (trainer-sampler mismatch and its
+             corrections), ledger.py (FLOPs, tokens, seconds), evaluation.py (pass@k)
+placement    placement/ (Monarch actors, proxies, replicas, weight sync, spawning),
+             placement_config.py (placement files)
+the loop     run_config.py (RunConfig), wiring.py (build_services), rollout.py (seeds,
+             packing), loop.py (RLLoop: one step, the run), checkpoint.py, runlog.py
+             (provenance)
 """
 
 from zoo.core.types import Completion, LossOutput, TrainBatch
