@@ -58,8 +58,11 @@ def test_every_run_config_field_is_reachable_from_the_command_line():
     types = typing.get_type_hints(RunConfig)
     settable = [f for f in dataclasses.fields(RunConfig) if f.name not in CLI_OWN_FIELDS]
     assert {"grad_clip", "max_sampling_rounds", "eval_samples"} <= {f.name for f in settable}
+    chosen = {"min_lr_ratio": 0.1, "weight_decay": 0.01}  # where doubling 0 is not valid
     for f in settable:
-        if f.name in CHOICES:
+        if f.name in chosen:
+            value = chosen[f.name]
+        elif f.name in CHOICES:
             value = next(c for c in CHOICES[f.name] if c != f.default)
         elif types[f.name] is str:
             value = "tiny-code" if f.name == "model" else "/some/folder"

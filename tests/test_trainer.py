@@ -68,3 +68,32 @@ def test_torchforge_train_step_matches_native_step(tiny_path):
     assert abs(loss - expected) < 1e-6
     assert forge.version == 1
     assert not torch.equal(before, forge.model.tok_embeddings.weight)
+
+
+def test_learning_rate_schedules_by_hand():
+    from zoo.core.trainer import lr_at
+
+    cfg = TrainerConfig(lr=1.0, warmup_steps=4, lr_schedule="constant")
+    assert [lr_at(k, cfg) for k in range(6)] == [0.25, 0.5, 0.75, 1.0, 1.0, 1.0]
+    linear = TrainerConfig(lr=2.0, warmup_steps=0, lr_schedule="linear", decay_steps=4,
+                           min_lr_ratio=0.25)  # fmt: skip
+    # from 2.0 down to 0.5 over 4 steps, then the floor
+    assert [lr_at(k, linear) for k in range(6)] == [2.0, 1.625, 1.25, 0.875, 0.5, 0.5]
+    cosine = TrainerConfig(lr=1.0, warmup_steps=2, lr_schedule="cosine", decay_steps=4)
+    values = [lr_at(k, cosine) for k in range(8)]
+    assert values[:2] == [0.5, 1.0] and values[2] == 1.0
+    assert abs(values[4] - 0.5) < 1e-12 and values[6] == values[7] == 0.0  # cos(pi/2), end
+
+
+def test_the_schedule_drives_the_optimizer_and_resumes_from_its_state(tiny_path):
+    algo = get_algorithm("grpo", beta=0.0)
+    cfg = TrainerConfig(lr=1e-3, warmup_steps=2, lr_schedule="cosine", decay_steps=2)
+    trainer = Trainer(tiny_path, cfg, 5)
+    seen = [trainer.step(random_batch(), algo.loss)["lr"] for _ in range(3)]
+    assert seen == [5e-4, 1e-3, 1e-3] and trainer.optimizer_steps() == 3
+    resumed = Trainer(tiny_path, cfg, 5)
+    resumed.optimizer.load_state_dict(trainer.optimizer.state_dict())
+    assert resumed.optimizer_steps() == 3
+    assert resumed.step(random_batch(), algo.loss)["lr"] == 5e-4  # cos(pi/2): half of lr
+    constant = Trainer(tiny_path, TrainerConfig(), 5)
+    assert "lr" not in constant.step(random_batch(), algo.loss)  # old records stay comparable

@@ -13,6 +13,7 @@ from zoo.core.config import ConfigError
 from zoo.core.generator import GENERATOR_BACKENDS
 from zoo.core.models import INITS, TINY_MODELS, ModelSpec, resolve_model
 from zoo.core.offpolicy import CORRECTIONS
+from zoo.core.trainer import LR_SCHEDULES
 
 PLACEMENTS = ("local", "monarch")
 """Where services run (RunConfig.placement); the Monarch one is zoo.core.placement."""
@@ -34,6 +35,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "weight_sync": WEIGHT_SYNCS,
     "correction": CORRECTIONS,
     "long_prompts": LONG_PROMPTS,
+    "lr_schedule": LR_SCHEDULES,
 }
 """The valid values of RunConfig's string fields that have a fixed set: ``validate`` and
 the command line (harness/cli.py builds its flags from RunConfig) read them here."""
@@ -68,6 +70,23 @@ class RunConfig:
     tokens at the same T."""
     lr: float = 5e-5
     """AdamW learning rate."""
+    lr_schedule: str = "constant"
+    """After the warm-up: constant, or a linear or cosine decay to ``min_lr_ratio * lr``
+    over ``decay_steps`` optimizer steps (TRL's default is linear, verl's constant)."""
+    warmup_steps: int = 0
+    """Optimizer steps of linear warm-up to ``lr`` (DAPO: 10; 0: none)."""
+    decay_steps: int = 0
+    """Optimizer steps of the decay after the warm-up; 0: the rest of the run's steps x
+    mini_batches x epochs (a budget other than steps then needs it set)."""
+    min_lr_ratio: float = 0.0
+    """Where the decay ends, as a fraction of ``lr``."""
+    weight_decay: float = 0.0
+    """AdamW's decoupled weight decay (verl: 0.01, DAPO: 0.1, TRL: 0)."""
+    adam_beta1: float = 0.9
+    adam_beta2: float = 0.999
+    """AdamW's moment decay rates (0.9, 0.999: torch, TRL and verl alike)."""
+    adam_eps: float = 1e-8
+    """AdamW's epsilon."""
     grad_clip: float = 1.0
     """Clip the gradient's global norm to this before each optimizer step (> 0; inf: no
     clipping)."""
@@ -180,6 +199,16 @@ class RunConfig:
             )
         if not self.lr > 0 or self.temperature < 0:
             raise ConfigError("lr must be > 0 and temperature >= 0")
+        if self.warmup_steps < 0 or self.decay_steps < 0 or not 0 <= self.min_lr_ratio <= 1:
+            raise ConfigError("need warmup_steps >= 0, decay_steps >= 0, 0 <= min_lr_ratio <= 1")
+        if not (0 <= self.weight_decay < 1 and 0 <= self.adam_beta1 < 1
+                and 0 <= self.adam_beta2 < 1 and self.adam_eps > 0):  # fmt: skip
+            raise ConfigError("need 0 <= weight_decay < 1, 0 <= adam betas < 1, adam_eps > 0")
+        if self.lr_schedule != "constant" and not self.decay_steps and self.budget[0] != "steps":
+            raise ConfigError(
+                f"lr_schedule {self.lr_schedule} with a {self.budget[0]} budget: give "
+                "--decay-steps (optimizer steps), since the run's length is not known ahead"
+            )
         if not self.grad_clip > 0:
             raise ConfigError(f"grad_clip must be > 0 (inf: no clipping), got {self.grad_clip}")
         if self.temperature == 0:

@@ -31,6 +31,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import itertools
+import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -129,9 +130,16 @@ def response_logprobs(
 @dataclass
 class TrainerConfig:
     lr: float = 2e-4
-    """AdamW learning rate."""
+    """AdamW learning rate (the peak, under a schedule)."""
     weight_decay: float = 0.0
     betas: tuple[float, float] = (0.9, 0.999)
+    eps: float = 1e-8
+    """AdamW's epsilon."""
+    lr_schedule: str = "constant"
+    """After the warm-up: constant, linear or cosine decay (``lr_at``)."""
+    warmup_steps: int = 0
+    decay_steps: int = 0
+    min_lr_ratio: float = 0.0
     grad_clip: float = 1.0
     """Max global gradient norm."""
     micro_batch_size: int = 0
@@ -151,6 +159,26 @@ class TrainerConfig:
     """"bf16": compute in bfloat16 under autocast, float32 master weights and optimizer
     state (TorchTitan's FSDP2 mixed-precision policy, on one device). Sharded: FSDP2's
     MixedPrecisionPolicy (bf16 parameters in compute, float32 gradient reduction)."""
+
+
+LR_SCHEDULES = ("constant", "linear", "cosine")
+
+
+def lr_at(step: int, config: TrainerConfig) -> float:
+    """The learning rate of optimizer step ``step`` (0-based): a linear warm-up from
+    lr / warmup_steps to lr over the first ``warmup_steps``, then constant, or a linear or
+    cosine decay to ``min_lr_ratio * lr`` over the next ``decay_steps`` (and that floor
+    after), as in transformers' get_{linear,cosine}_schedule_with_warmup."""
+    lr = config.lr
+    if step < config.warmup_steps:
+        return lr * (step + 1) / config.warmup_steps
+    if config.lr_schedule == "constant":
+        return lr
+    done = min(1.0, (step - config.warmup_steps) / max(1, config.decay_steps))
+    floor = config.min_lr_ratio * lr
+    if config.lr_schedule == "linear":
+        return floor + (lr - floor) * (1.0 - done)
+    return floor + (lr - floor) * 0.5 * (1.0 + math.cos(math.pi * done))
 
 
 def mini_batch_slices(rows: int, group_size: int, count: int) -> list[slice]:
@@ -212,8 +240,9 @@ class Trainer:
         self.model.train()
         self.optimizer = torch.optim.AdamW(
             self.model.parameters(),
-            lr=config.lr,
+            lr=lr_at(0, config),
             betas=config.betas,
+            eps=config.eps,
             weight_decay=config.weight_decay,
         )
         self.version = 0
@@ -411,13 +440,15 @@ class Trainer:
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.grad_clip)
         if isinstance(grad_norm, DTensor):
             grad_norm = grad_norm.full_tensor()
+        lr = lr_at(self.optimizer_steps(), self.config)
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
         self.optimizer.step()
-        return {
-            "loss": loss_total,
-            **sums,
-            "grad_norm": float(grad_norm),
-            "response_tokens": num_tokens,
-        }
+        out = {"loss": loss_total, **sums, "grad_norm": float(grad_norm),
+               "response_tokens": num_tokens}  # fmt: skip
+        if self.config.lr_schedule != "constant" or self.config.warmup_steps:
+            out["lr"] = lr  # (not logged at a constant lr: older records stay comparable)
+        return out
 
     def _padding_pass(self, batch: RolloutBatch, width: int) -> None:
         """A forward and backward that changes no gradient, for a rank with fewer rows
@@ -465,6 +496,15 @@ class Trainer:
                 del state["lm_head.weight"]
             state = sharding.full_tensors(state)
         return {k: v.contiguous() for k, v in self.adapter.to_hf(state).items()}
+
+    def optimizer_steps(self) -> int:
+        """Optimizer steps taken so far, read from AdamW's own state (so a resumed run
+        continues its learning-rate schedule where it stopped)."""
+        for state in self.optimizer.state.values():
+            step = state.get("step")
+            if step is not None:
+                return int(step.full_tensor() if isinstance(step, DTensor) else step)
+        return 0
 
     def optimizer_state_dict(self) -> dict:
         """``torch.optim`` layout (parameters by position) with whole tensors, sharded or

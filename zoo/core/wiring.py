@@ -58,6 +58,14 @@ def trainer_config_of(cfg: RunConfig, device: str = "cpu") -> TrainerConfig:
     """The trainer's settings of a run (bf16 on GPUs)."""
     return TrainerConfig(
         lr=cfg.lr,
+        lr_schedule=cfg.lr_schedule,
+        warmup_steps=cfg.warmup_steps,
+        decay_steps=cfg.decay_steps
+        or max(1, cfg.steps * cfg.mini_batches * cfg.epochs - cfg.warmup_steps),
+        min_lr_ratio=cfg.min_lr_ratio,
+        weight_decay=cfg.weight_decay,
+        betas=(cfg.adam_beta1, cfg.adam_beta2),
+        eps=cfg.adam_eps,
         grad_clip=cfg.grad_clip,
         micro_batch_size=cfg.micro_batch_size,
         mini_batches=cfg.mini_batches,
