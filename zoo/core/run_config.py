@@ -74,14 +74,14 @@ class RunConfig:
     """After the warm-up: constant, or a linear or cosine decay to ``min_lr_ratio * lr``
     over ``decay_steps`` optimizer steps (TRL's default is linear, verl's constant)."""
     warmup_steps: int = 0
-    """Optimizer steps of linear warm-up to ``lr`` (DAPO: 10; 0: none)."""
+    """Optimizer steps of linear warm-up to ``lr`` (0: none)."""
     decay_steps: int = 0
     """Optimizer steps of the decay after the warm-up; 0: the rest of the run's steps x
     mini_batches x epochs (a budget other than steps then needs it set)."""
     min_lr_ratio: float = 0.0
     """Where the decay ends, as a fraction of ``lr``."""
     weight_decay: float = 0.0
-    """AdamW's decoupled weight decay (verl: 0.01, DAPO: 0.1, TRL: 0)."""
+    """AdamW's decoupled weight decay (verl's default: 0.01; TRL's: 0)."""
     adam_beta1: float = 0.9
     adam_beta2: float = 0.999
     """AdamW's moment decay rates (0.9, 0.999: torch, TRL and verl alike)."""
