@@ -10,11 +10,10 @@ verdict (the tests in the candidate's own process), so the suite can fail.
 
 from __future__ import annotations
 
-import json
 import textwrap
 
 import pytest
-from test_code_envs import MBPP_TEST, MBPP_TRAIN
+from test_code_envs import mbpp, mbpp_files  # noqa: F401 (the same local MBPP data)
 
 from zoo.envs import get_env
 from zoo.envs.sandbox import execute
@@ -465,16 +464,6 @@ FAST = {"timeout_s": 2.0}
 @pytest.fixture(scope="module")
 def humaneval():
     return get_env("humaneval", **FAST)
-
-
-@pytest.fixture(scope="module")
-def mbpp(tmp_path_factory):
-    d = tmp_path_factory.mktemp("mbpp")
-    (d / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in MBPP_TRAIN))
-    (d / "test.jsonl").write_text("".join(json.dumps(r) + "\n" for r in MBPP_TEST))
-    return get_env(
-        "mbpp", data_files=str(d / "train.jsonl"), eval_files=str(d / "test.jsonl"), **FAST
-    )
 
 
 @pytest.fixture(scope="module")
