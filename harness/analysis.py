@@ -50,9 +50,12 @@ def load_runs(out: Path) -> list[dict]:
         config = json.loads((run_dir / "config.json").read_text())
         records = read_metrics(run_dir)
         if records:
+            run = config["run"]
             runs.append({"dir": run_dir, "config": config, "records": records,
-                         "algorithm": config["run"]["algorithm"], "env": config["run"]["env"],
-                         "seed": config["run"]["seed"]})  # fmt: skip
+                         # the row: the algorithm, or its setting in an ablation (--vary)
+                         "algorithm": run.get("variant") or run["algorithm"],
+                         "plugin": run["algorithm"], "env": run["env"],
+                         "seed": run["seed"]})  # fmt: skip
     return runs
 
 
@@ -294,6 +297,7 @@ def off_policy_table(runs: list[dict]) -> pd.DataFrame:
 
     frame = step_frame(runs)
     regime = {(run["env"], run["algorithm"]): run["config"]["run"] for run in runs}
+    plugin = {run["algorithm"]: run["plugin"] for run in runs}
     rows = []
     for (env, algo), g in frame.groupby(["env", "algorithm"]):
         cfg = regime[(env, algo)]
@@ -306,7 +310,7 @@ def off_policy_table(runs: list[dict]) -> pd.DataFrame:
             if key in g and g[key].notna().any():
                 row[key] = g[key].max() if key.endswith("_max") else g[key].mean()
         try:
-            idle = ALGORITHMS.load(algo).mechanism
+            idle = ALGORITHMS.load(plugin[algo]).mechanism
         except PluginError:
             idle = {}
         acted = [g[m] != v for m, v in idle.items() if m in g]

@@ -68,6 +68,24 @@ def build_parser() -> argparse.ArgumentParser:
     compare.add_argument("--resume", action="store_true",
                          help="continue an interrupted comparison in --out")  # fmt: skip
     add_training_arguments(compare)
+    compare.add_argument(
+        "--set", dest="algo_set", action="append", default=[], metavar="KEY=VALUE",
+        help="algorithm hyperparameter override for every algorithm, e.g. --set beta=0 "
+        "(repeatable)",
+    )  # fmt: skip
+    compare.add_argument(
+        "--vary", action="append", default=[], metavar="KEY=V1,V2,...",
+        help="an ablation: run each value of KEY as its own row (repeatable; the rows are "
+        "the grid of all --vary values). KEY is an algorithm hyperparameter (as in --set; "
+        "also aggregation=seq_mean,token_mean,fixed for any algorithm) or a run setting "
+        "(lr, epochs, group_size, ...). Rows are named by their overrides, e.g. "
+        "grpo@eps=0.28,aggregation=token_mean",
+    )  # fmt: skip
+    compare.add_argument(
+        "--vary-one-at-a-time", action="store_true",
+        help="instead of the grid: the first value of every --vary, then each other value "
+        "of one KEY at a time with the rest at their first values",
+    )  # fmt: skip
 
     analyze = sub.add_parser("analyze", help="re-write an experiment's tables, plots, report")
     analyze.add_argument("experiment", type=Path)
@@ -135,9 +153,11 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-CLI_OWN_FIELDS = ("algorithm", "env", "seed", "distributed", "algorithm_config", "env_config")
+CLI_OWN_FIELDS = (
+    "algorithm", "env", "seed", "distributed", "algorithm_config", "env_config", "variant",
+)  # fmt: skip
 """RunConfig fields each command sets its own way (positional algorithms, --env, --seed or
---seeds, --config, --set, --env-set); every other field is a generated flag."""
+--seeds, --config, --set, --env-set, --vary); every other field is a generated flag."""
 FLAG_ALIASES = {"budget_flops": ("--budget",)}
 """Shorter names kept for flags used in the README and in recorded commands."""
 METAVARS = {"budget_flops": "FLOPS", "budget_seconds": "S", "model_path": "DIR", "model": "MODEL"}
@@ -337,10 +357,12 @@ def _train(cfg, out: Path, args: argparse.Namespace) -> list[dict]:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from harness.experiment import expand, preflight, run_experiment
+    from harness.experiment import expand, parse_vary, preflight, run_experiment, variants
 
     if args.resume and not args.out:
         raise ConfigError("--resume needs --out DIR, the experiment folder to continue")
+    if args.vary_one_at_a_time and not args.vary:
+        raise ConfigError("--vary-one-at-a-time needs at least one --vary KEY=V1,V2")
     if not (args.budget_flops or args.budget_samples or args.budget_seconds):
         from zoo.core.models import TINY_MODELS
 
@@ -354,7 +376,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
     if len(set(args.algorithms)) != len(args.algorithms) or args.seeds < 1:
         raise ConfigError("name each algorithm once, and give --seeds >= 1")
     base = run_config(args, args.algorithms[0], envs[0], 0)
-    cfgs = expand(base, args.algorithms, envs, args.seeds)
+    grid = variants(parse_vary(args.vary), args.vary_one_at_a_time)
+    cfgs = expand(base, args.algorithms, envs, args.seeds, grid)
     preflight(cfgs, conformance=not args.skip_conformance)
     stamp = time.strftime("%Y%m%d-%H%M%S")
     out = args.out or RESULTS / f"compare-{'-'.join(args.algorithms)}-{args.model}-{stamp}"

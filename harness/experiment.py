@@ -9,14 +9,17 @@ sampling is seeded per request, so a run's numbers do not depend on what ran bef
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
-from dataclasses import asdict, replace
+import string
+import typing
+from dataclasses import asdict, fields, replace
 from pathlib import Path
 
 from harness.runner import execute_run, is_complete
 from zoo.algorithms import get_algorithm
-from zoo.core.config import ConfigError
+from zoo.core.config import ConfigError, coerce
 from zoo.core.ledger import Ledger
 from zoo.core.memory import memory_estimate
 from zoo.core.models import TINY_MODELS, check_model_name, model_shape
@@ -28,7 +31,8 @@ from zoo.envs import get_env
 
 
 def run_name(cfg: RunConfig) -> str:
-    return f"{cfg.algorithm}__{cfg.env}__seed{cfg.seed}"
+    """``<row>__<env>__seed<k>``; the row is the algorithm, or its variant in an ablation."""
+    return f"{cfg.variant or cfg.algorithm}__{cfg.env}__seed{cfg.seed}"
 
 
 def preflight(cfgs: list[RunConfig], conformance: bool = True) -> None:
@@ -202,11 +206,81 @@ def run_experiment(cfgs: list[RunConfig], out: Path, command: str, resume: bool,
     return summary
 
 
-def expand(base: RunConfig, algorithms: list[str], envs: list[str], seeds: int) -> list[RunConfig]:
-    """One config per (env, algorithm, seed), everything else shared."""
+def expand(base: RunConfig, algorithms: list[str], envs: list[str], seeds: int,
+           grid: list[dict[str, str]] | None = None) -> list[RunConfig]:  # fmt: skip
+    """One config per (env, algorithm, setting of ``grid``, seed), everything else shared:
+    every setting of an ablation runs the same seeds, so rows compare seed by seed."""
     return [
-        replace(base, algorithm=a, env=e, seed=s)
+        with_variant(replace(base, algorithm=a, env=e, seed=s), setting)
         for e in envs
         for a in algorithms
+        for setting in (grid or [{}])
         for s in range(seeds)
     ]
+
+
+VARIED_ELSEWHERE = ("algorithm", "env", "seed", "model", "variant", "distributed",
+                    "algorithm_config", "env_config")  # fmt: skip
+"""RunConfig fields that --vary cannot take: compare spans them its own way."""
+VALUE_CHARS = frozenset(string.ascii_letters + string.digits + "._+-")
+"""--vary values become part of run folder names and leaderboard row ids."""
+
+
+def parse_vary(specs: list[str]) -> list[tuple[str, list[str]]]:
+    """``["eps=0.2,0.28", "aggregation=seq_mean,token_mean"]`` -> ``[("eps", ["0.2",
+    "0.28"]), ("aggregation", [...])]``, refusing malformed, repeated or unsafe values."""
+    parsed: list[tuple[str, list[str]]] = []
+    for spec in specs:
+        key, sep, values = spec.partition("=")
+        key = key.strip()
+        options = [v.strip() for v in values.split(",")]
+        if not sep or not key or not all(options):
+            raise ConfigError(f"--vary wants KEY=V1,V2,... with no empty value; got {spec!r}")
+        if key in VARIED_ELSEWHERE:
+            raise ConfigError(
+                f"--vary {key}: compare spans algorithms, --env and --seeds itself; vary an "
+                "algorithm hyperparameter (see --set) or a run setting (lr, epochs, ...)"
+            )
+        if key in dict(parsed):
+            raise ConfigError(f"--vary {key} is given twice; list all its values in one")
+        if len(set(options)) != len(options):
+            raise ConfigError(f"--vary {key} lists a value twice: {values!r}")
+        unsafe = [v for v in options if not VALUE_CHARS.issuperset(v)]
+        if unsafe:
+            raise ConfigError(
+                f"--vary {key}: the value {unsafe[0]!r} would not make a clean run name; "
+                "use letters, digits and . _ + - only"
+            )
+        parsed.append((key, options))
+    return parsed
+
+
+def variants(vary: list[tuple[str, list[str]]], one_at_a_time: bool = False) -> list[dict]:
+    """The settings of an ablation: the full grid of the values, or (``one_at_a_time``)
+    the first value of every key, then each other value of one key with the rest at their
+    first values. No --vary: one empty setting."""
+    if not vary:
+        return [{}]
+    if one_at_a_time:
+        first = {key: values[0] for key, values in vary}
+        return [first] + [{**first, key: v} for key, values in vary for v in values[1:]]
+    keys = [key for key, _ in vary]
+    return [dict(zip(keys, combo, strict=True))
+            for combo in itertools.product(*(values for _, values in vary))]  # fmt: skip
+
+
+def with_variant(cfg: RunConfig, setting: dict[str, str]) -> RunConfig:
+    """``cfg`` with one ablation setting applied: keys that are RunConfig fields set the
+    run, the others go to the algorithm as --set does (its config refuses unknown ones).
+    The row is named ``<algorithm>@k=v,...`` in the order of the --vary flags."""
+    if not setting:
+        return cfg
+    types = typing.get_type_hints(RunConfig)
+    run_fields = {f.name for f in fields(RunConfig)} - set(VARIED_ELSEWHERE)
+    run_updates = {k: coerce(v, types[k], f"--vary {k}")
+                   for k, v in setting.items() if k in run_fields}  # fmt: skip
+    algo = {**cfg.algorithm_config, **{k: v for k, v in setting.items() if k not in run_fields}}
+    label = f"{cfg.algorithm}@" + ",".join(f"{k}={v}" for k, v in setting.items())
+    varied = replace(cfg, **run_updates, algorithm_config=algo, variant=label)
+    varied.validate()
+    return varied

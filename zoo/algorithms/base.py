@@ -15,8 +15,8 @@ from typing import Any, ClassVar, Literal
 
 import torch
 
-from zoo.core.config import make_config
-from zoo.core.losses import Aggregation, group_norm
+from zoo.core.config import ConfigError, make_config
+from zoo.core.losses import AGGREGATIONS, Aggregation, group_norm
 from zoo.core.types import LossOutput, TrainBatch
 
 
@@ -29,7 +29,8 @@ class Algorithm(ABC):
     """How ``loss`` reduces per-token terms to a scalar: "seq_mean", "token_mean" or
     "fixed" (docs/algorithms.md, "Aggregation modes"). Pass it to
     ``zoo.core.losses.aggregate``; the conformance suite builds its REINFORCE reference
-    -A*lp under the same mode."""
+    -A*lp under the same mode. ``--set aggregation=token_mean`` overrides it for one run
+    (an ablation); the plugin must then reduce with ``self.aggregation``."""
     clip_style: ClassVar[Literal["zero", "cap", "none"]] = "zero"
     """What happens to a token with A > 0 whose ratio is above the upper clip:
     "zero": PPO-style clip, its gradient is zero (GRPO, DAPO, GSPO, ...);
@@ -53,6 +54,15 @@ class Algorithm(ABC):
         )
 
     def __init__(self, **overrides: Any) -> None:
+        overrides = dict(overrides)
+        aggregation = overrides.pop("aggregation", None)
+        if aggregation is not None:  # an ablation: any algorithm under another reduction
+            if aggregation not in AGGREGATIONS:
+                raise ConfigError(
+                    f"aggregation {aggregation!r} for algorithm {self.name!r}; "
+                    f"valid: {', '.join(AGGREGATIONS)}"
+                )
+            self.aggregation = aggregation
         self.config = make_config(self.config_class, overrides, owner=f"algorithm {self.name!r}")
 
     @property

@@ -12,6 +12,7 @@ from zoo.core.config import ConfigError
 from zoo.core.types import TrainBatch
 
 Aggregation = Literal["seq_mean", "token_mean", "fixed"]
+AGGREGATIONS: tuple[str, ...] = ("seq_mean", "token_mean", "fixed")
 STD_EPS = 1e-6
 
 
@@ -70,7 +71,7 @@ def aggregate(per_token: torch.Tensor, batch: TrainBatch, mode: Aggregation) -> 
         if not batch.max_response_len:
             raise ConfigError("aggregation 'fixed' needs batch.max_response_len (L_max)")
         return masked.sum() / (max(batch.num_sequences, 1) * batch.max_response_len)
-    raise ConfigError(f"unknown aggregation {mode!r}; valid: seq_mean, token_mean, fixed")
+    raise ConfigError(f"unknown aggregation {mode!r}; valid: {', '.join(AGGREGATIONS)}")
 
 
 def log_ratio(batch: TrainBatch) -> torch.Tensor:

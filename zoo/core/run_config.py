@@ -160,6 +160,9 @@ class RunConfig:
     available). On cuda the trainer computes in bf16 and generation is bf16."""
     algorithm_config: dict[str, Any] = field(default_factory=dict)
     env_config: dict[str, Any] = field(default_factory=dict)
+    variant: str = ""
+    """The run's row name in a comparison when it is not the algorithm's plain name:
+    ``compare --vary`` names each setting of a grid by its overrides (``grpo@eps=0.28``)."""
 
     @property
     def budget(self) -> tuple[str, float]:
