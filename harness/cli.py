@@ -82,6 +82,12 @@ def build_parser() -> argparse.ArgumentParser:
         "grpo@eps=0.28,aggregation=token_mean",
     )  # fmt: skip
     compare.add_argument(
+        "--jobs", type=int, default=1, metavar="N",
+        help="run N runs at once, each in its own process: on the CPU the cores are split "
+        "between them, on GPUs each takes one GPU; the numbers equal those of --jobs 1 "
+        "(default 1: one after another in this process)",
+    )  # fmt: skip
+    compare.add_argument(
         "--vary-one-at-a-time", action="store_true",
         help="instead of the grid: the first value of every --vary, then each other value "
         "of one KEY at a time with the rest at their first values",
@@ -375,14 +381,21 @@ def cmd_compare(args: argparse.Namespace) -> int:
     envs = args.envs or ["arithmetic"]
     if len(set(args.algorithms)) != len(args.algorithms) or args.seeds < 1:
         raise ConfigError("name each algorithm once, and give --seeds >= 1")
+    if args.jobs < 1:
+        raise ConfigError(f"--jobs must be >= 1, got {args.jobs}")
     base = run_config(args, args.algorithms[0], envs[0], 0)
     grid = variants(parse_vary(args.vary), args.vary_one_at_a_time)
     cfgs = expand(base, args.algorithms, envs, args.seeds, grid)
     preflight(cfgs, conformance=not args.skip_conformance)
+    if args.jobs > 1:
+        from harness.jobs import worker_slots
+
+        worker_slots(cfgs, args.jobs)  # refuses a placement or GPU count it cannot serve
     stamp = time.strftime("%Y%m%d-%H%M%S")
     out = args.out or RESULTS / f"compare-{'-'.join(args.algorithms)}-{args.model}-{stamp}"
     with routed_to(out / LOG_NAME, args.verbose):
-        summary = run_experiment(cfgs, out, command_line(), args.resume, quiet=args.quiet)
+        summary = run_experiment(cfgs, out, command_line(), args.resume, quiet=args.quiet,
+                                 jobs=args.jobs)  # fmt: skip
     print_summary(out)
     print(f"{len(summary)} runs done this time; experiment folder: {out} (report.md)")
     return 0

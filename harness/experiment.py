@@ -163,10 +163,12 @@ def write_manifest(out: Path, cfgs: list[RunConfig], command: str, resume: bool)
 
 
 def run_experiment(cfgs: list[RunConfig], out: Path, command: str, resume: bool,
-                   quiet: bool = False) -> list[dict]:  # fmt: skip
+                   quiet: bool = False, jobs: int = 1) -> list[dict]:  # fmt: skip
     """Run every config into ``out/runs/<name>`` (skipping finished runs and resuming
-    partial ones with ``resume``), then write tables, plots and report.md."""
+    partial ones with ``resume``), ``jobs`` at a time (harness/jobs.py), then write
+    tables, plots and report.md."""
     from harness.analysis import write_analysis
+    from harness.jobs import run_concurrently
 
     runs_dir = out / "runs"
     if out.exists() and any(runs_dir.glob("*/metrics.jsonl")) and not resume:
@@ -174,36 +176,45 @@ def run_experiment(cfgs: list[RunConfig], out: Path, command: str, resume: bool,
     runs_dir.mkdir(parents=True, exist_ok=True)
     write_manifest(out, cfgs, command, resume)
 
+    todo = [cfg for cfg in cfgs if not is_complete(runs_dir / run_name(cfg))]
     summary = []
-    generators: dict[tuple, object] = {}
     with make_progress(quiet, *run_columns()) as progress:
         overall = progress.add_task("all runs", total=len(cfgs), reward=float("nan"),
                                     eval=float("nan"), tps=0.0)  # fmt: skip
-        for cfg in cfgs:
-            run_dir = runs_dir / run_name(cfg)
-            if is_complete(run_dir):
-                progress.advance(overall)
-                continue
-            key = (cfg.model, cfg.model_path, cfg.init, cfg.generator, cfg.device)
-            if cfg.placement == "local":  # one engine per model, its weights reset per run
-                services = build_services(cfg, quiet=True, generator=generators.get(key))
-                generators[key] = services.generator
-            else:
-                services = build_services(cfg, quiet=True)
-            task = add_run_task(progress, run_name(cfg), cfg)
-            try:
-                history = execute_run(
-                    cfg, run_dir, services, command=command, resume=resume,
+        progress.advance(overall, len(cfgs) - len(todo))
+        if jobs > 1 and len(todo) > 1:
+            summary = run_concurrently(todo, runs_dir, command, resume, jobs, progress, overall)
+        else:
+            generators: dict[tuple, object] = {}
+            for cfg in todo:
+                task = add_run_task(progress, run_name(cfg), cfg)
+                summary.append(train_one(
+                    cfg, runs_dir / run_name(cfg), command, resume, generators,
                     on_record=lambda r, t=task, c=cfg: update_run_task(progress, t, c, r),
-                )  # fmt: skip
-            finally:
-                services.close()
-            progress.remove_task(task)
-            progress.advance(overall)
-            summary.append({"run": run_name(cfg), "steps": history[-1]["step"],
-                            "final_eval": history[-1].get("eval_reward")})  # fmt: skip
+                ))  # fmt: skip
+                progress.remove_task(task)
+                progress.advance(overall)
     write_analysis(out)
     return summary
+
+
+def train_one(cfg: RunConfig, run_dir: Path, command: str, resume: bool,
+              generators: dict[tuple, object], on_record=None) -> dict:  # fmt: skip
+    """One run of an experiment. On the local placement the generation engine of each
+    model is kept in ``generators`` and reused by the next run (its weights reset per run)."""
+    key = (cfg.model, cfg.model_path, cfg.init, cfg.generator, cfg.device)
+    if cfg.placement == "local":
+        services = build_services(cfg, quiet=True, generator=generators.get(key))
+        generators[key] = services.generator
+    else:
+        services = build_services(cfg, quiet=True)
+    try:
+        history = execute_run(cfg, run_dir, services, command=command, resume=resume,
+                              on_record=on_record)  # fmt: skip
+    finally:
+        services.close()
+    return {"run": run_name(cfg), "steps": history[-1]["step"],
+            "final_eval": history[-1].get("eval_reward")}  # fmt: skip
 
 
 def expand(base: RunConfig, algorithms: list[str], envs: list[str], seeds: int,
