@@ -41,20 +41,7 @@ def print_shadowed(registry) -> None:
 
 def cmd_list(what: str) -> int:
     if what == "algorithms":
-        from zoo.algorithms import ALGORITHMS
-
-        print_shadowed(ALGORITHMS)
-        for name, spec in sorted(ALGORITHMS.specs().items()):
-            try:
-                cls = ALGORITHMS.load(name)
-            except PluginError as exc:
-                print(f"{name:10s} [{spec.source}] BROKEN: {exc}")
-                continue
-            defaults = dataclasses.asdict(cls.config_class())
-            print(f"{name:10s} [{spec.source}] {cls.paper}")
-            docs = field_docs(cls.config_class)
-            for key, value in defaults.items():
-                print(f"    {key} = {value!r}  {docs.get(key, '')}")
+        print_algorithms()
     elif what == "envs":
         from rich.console import Console
         from rich.table import Table
@@ -81,6 +68,71 @@ def cmd_list(what: str) -> int:
     else:
         print_models()
     return 0
+
+
+FAMILY_ORDER = (
+    "group-relative PPO-clip",
+    "sequence-level",
+    "soft/capped ratio",
+    "REINFORCE-style",
+    "geometric mean",
+    "entropy control",
+)
+"""The order ``list algorithms`` shows the built-in families in; any other family follows
+alphabetically, then "other" (a plugin that declares none), then the broken plugins."""
+
+
+def family_rank(family: str) -> tuple[int, str]:
+    if family in FAMILY_ORDER:
+        return FAMILY_ORDER.index(family), ""
+    return len(FAMILY_ORDER) + (family == "other"), family
+
+
+def mechanism_line(cls) -> str:
+    """What the algorithm adds, from its declarations (zoo/algorithms/base.py)."""
+    parts = []
+    if cls.mechanism:
+        idle = ", ".join(f"{k} (idle {v:g})" for k, v in cls.mechanism.items())
+        parts.append(f"mechanism: {idle}")
+    else:
+        parts.append("mechanism: none declared")
+    if cls.token_selection:
+        parts.append(f"token selection: {cls.token_selection}")
+    parts.append(f"clip {cls.clip_style}")
+    parts.append(f"aggregation {cls.aggregation}")
+    if cls.sequence_level:
+        parts.append("sequence-level ratio")
+    return "; ".join(parts)
+
+
+def print_algorithms() -> None:
+    """Every registered algorithm, grouped by ``Algorithm.family``: name, where it comes
+    from and its paper, what it adds, then its config fields with their defaults. Each
+    algorithm's line starts with its name."""
+    from zoo.algorithms import ALGORITHMS
+
+    print_shadowed(ALGORITHMS)
+    groups: dict[str, list[tuple[str, str, object]]] = {}
+    for name, spec in sorted(ALGORITHMS.specs().items()):
+        try:
+            cls = ALGORITHMS.load(name)
+        except PluginError as exc:
+            groups.setdefault("", []).append((name, spec.source, exc))
+            continue
+        groups.setdefault(cls.family or "other", []).append((name, spec.source, cls))
+    broken = groups.pop("", [])
+    for family in sorted(groups, key=family_rank):
+        print(f"== {family} ==")
+        for name, source, cls in groups[family]:
+            print(f"{name:10s} [{source}] {cls.paper}")
+            print(f"    {mechanism_line(cls)}")
+            docs = field_docs(cls.config_class)
+            for key, value in dataclasses.asdict(cls.config_class()).items():
+                print(f"    {key} = {value!r}  {docs.get(key, '')}")
+    if broken:
+        print("== broken plugins ==")
+    for name, source, exc in broken:
+        print(f"{name:10s} [{source}] BROKEN: {exc}")
 
 
 def print_models() -> None:

@@ -19,6 +19,11 @@ ALGORITHMS = Registry(
         "gspo": "zoo.algorithms.gspo:GSPO",
         "sapo": "zoo.algorithms.sapo:SAPO",
         "custom": "zoo.algorithms.custom:Custom",
+        # issue 19 part B: REINFORCE-style, geometric-mean and entropy-control built-ins
+        "gpg": "zoo.algorithms.gpg:GPG",
+        "gmpo": "zoo.algorithms.gmpo:GMPO",
+        "clip_cov": "zoo.algorithms.clip_cov:ClipCov",
+        "kl_cov": "zoo.algorithms.kl_cov:KLCov",
     },
 )
 

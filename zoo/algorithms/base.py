@@ -3,9 +3,10 @@ and writes ``loss``; it may override ``advantages``, ``shape_rewards``, ``keep``
 ``train_mask``.
 It never sees a process, a device or a mesh: only tensors of rewards and a TrainBatch.
 
-Four more class attributes describe the loss to generic checks
-(zoo/algorithms/conformance.py), to the compare report and to readers; they do not change
-what the loss does: ``aggregation``, ``clip_style``, ``sequence_level`` and ``mechanism``."""
+More class attributes describe the loss to generic checks (zoo/algorithms/conformance.py),
+to the compare report, to ``harness list algorithms`` and to readers; they do not change
+what the loss does: ``family``, ``aggregation``, ``clip_style``, ``sequence_level``,
+``mechanism`` and ``token_selection``."""
 
 from __future__ import annotations
 
@@ -25,6 +26,10 @@ class Algorithm(ABC):
     config_class: ClassVar[type]
     paper: ClassVar[str] = ""
     """The paper it follows: authors, title, arXiv id."""
+    family: ClassVar[str] = "other"
+    """The family ``harness list algorithms`` groups it under, e.g. "group-relative
+    PPO-clip", "sequence-level", "soft/capped ratio", "REINFORCE-style", "entropy
+    control", "geometric mean" (docs/algorithms.md); "other" for a plugin that says none."""
     aggregation: ClassVar[Aggregation] = "seq_mean"
     """How ``loss`` reduces per-token terms to a scalar: "seq_mean", "token_mean" or
     "fixed" (docs/algorithms.md, "Aggregation modes"). Pass it to
@@ -45,6 +50,14 @@ class Algorithm(ABC):
     0.0} for a PPO clip, {"capped_frac": 0.0} for CISPO's cap, {"gate_weight_mean": 1.0}
     for SAPO's gate. ``check-plugin`` and the compare report say from it whether the
     mechanism acted; empty: the algorithm declares none."""
+    token_selection: ClassVar[str] = ""
+    """For a loss that treats a few tokens differently, chosen from statistics of the rows
+    it is given, whether or not the ratio moved (Clip-Cov's and KL-Cov's covariance
+    selection): the metric reporting the fraction of response tokens it selected. The
+    conformance suite then lets the on-policy gradient differ from REINFORCE's on at most
+    that many tokens, and, since a micro-batch selects from its own rows, checks that each
+    micro-batch divides by the whole batch's counts instead of that micro-batches add up
+    to the whole batch. Empty: no such selection."""
 
     @classmethod
     def mechanism_acted(cls, metrics: dict[str, float], tol: float = 1e-6) -> bool:

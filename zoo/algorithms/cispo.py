@@ -39,6 +39,7 @@ class CISPO(Algorithm):
     name = "cispo"
     config_class = CISPOConfig
     paper = "MiniMax, MiniMax-M1, arXiv 2506.13585 (2025)"
+    family = "soft/capped ratio"
     aggregation = "token_mean"
     mechanism = {"capped_frac": 0.0}
     clip_style = "cap"

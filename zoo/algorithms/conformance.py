@@ -14,7 +14,9 @@ returns ``passed=None`` with the reason.
 
 What the checks read from the class (zoo/algorithms/base.py): ``aggregation`` (how to
 build the REINFORCE reference), ``clip_style`` ("zero" / "cap" / "none"),
-``sequence_level`` and ``mechanism`` (the metrics that show it acting). The upper clip
+``sequence_level``, ``mechanism`` (the metrics that show it acting) and
+``token_selection`` (the metric of a selection made from the rows' own statistics, which
+relaxes checks 1 and 4 as base.py says). The upper clip
 is read from the first config field among ``eps_high``, ``eps``, ``clip_range``, ``clip``
 (ratio bound 1 + value) and ``clip_high`` (the ratio bound itself).
 """
@@ -139,7 +141,8 @@ def compare_grads(name: str, got: torch.Tensor, want: torch.Tensor, what: str) -
 
 
 def check_reinforce_on_policy(cls: type[Algorithm], overrides: Overrides = NONE) -> CheckResult:
-    """(1) On-policy, beta = 0: grad equals that of -A*lp under ``cls.aggregation``."""
+    """(1) On-policy, beta = 0: grad equals that of -A*lp under ``cls.aggregation``; with
+    ``token_selection``, on all but at most the tokens its metric says it selected."""
     name = "reinforce_on_policy"
     algo = build(cls, overrides, beta_zero=True)
     case = random_case(0, on_policy=True)
@@ -150,7 +153,20 @@ def check_reinforce_on_policy(cls: type[Algorithm], overrides: Overrides = NONE)
         lp, case.old, None, case.adv, case.mask, max_response_len=case.max_response_len
     )
     aggregate(-batch.token_advantages * lp, batch, algo.aggregation).backward()
-    return compare_grads(name, grad, lp.grad, f"vs -A*lp under {algo.aggregation}")
+    what = f"vs -A*lp under {algo.aggregation}"
+    if not cls.token_selection:
+        return compare_grads(name, grad, lp.grad, what)
+    metrics = algo.loss(dataclasses.replace(batch, logprobs=case.lp.clone())).metrics
+    if cls.token_selection not in metrics:
+        return CheckResult(name, False, f"declares token_selection but reports no "
+                                        f"{cls.token_selection}")  # fmt: skip
+    scale = float(lp.grad.abs().max())
+    differ = (grad - lp.grad).abs() > TOL * scale
+    allowed = round(metrics[cls.token_selection] * float(case.mask.sum()))
+    ok = scale > 0 and int(differ.sum()) <= allowed
+    detail = (f"{what}: {int(differ.sum())} tokens differ, {allowed} selected "
+              f"({cls.token_selection})")  # fmt: skip
+    return CheckResult(name, ok, detail)
 
 
 def check_zero_advantages(cls: type[Algorithm], overrides: Overrides = NONE) -> CheckResult:
@@ -185,16 +201,53 @@ def check_padding(cls: type[Algorithm], overrides: Overrides = NONE) -> CheckRes
 
 
 def check_micro_batching(cls: type[Algorithm], overrides: Overrides = NONE) -> CheckResult:
-    """(4) Micro-batches carrying the whole batch's counts sum to the full loss and grad."""
+    """(4) Micro-batches carrying the whole batch's counts sum to the full loss and grad.
+    With ``token_selection`` (a selection from each micro-batch's own rows): each
+    micro-batch's loss and grad are those of the same rows as a batch of their own, times
+    their share of the whole batch's count (tokens for token_mean, else sequences)."""
     name = "micro_batching"
     algo = build(cls, overrides, beta_zero=False)
     case = random_case(3, on_policy=False)
-    loss, grad = loss_and_grad(algo, case)
     # unequal shares; the middle micro-batch holds only the empty response
-    loss_mb, grad_mb = loss_and_grad(algo, case, (slice(0, 2), slice(2, 3), slice(3, None)))
+    splits = (slice(0, 2), slice(2, 3), slice(3, None))
+    if cls.token_selection:
+        return micro_batches_divide_by_whole_counts(algo, case, splits)
+    loss, grad = loss_and_grad(algo, case)
+    loss_mb, grad_mb = loss_and_grad(algo, case, splits)
     if abs(loss_mb - loss) > TOL * max(1.0, abs(loss)):
         return CheckResult(name, False, f"summed loss {loss_mb!r} != full-batch loss {loss!r}")
     return compare_grads(name, grad_mb, grad, "micro-batches [0:2], [2:3], [3:6] vs whole")
+
+
+def micro_batches_divide_by_whole_counts(
+    algo: Algorithm, case: Case, splits: Sequence[slice]
+) -> CheckResult:
+    name = "micro_batching"
+    whole = TrainBatch(case.lp, case.old, None, case.adv, case.mask)
+    tokens = case.mask.sum(-1)
+    for rows in splits:
+        part = dataclasses.replace(
+            case, **{k: getattr(case, k)[rows] for k in ("lp", "old", "ref", "adv", "mask")}
+        )
+        own_loss, own_grad = loss_and_grad(algo, part)
+        in_whole, in_whole_grad = loss_and_grad(algo, case, (rows,))
+        if algo.aggregation == "token_mean":
+            share = float(tokens[rows].sum()) / max(whole.num_tokens, 1)
+        else:
+            share = int((tokens[rows] > 0).sum()) / max(whole.num_sequences, 1)
+        where = f"rows [{rows.start}:{rows.stop}]"
+        if abs(in_whole - share * own_loss) > TOL * max(1.0, abs(own_loss)):
+            return CheckResult(name, False, f"{where}: loss {in_whole!r} != {share:.3g} x "
+                                            f"its own {own_loss!r}")  # fmt: skip
+        diff = max_diff(in_whole_grad[rows], share * own_grad)
+        if diff > TOL * max(float(own_grad.abs().max()), ZERO):
+            return CheckResult(name, False, f"{where}: grad differs by {diff:.2e}")
+    return CheckResult(
+        name,
+        True,
+        "selection per micro-batch (token_selection); each of "
+        "[0:2], [2:3], [3:6] divides by the whole batch's counts",
+    )
 
 
 def upper_ratio_bound(algo: Algorithm) -> tuple[str, float] | None:

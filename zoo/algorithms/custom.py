@@ -22,11 +22,12 @@ How to write a plugin
      micro-batches add up to the whole batch.
   3. Optionally override ``advantages(rewards)``, ``shape_rewards(rewards, lengths,
      max_response_len)``, ``keep(rewards)`` and ``train_mask(truncated)`` (see dr_grpo.py
-     and dapo.py), and set the class attributes ``aggregation``, ``clip_style``,
-     ``sequence_level`` and ``mechanism`` (base.py). ``mechanism`` names the metrics that
-     show your loss doing something different once the ratio moves away from 1 (each
-     rollout batch trains in several mini-batches, so it does after the first), with
-     their values while it is idle; check-plugin and the compare report read it.
+     and dapo.py), and set the class attributes ``family``, ``aggregation``,
+     ``clip_style``, ``sequence_level``, ``mechanism`` and ``token_selection`` (base.py).
+     ``mechanism`` names the metrics that show your loss doing something different once
+     the ratio moves away from 1 (each rollout batch trains in several mini-batches, so
+     it does after the first), with their values while it is idle; check-plugin and the
+     compare report read it.
 
 How to register it
   - In this repository: add ``"name": "zoo.algorithms.<module>:<Class>"`` to ``builtins``
@@ -64,6 +65,7 @@ class Custom(Algorithm):
     name = "custom"
     config_class = CustomConfig
     paper = "Schulman et al., Proximal Policy Optimization Algorithms, arXiv 1707.06347 (2017)"
+    family = "group-relative PPO-clip"  # its heading in `harness list algorithms`
     aggregation = "seq_mean"  # (1/B) sum_i (1/|o_i|) sum_t
     # the metrics that show its mechanism acting, and their values while it is idle
     mechanism = {"clip_low_frac": 0.0, "clip_high_frac": 0.0}

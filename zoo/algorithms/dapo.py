@@ -68,6 +68,7 @@ class DAPO(Algorithm):
     name = "dapo"
     config_class = DAPOConfig
     paper = "Yu et al., DAPO, arXiv 2503.14476 (2025)"
+    family = "group-relative PPO-clip"
     aggregation = "token_mean"
     mechanism = {"clip_low_frac": 0.0, "clip_high_frac": 0.0}
 

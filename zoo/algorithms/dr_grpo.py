@@ -48,6 +48,7 @@ class DrGRPO(Algorithm):
     name = "dr_grpo"
     config_class = DrGRPOConfig
     paper = "Liu et al., Understanding R1-Zero-Like Training, arXiv 2503.20783 (2025)"
+    family = "group-relative PPO-clip"
     aggregation = "fixed"
     mechanism = {"clip_low_frac": 0.0, "clip_high_frac": 0.0}
 

@@ -32,6 +32,7 @@ class GRPO(Algorithm):
     name = "grpo"
     config_class = GRPOConfig
     paper = "Shao et al., DeepSeekMath, arXiv 2402.03300 (2024)"
+    family = "group-relative PPO-clip"
     aggregation = "seq_mean"
     mechanism = {"clip_low_frac": 0.0, "clip_high_frac": 0.0}
 

@@ -49,6 +49,7 @@ class GSPO(Algorithm):
     name = "gspo"
     config_class = GSPOConfig
     paper = "Zheng et al., Group Sequence Policy Optimization, arXiv 2507.18071 (2025)"
+    family = "sequence-level"
     aggregation = "seq_mean"
     mechanism = {"clip_low_frac": 0.0, "clip_high_frac": 0.0}
     sequence_level = True

@@ -42,6 +42,7 @@ class SAPO(Algorithm):
     name = "sapo"
     config_class = SAPOConfig
     paper = "Gao et al., Soft Adaptive Policy Optimization, arXiv 2511.20347 (2025)"
+    family = "soft/capped ratio"
     aggregation = "seq_mean"
     mechanism = {"gate_weight_mean": 1.0}
     clip_style = "none"
