@@ -1,6 +1,6 @@
-"""Tables (pandas -> CSV + Markdown), plots (matplotlib) and report.md of an experiment
-folder written by `harness compare`. Everything here reads only the run folders, so it
-can be re-done at any time: `harness analyze DIR`."""
+"""Tables (pandas -> CSV + Markdown), plots (matplotlib), samples pages (harness/samples.py)
+and report.md of an experiment folder written by `harness compare`. Everything here reads
+only the run folders, so it can be re-done at any time: `harness analyze DIR`."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ import pandas as pd
 
 from harness.fits import bootstrap_fit, extrapolation_check
 from harness.runner import read_metrics
+from harness.samples import write_samples_pages
 from harness.stats import (
     holm,
     iqm_interval,
@@ -407,8 +408,28 @@ def write_analysis(out: Path) -> dict[str, pd.DataFrame]:
     plot_throughput(tables["throughput"], plots_dir / "throughput.png")
     if points["env"].nunique() > 1:
         plot_profile(run_scores(points), points, plots_dir / "performance_profile.png")
+    write_samples_pages(out)
     write_report(out, text)
     return tables
+
+
+def samples_section(out: Path) -> list[str]:
+    """report.md's links to the samples pages (none for runs from before samples.jsonl)."""
+    pages = sorted((out / "samples").glob("*.html"))
+    runs = [p for p in pages if p.name != "index.html"]
+    if not runs:
+        return []
+    return [
+        "## Samples",
+        "",
+        "What the policy wrote: per run, the first groups of every step (reward, advantage,",
+        "finish reason, policy version) and the first held-out problems at every evaluation",
+        "point (greedy completion beside the reference), with a step selector and filter;",
+        "the pages open offline. [All runs](samples/index.html):",
+        "",
+        *[f"- [{p.stem}](samples/{p.name})" for p in runs],
+        "",
+    ]
 
 
 def write_report(out: Path, tables: dict[str, str]) -> None:
@@ -441,6 +462,7 @@ def write_report(out: Path, tables: dict[str, str]) -> None:
             else []
         ),
         "",
+        *samples_section(out),
         "## Summary: headline, pass@k, area under the curve, sigmoid compute fit",
         "",
         "`per_seed`: each seed's headline. `headline_mean` [`ci_low`, `ci_high`]: mean over",

@@ -11,19 +11,24 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import os
 from html import escape
 from pathlib import Path
 
 import pandas as pd
 
 from harness.analysis import HEADLINE, write_analysis
+from harness.samples import last_eval_samples, samples_table, write_samples_pages
 from zoo.core.config import ConfigError
-from zoo.core.runlog import read_sessions
+from zoo.core.runlog import SAMPLES, read_sessions
 
 
 def config_hash(run_config: dict) -> str:
-    """Hash of everything that defines a run except its seed."""
-    payload = {k: v for k, v in run_config.items() if k != "seed"}
+    """Hash of everything that defines a run except its seed (and the fields that change
+    nothing it computes, such as its trackers)."""
+    from zoo.core.run_config import NOT_DEFINING
+
+    payload = {k: v for k, v in run_config.items() if k != "seed" and k not in NOT_DEFINING}
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:12]
 
 
@@ -293,7 +298,7 @@ def build_leaderboards(results: Path, out: Path, allow_dirty: bool = False) -> l
                         f"<p>Commands: {'<br>'.join(f'<code>{c}</code>' for c in commands)}</p>"
                         + (f"<p>Provenance:<br>{'<br>'.join(escape(n) for n in notes)}"
                            "</p>" if notes else "")
-                        + images)  # fmt: skip
+                        + images + samples_html(g, out))  # fmt: skip
     html = ("<!doctype html><html><head><meta charset='utf-8'><title>forge-zoo leaderboards"
             "</title><style>body{font-family:sans-serif;margin:2em}table{border-collapse:"
             "collapse}td,th{border:1px solid #ccc;padding:4px 8px}img{max-width:720px}"
@@ -302,6 +307,36 @@ def build_leaderboards(results: Path, out: Path, allow_dirty: bool = False) -> l
     (out / "index.html").write_text(html)
     written.append(out / "index.html")
     return written
+
+
+def samples_html(g: pd.DataFrame, out: Path) -> str:
+    """Beside a section's plots: each row's first run's last evaluation samples (greedy
+    completion, reference, reward), and links to every run's samples page (written into
+    its experiment's samples/ folder when missing)."""
+    parts = []
+    for r in g.itertuples():
+        run_dirs = [Path(d) for d in r.runs]
+        if not any((d / SAMPLES).exists() for d in run_dirs):
+            continue
+        experiment = Path(r.experiment)
+        if not all((experiment / "samples" / f"{d.name}.html").exists() for d in run_dirs):
+            write_samples_pages(experiment)
+        links = ", ".join(
+            f"<a href='{escape(_relative(experiment / 'samples' / f'{d.name}.html', out))}'>"
+            f"{escape(d.name)}</a>"
+            for d in run_dirs if (experiment / "samples" / f"{d.name}.html").exists()
+        )  # fmt: skip
+        rows = last_eval_samples(run_dirs[0])
+        parts.append(f"<h4>{escape(r.algorithm)}: {escape(run_dirs[0].name)}, last evaluation"
+                     f"</h4>{samples_table(rows, table_id=f'samples-{escape(r.id)}')}"
+                     f"<p>All samples, by run: {links}</p>")  # fmt: skip
+    if not parts:
+        return ""
+    return "<h3>Samples</h3>" + "".join(parts)
+
+
+def _relative(target: Path, start: Path) -> str:
+    return Path(os.path.relpath(target.resolve(), start.resolve())).as_posix()
 
 
 def provenance_notes(g: pd.DataFrame) -> list[str]:

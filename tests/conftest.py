@@ -41,6 +41,14 @@ def loop_for(tiny_path: Path, generator):
     """``loop_for(cfg)``: an RLLoop in this process on the session's vLLM engine (reset
     to the tiny model's weights) and a fresh trainer with the run's settings; the
     engine's weights are restored afterwards."""
+    build, restore = loop_builder(tiny_path, generator)
+    yield build
+    restore()
+
+
+def loop_builder(tiny_path: Path, generator):
+    """(build, restore): ``build(cfg)`` makes an RLLoop as ``loop_for`` does; ``restore()``
+    puts the tiny model's weights back into the engine (for fixtures of a wider scope)."""
     import torch
 
     from zoo.algorithms import get_algorithm
@@ -75,5 +83,4 @@ def loop_for(tiny_path: Path, generator):
         )
         return RLLoop(cfg, services)
 
-    yield build
-    generator.update_weights(start, version=0)
+    return build, lambda: generator.update_weights(start, version=0)

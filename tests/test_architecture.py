@@ -21,7 +21,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
                   "zoo.core.ledger", "zoo.core.evaluation")),
     ("placement", ("zoo.core.placement", "zoo.core.placement_config")),
     ("loop", ("zoo.core.run_config", "zoo.core.wiring", "zoo.core.rollout", "zoo.core.loop",
-              "zoo.core.checkpoint", "zoo.core.runlog")),
+              "zoo.core.checkpoint", "zoo.core.runlog", "zoo.core.trackers")),
     ("harness", ("harness",)),
 ]  # fmt: skip
 

@@ -164,12 +164,14 @@ class FakeLoop:
         self.step_index = 0
         self.samples = 0
 
-    def run(self, log, checkpoint):
+    def run(self, log, checkpoint, samples=None):
         records = []
         for _ in range(2):
             self.step_index += 1
             self.samples += 8
             record = {"step": self.step_index, "samples": self.samples}
+            if samples:
+                samples([{"step": self.step_index, "kind": "train"}])
             log(record)
             records.append(record)
         return records

@@ -15,7 +15,7 @@ placement    placement/ (Monarch actors, proxies, replicas, weight sync, spawnin
              placement_config.py (placement files)
 the loop     run_config.py (RunConfig), wiring.py (build_services), rollout.py (seeds,
              packing), loop.py (RLLoop: one step, the run), checkpoint.py, runlog.py
-             (provenance)
+             (provenance, metrics, samples), trackers.py (TensorBoard, W&B, MLflow)
 """
 
 from zoo.core.types import Completion, LossOutput, TrainBatch

@@ -16,6 +16,11 @@
     services.sync_weights    -> trainer weights to the generators, new policy version
     ledger                   -> FLOPs, tokens, seconds per phase
 
+Each step also keeps a few of its samples (the first ``SAMPLE_GROUPS`` groups of its first
+sampling round: prompt, completion, reward, advantage, finish reason, policy version),
+and each evaluation its first ``EVAL_SAMPLES`` problems (with the reference answer and
+the greedy completion), for samples.jsonl; reading them changes nothing computed.
+
 One step of the loop is one rollout batch. Sync mode (the default) samples each batch
 with the current weights; it then trains in ``mini_batches`` optimizer steps per pass
 over ``epochs`` passes, so every update after the first sees a ratio away from 1 (where
@@ -49,6 +54,11 @@ from zoo.core.types import Completion
 from zoo.core.wiring import Services
 from zoo.envs import Prompt
 
+SAMPLE_GROUPS = 2
+"""Groups (prompts, with all their G completions) per step kept for samples.jsonl."""
+EVAL_SAMPLES = 4
+"""Held-out problems per evaluation kept for samples.jsonl (greedy completion, reference)."""
+
 
 class RLLoop:
     def __init__(self, cfg: RunConfig, services: Services) -> None:
@@ -65,6 +75,9 @@ class RLLoop:
         """Async mode: (first prompt's cursor, prompts, pending generation), oldest first."""
         self.policy_ages: list[int] = []  # of the samples taken in this step
         self.stale_dropped = 0
+        self.kept_samples: list[dict[str, Any]] = []
+        """Sample rows of the last step and evaluation, not yet handed to ``run``'s
+        ``samples`` callback."""
 
     def sample_groups(self, n: int) -> tuple[list[Prompt], list[list[Completion]]]:
         """The next ``n`` prompts of the train stream and G completions of each, less any
@@ -152,6 +165,10 @@ class RLLoop:
             keep = algo.keep(rewards)
             truncated = torch.tensor([[c.finish_reason == "length" for c in g] for g in groups])
             in_loss = algo.train_mask(truncated)
+            if rounds == 1:
+                self.kept_samples += train_samples(
+                    prompts[:SAMPLE_GROUPS], groups, rewards, advantages, keep
+                )
             for i in torch.nonzero(keep).flatten().tolist():
                 if len(kept_groups) < cfg.prompts_per_step:
                     kept_groups.append(groups[i])
@@ -234,6 +251,12 @@ class RLLoop:
         groups = s.generator.generate(encoded, n=1, sampling=self.sampling, greedy=True)
         rewards = s.score_batch(prompts, [g[0].text for g in groups])
         record = {"eval_reward": statistics.fmean(rewards)}
+        self.kept_samples += [
+            {"kind": "eval", "index": p.index, "prompt": p.text, "completion": g[0].text,
+             "reference": s.env.reference_answer(p), "reward": float(r),
+             "finish_reason": g[0].finish_reason, "policy_version": g[0].policy_version}
+            for p, g, r in zip(prompts[:EVAL_SAMPLES], groups, rewards, strict=False)
+        ]  # fmt: skip
         if n:
             eval_seed = self.cfg.seed + EVAL_SEED_OFFSET
             seeds = [sampling_seed(eval_seed, i) for i in range(len(prompts))]
@@ -267,16 +290,20 @@ class RLLoop:
         log: Callable[[dict[str, Any]], None],
         on_step: Callable[[dict[str, Any]], None] | None = None,
         checkpoint: Callable[[int], None] | None = None,
+        samples: Callable[[list[dict[str, Any]]], None] | None = None,
     ) -> list[dict[str, Any]]:
         """Train until the budget is spent, logging one record per step (plus step 0, the
         evaluation of the starting weights). Resumes from ``self.step_index`` if a
         checkpoint was loaded. ``checkpoint(step)`` is called every ``checkpoint_every``
-        steps and at the end."""
+        steps and at the end. ``samples(rows)`` gets the samples kept at each step (its
+        training samples and its evaluation's), each row with its ``step``, just before
+        the step's record goes to ``log``."""
         cfg, ledger = self.cfg, self.s.ledger
         _, amount = cfg.budget
         history = []
         if self.step_index == 0:
             first = {"step": 0, "samples": 0, "flops": 0.0, "seconds": 0.0, **self.evaluate()}
+            self._hand_over_samples(0, samples)
             log(first)
             history.append(first)
         while self.spent(self.step_index) < amount:
@@ -297,6 +324,7 @@ class RLLoop:
             )
             if self.eval_due(step) or self.spent(step) >= amount:
                 record.update(self.evaluate())
+            self._hand_over_samples(step, samples)
             log(record)
             history.append(record)
             self.step_index = step  # only now is the step complete (and checkpointable)
@@ -308,6 +336,13 @@ class RLLoop:
             if on_step:
                 on_step(record)
         return history
+
+    def _hand_over_samples(
+        self, step: int, samples: Callable[[list[dict[str, Any]]], None] | None
+    ) -> None:
+        rows, self.kept_samples = self.kept_samples, []
+        if samples and rows:
+            samples([{"step": step, **row} for row in rows])
 
     def state(self) -> dict[str, Any]:
         """Everything needed to continue this run exactly (with the trainer's state)."""
@@ -328,6 +363,25 @@ class RLLoop:
         for name in ("flops", "tokens", "seconds"):
             getattr(ledger, name).update(state["ledger"][name])
         ledger.step_delta()  # the next step's delta starts from the restored totals
+
+
+def train_samples(
+    prompts: list[Prompt], groups: list[list[Completion]], rewards: torch.Tensor,
+    advantages: torch.Tensor, keep: torch.Tensor,
+) -> list[dict[str, Any]]:  # fmt: skip
+    """samples.jsonl rows of ``prompts`` (the first of a sampling round) and their groups:
+    the env's reward, the algorithm's advantage, whether the algorithm kept the group, and
+    the sampler's finish reason and policy version."""
+    rows = []
+    for i, p in enumerate(prompts):
+        for j, c in enumerate(groups[i]):
+            rows.append({
+                "kind": "train", "index": p.index, "prompt": p.text, "completion": c.text,
+                "reward": float(rewards[i, j]), "advantage": float(advantages[i, j]),
+                "kept": bool(keep[i]), "finish_reason": c.finish_reason,
+                "policy_version": c.policy_version,
+            })  # fmt: skip
+    return rows
 
 
 def _ratio(a: float, b: float) -> float:

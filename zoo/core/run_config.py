@@ -13,6 +13,7 @@ from zoo.core.config import ConfigError
 from zoo.core.generator import GENERATOR_BACKENDS
 from zoo.core.models import INITS, TINY_MODELS, ModelSpec, resolve_model
 from zoo.core.offpolicy import CORRECTIONS
+from zoo.core.trackers import check_installed, parse_report_to
 from zoo.core.trainer import LR_SCHEDULES
 
 PLACEMENTS = ("local", "monarch")
@@ -158,6 +159,12 @@ class RunConfig:
     device: str = "auto"
     """Where the trainer, reference and generator run: cpu, cuda, or auto (cuda when
     available). On cuda the trainer computes in bf16 and generation is bf16."""
+    report_to: str = ""
+    """Experiment trackers that also get every step's metrics, the resolved config, the
+    evaluation points and the kept samples: tensorboard, wandb, mlflow, comma-separated
+    for several (none by default). Each is an extra: pip install -e '.[trackers]'. W&B runs
+    offline without an API key; MLflow writes a file store in the run folder
+    (zoo.core.trackers)."""
     algorithm_config: dict[str, Any] = field(default_factory=dict)
     env_config: dict[str, Any] = field(default_factory=dict)
     variant: str = ""
@@ -239,6 +246,7 @@ class RunConfig:
                     f"unknown {name} {getattr(self, name)!r}; valid: {', '.join(valid)}"
                 )
 
+        check_installed(parse_report_to(self.report_to))
         if self.max_policy_age < 1:
             raise ConfigError(f"max_policy_age must be >= 1, got {self.max_policy_age}")
         if self.placement != "monarch" and (self.mode == "async" or self.distributed):
@@ -282,6 +290,10 @@ class RunConfig:
 PREDATES_REGIME = ("mini_batches", "epochs")
 """Run-config fields whose absence marks a run recorded before several updates per
 rollout batch (RunConfig.from_record)."""
+
+NOT_DEFINING = ("report_to",)
+"""Run-config fields that do not change what a run computes: a resume may change them, and
+leaderboard rows are grouped without them."""
 
 ADDED_LATER = {"eval_samples": 0}
 """Fields added since runs were first recorded, with the value that reproduces what a

@@ -1,9 +1,11 @@
 """What a run leaves behind: ``config.json`` (resolved config, package versions, the full
 installed package list, git commit and dirty flag, a hash of the starting weights, machine,
 seed), ``source.diff`` (the uncommitted changes to tracked files, when the tree was dirty),
-``sessions.jsonl`` (one line per start or resume: time, commit, dirty flag) and
+``sessions.jsonl`` (one line per start or resume: time, commit, dirty flag),
 ``metrics.jsonl`` (one JSON object per step, flushed as it is written, so a crash never
-loses a finished step)."""
+loses a finished step) and ``samples.jsonl`` (the completions kept at each step and
+evaluation, one JSON object per completion, flushed the same way). The trackers of
+``--report-to`` (zoo.core.trackers) get what these two files get, from here."""
 
 from __future__ import annotations
 
@@ -18,7 +20,10 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from importlib.metadata import PackageNotFoundError, distributions, version
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from zoo.core.trackers import Trackers
 
 PACKAGES = (
     "forge-zoo",
@@ -38,6 +43,7 @@ PACKAGE_ROOT = Path(__file__).resolve().parents[2]
 
 SOURCE_DIFF = "source.diff"
 SESSIONS = "sessions.jsonl"
+SAMPLES = "samples.jsonl"
 CHUNK = 1 << 20
 
 
@@ -184,12 +190,15 @@ def machine() -> dict[str, Any]:
 
 
 class RunWriter:
-    """Owns a run folder. Created only once the run's inputs are validated."""
+    """Owns a run folder. Created only once the run's inputs are validated. ``trackers``
+    (``--report-to``) get every record and sample written here."""
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, trackers: Trackers | None = None) -> None:
         self.directory = directory
         directory.mkdir(parents=True, exist_ok=True)
         self._metrics = open(directory / "metrics.jsonl", "a", encoding="utf-8")  # noqa: SIM115
+        self._samples = open(directory / SAMPLES, "a", encoding="utf-8")  # noqa: SIM115
+        self.trackers = trackers
 
     def write_config(self, config: dict[str, Any]) -> None:
         """At a run's first start (not on resume): config.json with the provenance of this
@@ -235,9 +244,24 @@ class RunWriter:
         self._metrics.write(json.dumps(record, default=float) + "\n")
         self._metrics.flush()
         os.fsync(self._metrics.fileno())
+        if self.trackers:
+            self.trackers.log(record)
+
+    def log_samples(self, rows: list[dict[str, Any]]) -> None:
+        """Append one step's kept samples to samples.jsonl, each line flushed as written
+        (the step's lines reach the disk before its metrics record does)."""
+        for row in rows:
+            self._samples.write(json.dumps(row, default=float) + "\n")
+            self._samples.flush()
+        os.fsync(self._samples.fileno())
+        if self.trackers:
+            self.trackers.log_samples(rows)
 
     def close(self) -> None:
         self._metrics.close()
+        self._samples.close()
+        if self.trackers:
+            self.trackers.close()
 
 
 def read_sessions(run_dir: Path) -> list[dict[str, Any]]:
@@ -246,6 +270,34 @@ def read_sessions(run_dir: Path) -> list[dict[str, Any]]:
     if not path.exists():
         return []
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def read_samples(run_dir: Path) -> list[dict[str, Any]]:
+    """The rows of a run's samples.jsonl (none before it existed); a line cut short by a
+    kill is skipped."""
+    path = run_dir / SAMPLES
+    if not path.exists():
+        return []
+    rows = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        with contextlib.suppress(json.JSONDecodeError):
+            rows.append(json.loads(line))
+    return [r for r in rows if isinstance(r, dict)]
+
+
+def truncate_samples(run_dir: Path, last_step: int) -> None:
+    """Keep the samples up to ``last_step`` (a resume re-does the steps after its
+    checkpoint, and their samples), dropping any torn line; replaced in one rename."""
+    path = run_dir / SAMPLES
+    if not path.exists():
+        return
+    kept = [r for r in read_samples(run_dir) if r.get("step", last_step + 1) <= last_step]
+    tmp = path.with_suffix(".jsonl.tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write("".join(json.dumps(r) + "\n" for r in kept))
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
 
 
 TIMING_KEYS_SUFFIX = ("_seconds", "tokens_per_s", "seconds")

@@ -1,0 +1,189 @@
+"""Readable samples: one static HTML page per run from its samples.jsonl (what the policy
+wrote at each step and each evaluation point) beside its curves, with a step selector, a
+train/eval filter and a text search. Pages are self-contained (inline CSS, script and
+SVG, no network), so they open offline from the file system. The compare report links
+them from ``samples/index.html``; the HTML leaderboard shows each row's last evaluation
+samples and links the pages."""
+
+from __future__ import annotations
+
+import json
+from html import escape
+from pathlib import Path
+from typing import Any
+
+from harness.runner import read_metrics
+from zoo.core.runlog import read_samples
+
+COLUMNS = ("step", "kind", "index", "prompt", "completion", "reference", "reward",
+           "advantage", "kept", "finish_reason", "policy_version")  # fmt: skip
+"""samples.jsonl fields shown, in this order (absent ones stay empty)."""
+
+STYLE = (
+    "body{font-family:sans-serif;margin:1.5em}table{border-collapse:collapse}"
+    "td,th{border:1px solid #ccc;padding:3px 6px;vertical-align:top;font-size:13px}"
+    "td.text{white-space:pre-wrap;font-family:monospace;max-width:36em}"
+    "tr.eval{background:#f3f7ff}.controls{margin:1em 0}.controls>*{margin-right:1em}"
+)
+
+SCRIPT = """
+function applyFilter() {
+  const step = document.getElementById('step').value;
+  const kind = document.getElementById('kind').value;
+  const q = document.getElementById('q').value.toLowerCase();
+  let shown = 0;
+  for (const row of document.querySelectorAll('#samples tbody tr')) {
+    const ok = (step === 'all' || row.dataset.step === step) &&
+      (kind === 'all' || row.dataset.kind === kind) &&
+      (!q || row.textContent.toLowerCase().includes(q));
+    row.hidden = !ok;
+    if (ok) shown += 1;
+  }
+  document.getElementById('count').textContent = shown + ' of ' + __TOTAL__ + ' samples';
+}
+for (const id of ['step', 'kind', 'q']) {
+  document.getElementById(id).addEventListener('input', applyFilter);
+}
+applyFilter();
+"""
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return escape(str(value))
+
+
+def curves_svg(records: list[dict[str, Any]], width: int = 640, height: int = 220) -> str:
+    """An inline SVG of a run's train reward (``reward_mean``) and held-out greedy reward
+    (``eval_reward``) against step; empty when there is nothing to draw."""
+    series = {
+        "reward_mean": ("#1f77b4", [(r["step"], r["reward_mean"]) for r in records
+                                    if "reward_mean" in r]),
+        "eval_reward": ("#d62728", [(r["step"], r["eval_reward"]) for r in records
+                                    if "eval_reward" in r]),
+    }  # fmt: skip
+    points = [p for _, pts in series.values() for p in pts]
+    if not points:
+        return ""
+    x_max = max(1, max(s for s, _ in points))
+    y_lo, y_hi = min(0.0, min(v for _, v in points)), max(1.0, max(v for _, v in points))
+    pad = 36
+
+    def xy(step: float, value: float) -> str:
+        x = pad + (width - 2 * pad) * step / x_max
+        y = height - pad - (height - 2 * pad) * (value - y_lo) / (y_hi - y_lo)
+        return f"{x:.1f},{y:.1f}"
+
+    parts = [
+        f"<svg id='curves' width='{width}' "
+        f"height='{height}' role='img' aria-label='reward against step'>",
+        f"<rect x='0' y='0' width='{width}' height='{height}' fill='white'/>",
+        f"<line x1='{pad}' y1='{height - pad}' x2='{width - pad}' y2='{height - pad}' "
+        "stroke='#444'/>",
+        f"<line x1='{pad}' y1='{pad}' x2='{pad}' y2='{height - pad}' stroke='#444'/>",
+        f"<text x='{width / 2}' y='{height - 6}' font-size='12' text-anchor='middle'>step "
+        f"(0..{x_max})</text>",
+        f"<text x='4' y='{pad - 8}' font-size='12'>reward ({y_lo:g}..{y_hi:g})</text>",
+    ]
+    for i, (name, (color, pts)) in enumerate(series.items()):
+        if pts:
+            path = " ".join(xy(s, v) for s, v in pts)
+            parts.append(f"<polyline class='curve' fill='none' stroke='{color}' "
+                         f"stroke-width='2' points='{path}'/>")  # fmt: skip
+            parts += [f"<circle cx='{xy(s, v).split(',')[0]}' cy='{xy(s, v).split(',')[1]}' "
+                      f"r='2.5' fill='{color}'/>" for s, v in pts]  # fmt: skip
+        parts.append(f"<text x='{width - pad - 120}' y='{pad + 14 * i}' font-size='12' "
+                     f"fill='{color}'>{name}</text>")  # fmt: skip
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def samples_table(rows: list[dict[str, Any]], table_id: str = "samples") -> str:
+    """The rows as an HTML table, each ``<tr>`` carrying its step and kind as data
+    attributes (for the page's filter)."""
+    head = "".join(f"<th>{c}</th>" for c in COLUMNS)
+    body = []
+    for r in rows:
+        cells = "".join(
+            f"<td class='text'>{_cell(r.get(c))}</td>"
+            if c in ("prompt", "completion", "reference")
+            else f"<td>{_cell(r.get(c))}</td>"
+            for c in COLUMNS
+        )
+        kind = escape(str(r.get("kind", "")))
+        body.append(f"<tr class='{kind}' data-step='{r.get('step')}' data-kind='{kind}'>"
+                    f"{cells}</tr>")  # fmt: skip
+    return (f"<table id='{table_id}'><thead><tr>{head}</tr></thead>"
+            f"<tbody>{''.join(body)}</tbody></table>")  # fmt: skip
+
+
+def samples_page(run_dir: Path, title: str | None = None) -> str:
+    """A run's samples page: its curves, then every row of its samples.jsonl in a table
+    with a step selector (default: the last step), a train/eval filter and a search."""
+    rows = read_samples(run_dir)
+    records = read_metrics(run_dir)
+    steps = sorted({r["step"] for r in rows})
+    options = "<option value='all'>all steps</option>" + "".join(
+        f"<option value='{s}'{' selected' if s == steps[-1] else ''}>step {s}"
+        f"{' (eval)' if any(r['step'] == s and r.get('kind') == 'eval' for r in rows) else ''}"
+        "</option>"
+        for s in steps
+    )
+    title = title or run_dir.name
+    script = SCRIPT.replace("__TOTAL__", json.dumps(len(rows)))
+    return (
+        "<!doctype html><html><head><meta charset='utf-8'>"
+        f"<title>samples: {escape(title)}</title><style>{STYLE}</style></head><body>"
+        f"<h1>Samples of {escape(title)}</h1>"
+        "<p>Train rows: the first groups of each step's first sampling round (reward from "
+        "the env, the algorithm's advantage, whether its group was kept). Eval rows: the "
+        "first held-out problems at each evaluation point, greedy completion beside the "
+        "reference answer.</p>"
+        f"{curves_svg(records)}"
+        "<div class='controls'><label>step <select id='step'>"
+        f"{options}</select></label><label>kind <select id='kind'><option value='all'>all"
+        "</option><option value='train'>train</option><option value='eval'>eval</option>"
+        "</select></label><label>search <input id='q' type='search'></label>"
+        "<span id='count'></span></div>"
+        f"{samples_table(rows)}<script>{script}</script></body></html>"
+    )
+
+
+def write_samples_pages(experiment: Path) -> Path | None:
+    """``samples/<run>.html`` for every run of ``experiment`` with a samples.jsonl, and
+    ``samples/index.html`` (the reward plot, the runs, links); None when no run kept
+    samples (runs recorded before samples.jsonl)."""
+    run_dirs = [d for d in sorted((experiment / "runs").glob("*")) if read_samples(d)]
+    if not run_dirs:
+        return None
+    out = experiment / "samples"
+    out.mkdir(exist_ok=True)
+    links = []
+    for d in run_dirs:
+        (out / f"{d.name}.html").write_text(samples_page(d), encoding="utf-8")
+        evals = [r["eval_reward"] for r in read_metrics(d) if "eval_reward" in r]
+        last = f"{evals[-1]:.3f}" if evals else "-"
+        links.append(f"<tr><td><a href='{escape(d.name)}.html'>{escape(d.name)}</a></td>"
+                     f"<td>{len(read_samples(d))}</td><td>{last}</td></tr>")  # fmt: skip
+    plot = experiment / "plots" / "reward_vs_flops.png"
+    image = "<p><img alt='reward vs FLOPs' src='../plots/reward_vs_flops.png'></p>"
+    index = (
+        "<!doctype html><html><head><meta charset='utf-8'>"
+        f"<title>samples: {escape(experiment.name)}</title><style>{STYLE}img{{max-width:"
+        f"720px}}</style></head><body><h1>Samples of {escape(experiment.name)}</h1>"
+        f"{image if plot.exists() else ''}<table id='runs'><thead><tr><th>run</th>"
+        "<th>samples</th><th>last eval_reward</th></tr></thead><tbody>"
+        f"{''.join(links)}</tbody></table></body></html>"
+    )
+    (out / "index.html").write_text(index, encoding="utf-8")
+    return out / "index.html"
+
+
+def last_eval_samples(run_dir: Path) -> list[dict[str, Any]]:
+    """The eval rows of a run's last evaluation point."""
+    rows = [r for r in read_samples(run_dir) if r.get("kind") == "eval"]
+    last = max((r["step"] for r in rows), default=None)
+    return [r for r in rows if r["step"] == last]

@@ -1,0 +1,275 @@
+"""Experiment trackers (``--report-to``): TensorBoard, Weights & Biases and MLflow receive
+what ``metrics.jsonl`` and ``samples.jsonl`` receive, from the one place a run writes them
+(zoo.core.runlog.RunWriter): every step's numeric metrics under their metrics.jsonl names
+(evaluation points included: ``eval_reward``, ``eval_pass_at_k`` ... on the steps that
+evaluated), the resolved config (config.json's contents) once per start, and the samples
+kept at each step as text or a table.
+
+Each tracker is an optional extra (``pip install 'forge-zoo[trackers]'``); a run that asks
+for one that is not installed stops before it starts (``check_installed``), with the pip
+command. Where they write by default, all inside the run folder:
+
+- tensorboard: ``tensorboard/`` (torch.utils.tensorboard's SummaryWriter; a resume purges
+  the events after the checkpoint it continues from);
+- wandb: ``wandb/``; offline unless an API key is configured (``WANDB_API_KEY`` or a
+  ``wandb login`` entry in ~/.netrc) or ``WANDB_MODE`` says otherwise; ``wandb sync``
+  uploads an offline run later. Project ``$WANDB_PROJECT``, else forge-zoo;
+- mlflow: a file store at ``mlruns/`` unless ``MLFLOW_TRACKING_URI`` names another (a
+  server, a database); experiment ``$MLFLOW_EXPERIMENT_NAME``, else forge-zoo. MLflow 3
+  keeps its file store only on request, so ``MLFLOW_ALLOW_FILE_STORE`` is set for it.
+
+W&B and MLflow runs are continued on ``--resume`` (their ids are kept in
+``trackers.json``); unlike TensorBoard they cannot drop the values logged after the
+checkpoint, so the steps re-done after a resume appear there twice.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import netrc
+import os
+import time
+import uuid
+from pathlib import Path
+from typing import Any, Protocol
+from urllib.parse import urlparse
+
+from zoo.core.config import ConfigError
+
+TRACKERS = ("tensorboard", "wandb", "mlflow")
+"""The valid names of ``--report-to`` (RunConfig.report_to)."""
+
+REQUIREMENTS = {
+    "tensorboard": ("tensorboard", "tensorboard==2.21.0"),
+    "wandb": ("wandb", "wandb==0.31.0"),
+    "mlflow": ("mlflow", "mlflow-skinny==3.17.2"),
+}
+"""Tracker -> (module it needs, the pinned requirement of its extra in pyproject.toml)."""
+
+STATE_FILE = "trackers.json"
+"""Per run folder: the W&B and MLflow run ids, so a resume continues the same runs."""
+
+PROJECT = "forge-zoo"
+
+
+def parse_report_to(value: str) -> tuple[str, ...]:
+    """The trackers named in ``value`` (comma-separated, spaces ignored, each once), in
+    the order given; ConfigError naming the valid ones for an unknown name."""
+    names = [n.strip().lower() for n in value.split(",") if n.strip()]
+    unknown = [n for n in names if n not in TRACKERS]
+    if unknown:
+        raise ConfigError(
+            f"unknown tracker {', '.join(map(repr, unknown))} in report_to; valid: "
+            f"{', '.join(TRACKERS)} (several: comma-separated, e.g. tensorboard,wandb)"
+        )
+    return tuple(dict.fromkeys(names))
+
+
+def _importable(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):  # ValueError: blocked in sys.modules (set to None)
+        return False
+
+
+def check_installed(names: tuple[str, ...]) -> None:
+    """Raise ConfigError, with the pip command, when a tracker in ``names`` is not
+    installed (checked without importing it)."""
+    missing = [n for n in names if not _importable(REQUIREMENTS[n][0])]
+    if missing:
+        extras = ",".join(missing)
+        pins = " ".join(f"'{REQUIREMENTS[n][1]}'" for n in missing)
+        raise ConfigError(
+            f"--report-to {','.join(names)}: {', '.join(missing)} not installed; install "
+            f"with: pip install -e '.[{extras}]' (from a checkout of forge-zoo), or pip "
+            f"install {pins}"
+        )
+
+
+def numeric_metrics(record: dict[str, Any]) -> dict[str, float]:
+    """The metrics of a metrics.jsonl record a tracker can plot: every int, float or bool
+    value except ``step`` (which is the x axis), as floats."""
+    return {
+        k: float(v)
+        for k, v in record.items()
+        if k != "step" and isinstance(v, int | float) and not isinstance(v, complex)
+    }
+
+
+def _samples_markdown(rows: list[dict[str, Any]]) -> str:
+    head = (
+        "| kind | prompt | completion | reward | advantage | reference |\n|---|---|---|---|---|---|"
+    )
+
+    def cell(v: Any) -> str:
+        text = "" if v is None else (f"{v:.4g}" if isinstance(v, float) else str(v))
+        return text.replace("|", "\\|").replace("\n", "\\n")
+
+    body = [
+        "| " + " | ".join(cell(r.get(k)) for k in
+                          ("kind", "prompt", "completion", "reward", "advantage", "reference"))
+        + " |"
+        for r in rows
+    ]  # fmt: skip
+    return "\n".join([head, *body])
+
+
+class Tracker(Protocol):
+    def log_metrics(self, step: int, metrics: dict[str, float]) -> None: ...
+    def log_samples(self, step: int, rows: list[dict[str, Any]]) -> None: ...
+    def close(self) -> None: ...
+
+
+class TensorBoardTracker:
+    """Scalars under their metrics.jsonl names, the config and samples as text."""
+
+    def __init__(self, run_dir: Path, config: dict[str, Any], start_step: int) -> None:
+        from torch.utils.tensorboard import SummaryWriter
+
+        # purge_step: events an earlier session wrote at steps after the checkpoint this
+        # one starts from (all of them on a first start) are dropped
+        self.writer = SummaryWriter(
+            str(run_dir / "tensorboard"), purge_step=start_step + 1 if start_step else 0
+        )
+        if not start_step:
+            text = json.dumps(config, indent=2, default=str)
+            self.writer.add_text("config", "    " + text.replace("\n", "\n    "), 0)
+
+    def log_metrics(self, step: int, metrics: dict[str, float]) -> None:
+        for key, value in metrics.items():
+            self.writer.add_scalar(key, value, step)
+        self.writer.flush()
+
+    def log_samples(self, step: int, rows: list[dict[str, Any]]) -> None:
+        for kind in ("train", "eval"):
+            chosen = [r for r in rows if r.get("kind") == kind]
+            if chosen:
+                self.writer.add_text(f"samples/{kind}", _samples_markdown(chosen), step)
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+def wandb_mode() -> str:
+    """``$WANDB_MODE`` when set; else online when an API key is configured (the
+    environment or ~/.netrc, as ``wandb login`` writes it), offline otherwise."""
+    if os.environ.get("WANDB_MODE"):
+        return os.environ["WANDB_MODE"]
+    if os.environ.get("WANDB_API_KEY"):
+        return "online"
+    host = urlparse(os.environ.get("WANDB_BASE_URL", "https://api.wandb.ai")).hostname
+    try:
+        found = netrc.netrc().authenticators(host or "api.wandb.ai")
+    except (OSError, netrc.NetrcParseError):
+        found = None
+    return "online" if found and found[2] else "offline"
+
+
+class WandbTracker:
+    """A W&B run in ``run_dir/wandb`` (offline unless a key is configured): the config as
+    its config, metrics by step, samples as a table per step."""
+
+    def __init__(self, run_dir: Path, config: dict[str, Any], state: dict[str, Any]) -> None:
+        import wandb
+
+        self.wandb = wandb
+        state.setdefault("wandb_id", uuid.uuid4().hex[:12])
+        self.run = wandb.init(
+            project=os.environ.get("WANDB_PROJECT", PROJECT), name=run_dir.name,
+            id=state["wandb_id"], resume="allow", dir=str(run_dir), config=config,
+            mode=wandb_mode(),
+            settings=wandb.Settings(silent=True, console="off", save_code=False,
+                                    x_disable_stats=True),
+        )  # fmt: skip
+
+    def log_metrics(self, step: int, metrics: dict[str, float]) -> None:
+        self.run.log(metrics, step=step)
+
+    def log_samples(self, step: int, rows: list[dict[str, Any]]) -> None:
+        columns = sorted({k for r in rows for k in r})
+        table = self.wandb.Table(columns=columns, data=[[r.get(c) for c in columns] for r in rows])
+        self.run.log({"samples": table}, step=step)
+
+    def close(self) -> None:
+        self.run.finish()
+
+
+class MlflowTracker:
+    """An MLflow run (file store ``run_dir/mlruns`` by default): the run settings as
+    params, config.json as an artifact, metrics by step, samples as JSON tables."""
+
+    def __init__(self, run_dir: Path, config: dict[str, Any], state: dict[str, Any]) -> None:
+        uri = os.environ.get("MLFLOW_TRACKING_URI") or (run_dir / "mlruns").resolve().as_uri()
+        if uri.startswith("file:"):
+            os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
+        from mlflow.entities import Param
+        from mlflow.tracking import MlflowClient
+
+        self.client = MlflowClient(tracking_uri=uri)
+        self.run_id = state.get("mlflow_run_id")
+        if self.run_id is None:
+            name = os.environ.get("MLFLOW_EXPERIMENT_NAME", PROJECT)
+            found = self.client.get_experiment_by_name(name)
+            experiment = found.experiment_id if found else self.client.create_experiment(name)
+            self.run_id = self.client.create_run(experiment, run_name=run_dir.name).info.run_id
+            state["mlflow_run_id"] = self.run_id
+            params = [Param(k, str(v)[:6000]) for k, v in sorted(config.get("run", {}).items())]
+            self.client.log_batch(self.run_id, params=params)
+            self.client.log_dict(self.run_id, config, "config.json")
+        else:
+            self.client.update_run(self.run_id, status="RUNNING")
+
+    def log_metrics(self, step: int, metrics: dict[str, float]) -> None:
+        from mlflow.entities import Metric
+
+        now = int(time.time() * 1000)
+        batch = [Metric(k, v, now, step) for k, v in metrics.items() if math.isfinite(v)]
+        for i in range(0, len(batch), 1000):  # MLflow's limit per batch
+            self.client.log_batch(self.run_id, metrics=batch[i : i + 1000])
+
+    def log_samples(self, step: int, rows: list[dict[str, Any]]) -> None:
+        self.client.log_dict(self.run_id, rows, f"samples/step-{step:06d}.json")
+
+    def close(self) -> None:
+        self.client.set_terminated(self.run_id)
+
+
+class Trackers:
+    """The trackers of one run, opened at its start (or resume) from step ``start_step``;
+    ``config`` is the run's resolved config (config.json)."""
+
+    def __init__(self, names: tuple[str, ...], run_dir: Path, config: dict[str, Any],
+                 start_step: int = 0) -> None:  # fmt: skip
+        check_installed(names)
+        self.names = names
+        self.run_dir = run_dir
+        state_path = run_dir / STATE_FILE
+        state = json.loads(state_path.read_text()) if state_path.exists() else {}
+        self.trackers: list[Tracker] = []
+        for name in names:
+            if name == "tensorboard":
+                self.trackers.append(TensorBoardTracker(run_dir, config, start_step))
+            elif name == "wandb":
+                self.trackers.append(WandbTracker(run_dir, config, state))
+            else:
+                self.trackers.append(MlflowTracker(run_dir, config, state))
+        if state:
+            state_path.write_text(json.dumps(state, indent=2))
+
+    def log(self, record: dict[str, Any]) -> None:
+        """One metrics.jsonl record (it has ``step``)."""
+        metrics = numeric_metrics(record)
+        for t in self.trackers:
+            t.log_metrics(int(record["step"]), metrics)
+
+    def log_samples(self, rows: list[dict[str, Any]]) -> None:
+        """samples.jsonl rows, all of one step."""
+        if rows:
+            for t in self.trackers:
+                t.log_samples(int(rows[0]["step"]), rows)
+
+    def close(self) -> None:
+        for t in self.trackers:
+            t.close()
