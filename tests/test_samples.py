@@ -107,6 +107,7 @@ def experiment(tiny_path, generator, tmp_path_factory) -> Path:
     return out
 
 
+@pytest.mark.slow  # the experiment fixture: four tiny runs, ~50 s
 def test_the_report_links_a_samples_page_for_every_run(experiment):
     report = (experiment / "report.md").read_text()
     assert "## Samples" in report and "(samples/index.html)" in report
@@ -169,6 +170,7 @@ def assert_non_blank_png(path: Path) -> None:
     assert len(np.unique(pixels.reshape(-1, pixels.shape[-1]), axis=0)) > 10, "a blank page"
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(
     chromium() is None,
     reason="no chromium binary (Debian: apt-get install "
