@@ -17,7 +17,7 @@ import typing
 from dataclasses import asdict, fields, replace
 from pathlib import Path
 
-from harness.runner import execute_run, is_complete
+from harness.runner import is_complete, run_name, train_one
 from zoo.algorithms import get_algorithm
 from zoo.core.config import ConfigError, coerce
 from zoo.core.ledger import Ledger
@@ -26,13 +26,7 @@ from zoo.core.models import TINY_MODELS, check_model_name, model_shape
 from zoo.core.progress import add_run_task, make_progress, run_columns, update_run_task
 from zoo.core.run_config import RunConfig
 from zoo.core.runlog import machine, now_iso, package_versions
-from zoo.core.wiring import build_services
 from zoo.envs import get_env
-
-
-def run_name(cfg: RunConfig) -> str:
-    """``<row>__<env>__seed<k>``; the row is the algorithm, or its variant in an ablation."""
-    return f"{cfg.variant or cfg.algorithm}__{cfg.env}__seed{cfg.seed}"
 
 
 def preflight(cfgs: list[RunConfig], conformance: bool = True) -> None:
@@ -196,25 +190,6 @@ def run_experiment(cfgs: list[RunConfig], out: Path, command: str, resume: bool,
                 progress.advance(overall)
     write_analysis(out)
     return summary
-
-
-def train_one(cfg: RunConfig, run_dir: Path, command: str, resume: bool,
-              generators: dict[tuple, object], on_record=None) -> dict:  # fmt: skip
-    """One run of an experiment. On the local placement the generation engine of each
-    model is kept in ``generators`` and reused by the next run (its weights reset per run)."""
-    key = (cfg.model, cfg.model_path, cfg.init, cfg.generator, cfg.device)
-    if cfg.placement == "local":
-        services = build_services(cfg, quiet=True, generator=generators.get(key))
-        generators[key] = services.generator
-    else:
-        services = build_services(cfg, quiet=True)
-    try:
-        history = execute_run(cfg, run_dir, services, command=command, resume=resume,
-                              on_record=on_record)  # fmt: skip
-    finally:
-        services.close()
-    return {"run": run_name(cfg), "steps": history[-1]["step"],
-            "final_eval": history[-1].get("eval_reward")}  # fmt: skip
 
 
 def expand(base: RunConfig, algorithms: list[str], envs: list[str], seeds: int,

@@ -6,7 +6,7 @@ cores, with that many torch and OpenMP threads); on GPUs each worker gets one GP
 (CUDA_VISIBLE_DEVICES). A worker keeps its generation engine from one run to the next,
 as the one-process path does. Runs seed everything per run and per request, so a run's
 numbers do not depend on which worker ran it or on what ran beside it: the tables equal
-those of `--jobs 1` (tests/test_compare.py checks it). Each run writes its own folder and
+those of `--jobs 1` (tests/test_jobs.py checks it). Each run writes its own folder and
 checkpoints, so `--resume` continues whatever a killed experiment left, one by one or
 concurrently. The parent follows the runs by reading their metrics.jsonl.
 """
@@ -68,7 +68,7 @@ _GENERATORS: dict[tuple, object] = {}
 
 
 def _run_in_worker(cfg: dict, run_dir: str, command: str, resume: bool) -> dict:
-    from harness.experiment import train_one
+    from harness.runner import train_one
 
     return train_one(RunConfig(**cfg), Path(run_dir), command, resume, _GENERATORS)
 
@@ -80,7 +80,7 @@ def run_concurrently(cfgs: list[RunConfig], runs_dir: Path, command: str, resume
     stay resumable), with that run's error."""
     import multiprocessing
 
-    from harness.experiment import run_name
+    from harness.runner import run_name
 
     context = multiprocessing.get_context("spawn")  # a fresh interpreter: no forked threads
     slots = context.Queue()

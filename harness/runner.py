@@ -20,7 +20,7 @@ from zoo.core.run_config import NOT_DEFINING, RunConfig
 from zoo.core.runlog import SAMPLES, RunWriter, now_iso, start_weights, truncate_samples
 from zoo.core.trackers import STATE_FILE as TRACKER_STATE
 from zoo.core.trackers import Trackers, parse_report_to
-from zoo.core.wiring import Services
+from zoo.core.wiring import Services, build_services
 
 COMPLETE = "complete.json"
 
@@ -110,3 +110,27 @@ def execute_run(
 
 def _defining(run: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in run.items() if k not in NOT_DEFINING}
+
+
+def run_name(cfg: RunConfig) -> str:
+    """``<row>__<env>__seed<k>``; the row is the algorithm, or its variant in an ablation."""
+    return f"{cfg.variant or cfg.algorithm}__{cfg.env}__seed{cfg.seed}"
+
+
+def train_one(cfg: RunConfig, run_dir: Path, command: str, resume: bool,
+              generators: dict[tuple, object], on_record=None) -> dict:  # fmt: skip
+    """One run of an experiment. On the local placement the generation engine of each
+    model is kept in ``generators`` and reused by the next run (its weights reset per run)."""
+    key = (cfg.model, cfg.model_path, cfg.init, cfg.generator, cfg.device)
+    if cfg.placement == "local":
+        services = build_services(cfg, quiet=True, generator=generators.get(key))
+        generators[key] = services.generator
+    else:
+        services = build_services(cfg, quiet=True)
+    try:
+        history = execute_run(cfg, run_dir, services, command=command, resume=resume,
+                              on_record=on_record)  # fmt: skip
+    finally:
+        services.close()
+    return {"run": run_name(cfg), "steps": history[-1]["step"],
+            "final_eval": history[-1].get("eval_reward")}  # fmt: skip
