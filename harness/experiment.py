@@ -22,7 +22,7 @@ from zoo.algorithms import get_algorithm
 from zoo.core.config import ConfigError, coerce
 from zoo.core.ledger import Ledger
 from zoo.core.memory import memory_estimate
-from zoo.core.models import TINY_MODELS, check_model_name, model_shape
+from zoo.core.models import TINY_MODELS, check_model_name, model_shape, prefetch_model_config
 from zoo.core.progress import add_run_task, make_progress, run_columns, update_run_task
 from zoo.core.run_config import RunConfig
 from zoo.core.runlog import machine, now_iso, package_versions
@@ -44,6 +44,7 @@ def preflight(cfgs: list[RunConfig], conformance: bool = True) -> None:
         env = get_env(cfg.env, **cfg.env_config)
         check_model_name(cfg.model)
         device = cfg.resolved_device()
+        prefetch_model_config(cfg.model, cfg.model_path, cfg.init)  # online: the real shape
         shape = model_shape(cfg.model, cfg.model_path)
         prompt = max(len(env.train_prompt(i, cfg.seed).text.encode()) for i in range(8))
         response = max(1, cfg.max_response_len // 2)

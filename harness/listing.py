@@ -174,5 +174,7 @@ def print_models() -> None:
     print(
         "all: KV cache for every sequence of a step at once; min: for one micro-batch "
         "(the generator then batches fewer sequences; the pre-flight check uses min). "
-        "Qwen3 presets load offline (Hugging Face cache or --model-path) or --init random."
+        "Qwen3 presets: downloaded from the Hugging Face Hub by the id shown on first use; "
+        "offline (HF_HUB_OFFLINE=1 or no network): the Hugging Face cache or --model-path; "
+        "or --init random."
     )

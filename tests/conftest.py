@@ -1,6 +1,7 @@
 """Shared fixtures: the tiny model is built once per session (or reused from
 $FORGE_ZOO_CACHE when CI provides one), and one in-process vLLM engine serves every
-generator test."""
+generator test. The Hugging Face Hub is switched off for every test (HF_HUB_OFFLINE=1);
+tests/test_hub_downloads.py serves its own on 127.0.0.1."""
 
 from __future__ import annotations
 
@@ -8,6 +9,11 @@ import os
 from pathlib import Path
 
 import pytest
+
+# Tests never reach the Hugging Face Hub: models and data sets come from the cache or local
+# files (set before any test module imports huggingface_hub, which reads it at import;
+# subprocesses inherit it). tests/test_hub_downloads.py unsets it for its local Hub.
+os.environ["HF_HUB_OFFLINE"] = "1"
 
 
 @pytest.fixture(scope="session")

@@ -12,7 +12,7 @@ from harness_cli import REPO
 # Lowest first. A module may import its own layer and the layers below it.
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("contracts", ("zoo", "zoo.core", "zoo.core.types", "zoo.core.config", "zoo.core.registry",
-                   "zoo.core.losses", "zoo.core.progress")),
+                   "zoo.core.losses", "zoo.core.progress", "zoo.core.hub")),
     ("plugins", ("zoo.algorithms", "zoo.envs")),
     ("models", ("zoo.core.models", "zoo.core.memory", "zoo.core.tiny", "zoo.core.tokenizer",
                 "zoo.core.sharding")),

@@ -3,7 +3,8 @@ checks that each module imports only its own layer and those listed before it).
 
 contracts    types.py (Completion, TrainBatch, LossOutput), config.py (dataclass configs,
              overrides), registry.py (built-ins and entry points), losses.py (aggregation,
-             k3 KL, group advantages), progress.py (progress bars)
+             k3 KL, group advantages), progress.py (progress bars), hub.py (Hugging Face
+             Hub downloads; when not to download)
 models       models.py (presets, loading, Hugging Face <-> TorchTitan), memory.py (memory
              estimates), tiny.py (the embedded tiny models), tokenizer.py (their byte-level
              tokenizer), sharding.py (FSDP2, tensor parallelism)

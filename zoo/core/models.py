@@ -29,12 +29,13 @@ QWEN3_HF_IDS = {
     "qwen3-4b": "Qwen/Qwen3-4B",
     "qwen3-8b": "Qwen/Qwen3-8B",
 }
-"""Released Qwen3 dense models: weights are read offline from the Hugging Face cache or
-``--model-path``; never downloaded at run time."""
+"""Released Qwen3 dense models: downloaded from the Hub by these ids on first use into the
+Hugging Face cache (zoo.core.hub), read from the cache or ``--model-path`` offline."""
 
 MODEL_PRESETS = {
     **TINY_MODELS,
-    **{name: f"{hf_id}, read from the Hugging Face cache or --model-path"
+    **{name: f"{hf_id} from the Hugging Face Hub (downloaded on first use; offline: the "
+             "cache or --model-path)"
        for name, hf_id in QWEN3_HF_IDS.items()},
 }  # fmt: skip
 """Every preset name with a one-line description."""
@@ -149,14 +150,20 @@ def hf_cache_snapshot(hf_id: str) -> Path | None:
         return None
 
 
-def missing_weights_message(name: str, hf_id: str) -> str:
+def missing_weights_message(name: str, hf_id: str, unreachable: str = "") -> str:
+    """Why a preset's weights are not at hand offline, where we looked, and what to do.
+    ``unreachable``: the error that stopped a download (the Hub could not be reached)."""
     from huggingface_hub.constants import HF_HUB_CACHE
+
+    from zoo.core.hub import offline_reason
 
     folder = Path(HF_HUB_CACHE) / f"models--{hf_id.replace('/', '--')}"
     return (
         f"no weights for {name} ({hf_id}) found offline: looked in the Hugging Face cache at "
-        f"{folder} (set HF_HUB_CACHE or HF_HOME to look elsewhere). Nothing is downloaded at "
-        f"run time. Provide them with `hf download {hf_id}` on a machine with network (then "
+        f"{folder} (set HF_HUB_CACHE or HF_HOME to look elsewhere); nothing was downloaded: "
+        f"{offline_reason(unreachable)}. "
+        f"Provide them: run where the Hub can be reached with HF_HUB_OFFLINE unset (they are "
+        f"downloaded on first use), or `hf download {hf_id}` on a machine with network (then "
         "copy the cache here), or --model-path DIR (config.json, *.safetensors, "
         "tokenizer.json), or use --init random to measure throughput without weights."
     )
@@ -166,8 +173,10 @@ def resolve_model(
     name: str, quiet: bool = False, model_path: str = "", init: str = "pretrained"
 ) -> ModelSpec:
     """The Hugging Face-format directory of a model: ``model_path`` when given; a tiny
-    preset (built here on first use); a Qwen3 preset from the Hugging Face cache (or, with
-    ``init="random"`` and no cached weights, its config only); or a local directory."""
+    preset (built here on first use); a Qwen3 preset, downloaded from the Hub into its
+    cache when online and missing (zoo.core.hub), else read from the cache (or, with
+    ``init="random"`` and no cached weights, its config only; nothing is downloaded for
+    ``init="random"``); or a local directory."""
     check_model_name(name)
     if init not in INITS:
         raise ConfigError(f"unknown init {init!r}; valid: {', '.join(INITS)}")
@@ -180,7 +189,18 @@ def resolve_model(
 
         return ModelSpec(name, tiny_model_path(TINY_PRESETS[name], quiet=quiet))
     if name in QWEN3_HF_IDS:
-        snapshot = hf_cache_snapshot(QWEN3_HF_IDS[name])
+        from zoo.core import hub
+
+        hf_id, unreachable = QWEN3_HF_IDS[name], ""
+        snapshot = None
+        if init == "pretrained" and not hub.offline_requested():
+            unreachable = hub.unreachable()
+            try:
+                snapshot = None if unreachable else hub.download_model(hf_id)
+            except hub.HubUnreachable as exc:
+                unreachable = str(exc)
+        if snapshot is None:
+            snapshot = hf_cache_snapshot(hf_id)
         if snapshot is not None and any(snapshot.glob("*.safetensors")):
             check_checkpoint(snapshot, init)
             return ModelSpec(name, snapshot)
@@ -188,10 +208,21 @@ def resolve_model(
             from zoo.core.tiny import cache_dir
 
             return ModelSpec(name, qwen3_config_dir(name, cache_dir() / "configs"))
-        raise ConfigError(missing_weights_message(name, QWEN3_HF_IDS[name]))
+        raise ConfigError(missing_weights_message(name, hf_id, unreachable))
     path = Path(name).expanduser().resolve()
     check_checkpoint(path, init)
     return ModelSpec(path.name, path)
+
+
+def prefetch_model_config(name: str, model_path: str = "", init: str = "pretrained") -> None:
+    """Online, fetch a Qwen3 preset's config.json (not its weights) into the cache when it
+    is not there, so that ``model_shape`` (the pre-flight memory check) reads the shape of
+    what will be downloaded. Does nothing offline, for other models, or with --init random."""
+    if name in QWEN3_HF_IDS and not model_path and init == "pretrained":
+        from zoo.core import hub
+
+        if hub.cached_model_config(QWEN3_HF_IDS[name]) is None:
+            hub.download_model_config(QWEN3_HF_IDS[name])
 
 
 def model_shape(name: str, model_path: str = "") -> ModelShape:
@@ -204,9 +235,11 @@ def model_shape(name: str, model_path: str = "") -> ModelShape:
 
         return ModelShape.from_config(hf_config(TINY_PRESETS[name]).to_dict())
     if name in QWEN3_SHAPES:
-        snapshot = hf_cache_snapshot(QWEN3_HF_IDS[name])  # the config of what will load
-        if snapshot is not None and (snapshot / "config.json").exists():
-            return ModelShape.from_hf_dir(snapshot)
+        from zoo.core.hub import cached_model_config
+
+        config = cached_model_config(QWEN3_HF_IDS[name])  # the config of what will load
+        if config is not None:
+            return ModelShape.from_config(json.loads(config.read_text()))
         return ModelShape.from_config({**QWEN3_COMMON, **QWEN3_SHAPES[name]})
     return ModelShape.from_hf_dir(Path(name).expanduser())
 

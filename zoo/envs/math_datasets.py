@@ -1,6 +1,6 @@
 """``gsm8k`` and ``math`` (MATH-500 style): fixed data sets, graded with math-verify.
 
-Data. Loaded with ``datasets``, offline, from (in this order):
+Data. Loaded with ``datasets`` from (in this order):
 
 1. local files: ``data_files`` (train) and ``eval_files`` (held-out), comma-separated,
    ``.jsonl``/``.json``/``.parquet``/``.csv``, rows in the data set's own format:
@@ -9,9 +9,21 @@ Data. Loaded with ``datasets``, offline, from (in this order):
    without ``answer``, as in the original MATH, use the last ``\\boxed{}`` of ``solution``);
 2. otherwise the Hugging Face data set named by ``hf_train`` / ``hf_eval``
    (``"path:config:split"`` or ``"path:split"``; ``path`` may be a local data set
-   directory), read from the local Hugging Face cache with the Hub switched off.
+   directory): online, ``datasets.load_dataset`` downloads it from the Hub by name on
+   first use (``$HF_ENDPOINT``, the Hugging Face caches; zoo.core.hub); offline
+   (``HF_HUB_OFFLINE=1``, or the Hub not reachable) the same call reads it from the local
+   Hugging Face datasets cache with the Hub switched off.
 
-If neither is there, ``ConfigError`` says where it looked and how to provide the data.
+If neither is there, ``ConfigError`` says where it looked, why nothing was downloaded, and
+how to provide the data.
+
+Sources by default: gsm8k ``openai/gsm8k`` (config ``main``; train, and test as the
+held-out split); math: train ``DigitalLearningGmbH/MATH-lighteval`` (the 7,500-problem
+train split of MATH, Hendrycks et al. 2021), held-out ``HuggingFaceH4/MATH-500`` (500
+problems of MATH's test split, as chosen for PRM800K, Lightman et al. 2023). Train rows
+whose problem text (whitespace collapsed, case kept) equals a held-out row's are dropped
+(their count is ``describe()["dropped_overlap"]``), so train and held-out are
+disjoint by problem text whatever the sources.
 
 Splits. Train: the train rows in a seeded shuffled order (a fresh permutation per epoch),
 so train prompt ``index`` for ``seed`` is a pure function of ``(index, seed)`` and the
@@ -41,7 +53,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
+from zoo.core import hub
 from zoo.core.config import ConfigError
+from zoo.core.hub import first_line
 from zoo.envs.base import Env, EpochShuffle, Prompt, split_off
 from zoo.envs.math_grading import shared_grader
 from zoo.envs.prompt_format import build_prompt, check_prompt_format
@@ -64,7 +78,8 @@ class MathDatasetConfig:
     eval_files: str | None = None
     """Local held-out file(s); if unset while data_files is set, held-out rows are split off."""
     hf_train: str = ""
-    """Hugging Face data set "path:config:split" (or "path:split"), read offline from the cache."""
+    """Hugging Face data set "path:config:split" (or "path:split"): downloaded on first use
+    when online, read from the cache offline."""
     hf_eval: str = ""
     """Same for the held-out split; "" splits eval_size rows off the train rows."""
     eval_size: int = 500
@@ -164,14 +179,62 @@ def load_local_files(files: str) -> list[dict[str, Any]]:
         return ds.to_list()
 
 
+@contextlib.contextmanager
+def hub_online():
+    """``datasets`` reads the repo's own files only: not the parquet export's split sizes,
+    which it asks of a second host (datasets-server.<endpoint's host>) that a mirror or an
+    ``HF_ENDPOINT`` need not have. Process-wide while it lasts (under ``_LOAD_LOCK``)."""
+    import datasets
+
+    saved = datasets.config.USE_PARQUET_EXPORT
+    datasets.config.USE_PARQUET_EXPORT = False
+    try:
+        yield
+    finally:
+        datasets.config.USE_PARQUET_EXPORT = saved
+
+
+class HubDataUnavailable(Exception):
+    """A Hub data set that could be neither downloaded nor read from the cache."""
+
+    def __init__(self, offline_error: Exception, online_error: Exception | None) -> None:
+        super().__init__(str(offline_error))
+        self.offline_error = offline_error
+        self.online_error = online_error
+
+
 def load_hf(spec: str) -> list[dict[str, Any]]:
-    """Rows of a Hugging Face data set split from the local cache (or a local directory)."""
+    """Rows of a Hugging Face data set split: a local data set directory; else, online,
+    downloaded by name (cached after the first time); offline, or when the Hub cannot be
+    reached or refuses, from the local cache. Raises ``HubDataUnavailable`` when none
+    of these has it."""
     import datasets
 
     path, name, split = parse_hf_spec(spec)
-    with _LOAD_LOCK, hub_offline():
-        ds = datasets.load_dataset(path, name, split=split, download_mode="reuse_cache_if_exists")
-        return ds.to_list()
+    online_error: Exception | None = None
+    if not hub.offline_requested() and not Path(path).expanduser().exists():
+        if hub.unreachable():
+            online_error = hub.HubUnreachable(hub.unreachable())
+        else:
+            try:
+                with _LOAD_LOCK, hub_online():
+                    return datasets.load_dataset(path, name, split=split).to_list()
+            except Exception as exc:  # the cache may still have it; said in the message if not
+                online_error = exc
+    try:
+        with _LOAD_LOCK, hub_offline():
+            ds = datasets.load_dataset(
+                path, name, split=split, download_mode="reuse_cache_if_exists"
+            )
+            return ds.to_list()
+    except Exception as exc:
+        raise HubDataUnavailable(exc, online_error) from exc
+
+
+def problem_key(text: str) -> str:
+    """A problem's text with runs of whitespace collapsed: what train/held-out disjointness
+    compares (case and LaTeX kept: two problems differing only there are different)."""
+    return " ".join(text.split())
 
 
 def last_boxed(text: str) -> str | None:
@@ -205,6 +268,8 @@ class MathDatasetEnv(Env):
             )
         train_rows, train_source = self._load("train", cfg.data_files, cfg.hf_train)
         self._train = self._records(train_rows, train_source)
+        self.dropped_overlap = 0
+        """Train rows dropped for having a held-out row's problem text."""
         if not cfg.eval_files and (cfg.data_files or not cfg.hf_eval):
             if cfg.eval_size < 1 or cfg.eval_size >= len(self._train):
                 raise ConfigError(
@@ -223,6 +288,12 @@ class MathDatasetEnv(Env):
             _, self._eval = split_off(records, len(records), self.name)  # a fixed shuffle
             self._eval = self._eval[: cfg.eval_size or None]
             self.sources = {"train": train_source, "eval": eval_source}
+            # Disjoint by problem text from every row of the eval source (not only the
+            # eval_size served), so the train rows do not depend on eval_size.
+            held_out = {problem_key(r["question"]) for r in records}
+            kept = [r for r in self._train if problem_key(r["question"]) not in held_out]
+            self.dropped_overlap = len(self._train) - len(kept)
+            self._train = kept
         if not self._train:
             raise ConfigError(f"{self.name}: no train rows in {train_source}")
         self._stream = EpochShuffle(self.name, len(self._train))
@@ -270,14 +341,25 @@ class MathDatasetEnv(Env):
                 f"{datasets_cache}"
                 + (f" and as a local directory {os.path.abspath(path)}" if "/" in path else "")
             )
-        reason = f" ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})"
+        download = ""
+        if isinstance(exc, HubDataUnavailable):
+            online, exc = exc.online_error, exc.offline_error
+            if online is not None and not hub.is_connection_error(online):
+                download = f" Downloading it from {hub.endpoint()} failed ({first_line(online)})."
+            else:
+                unreachable = "" if online is None else str(online)
+                if not isinstance(online, hub.HubUnreachable):
+                    unreachable = first_line(online)
+                download = f" Nothing was downloaded: {hub.offline_reason(unreachable)}."
+        reason = f" ({first_line(exc)})" if exc else ""
         return (
             f"{self.name}: no data for the {split} split. Looked for "
-            f"{'; '.join(looked) or 'nothing (no source configured)'}"
-            f"{reason if exc else ''}. Provide the data as a local file with rows "
+            f"{'; '.join(looked) or 'nothing (no source configured)'}{reason}.{download} "
+            f"Provide the data as a local file with rows "
             f"{self.fields}: --env-set {key}=/path/{split}.jsonl (.jsonl, .json, .parquet or "
-            f".csv), or set {hf_key}=path:config:split to a data set in the Hugging Face cache "
-            f"or a local data set directory (fill the cache where there is network: "
+            f".csv), or set {hf_key}=path:config:split to a data set on the Hub (downloaded "
+            "when the Hub can be reached and HF_HUB_OFFLINE is unset), in the Hugging Face "
+            f"cache or a local data set directory (or fill the cache where there is network: "
             f"datasets.load_dataset(...), then copy {datasets_cache})."
         )
 
@@ -322,6 +404,7 @@ class MathDatasetEnv(Env):
         out = super().describe()
         out["sources"] = dict(self.sources)
         out["sizes"] = {"train": len(self._train), "eval": len(self._eval)}
+        out["dropped_overlap"] = self.dropped_overlap
         return out
 
     # ---- scoring ----
@@ -347,7 +430,8 @@ GSM8K_ANSWER = re.compile(r"####\s*(.+?)\s*$", re.DOTALL)
 
 
 class GSM8K(MathDatasetEnv):
-    """``gsm8k``: grade-school word problems (openai/gsm8k; 7473 train, 1319 test rows).
+    """``gsm8k``: grade-school word problems. Source: Hugging Face ``openai/gsm8k``, config
+    ``main``, train (7473 rows) and test (1319, held-out), downloaded on first use.
 
     The reference is the number after ``####`` in the answer field, commas removed. The
     default held-out split is 500 test problems in a fixed order (``eval_size=0``: all).
@@ -369,11 +453,14 @@ class GSM8K(MathDatasetEnv):
 
 
 class MATH(MathDatasetEnv):
-    """``math``: competition problems with LaTeX answers (MATH; held-out: MATH-500).
+    """``math``: competition problems with LaTeX answers. Sources: train
+    ``DigitalLearningGmbH/MATH-lighteval`` (MATH's train split, 7500 rows), held-out
+    ``HuggingFaceH4/MATH-500`` (split test), downloaded on first use; train rows with a
+    held-out problem's text are dropped.
 
-    Train rows default to the MATH train split (DigitalLearningGmbH/MATH-lighteval, 7500
-    rows) and held-out rows to HuggingFaceH4/MATH-500 (500 test problems), both from the
-    Hugging Face cache; or local files in either format. The reference is the row's
+    Both from the Hub (or the Hugging Face cache offline); or local files in either
+    format. MATH-500 is drawn from MATH's test split, so the two are disjoint by
+    construction; the problem-text check holds it for any sources. The reference is the row's
     ``answer`` (else the last ``\\boxed{}`` of its ``solution``), compared by math-verify.
     Rewards: 1.0 correct, 0.0 otherwise (see the module docstring and ``env.stats``).
     """

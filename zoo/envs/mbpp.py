@@ -34,9 +34,10 @@ class MBPPConfig(SandboxConfig):
     """Local train file(s), comma-separated (.jsonl/.json/.parquet/.csv); overrides hf_train."""
     eval_files: str | None = None
     """Local held-out file(s); if unset while data_files is set, held-out rows are split off."""
-    hf_train: str = "google-research-datasets/mbpp:full:train"
-    """Hugging Face data set "path:config:split" (or "path:split"), read offline from the cache."""
-    hf_eval: str = "google-research-datasets/mbpp:full:test"
+    hf_train: str = "google-research-datasets/mbpp:sanitized:train"
+    """Hugging Face data set "path:config:split" (or "path:split"): downloaded on first use
+    when online, read from the cache offline."""
+    hf_eval: str = "google-research-datasets/mbpp:sanitized:test"
     """Same for the held-out split; "" splits eval_size rows off the train rows."""
     eval_size: int = 500
     """Held-out problems: the first eval_size of the eval split in a fixed order (0 = all)."""
@@ -62,17 +63,23 @@ def mbpp_calls(asserts: str, setup: str) -> tuple[tuple[str, ...], str]:
 
 
 class MBPP(SandboxedCodeEnv, SplitMixin):
-    """``mbpp``: Mostly Basic Python Problems (google-research-datasets/mbpp, config
-    ``full``: 374 train, 500 test rows), loaded with ``datasets`` offline exactly like
-    ``gsm8k`` (see ``zoo.envs.math_datasets``): local ``data_files`` / ``eval_files``, else
-    the Hugging Face cache; if absent, a ``ConfigError`` that says where it looked.
+    """``mbpp``: Mostly Basic Python Problems. Source: Hugging Face
+    ``google-research-datasets/mbpp``, config ``sanitized`` (the hand-verified subset),
+    train (120 rows) and test (257, held-out), downloaded on first use.
 
-    Rows: ``{"task_id", "text", "code", "test_list", "test_setup_code",
-    "challenge_test_list"}`` (the last two may be missing or empty). Prompt: the paper's
-    ("You are an expert Python programmer, and here is your task: ... Your code should
-    pass these tests: ...", the first ``shown_tests`` asserts) plus ``instruction``. A
-    completion is Python code, or a Markdown code block holding it; it runs in the
-    sandbox after ``test_setup_code`` and is followed by the ``test_list`` asserts.
+    Loaded with ``datasets`` exactly like ``gsm8k`` (see ``zoo.envs.math_datasets``): local
+    ``data_files`` / ``eval_files``, else the Hub data set (the cache offline); if absent,
+    a ``ConfigError`` that says where it looked. ``hf_train`` / ``hf_eval`` with config
+    ``full`` (374 train, 500 test) take the original set.
+
+    Rows: the ``full`` config's ``{"task_id", "text", "code", "test_list",
+    "test_setup_code", "challenge_test_list"}`` (the last two may be missing or empty) or
+    the ``sanitized`` one's ``{"task_id", "prompt", "code", "test_list", "test_imports"}``
+    (``prompt`` stands for ``text``, the ``test_imports`` lines for the setup code).
+    Prompt: the paper's ("You are an expert Python programmer, and here is your task: ...
+    Your code should pass these tests: ...", the first ``shown_tests`` asserts) plus
+    ``instruction``. A completion is Python code, or a Markdown code block holding it; it
+    runs in the sandbox after ``test_setup_code`` and is followed by the ``test_list`` asserts.
 
     Rewards: 1.0 when every assert of ``test_list`` (and ``challenge_test_list`` with
     ``challenge_tests=True``) passes, 0.0 otherwise. Pass fraction (metric): the fraction
@@ -89,10 +96,11 @@ class MBPP(SandboxedCodeEnv, SplitMixin):
     reward_values = "1 (all of the problem's test asserts pass) or 0; pass fraction as a metric"
     fields = (
         '{"task_id", "text", "code", "test_list": [assert, ...], "test_setup_code", '
-        '"challenge_test_list"}'
+        '"challenge_test_list"} (full) or {"task_id", "prompt", "code", "test_list", '
+        '"test_imports"} (sanitized)'
     )
 
-    # The offline loading and its "no data: looked in ..." error, shared with gsm8k/math.
+    # The loading (Hub, cache, local files) and its "no data" error, shared with gsm8k/math.
     _load = MathDatasetEnv._load
     _missing = MathDatasetEnv._missing
     _records = MathDatasetEnv._records
@@ -137,18 +145,21 @@ class MBPP(SandboxedCodeEnv, SplitMixin):
                 raise TypeError(f"{field} must be a list of strings")
             return value
 
-        text, code = row["text"], row["code"]
+        text, code = row["text"] if "text" in row else row["prompt"], row["code"]
         if not isinstance(text, str) or not isinstance(code, str):
-            raise TypeError("text and code must be strings")
+            raise TypeError("text (sanitized: prompt) and code must be strings")
         tests = str_list(row["test_list"], "test_list")
         if not tests:
             raise ValueError("test_list is empty")
+        setup = row.get("test_setup_code") or ""
+        if not setup and row.get("test_imports"):  # the sanitized config's imports
+            setup = "\n".join(str_list(row["test_imports"], "test_imports"))
         return {
             "task_id": row["task_id"],
             "text": text,
             "code": code,
             "test_list": tests,
-            "test_setup_code": row.get("test_setup_code") or "",
+            "test_setup_code": setup,
             "challenge_test_list": str_list(row.get("challenge_test_list") or [], "challenge"),
         }
 
