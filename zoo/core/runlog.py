@@ -183,13 +183,18 @@ def machine() -> dict[str, Any]:
     }
 
 
+class StorageError(RuntimeError):
+    """The disk refused a write of the run (full, over quota); what was written before is
+    intact, and the message says what to do."""
+
+
 class RunWriter:
     """Owns a run folder. Created only once the run's inputs are validated."""
 
     def __init__(self, directory: Path) -> None:
         self.directory = directory
         directory.mkdir(parents=True, exist_ok=True)
-        self._metrics = open(directory / "metrics.jsonl", "a", encoding="utf-8")  # noqa: SIM115
+        self._metrics = open(directory / "metrics.jsonl", "ab", buffering=0)  # noqa: SIM115
 
     def write_config(self, config: dict[str, Any]) -> None:
         """At a run's first start (not on resume): config.json with the provenance of this
@@ -232,9 +237,24 @@ class RunWriter:
         return read_sessions(self.directory)
 
     def log(self, record: dict[str, Any]) -> None:
-        self._metrics.write(json.dumps(record, default=float) + "\n")
-        self._metrics.flush()
-        os.fsync(self._metrics.fileno())
+        """Append one line, whole or not at all: a write the disk refuses (full, quota)
+        is cut back to the previous end of the file and raised as a StorageError."""
+        line = (json.dumps(record, default=float) + "\n").encode()
+        fd = self._metrics.fileno()
+        end = os.fstat(fd).st_size
+        try:
+            view = memoryview(line)
+            while view:
+                view = view[os.write(fd, view) :]
+            os.fsync(fd)
+        except OSError as exc:
+            with contextlib.suppress(OSError):
+                os.ftruncate(fd, end)
+            raise StorageError(
+                f"could not write step {record.get('step')} to {self.directory / 'metrics.jsonl'}"
+                f" ({exc.strerror}); the file keeps every step before it. Free space and "
+                "continue with --resume"
+            ) from exc
 
     def close(self) -> None:
         self._metrics.close()
