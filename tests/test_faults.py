@@ -139,7 +139,7 @@ def test_a_small_sandbox_pool_answers_a_flood_of_submissions():
 
 @pytest.mark.slow
 def test_a_small_sandbox_pool_answers_thousands_of_submissions():
-    flood(count=4000, submitters=16, workers=3)
+    flood(count=2000, submitters=16, workers=3)
 
 
 # ------------------------------------------------------------------ killed services
