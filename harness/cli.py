@@ -146,6 +146,23 @@ def build_parser() -> argparse.ArgumentParser:
     )
     check.add_argument("algorithm", help="algorithm name (see `list algorithms`)")
 
+    doctor = sub.add_parser(
+        "doctor",
+        help="check this machine before a long run (sandbox, vLLM, disk, memory)",
+        description="Check, for the run these flags describe, that the code sandbox "
+        "isolates, that vLLM starts, that the disk holds its checkpoints and that the "
+        "memory holds the model; print PASS/WARN/FAIL and what to fix. Exit 1 on a FAIL.",
+    )
+    doctor.add_argument("algorithm", nargs="?", default="grpo",
+                        help="algorithm of the run to check for (default grpo)")  # fmt: skip
+    doctor.add_argument("--env", default="arithmetic", help="environment (default: arithmetic)")
+    doctor.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
+    doctor.add_argument("--out", type=Path, default=RESULTS,
+                        help="where the run would write (default: results/)")  # fmt: skip
+    doctor.add_argument("--only", action="append", choices=("sandbox", "vllm", "disk", "memory"),
+                        help="run only these checks (repeatable; default: all)")  # fmt: skip
+    add_training_arguments(doctor)
+
     worker = sub.add_parser(
         "worker",
         help="serve this machine as a host for multi-host runs (a Monarch worker)",
@@ -235,10 +252,15 @@ def add_training_arguments(p: argparse.ArgumentParser) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        if args.command in ("run", "compare"):
+        if args.command in ("run", "compare", "doctor"):
             args.distributed = apply_placement_file(args)
         if args.command == "run":
             return cmd_run(args)
+        if args.command == "doctor":
+            from harness.doctor import CHECKS, cmd_doctor
+
+            cfg = run_config(args, args.algorithm, args.env, args.seed)
+            return cmd_doctor(cfg, args.out, args.only or CHECKS, args.verbose)
         if args.command == "worker":
             from monarch.actor import run_worker_loop_forever
 
@@ -254,7 +276,11 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "leaderboard":
             from harness.leaderboard import build_leaderboards
 
-            for path in build_leaderboards(args.results, args.out, args.allow_dirty):
+            try:
+                paths = build_leaderboards(args.results, args.out, args.allow_dirty)
+            except FileNotFoundError as exc:  # no results folder, or no experiment in it
+                raise ConfigError(str(exc)) from None
+            for path in paths:
                 print(f"wrote {path}")
             return 0
         if args.command == "reproduce":
@@ -269,7 +295,10 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "analyze":
             from harness.analysis import write_analysis
 
-            write_analysis(args.experiment)
+            try:
+                write_analysis(args.experiment)
+            except FileNotFoundError as exc:  # not an experiment folder, or no run in it
+                raise ConfigError(str(exc)) from None
             print(f"wrote {args.experiment}/report.md")
             return 0
         from harness.listing import cmd_list
@@ -279,7 +308,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except RuntimeError as exc:
-        if type(exc).__name__ != "ServiceFailure":  # (zoo.core.placement, imported lazily)
+        # (zoo.core.placement's, imported lazily; zoo.core.runlog's: a disk that is full)
+        if type(exc).__name__ not in ("ServiceFailure", "StorageError"):
             raise
         print(f"error: {exc}", file=sys.stderr)
         return 1

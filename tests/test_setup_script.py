@@ -74,8 +74,9 @@ def check_cuda_plan(result: subprocess.CompletedProcess) -> None:
 
 def check_cpu_plan(result: subprocess.CompletedProcess) -> None:
     lines = plan_lines(result)
-    assert any(line.endswith("pip install --quiet --disable-pip-version-check -e '.[dev,bench,trackers]'")
-               or "/whl/cpu -e '.[dev,bench,trackers]'" in line for line in lines)  # fmt: skip
+    editable = "-e '.[dev,bench,trackers]'"
+    assert any(line.endswith(f"pip install --quiet --disable-pip-version-check {editable}")
+               or f"/whl/cpu {editable}" in line for line in lines)  # fmt: skip
     assert any("uninstall" in line and "torchvision" in line for line in lines)
     assert not any("cu130" in line or "vllm==" in line for line in lines)
 

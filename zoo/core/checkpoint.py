@@ -22,6 +22,7 @@ removes whatever a kill left behind.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
@@ -32,6 +33,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from zoo.core.models import load_hf_state_dict
+from zoo.core.runlog import StorageError
 
 if TYPE_CHECKING:
     from zoo.core.loop import RLLoop
@@ -72,18 +74,32 @@ def save_checkpoint(directory: Path, loop: RLLoop, source_model: Path) -> None:
             shutil.rmtree(stale)
     if final.exists():  # this very step is already current: nothing to do
         return
-    trainer.save_hf(tmp, source_model)
-    reached("weights written")
-    torch.save(
-        {"loop": loop.state(), "optimizer": trainer.optimizer_state_dict(),
-         "version": trainer.version},
-        tmp / STATE_FILE,
-    )  # fmt: skip
-    reached("state written")
-    (tmp / MARKER).write_text(json.dumps({"step": loop.step_index}))
-    for f in tmp.iterdir():
-        fsync_path(f)
-    fsync_path(tmp)
+    try:
+        trainer.save_hf(tmp, source_model)
+        reached("weights written")
+        torch.save(
+            {"loop": loop.state(), "optimizer": trainer.optimizer_state_dict(),
+             "version": trainer.version},
+            tmp / STATE_FILE,
+        )  # fmt: skip
+        reached("state written")
+        (tmp / MARKER).write_text(json.dumps({"step": loop.step_index}))
+        for f in tmp.iterdir():
+            fsync_path(f)
+        fsync_path(tmp)
+    except Exception as exc:
+        # torch.save reports a full disk as a RuntimeError of its zip writer ("unexpected
+        # pos"), with no errno: judge by the free space left at the failure.
+        full = _disk_refused(exc) or shutil.disk_usage(root).free < LOW_SPACE_BYTES
+        shutil.rmtree(tmp, ignore_errors=True)  # a partial folder is of no use: free it
+        if not full:
+            raise
+        before = current(directory)
+        kept = f"step {checkpoint_step(before)}" if before is not None else "none yet"
+        raise StorageError(
+            f"could not write the checkpoint of step {loop.step_index} to {root} ({exc}); "
+            f"the previous checkpoint is intact ({kept}). Free space and continue with --resume"
+        ) from exc
     reached("marker written")
     tmp.rename(final)
     fsync_path(root)
@@ -102,6 +118,19 @@ def save_checkpoint(directory: Path, loop: RLLoop, source_model: Path) -> None:
     for leftover in ("tmp", "old"):  # the previous layout's
         shutil.rmtree(directory.with_name(f"{directory.name}.{leftover}"), ignore_errors=True)
     reached("old removed")
+
+
+LOW_SPACE_BYTES = 64 * 2**20
+"""A save that fails with less than this free on its disk failed for want of space."""
+
+
+def _disk_refused(exc: BaseException | None) -> bool:
+    """Whether an error (or one it was raised from) is the disk refusing a write."""
+    while exc is not None:
+        if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False
 
 
 def adopt_legacy_folder(directory: Path, root: Path) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import functools
 import itertools
 import types
 import typing
@@ -79,6 +80,12 @@ def parse_overrides(pairs: list[str]) -> dict[str, str]:
 
 def field_docs(config_class: type) -> dict[str, str]:
     """The attribute docstrings of a config dataclass (the string literal under each field)."""
+    return dict(_field_docs(config_class))
+
+
+@functools.cache
+def _field_docs(config_class: type) -> dict[str, str]:
+    """(Read once per class: parsing the source is most of the command line's start-up.)"""
     import inspect
 
     try:

@@ -229,6 +229,11 @@ def model_shape(name: str, model_path: str = "") -> ModelShape:
     """The shape of a model by name (or ``model_path``), without building or loading it."""
     check_model_name(name)
     if model_path:
+        if not (Path(model_path).expanduser() / "config.json").is_file():
+            raise ConfigError(
+                f"--model-path {model_path} holds no config.json: give a folder with a "
+                "Hugging Face Qwen3 checkpoint (config.json, *.safetensors)"
+            )
         return ModelShape.from_hf_dir(Path(model_path).expanduser())
     if name in TINY_MODELS:
         from zoo.core.tiny import TINY_PRESETS, hf_config

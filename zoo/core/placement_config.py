@@ -31,6 +31,7 @@ checked as a whole before anything starts, and recorded in the run's config.
 from __future__ import annotations
 
 import dataclasses
+import reprlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -38,6 +39,11 @@ from typing import Any
 from zoo.core.config import ConfigError
 
 ON_FAILURE = ("stop", "replace")
+MAX_FILE_BYTES = 1 << 20
+"""A placement file is a few lines; a larger one is refused before YAML reads it."""
+MAX_PROCESSES = 4096
+"""Upper bound on one service's processes (and on a parallelism degree): a typo such as
+``num_replicas: 99999999999`` is refused instead of spawning until the machine falls over."""
 
 
 @dataclass
@@ -83,11 +89,29 @@ class PlacementConfig:
         import yaml
 
         try:
-            raw = yaml.safe_load(Path(path).read_text())
+            with open(path, "rb") as f:  # a bounded read: --config /dev/zero must not hang
+                data = f.read(MAX_FILE_BYTES + 1)
         except FileNotFoundError:
             raise ConfigError(f"placement file {path} does not exist") from None
+        except OSError as exc:  # a folder, no permission, ...
+            raise ConfigError(f"cannot read placement file {path}: {exc.strerror}") from None
+        if len(data) > MAX_FILE_BYTES:
+            raise ConfigError(
+                f"placement file {path} is over {MAX_FILE_BYTES // 1024} KiB: not a placement file"
+            )
+        try:
+            raw = yaml.safe_load(data.decode("utf-8"))
+        except UnicodeDecodeError as exc:
+            raise ConfigError(
+                f"placement file {path} is not UTF-8 text (byte {exc.start}): not a placement file"
+            ) from None
         except yaml.YAMLError as exc:
-            raise ConfigError(f"placement file {path} is not valid YAML: {exc}") from None
+            where = getattr(exc, "problem_mark", None)
+            at = f" at line {where.line + 1}, column {where.column + 1}" if where else ""
+            problem = str(getattr(exc, "problem", None) or type(exc).__name__)[:80]
+            raise ConfigError(f"placement file {path} is not valid YAML{at}: {problem}") from None
+        except RecursionError:
+            raise ConfigError(f"placement file {path} nests too deeply") from None
         try:
             return cls.from_dict(raw or {}, gpus_available)
         except ConfigError as exc:
@@ -108,8 +132,11 @@ class PlacementConfig:
             )
         services = _mapping(raw.get("services", {}), "services")
         _known(services, SERVICES, "service")
+        model = raw.get("model", "") or ""
+        if not isinstance(model, str):
+            raise ConfigError(f"model must be a model name or folder, got {excerpt(model)}")
         config = cls(
-            model=str(raw.get("model", "") or ""),
+            model=model,
             parallelism=_fields(Parallelism, raw.get("parallelism", {}), "parallelism"),
             **{
                 name: _fields(ServiceLayout, services.get(name, {}), f"services.{name}")
@@ -128,11 +155,21 @@ class PlacementConfig:
                 if getattr(layout, key) < (0 if (name, key) == ("scorer", "procs") else 1):
                     value = getattr(layout, key)
                     raise ConfigError(f"services.{name}.{key} must be >= 1, got {value}")
+            if layout.procs * layout.num_replicas > MAX_PROCESSES:
+                raise ConfigError(
+                    f"services.{name} asks for {excerpt(layout.procs * layout.num_replicas)} "
+                    f"processes (procs x num_replicas); at most {MAX_PROCESSES} per service"
+                )
             if layout.on_failure not in ON_FAILURE:
                 raise ConfigError(
                     f"services.{name}.on_failure must be one of {', '.join(ON_FAILURE)}, "
                     f"got {excerpt(layout.on_failure)}"
                 )
+        for key in ("tensor_parallel_degree", "pipeline_parallel_degree",
+                    "data_parallel_shard_degree"):  # fmt: skip
+            if abs(getattr(p, key)) > MAX_PROCESSES:
+                raise ConfigError(f"parallelism.{key} is {excerpt(getattr(p, key))}: past any "
+                                  f"trainer's {MAX_PROCESSES} processes")  # fmt: skip
         if self.trainer.num_replicas != 1 or self.reference.num_replicas != 1:
             raise ConfigError("the trainer and the reference have one replica each; "
                               "replicate generators instead")  # fmt: skip
@@ -204,9 +241,14 @@ class PlacementConfig:
 
 
 def excerpt(value: Any, limit: int = 60) -> str:
-    """``repr(value)``, cut to ``limit`` characters: an error quotes a bad file, never
-    prints it (``--config /etc/passwd`` must not echo the password file)."""
-    text = repr(value)
+    """A ``repr`` of ``value`` cut to ``limit`` characters: an error quotes a bad file,
+    never prints it (``--config /etc/passwd`` must not echo the password file). Built with
+    ``reprlib``, which stops early, so a value of shared YAML aliases ("billion laughs":
+    10^9 elements in a few hundred bytes) or a self-referencing one is never expanded."""
+    short = reprlib.Repr()
+    short.maxlevel, short.maxstring, short.maxother, short.maxlong = 3, limit, limit, limit
+    short.maxlist = short.maxtuple = short.maxdict = short.maxset = 4
+    text = short.repr(value)
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
@@ -222,7 +264,7 @@ def _mapping(value: Any, where: str) -> dict[str, Any]:
 
 
 def _known(raw: dict[str, Any], valid: tuple[str, ...], what: str) -> None:
-    unknown = sorted(set(raw) - set(valid))
+    unknown = sorted(set(raw) - set(valid), key=repr)  # keys of mixed types (1, "a")
     if unknown:
         names = ", ".join(excerpt(k, 40) for k in unknown[:5])
         names += " ..." if len(unknown) > 5 else ""

@@ -4,6 +4,8 @@ records them in its config.json."""
 
 from __future__ import annotations
 
+import dataclasses
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -16,6 +18,8 @@ from zoo.core.offpolicy import CORRECTIONS
 from zoo.core.trackers import check_installed, parse_report_to
 from zoo.core.trainer import LR_SCHEDULES
 
+MAX_SAMPLES_PER_PROMPT = 16384
+"""vLLM's bound on samples of one prompt (group_size, eval_samples): checked before a run."""
 PLACEMENTS = ("local", "monarch")
 """Where services run (RunConfig.placement); the Monarch one is zoo.core.placement."""
 WEIGHT_SYNCS = ("rdma", "endpoint")
@@ -198,8 +202,23 @@ class RunConfig:
         ):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
+        for f in dataclasses.fields(self):  # nan passes every comparison below
+            value = getattr(self, f.name)
+            finite = not isinstance(value, float) or math.isfinite(value)
+            if not finite and not (f.name == "grad_clip" and value == math.inf):  # no clipping
+                raise ConfigError(f"{f.name} must be a finite number, got {value}")
         if min(self.budget_flops, self.budget_samples, self.budget_seconds) < 0:
             raise ConfigError("budgets must be >= 0")
+        if self.micro_batch_size < 0 or self.checkpoint_every < 0:
+            raise ConfigError(
+                "micro_batch_size and checkpoint_every must be >= 0 (0: the whole mini-batch; "
+                f"at the end only), got {self.micro_batch_size} and {self.checkpoint_every}"
+            )
+        if max(self.group_size, self.eval_samples) > MAX_SAMPLES_PER_PROMPT:
+            raise ConfigError(
+                f"group_size and eval_samples must be <= {MAX_SAMPLES_PER_PROMPT} (vLLM's "
+                f"limit of samples per prompt), got {self.group_size} and {self.eval_samples}"
+            )
         if self.eval_samples < 0:
             raise ConfigError(f"eval_samples must be >= 0 (0: greedy only): {self.eval_samples}")
         self.budget  # noqa: B018 (raises on several budgets)

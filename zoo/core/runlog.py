@@ -189,6 +189,11 @@ def machine() -> dict[str, Any]:
     }
 
 
+class StorageError(RuntimeError):
+    """The disk refused a write of the run (full, over quota); what was written before is
+    intact, and the message says what to do."""
+
+
 class RunWriter:
     """Owns a run folder. Created only once the run's inputs are validated. ``trackers``
     (``--report-to``) get every record and sample written here."""
@@ -196,8 +201,8 @@ class RunWriter:
     def __init__(self, directory: Path, trackers: Trackers | None = None) -> None:
         self.directory = directory
         directory.mkdir(parents=True, exist_ok=True)
-        self._metrics = open(directory / "metrics.jsonl", "a", encoding="utf-8")  # noqa: SIM115
-        self._samples = open(directory / SAMPLES, "a", encoding="utf-8")  # noqa: SIM115
+        self._metrics = open(directory / "metrics.jsonl", "ab", buffering=0)  # noqa: SIM115
+        self._samples = open(directory / SAMPLES, "ab", buffering=0)  # noqa: SIM115
         self.trackers = trackers
 
     def write_config(self, config: dict[str, Any]) -> None:
@@ -241,21 +246,35 @@ class RunWriter:
         return read_sessions(self.directory)
 
     def log(self, record: dict[str, Any]) -> None:
-        self._metrics.write(json.dumps(record, default=float) + "\n")
-        self._metrics.flush()
-        os.fsync(self._metrics.fileno())
+        self._append(self._metrics, [record], f"step {record.get('step')}")
         if self.trackers:
             self.trackers.log(record)
 
     def log_samples(self, rows: list[dict[str, Any]]) -> None:
-        """Append one step's kept samples to samples.jsonl, each line flushed as written
-        (the step's lines reach the disk before its metrics record does)."""
-        for row in rows:
-            self._samples.write(json.dumps(row, default=float) + "\n")
-            self._samples.flush()
-        os.fsync(self._samples.fileno())
+        """Append one step's kept samples to samples.jsonl (the step's lines reach the disk
+        before its metrics record does)."""
+        self._append(self._samples, rows, "the step's samples")
         if self.trackers:
             self.trackers.log_samples(rows)
+
+    def _append(self, file, rows: list[dict[str, Any]], what: str) -> None:
+        """Append JSON lines, whole or not at all: a write the disk refuses (full, quota)
+        is cut back to the previous end of the file and raised as a StorageError."""
+        data = "".join(json.dumps(row, default=float) + "\n" for row in rows).encode()
+        fd = file.fileno()
+        end = os.fstat(fd).st_size
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            os.fsync(fd)
+        except OSError as exc:
+            with contextlib.suppress(OSError):
+                os.ftruncate(fd, end)
+            raise StorageError(
+                f"could not write {what} to {file.name} ({exc.strerror}); the file keeps "
+                "everything before it. Free space and continue with --resume"
+            ) from exc
 
     def close(self) -> None:
         self._metrics.close()

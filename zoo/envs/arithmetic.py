@@ -18,6 +18,9 @@ from zoo.envs.base import Env, Prompt
 
 EVAL_SEED = "arithmetic-heldout-v1"
 INTEGER = re.compile(r"-?[0-9]+")
+MAX_DIGITS = 1000
+"""Operands past this (prompts of 2,000+ tokens, the product's answer of 2,000 digits)
+are refused: no model's response budget holds such an answer, and building them is slow."""
 
 
 @dataclass
@@ -38,9 +41,13 @@ class Arithmetic(Env):
     def __init__(self, **overrides) -> None:
         super().__init__(**overrides)
         cfg = self.config
-        if cfg.digits < 1 or not cfg.ops or set(cfg.ops) - set("+-*"):
-            raise ConfigError(f"arithmetic: need digits >= 1 and ops from '+-*', got {cfg}")
+        if not 1 <= cfg.digits <= MAX_DIGITS or not cfg.ops or set(cfg.ops) - set("+-*"):
+            raise ConfigError(
+                f"arithmetic: need 1 <= digits <= {MAX_DIGITS} and ops from '+-*', got {cfg}"
+            )
         span = 9 * 10 ** (cfg.digits - 1)
+        if cfg.eval_size < 1:  # (the run evaluates at step 0: an empty split has no mean)
+            raise ConfigError(f"arithmetic: eval_size must be >= 1, got {cfg.eval_size}")
         if cfg.eval_size > (span * span * len(cfg.ops)) // 4:
             raise ConfigError("arithmetic: eval_size is over a quarter of all problems")
 
@@ -81,4 +88,6 @@ class Arithmetic(Env):
 
     def score(self, prompt: Prompt, completion: str) -> float:
         text = completion.strip()
-        return 1.0 if INTEGER.fullmatch(text) and int(text) == prompt.answer else 0.0
+        if len(text) > 2 * MAX_DIGITS + 2 or not INTEGER.fullmatch(text):
+            return 0.0  # (int() refuses over 4,300 digits; no answer is that long)
+        return 1.0 if int(text) == prompt.answer else 0.0

@@ -11,9 +11,11 @@ big-integer power). So grading runs in small worker processes, each started as
 math-verify timeouts disabled (``parsing_timeout=None``, ``timeout_seconds=None``). The
 calling thread sends one JSON line per grading request and waits for the answer with
 ``select`` for at most ``timeout_s`` seconds; on expiry it SIGKILLs the worker (a fresh one
-starts on the next request) and the outcome is ``"timeout"``. Each worker also caps its
-own address space (``memory_mb``) and, per request, its CPU time (the kernel kills it with
-SIGXCPU past the budget), so a stuck worker cannot outlive a parent that died.
+starts on the next request) and the outcome is ``"timeout"``. A worker found dead instead
+of answering (killed from outside, a crash) is replaced and the request tried once more.
+Each worker also caps its own address space (``memory_mb``) and, per request, its CPU
+time (the kernel kills it with SIGXCPU past the budget), so a stuck worker cannot outlive
+a parent that died.
 
 Outcomes of one grading: ``"correct"``, ``"wrong"``, ``"parse_failure"`` (nothing in the
 prediction could be read as an answer), ``"timeout"``, ``"error"`` (the worker crashed or
@@ -91,6 +93,17 @@ class _Worker:
         return line
 
     def grade(self, gold: str, prediction: str) -> str:
+        outcome, died = self._attempt(gold, prediction)
+        if died:
+            # The worker was gone: killed from outside (a SIGKILL between two requests is
+            # not seen by poll() until it lands), the OOM killer, a crash. One more try, on
+            # a fresh worker, so a right answer is not scored 0 for it; a prediction that
+            # kills workers itself costs one more worker and is an "error" or "timeout".
+            outcome, _ = self._attempt(gold, prediction)
+        return outcome
+
+    def _attempt(self, gold: str, prediction: str) -> tuple[str, bool]:
+        """(outcome, whether the worker died instead of answering)."""
         if self.proc is None or self.proc.poll() is not None:
             self._start()
         assert self.proc is not None and self.proc.stdin is not None
@@ -101,18 +114,18 @@ class _Worker:
                 view = view[self.proc.stdin.write(view) :]
         except (BrokenPipeError, OSError):
             self.kill()
-            return "error"
+            return "error", True
         line = self._read_line(time.monotonic() + self.timeout_s)
         if line is None:
             # Past the deadline, or the worker died (SIGXCPU past its CPU budget, memory).
             died = self.proc.poll() is not None
             self.kill()
-            return "timeout" if not died or self._killed_for_cpu() else "error"
+            return ("timeout" if not died or self._killed_for_cpu() else "error"), died
         outcome = _loads(line).get("outcome")
         if outcome not in OUTCOMES:
             self.kill()
-            return "error"
-        return outcome
+            return "error", False
+        return outcome, False
 
     def _killed_for_cpu(self) -> bool:
         import signal

@@ -185,6 +185,11 @@ class TrainerActor(Actor):
     def load_state(self, hf_state_dict: dict, optimizer_state: dict, version: int) -> None:
         self.trainer.load_state(hf_state_dict, optimizer_state, version)
 
+    @endpoint
+    def pid(self) -> int:
+        """The actor's process id (for fault tests and operators)."""
+        return os.getpid()
+
 
 class ReferenceActor(Actor):
     """The frozen reference: built from the trainer's initial weights (sent once)."""
@@ -202,6 +207,11 @@ class ReferenceActor(Actor):
     @endpoint
     def logprobs(self, batch: RolloutBatch) -> torch.Tensor:
         return self.reference.logprobs(batch)
+
+    @endpoint
+    def pid(self) -> int:
+        """The actor's process id (for fault tests and operators)."""
+        return os.getpid()
 
 
 class ScorerActor(Actor):

@@ -1,0 +1,244 @@
+"""``python -m harness doctor``: check this machine before a long run, and say what to fix.
+
+It takes the flags of ``run`` (the same RunConfig), and checks, for that run:
+
+- sandbox: a program in the code sandbox tries to connect to a port this process listens
+  on and to write a file into a folder of this host; both must fail (zoo/envs/sandbox.py);
+- vllm: a vLLM engine starts in this process on the tiny model and generates (it is built
+  and cached on first use, zoo/core/tiny.py); skipped with ``--generator hf``;
+- disk: free space where the run writes (``--out``, else ``results/``) against two
+  checkpoints of the model (a save writes the new one before it removes the old), plus
+  the metrics; how much the cadence (``--checkpoint-every``) writes over the run is shown;
+- memory: the run's estimate (zoo/core/memory.py, as ``list models`` and the pre-flight
+  check compute it) against this machine's memory (or the GPU's).
+
+Each check is PASS, WARN or FAIL with what to do; the exit status is 1 when one FAILs.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import tempfile
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from zoo.core.run_config import RunConfig
+
+CHECKS = ("sandbox", "vllm", "disk", "memory")
+CHECKPOINT_EXTRA_BYTES = 4 * 2**20
+"""Beside the weights and AdamW state: tokenizer, configs, loop state."""
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    status: str
+    """PASS, WARN or FAIL."""
+    detail: str
+    """What was measured."""
+    fix: str = ""
+    """What to do (empty on PASS)."""
+
+
+def checkpoint_bytes(params: int) -> int:
+    """One checkpoint: float32 weights (4 bytes a parameter) and AdamW's two moments (8)."""
+    return 12 * params + CHECKPOINT_EXTRA_BYTES
+
+
+def check_disk(cfg: RunConfig, out: Path, free_bytes: int | None = None) -> Check:
+    """Room for two checkpoints at once (the new one is written before the old is removed)
+    and the metrics, on the disk that holds ``out``."""
+    from zoo.core.models import model_shape
+
+    where = next((p for p in [out, *out.parents] if p.exists()), Path.cwd())
+    free = shutil.disk_usage(where).free if free_bytes is None else free_bytes
+    one = checkpoint_bytes(model_shape(cfg.model, cfg.model_path).params)
+    need = 2 * one + 16 * 2**20
+    saves = (cfg.steps // cfg.checkpoint_every if cfg.checkpoint_every else 0) + 1
+    detail = (f"{free / 2**30:.2f} GiB free at {where}; a checkpoint is ~{one / 2**30:.2f} "
+              f"GiB, two at once while saving; every {cfg.checkpoint_every or 'end-only'} "
+              f"steps: ~{saves} saves, {saves * one / 2**30:.2f} GiB written")  # fmt: skip
+    if free < need:
+        return Check("disk", "FAIL", detail,
+                     f"free {(need - free) / 2**30:.2f} GiB there, or give --out on a larger "
+                     "disk")  # fmt: skip
+    if free < 2 * need:
+        return Check("disk", "WARN", detail,
+                     "little room to spare: free space, or --out on a larger disk")  # fmt: skip
+    return Check("disk", "PASS", detail)
+
+
+def check_memory(cfg: RunConfig, capacity_bytes: int | None = None) -> Check:
+    """The run's memory estimate (``list models``) against this machine's (or GPU's)."""
+    from zoo.algorithms import get_algorithm
+    from zoo.core.memory import memory_estimate
+    from zoo.core.models import model_shape
+    from zoo.envs import get_env
+
+    device = cfg.resolved_device()
+    shape = model_shape(cfg.model, cfg.model_path)
+    env = get_env(cfg.env, **cfg.env_config)
+    prompt = max(len(env.train_prompt(i, cfg.seed).text.encode()) for i in range(8))
+    sequences = cfg.prompts_per_step * cfg.group_size
+    need = memory_estimate(
+        shape, sequences=sequences, seq_len=prompt + cfg.max_response_len,
+        micro_batch=cfg.micro_batch_size or sequences,
+        reference=get_algorithm(cfg.algorithm, **cfg.algorithm_config).needs_reference,
+        compute_bytes=2 if device == "cuda" else 4,
+        kept_versions=cfg.max_policy_age if cfg.mode == "async" else 0,
+    )  # fmt: skip
+    if capacity_bytes is not None:
+        total = available = capacity_bytes
+    elif device == "cuda":
+        import torch
+
+        available, total = torch.cuda.mem_get_info(0)
+    else:
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        available = _meminfo_available() or total
+    where = "the GPU" if device == "cuda" else "this machine"
+    detail = (f"{cfg.model} needs ~{need.minimum / 2**30:.2f} GiB at the smallest KV cache "
+              f"(~{need.total / 2**30:.2f} GiB with the whole step's); {where} has "
+              f"{total / 2**30:.1f} GiB, {available / 2**30:.1f} GiB free")  # fmt: skip
+    smaller = ("use a smaller model, --micro-batch-size, fewer --prompts-per-step or a "
+               "shorter --max-response-len")  # fmt: skip
+    if need.minimum > 0.9 * total:
+        return Check("memory", "FAIL", detail, smaller)
+    if need.minimum > available:
+        return Check("memory", "WARN", detail,
+                     "other processes hold the memory this run needs: stop them, or "
+                     + smaller)  # fmt: skip
+    return Check("memory", "PASS", detail)
+
+
+def _meminfo_available() -> int | None:
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError):
+        pass
+    return None
+
+
+PROBE = """
+import socket, sys
+try:
+    socket.create_connection(("127.0.0.1", {port}), timeout=2).close()
+    print("network: reached the host")
+except OSError:
+    print("network: refused")
+try:
+    with open({target!r}, "w") as f:
+        f.write("escaped")
+    print("write: wrote outside")
+except OSError:
+    print("write: refused")
+"""
+
+
+def check_sandbox() -> Check:
+    """Model-written code must not reach the host's network or files."""
+    from zoo.envs.sandbox import SandboxUnavailable, execute
+
+    with tempfile.TemporaryDirectory(prefix="forge-zoo-doctor-") as host_dir:
+        target = Path(host_dir) / "escaped.txt"
+        with socket.socket() as listener:
+            listener.bind(("127.0.0.1", 0))
+            listener.listen(1)
+            port = listener.getsockname()[1]
+            try:
+                result = execute(PROBE.format(port=port, target=str(target)), timeout_s=20,
+                                 memory_mb=512)  # fmt: skip
+            except SandboxUnavailable as exc:
+                return Check("sandbox", "FAIL", f"no isolation: {exc}",
+                             "install bubblewrap (apt-get install bubblewrap; "
+                             "scripts/setup.sh does it)")  # fmt: skip
+        escaped = target.exists()
+    lines = result.stdout.split()
+    if result.status != "ok" or "network:" not in lines:
+        return Check("sandbox", "FAIL", f"the probe did not run: {result.status} "
+                     f"{result.stderr.strip()[-200:]}",
+                     "see zoo/envs/sandbox.py's requirements (bubblewrap, prlimit)")  # fmt: skip
+    if escaped or "reached" in result.stdout or "wrote outside" in result.stdout:
+        return Check("sandbox", "FAIL", f"the probe escaped: {result.stdout.strip()}",
+                     "do not run code envs here; check that bwrap can create namespaces "
+                     "(unprivileged user namespaces enabled)")  # fmt: skip
+    return Check("sandbox", "PASS",
+                 f"a sandboxed program could not reach a host port nor write a host file "
+                 f"({result.duration_s:.2f} s)")  # fmt: skip
+
+
+def check_vllm(cfg: RunConfig) -> Check:
+    """A vLLM engine starts on the tiny model (building it on first use) and generates."""
+    if cfg.generator == "hf":
+        return Check("vllm", "PASS", "skipped: --generator hf generates with transformers")
+    start = time.monotonic()
+    try:
+        from zoo.core.generator import VLLMGenerator
+        from zoo.core.sampling import SamplingConfig
+        from zoo.core.tiny import encode, tiny_model_path
+
+        engine = VLLMGenerator(tiny_model_path(quiet=True), seed=0)
+        out = engine.generate([encode("12+34=")], n=2, sampling=SamplingConfig(max_tokens=4))
+        tokens = sum(len(c.token_ids) for c in out[0])
+    except Exception as exc:  # an import error, an engine that does not start
+        fix = ("reinstall (scripts/setup.sh)" if cfg.generator == "vllm" else
+               "runs will fall back to transformers (--generator auto); to use vLLM, "
+               "reinstall it (scripts/setup.sh)")  # fmt: skip
+        status = "FAIL" if cfg.generator == "vllm" else "WARN"
+        return Check("vllm", status, f"{type(exc).__name__}: {str(exc)[:200]}", fix)
+    return Check("vllm", "PASS", f"an engine started on the tiny model and generated {tokens} "
+                 f"tokens in {time.monotonic() - start:.1f} s")  # fmt: skip
+
+
+def run_checks(
+    cfg: RunConfig,
+    out: Path,
+    only: Iterable[str] = CHECKS,
+    free_bytes: int | None = None,
+    capacity_bytes: int | None = None,
+) -> list[Check]:
+    """The checks named in ``only`` (in CHECKS' order); ``free_bytes`` and
+    ``capacity_bytes`` stand for the disk's free space and the memory (tests)."""
+    runners: dict[str, Callable[[], Check]] = {
+        "sandbox": check_sandbox,
+        "vllm": lambda: check_vllm(cfg),
+        "disk": lambda: check_disk(cfg, out, free_bytes),
+        "memory": lambda: check_memory(cfg, capacity_bytes),
+    }
+    wanted = set(only)
+    return [runners[name]() for name in CHECKS if name in wanted]
+
+
+def print_checks(checks: list[Check]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="forge-zoo doctor")
+    for col in ("check", "status", "what was found", "what to do"):
+        table.add_column(col, overflow="fold")
+    colour = {"PASS": "green", "WARN": "yellow", "FAIL": "red"}
+    for c in checks:
+        table.add_row(c.name, f"[{colour[c.status]}]{c.status}[/]", c.detail, c.fix or "-")
+    Console(width=max(shutil.get_terminal_size().columns, 120)).print(table)
+
+
+def cmd_doctor(cfg: RunConfig, out: Path, only: Iterable[str], verbose: bool = False) -> int:
+    from harness.third_party import LOG_NAME, routed_to
+
+    with (
+        tempfile.TemporaryDirectory(prefix="forge-zoo-doctor-") as logs,  # vLLM's noise
+        routed_to(Path(logs) / LOG_NAME, verbose),
+    ):
+        checks = run_checks(cfg, out, only)
+    print_checks(checks)
+    failed = [c.name for c in checks if c.status == "FAIL"]
+    if failed:
+        print(f"doctor: {', '.join(failed)} failed; fix before a long run")
+        return 1
+    return 0

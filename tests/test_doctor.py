@@ -1,0 +1,69 @@
+"""``python -m harness doctor``: the checks run for real here and pass; each fails when the
+machine cannot hold the run (a disk too small for two checkpoints, a memory need past the
+machine's)."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+from pathlib import Path
+
+import pytest
+from harness_cli import run_harness
+from test_faults import small_disk
+
+from harness.cli import main
+from harness.doctor import check_disk, check_memory, checkpoint_bytes, run_checks
+from zoo.core.models import model_shape
+from zoo.core.run_config import RunConfig
+
+
+def doctor(*args: str) -> tuple[int, str]:
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        code = main(["doctor", *args])
+    return code, out.getvalue()
+
+
+def test_the_fast_checks_pass_on_this_machine(tmp_path):
+    checks = run_checks(RunConfig(), tmp_path, only=("sandbox", "disk", "memory"))
+    assert [c.name for c in checks] == ["sandbox", "disk", "memory"]
+    assert all(c.status == "PASS" for c in checks), checks
+    assert "could not reach a host port nor write a host file" in checks[0].detail
+
+
+def test_a_disk_too_small_for_two_checkpoints_fails(tmp_path):
+    one = checkpoint_bytes(model_shape("tiny").params)
+    with small_disk(tmp_path / "disk", f"{int(one * 1.5) // 1024}k") as disk:
+        check = check_disk(RunConfig(), disk / "run")
+        assert check.status == "FAIL" and "--out on a larger disk" in check.fix, check
+        code, text = doctor("--only", "disk", "--out", str(disk / "run"))
+    assert code == 1 and "FAIL" in text and "disk failed" in text
+    assert check_disk(RunConfig(), tmp_path, free_bytes=10 * 2**30).status == "PASS"
+
+
+def test_an_impossible_memory_need_fails_with_what_to_change():
+    check = check_memory(RunConfig(max_response_len=10**8))
+    assert check.status == "FAIL" and "--micro-batch-size" in check.fix, check
+    assert check_memory(RunConfig(), capacity_bytes=2**20).status == "FAIL"
+    code, text = doctor("--only", "memory", "--max-response-len", "100000000")
+    assert code == 1 and "memory failed" in text
+
+
+def test_doctor_takes_the_run_flags_and_refuses_bad_ones():
+    with pytest.raises(SystemExit) as info, contextlib.redirect_stderr(io.StringIO()):
+        main(["doctor", "--steps", "x"])
+    assert info.value.code == 2
+    with contextlib.redirect_stderr(io.StringIO()) as err:
+        assert main(["doctor", "--lr", "nan"]) == 2
+    assert "lr must be a finite number" in err.getvalue()
+
+
+@pytest.mark.slow
+def test_the_whole_doctor_passes_here_through_the_command(tiny_model_path, tmp_path):
+    result = run_harness("doctor", "--out", str(tmp_path / "run"), cwd=tmp_path, timeout=600)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    for name in ("sandbox", "vllm", "disk", "memory"):
+        assert name in result.stdout
+    assert "FAIL" not in result.stdout and "generated" in result.stdout
+    assert not Path(tmp_path / "run").exists()  # the doctor writes nothing there
