@@ -115,10 +115,16 @@ class _Worker:
         except (BrokenPipeError, OSError):
             self.kill()
             return "error", True
-        line = self._read_line(time.monotonic() + self.timeout_s)
+        deadline = time.monotonic() + self.timeout_s
+        line = self._read_line(deadline)
         if line is None:
             # Past the deadline, or the worker died (SIGXCPU past its CPU budget, memory).
-            died = self.proc.poll() is not None
+            # End of file before the deadline is a death even when the exit is not yet
+            # reaped: a dying process closes its pipes before it becomes a zombie.
+            died = self.proc.poll() is not None or time.monotonic() < deadline
+            if died:
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    self.proc.wait(timeout=5)  # its exit status says why
             self.kill()
             return ("timeout" if not died or self._killed_for_cpu() else "error"), died
         outcome = _loads(line).get("outcome")
