@@ -18,6 +18,9 @@ ALGORITHMS = Registry(
         "cispo": "zoo.algorithms.cispo:CISPO",
         "gspo": "zoo.algorithms.gspo:GSPO",
         "sapo": "zoo.algorithms.sapo:SAPO",
+        "rloo": "zoo.algorithms.rloo:RLOO",
+        "reinforce_pp": "zoo.algorithms.reinforce_pp:ReinforcePP",
+        "opo": "zoo.algorithms.opo:OPO",
         "custom": "zoo.algorithms.custom:Custom",
     },
 )
