@@ -25,8 +25,13 @@ GROUP_NORM_K3 = {"advantage": "group_norm", "kl": "k3"}
 
 DEFAULTS = {  # docs/algorithms.md, "The built-ins"
     "grpo": {"eps": 0.2, "beta": 0.04, **GROUP_NORM_K3},
-    "dr_grpo": {"clip_low": 0.8, "clip_high": 1.2, "beta": 0.0, "advantage": "group_center",
-                "kl": "k3"},  # fmt: skip
+    "dr_grpo": {
+        "clip_low": 0.8,
+        "clip_high": 1.2,
+        "beta": 0.0,
+        "advantage": "group_center",
+        "kl": "k3",
+    },
     "dapo": {
         "eps_low": 0.2,
         "eps_high": 0.28,
@@ -37,13 +42,17 @@ DEFAULTS = {  # docs/algorithms.md, "The built-ins"
         **GROUP_NORM_K3,
     },
     "cispo": {"eps_high": 4.0, "beta": 0.0, **GROUP_NORM_K3},
-    "gspo": {"eps_low": 3e-4, "eps_high": 4e-4, "beta": 0.0, "token_level": False,
-             **GROUP_NORM_K3},  # fmt: skip
+    "gspo": {"eps_low": 3e-4, "eps_high": 4e-4, "beta": 0.0, "token_level": False, **GROUP_NORM_K3},
     "sapo": {"tau_pos": 1.0, "tau_neg": 1.05, "beta": 0.0, **GROUP_NORM_K3},
     "custom": {"clip_range": 0.2, "beta": 0.1, **GROUP_NORM_K3, "dual_clip": 0.0},
     "rloo": {"eps": 0.2, "beta": 0.0, "advantage": "rloo", "kl": "k3"},
-    "reinforce_pp": {"eps": 0.2, "beta": 0.01, "advantage": "reinforce_pp", "kl": "k1",
-                     "kl_in_reward": True},  # fmt: skip
+    "reinforce_pp": {
+        "eps": 0.2,
+        "beta": 0.01,
+        "advantage": "reinforce_pp",
+        "kl": "k1",
+        "kl_in_reward": True,
+    },
     "opo": {"eps": 0.2, "beta": 0.0, "advantage": "opo", "kl": "k3"},
 }
 AGGREGATION = {

@@ -126,7 +126,8 @@ def test_example_plugin_trains_through_harness_run(plugin_site, tiny_model_path,
     result = harness(plugin_site, "run", "vanilla_pg", *args, "--out", "run", cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
     config = json.loads((tmp_path / "run" / "config.json").read_text())
-    assert config["algorithm"]["name"] == "vanilla_pg" and config["algorithm"]["config"]["clip"] == 0.3
+    algorithm = config["algorithm"]
+    assert algorithm["name"] == "vanilla_pg" and algorithm["config"]["clip"] == 0.3
     records = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in records] == [0, 1, 2]
     assert all("loss" in r and "ratio_mean" in r for r in records[1:])
@@ -164,7 +165,8 @@ def test_check_plugin_of_an_unknown_name_exits_2(plugin_site, tmp_path):
 
 def test_example_plugin_compares_against_a_builtin(plugin_site, tiny_model_path, tmp_path):
     args = ["--seeds", "1", "--budget", "1e10", "--prompts-per-step", "16", "--eval-points", "2"]
-    result = harness(plugin_site, "compare", "grpo", "vanilla_pg", *args, "--out", "exp", cwd=tmp_path)
+    names = ("grpo", "vanilla_pg")
+    result = harness(plugin_site, "compare", *names, *args, "--out", "exp", cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
     summary = (tmp_path / "exp" / "tables" / "summary.csv").read_text()
     assert "vanilla_pg" in summary and "grpo" in summary
