@@ -3,10 +3,11 @@ and writes ``loss``; it may override ``advantages``, ``shape_rewards``, ``keep``
 ``train_mask``.
 It never sees a process, a device or a mesh: only tensors of rewards and a TrainBatch.
 
-Shared estimators by name: a config field ``advantage`` (default ``advantages``) picks one
-of ``zoo.core.losses.ADVANTAGE_ESTIMATORS`` and a field ``kl`` (the loss passes
-``self.config.kl`` to ``kl_penalty``) one of ``KL_ESTIMATORS``; both are checked when the
-algorithm is built, so ``--set advantage=nope`` fails at once, naming the valid choices.
+Shared estimators by name: a config field ``advantage`` picks one of
+``zoo.core.losses.ADVANTAGE_ESTIMATORS`` (the default ``advantages`` reads it) and a field
+``kl`` one of ``KL_ESTIMATORS`` (the loss passes ``self.config.kl`` to ``kl_penalty``);
+both are checked when the algorithm is built, so ``--set advantage=nope`` fails at once,
+naming the valid choices.
 
 Response lengths: the loop calls ``group_advantages(rewards, lengths)``, which passes
 ``lengths`` ([groups, G] tokens) to ``advantages`` when its signature has a ``lengths``
