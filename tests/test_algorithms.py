@@ -19,11 +19,19 @@ from zoo.algorithms import ALGORITHMS, get_algorithm, list_algorithms
 from zoo.core.config import ConfigError, field_docs
 from zoo.core.types import TrainBatch
 
-BUILTINS = ["grpo", "dr_grpo", "dapo", "cispo", "gspo", "sapo", "custom"]
+BUILTINS = ["grpo", "dr_grpo", "dapo", "cispo", "gspo", "sapo", "custom", "rloo", "reinforce_pp",
+            "opo"]  # fmt: skip
+GROUP_NORM_K3 = {"advantage": "group_norm", "kl": "k3"}
 
 DEFAULTS = {  # docs/algorithms.md, "The built-ins"
-    "grpo": {"eps": 0.2, "beta": 0.04},
-    "dr_grpo": {"clip_low": 0.8, "clip_high": 1.2, "beta": 0.0},
+    "grpo": {"eps": 0.2, "beta": 0.04, **GROUP_NORM_K3},
+    "dr_grpo": {
+        "clip_low": 0.8,
+        "clip_high": 1.2,
+        "beta": 0.0,
+        "advantage": "group_center",
+        "kl": "k3",
+    },
     "dapo": {
         "eps_low": 0.2,
         "eps_high": 0.28,
@@ -31,11 +39,21 @@ DEFAULTS = {  # docs/algorithms.md, "The built-ins"
         "overlong_punishment": True,
         "overlong_cache": None,
         "overlong_filtering": False,
+        **GROUP_NORM_K3,
     },
-    "cispo": {"eps_high": 4.0, "beta": 0.0},
-    "gspo": {"eps_low": 3e-4, "eps_high": 4e-4, "beta": 0.0, "token_level": False},
-    "sapo": {"tau_pos": 1.0, "tau_neg": 1.05, "beta": 0.0},
-    "custom": {"clip_range": 0.2, "beta": 0.1},
+    "cispo": {"eps_high": 4.0, "beta": 0.0, **GROUP_NORM_K3},
+    "gspo": {"eps_low": 3e-4, "eps_high": 4e-4, "beta": 0.0, "token_level": False, **GROUP_NORM_K3},
+    "sapo": {"tau_pos": 1.0, "tau_neg": 1.05, "beta": 0.0, **GROUP_NORM_K3},
+    "custom": {"clip_range": 0.2, "beta": 0.1, **GROUP_NORM_K3, "dual_clip": 0.0},
+    "rloo": {"eps": 0.2, "beta": 0.0, "advantage": "rloo", "kl": "k3"},
+    "reinforce_pp": {
+        "eps": 0.2,
+        "beta": 0.01,
+        "advantage": "reinforce_pp",
+        "kl": "k1",
+        "kl_in_reward": True,
+    },
+    "opo": {"eps": 0.2, "beta": 0.0, "advantage": "opo", "kl": "k3"},
 }
 AGGREGATION = {
     "grpo": "seq_mean",
@@ -45,6 +63,9 @@ AGGREGATION = {
     "gspo": "seq_mean",
     "sapo": "seq_mean",
     "custom": "seq_mean",
+    "rloo": "seq_mean",
+    "reinforce_pp": "token_mean",
+    "opo": "token_mean",
 }
 
 # --- the hand batch (token-level algorithms) -----------------------------------------------
@@ -198,10 +219,16 @@ def test_unknown_override_raises_config_error_naming_valid_fields(name):
         assert field in message
 
 
+# group_center 1/2; group_norm and batch norm 0.5 / std([1, 0, 0, 1]) = 0.866; leave-one-out
+# 1 - 1/3 = 2/3; opo with equal lengths = group_center
+SIZE_1001 = {"dr_grpo": 0.5, "rloo": 2 / 3, "opo": 0.5}
+
+
 @pytest.mark.parametrize("name", BUILTINS)
 def test_advantages_of_1001(name):
-    adv = get_algorithm(name).advantages(torch.tensor([[1.0, 0.0, 0.0, 1.0]]))
-    size = 0.5 if name == "dr_grpo" else 0.866024  # group_center vs group_norm
+    rewards = torch.tensor([[1.0, 0.0, 0.0, 1.0]])
+    adv = get_algorithm(name).group_advantages(rewards, torch.full((1, 4), 3))
+    size = SIZE_1001.get(name, 0.866024)
     assert adv[0].tolist() == pytest.approx([size, -size, -size, size], abs=1e-6)
 
 

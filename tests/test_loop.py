@@ -12,7 +12,18 @@ from zoo.algorithms import get_algorithm, list_algorithms
 from zoo.core.run_config import RunConfig
 from zoo.core.runlog import RunWriter
 
-BUILTINS = ["cispo", "custom", "dapo", "dr_grpo", "grpo", "gspo", "sapo"]
+BUILTINS = [
+    "cispo",
+    "custom",
+    "dapo",
+    "dr_grpo",
+    "grpo",
+    "gspo",
+    "sapo",
+    "rloo",
+    "reinforce_pp",
+    "opo",
+]
 
 
 def test_every_builtin_is_registered():
@@ -32,7 +43,7 @@ def test_every_builtin_trains_without_nan_and_logs_its_loss_metrics(name, loop_f
         assert {"loss", "ratio_mean", "grad_norm", "entropy_sampled"} <= set(r)
         assert all(math.isfinite(v) for v in r.values() if isinstance(v, float))
         assert r["policy_version"] == r["step"]
-    uses_reference = get_algorithm(name).needs_reference  # beta > 0: grpo and custom
+    uses_reference = get_algorithm(name).needs_reference  # beta > 0: grpo, custom, reinforce_pp
     assert (records[1]["reference_flops"] > 0) == uses_reference
     assert 0 <= records[-1]["eval_reward"] <= 1
 

@@ -45,7 +45,7 @@ def pip_install(target: Path, *packages: Path) -> None:
 
 @pytest.fixture(scope="module")
 def plugin_site(tmp_path_factory) -> Path:
-    """A site directory holding the example RLOO package, a broken plugin and one that
+    """A site directory holding the example vanilla_pg package, a broken plugin and one that
     tries to shadow the built-in grpo."""
     root = tmp_path_factory.mktemp("plugins")
     broken = write_package(
@@ -85,8 +85,8 @@ def plugin_site(tmp_path_factory) -> Path:
         '[project.entry-points."zoo.algorithms"]\nlocal_mean = "zoo_local_mean:LocalMean"\n',
     )
     site = root / "site"
-    pip_install(site, REPO / "examples" / "zoo-rloo", broken, shadow, local_mean)
-    assert (site / "zoo_rloo-0.1.0.dist-info" / "entry_points.txt").exists()
+    pip_install(site, REPO / "examples" / "zoo-vanilla-pg", broken, shadow, local_mean)
+    assert (site / "zoo_vanilla_pg-0.1.0.dist-info" / "entry_points.txt").exists()
     return site
 
 
@@ -100,7 +100,7 @@ def test_installed_plugin_lists_with_its_distribution_while_a_broken_one_is_repo
     result = harness(plugin_site, "list", "algorithms", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
-    assert any(line.startswith("rloo") and "[zoo-rloo]" in line for line in lines)
+    assert any(line.startswith("vanilla_pg") and "[zoo-vanilla-pg]" in line for line in lines)
     assert any(line.startswith("grpo") and "[built-in]" in line for line in lines)
     broken = [line for line in lines if line.startswith("broken")]
     assert broken and "zoo-broken" in broken[0] and "this plugin is broken" in broken[0]
@@ -123,19 +123,20 @@ def test_a_third_party_cannot_shadow_a_builtin(plugin_site):
 
 def test_example_plugin_trains_through_harness_run(plugin_site, tiny_model_path, tmp_path):
     args = ["--steps", "2", "--prompts-per-step", "16", "--eval-every", "1", "--set", "clip=0.3"]
-    result = harness(plugin_site, "run", "rloo", *args, "--out", "run", cwd=tmp_path)
+    result = harness(plugin_site, "run", "vanilla_pg", *args, "--out", "run", cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
     config = json.loads((tmp_path / "run" / "config.json").read_text())
-    assert config["algorithm"]["name"] == "rloo" and config["algorithm"]["config"]["clip"] == 0.3
+    algorithm = config["algorithm"]
+    assert algorithm["name"] == "vanilla_pg" and algorithm["config"]["clip"] == 0.3
     records = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in records] == [0, 1, 2]
     assert all("loss" in r and "ratio_mean" in r for r in records[1:])
 
 
 def test_check_plugin_runs_the_conformance_suite_on_an_installed_plugin(plugin_site, tmp_path):
-    result = harness(plugin_site, "check-plugin", "rloo", cwd=tmp_path)
+    result = harness(plugin_site, "check-plugin", "vanilla_pg", cwd=tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "zoo-rloo" in result.stdout
+    assert "zoo-vanilla-pg" in result.stdout
     for prop in ("reinforce_on_policy", "zero_advantages", "padding", "micro_batching",
                  "off_policy"):  # fmt: skip
         assert any(prop in line and "PASS" in line for line in result.stdout.splitlines())
@@ -159,12 +160,13 @@ def test_a_plugin_that_breaks_the_loss_contract_is_refused_before_it_trains(
 
 def test_check_plugin_of_an_unknown_name_exits_2(plugin_site, tmp_path):
     result = harness(plugin_site, "check-plugin", "no_such_algo", cwd=tmp_path)
-    assert result.returncode == 2 and "rloo" in result.stderr and "grpo" in result.stderr
+    assert result.returncode == 2 and "vanilla_pg" in result.stderr and "grpo" in result.stderr
 
 
 def test_example_plugin_compares_against_a_builtin(plugin_site, tiny_model_path, tmp_path):
     args = ["--seeds", "1", "--budget", "1e10", "--prompts-per-step", "16", "--eval-points", "2"]
-    result = harness(plugin_site, "compare", "grpo", "rloo", *args, "--out", "exp", cwd=tmp_path)
+    names = ("grpo", "vanilla_pg")
+    result = harness(plugin_site, "compare", *names, *args, "--out", "exp", cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
     summary = (tmp_path / "exp" / "tables" / "summary.csv").read_text()
-    assert "rloo" in summary and "grpo" in summary
+    assert "vanilla_pg" in summary and "grpo" in summary

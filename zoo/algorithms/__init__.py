@@ -18,8 +18,10 @@ ALGORITHMS = Registry(
         "cispo": "zoo.algorithms.cispo:CISPO",
         "gspo": "zoo.algorithms.gspo:GSPO",
         "sapo": "zoo.algorithms.sapo:SAPO",
+        "rloo": "zoo.algorithms.rloo:RLOO",
+        "reinforce_pp": "zoo.algorithms.reinforce_pp:ReinforcePP",
+        "opo": "zoo.algorithms.opo:OPO",
         "custom": "zoo.algorithms.custom:Custom",
-        # issue 19 part B: REINFORCE-style, geometric-mean and entropy-control built-ins
         "gpg": "zoo.algorithms.gpg:GPG",
         "gmpo": "zoo.algorithms.gmpo:GMPO",
         "clip_cov": "zoo.algorithms.clip_cov:ClipCov",

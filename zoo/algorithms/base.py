@@ -3,6 +3,17 @@ and writes ``loss``; it may override ``advantages``, ``shape_rewards``, ``keep``
 ``train_mask``.
 It never sees a process, a device or a mesh: only tensors of rewards and a TrainBatch.
 
+Shared estimators by name: a config field ``advantage`` picks one of
+``zoo.core.losses.ADVANTAGE_ESTIMATORS`` (the default ``advantages`` reads it) and a field
+``kl`` one of ``KL_ESTIMATORS`` (the loss passes ``self.config.kl`` to ``kl_penalty``);
+both are checked when the algorithm is built, so ``--set advantage=nope`` fails at once,
+naming the valid choices.
+
+Response lengths: the loop calls ``group_advantages(rewards, lengths)``, which passes
+``lengths`` ([groups, G] tokens) to ``advantages`` when its signature has a ``lengths``
+parameter (OPO's length-weighted baseline needs them) and calls ``advantages(rewards)``
+otherwise, so a plugin written as ``def advantages(self, rewards)`` keeps working.
+
 More class attributes describe the loss to generic checks (zoo/algorithms/conformance.py),
 to the compare report, to ``harness list algorithms`` and to readers; they do not change
 what the loss does: ``family``, ``aggregation``, ``clip_style``, ``sequence_level``,
@@ -11,13 +22,21 @@ what the loss does: ``family``, ``aggregation``, ``clip_style``, ``sequence_leve
 from __future__ import annotations
 
 import dataclasses
+import inspect
 from abc import ABC, abstractmethod
 from typing import Any, ClassVar, Literal
 
 import torch
 
 from zoo.core.config import ConfigError, make_config
-from zoo.core.losses import AGGREGATIONS, Aggregation, group_norm
+from zoo.core.losses import (
+    ADVANTAGE_ESTIMATORS,
+    AGGREGATIONS,
+    KL_ESTIMATORS,
+    Aggregation,
+    choose,
+    estimate_advantages,
+)
 from zoo.core.types import LossOutput, TrainBatch
 
 
@@ -77,6 +96,11 @@ class Algorithm(ABC):
                 )
             self.aggregation = aggregation
         self.config = make_config(self.config_class, overrides, owner=f"algorithm {self.name!r}")
+        owner = f"algorithm {self.name!r}"
+        if hasattr(self.config, "advantage"):
+            choose(ADVANTAGE_ESTIMATORS, self.config.advantage, f"{owner}: advantage estimator")
+        if hasattr(self.config, "kl"):
+            choose(KL_ESTIMATORS, self.config.kl, f"{owner}: KL estimator")
 
     @property
     def needs_reference(self) -> bool:
@@ -84,9 +108,22 @@ class Algorithm(ABC):
         False the loop never runs the reference model."""
         return float(getattr(self.config, "beta", 0.0)) > 0.0
 
-    def advantages(self, rewards: torch.Tensor) -> torch.Tensor:
-        """[groups, G] rewards -> [groups, G] advantages. Default: group_norm (GRPO)."""
-        return group_norm(rewards)
+    def advantages(
+        self, rewards: torch.Tensor, lengths: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """[groups, G] rewards (and [groups, G] response lengths in tokens, or None) ->
+        [groups, G] advantages. Default: the estimator the config's ``advantage`` field
+        names (``zoo.core.losses.ADVANTAGE_ESTIMATORS``); group_norm (GRPO) without one."""
+        name = getattr(self.config, "advantage", "group_norm")
+        return estimate_advantages(name, rewards, lengths)
+
+    def group_advantages(self, rewards: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+        """What the loop calls: ``advantages(rewards, lengths=lengths)``, or
+        ``advantages(rewards)`` when an override takes no ``lengths`` (plugins written
+        before lengths were passed)."""
+        if "lengths" in inspect.signature(self.advantages).parameters:
+            return self.advantages(rewards, lengths=lengths)
+        return self.advantages(rewards)
 
     def shape_rewards(
         self, rewards: torch.Tensor, lengths: torch.Tensor, max_response_len: int

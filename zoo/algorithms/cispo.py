@@ -33,6 +33,12 @@ class CISPOConfig:
     Sec. 3.1); 4.0 caps r at 5 (ScaleRL, arXiv 2510.13786, found caps of 4-8 equivalent)."""
     beta: float = 0.0
     """Weight of a k3 KL penalty to the reference; 0, CISPO's objective has no KL term."""
+    advantage: str = "group_norm"
+    """Advantage estimator by name (zoo.core.losses.ADVANTAGE_ESTIMATORS); default: the
+    paper's, group_norm."""
+    kl: str = "k3"
+    """Estimator of the beta KL penalty (KL_ESTIMATORS: k1, k2, k3); default: k3, as in
+    GRPO (DeepSeekMath, arXiv 2402.03300, eq. 4)."""
 
 
 class CISPO(Algorithm):
@@ -49,7 +55,7 @@ class CISPO(Algorithm):
         ratio = torch.exp(log_ratio(batch))
 
         weight = torch.clamp(ratio, max=cap).detach()
-        penalty, kl_metrics = kl_penalty(batch, self.config.beta)
+        penalty, kl_metrics = kl_penalty(batch, self.config.beta, self.config.kl)
         per_token = -weight * batch.token_advantages * batch.logprobs + penalty
         loss = aggregate(per_token, batch, self.aggregation)
 

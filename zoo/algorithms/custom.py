@@ -9,6 +9,13 @@ penalty to the reference, with GRPO's group-normalised advantages:
     l_it  = -min(r_it A_i, clip(r_it, 1 - clip_range, 1 + clip_range) A_i) + beta * KL_k3(it)
     loss  = (1/B) sum_i (1/|o_i|) sum_t l_it                    seq_mean
 
+Dual-clip PPO (Ye et al., "Mastering Complex Control in MOBA Games with Deep Reinforcement
+Learning", arXiv 1912.09729), off by default (``dual_clip = 0``): with c =
+``dual_clip`` > 1 (the paper uses 3), a token with A_i < 0 has the objective
+max(min(r A, clip(r) A), c A), so once its ratio passes c it gets no gradient (a
+negative advantage times a huge ratio cannot dominate the update); A >= 0 is unchanged.
+It reports ``dual_clip_frac``, the fraction of response tokens where the bound binds.
+
 How to write a plugin
   1. A config dataclass: one field per hyperparameter, each with its paper default and a
      docstring under it. Overrides (``get_algorithm("custom", clip_range=0.3)``, or
@@ -20,14 +27,20 @@ How to write a plugin
      ``ref_logprobs``, ``mask`` and ``advantages``; always reduce with
      ``aggregate(per_token, batch, self.aggregation)`` so padding never counts and
      micro-batches add up to the whole batch.
-  3. Optionally override ``advantages(rewards)``, ``shape_rewards(rewards, lengths,
-     max_response_len)``, ``keep(rewards)`` and ``train_mask(truncated)`` (see dr_grpo.py
-     and dapo.py), and set the class attributes ``family``, ``aggregation``,
-     ``clip_style``, ``sequence_level``, ``mechanism`` and ``token_selection`` (base.py).
-     ``mechanism`` names the metrics that show your loss doing something different once
-     the ratio moves away from 1 (each rollout batch trains in several mini-batches, so
-     it does after the first), with their values while it is idle; check-plugin and the
-     compare report read it.
+  3. Optionally override ``advantages(rewards, lengths=None)`` (``lengths``: [groups, G]
+     response lengths; an override without the parameter is called as
+     ``advantages(rewards)``), ``shape_rewards(rewards, lengths, max_response_len)``,
+     ``keep(rewards)`` and ``train_mask(truncated)`` (see opo.py and dapo.py). Or pick a
+     shared estimator without code: fields ``advantage`` (zoo.core.losses
+     .ADVANTAGE_ESTIMATORS: group_norm, group_center, rloo, reinforce_pp,
+     reinforce_pp_baseline, opo) and ``kl`` (KL_ESTIMATORS: k1, k2, k3, passed to
+     ``kl_penalty``) are read by the base class and checked when the algorithm is built.
+     Set the class attributes ``family``, ``aggregation``, ``clip_style``,
+     ``sequence_level``, ``mechanism`` and ``token_selection`` (base.py). ``mechanism``
+     names the metrics that show your loss doing something different once the ratio
+     moves away from 1 (each rollout batch trains in several mini-batches, so it does
+     after the first), with their values while it is idle; check-plugin and the compare
+     report read it.
 
 How to register it
   - In this repository: add ``"name": "zoo.algorithms.<module>:<Class>"`` to ``builtins``
@@ -49,7 +62,16 @@ from dataclasses import dataclass
 import torch
 
 from zoo.algorithms.base import Algorithm
-from zoo.core.losses import aggregate, clipped_objective, kl_penalty, log_ratio, ratio_metrics
+from zoo.core.config import ConfigError
+from zoo.core.losses import (
+    aggregate,
+    clipped_objective,
+    dual_clipped_objective,
+    kl_penalty,
+    log_ratio,
+    masked_mean,
+    ratio_metrics,
+)
 from zoo.core.types import LossOutput, TrainBatch
 
 
@@ -59,6 +81,19 @@ class CustomConfig:
     """Symmetric clip range on the token ratio (PPO, arXiv 1707.06347, Sec. 3)."""
     beta: float = 0.1
     """Weight of the k3 KL penalty to the reference (Schulman, "Approximating KL", 2020)."""
+    advantage: str = "group_norm"
+    """Advantage estimator by name (zoo.core.losses.ADVANTAGE_ESTIMATORS); default: GRPO's
+    group_norm (DeepSeekMath, arXiv 2402.03300, eq. 3)."""
+    kl: str = "k3"
+    """Estimator of the beta KL penalty (KL_ESTIMATORS: k1, k2, k3); default: k3, as in
+    GRPO (DeepSeekMath, arXiv 2402.03300, eq. 4)."""
+    dual_clip: float = 0.0
+    """Dual-clip bound c > 1 on the objective of A < 0 tokens, max(., c A); 0: off (dual-clip
+    PPO, Ye et al., arXiv 1912.09729, uses c = 3)."""
+
+    def __post_init__(self) -> None:
+        if self.dual_clip != 0 and self.dual_clip <= 1:
+            raise ConfigError(f"custom dual_clip must be 0 (off) or > 1, got {self.dual_clip}")
 
 
 class Custom(Algorithm):
@@ -77,8 +112,15 @@ class Custom(Algorithm):
         ratio = torch.exp(log_ratio(batch))  # r_it, exactly 1 on padding
 
         surrogate = clipped_objective(ratio, advantages, 1 - eps, 1 + eps)  # min(r A, clip(r) A)
-        penalty, kl_metrics = kl_penalty(batch, beta)  # beta * KL_k3, {"kl": ...} if beta > 0
+        dual = {}
+        if self.config.dual_clip:  # max(min(r A, clip(r) A), c A) where A < 0
+            bounded = dual_clipped_objective(surrogate, advantages, self.config.dual_clip)
+            binds = (bounded > surrogate).to(ratio.dtype)
+            dual = {"dual_clip_frac": masked_mean(binds, batch.mask)}
+            surrogate = bounded
+        penalty, kl_metrics = kl_penalty(batch, beta, self.config.kl)  # beta * KL, {"kl": ..}
         loss = aggregate(-surrogate + penalty, batch, self.aggregation)  # minus the objective
 
         metrics = ratio_metrics(ratio, batch, low=1 - eps, high=1 + eps)  # ratio_mean, clip fracs
+        metrics.update(dual)
         return LossOutput(loss, {"loss": float(loss.detach()), **metrics, **kl_metrics})

@@ -62,6 +62,12 @@ class DAPOConfig:
     """L_cache, the punishment interval in tokens; None = L_max / 4 (DAPO uses 4096 of 20480)."""
     overlong_filtering: bool = False
     """Mask truncated responses out of the loss (DAPO, Sec. 3.4); off, as in algorithms.md."""
+    advantage: str = "group_norm"
+    """Advantage estimator by name (zoo.core.losses.ADVANTAGE_ESTIMATORS); default: the
+    paper's, group_norm."""
+    kl: str = "k3"
+    """Estimator of the beta KL penalty (KL_ESTIMATORS: k1, k2, k3); default: k3, as in
+    GRPO (DeepSeekMath, arXiv 2402.03300, eq. 4)."""
 
 
 class DAPO(Algorithm):
@@ -98,7 +104,7 @@ class DAPO(Algorithm):
         ratio = torch.exp(log_ratio(batch))
 
         surrogate = clipped_objective(ratio, batch.token_advantages, low, high)
-        penalty, kl_metrics = kl_penalty(batch, self.config.beta)
+        penalty, kl_metrics = kl_penalty(batch, self.config.beta, self.config.kl)
         loss = aggregate(-surrogate + penalty, batch, self.aggregation)
 
         metrics = ratio_metrics(ratio, batch, low=low, high=high)

@@ -26,7 +26,6 @@ from zoo.algorithms.base import Algorithm
 from zoo.core.losses import (
     aggregate,
     clipped_objective,
-    group_center,
     kl_penalty,
     log_ratio,
     ratio_metrics,
@@ -42,6 +41,12 @@ class DrGRPOConfig:
     """Upper bound of the token-ratio clip, 1 + 0.2 (Dr. GRPO, arXiv 2503.20783, Sec. 3.2)."""
     beta: float = 0.0
     """Weight of a k3 KL penalty to the reference; 0: no KL term (Dr. GRPO, Sec. 3.2)."""
+    advantage: str = "group_center"
+    """Advantage estimator by name (zoo.core.losses.ADVANTAGE_ESTIMATORS); default: the
+    paper's, group_center."""
+    kl: str = "k3"
+    """Estimator of the beta KL penalty (KL_ESTIMATORS: k1, k2, k3); default: k3, as in
+    GRPO (DeepSeekMath, arXiv 2402.03300, eq. 4)."""
 
 
 class DrGRPO(Algorithm):
@@ -52,15 +57,12 @@ class DrGRPO(Algorithm):
     aggregation = "fixed"
     mechanism = {"clip_low_frac": 0.0, "clip_high_frac": 0.0}
 
-    def advantages(self, rewards: torch.Tensor) -> torch.Tensor:
-        return group_center(rewards)
-
     def loss(self, batch: TrainBatch) -> LossOutput:
         low, high = self.config.clip_low, self.config.clip_high
         ratio = torch.exp(log_ratio(batch))
 
         surrogate = clipped_objective(ratio, batch.token_advantages, low, high)
-        penalty, kl_metrics = kl_penalty(batch, self.config.beta)
+        penalty, kl_metrics = kl_penalty(batch, self.config.beta, self.config.kl)
         loss = aggregate(-surrogate + penalty, batch, self.aggregation)
 
         metrics = ratio_metrics(ratio, batch, low=low, high=high)

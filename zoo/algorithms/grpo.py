@@ -26,6 +26,12 @@ class GRPOConfig:
     """Symmetric clip range on the token ratio (DeepSeekMath, arXiv 2402.03300)."""
     beta: float = 0.04
     """Weight of the k3 KL penalty to the reference policy (DeepSeekMath, Sec. 4.2)."""
+    advantage: str = "group_norm"
+    """Advantage estimator by name (zoo.core.losses.ADVANTAGE_ESTIMATORS); default: the
+    paper's, group_norm."""
+    kl: str = "k3"
+    """Estimator of the beta KL penalty (KL_ESTIMATORS: k1, k2, k3); default: k3, as in
+    GRPO (DeepSeekMath, arXiv 2402.03300, eq. 4)."""
 
 
 class GRPO(Algorithm):
@@ -41,7 +47,7 @@ class GRPO(Algorithm):
         ratio = torch.exp(log_ratio(batch))
 
         surrogate = clipped_objective(ratio, batch.token_advantages, 1 - eps, 1 + eps)
-        penalty, kl_metrics = kl_penalty(batch, beta)
+        penalty, kl_metrics = kl_penalty(batch, beta, self.config.kl)
         loss = aggregate(-surrogate + penalty, batch, self.aggregation)
 
         metrics = ratio_metrics(ratio, batch, low=1 - eps, high=1 + eps)

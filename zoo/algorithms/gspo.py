@@ -38,6 +38,12 @@ class GSPOConfig:
     """Weight of a k3 KL penalty to the reference; 0, GSPO's objective has no KL term."""
     token_level: bool = False
     """GSPO-token: per-token ratio sg(s_i) * exp(lp - sg(lp)) (GSPO, Sec. 4.3)."""
+    advantage: str = "group_norm"
+    """Advantage estimator by name (zoo.core.losses.ADVANTAGE_ESTIMATORS); default: the
+    paper's, group_norm."""
+    kl: str = "k3"
+    """Estimator of the beta KL penalty (KL_ESTIMATORS: k1, k2, k3); default: k3, as in
+    GRPO (DeepSeekMath, arXiv 2402.03300, eq. 4)."""
 
 
 def sequence_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -63,7 +69,7 @@ class GSPO(Algorithm):
             ratio = torch.exp(log_s).expand_as(batch.logprobs)
 
         surrogate = clipped_objective(ratio, batch.token_advantages, low, high)
-        penalty, kl_metrics = kl_penalty(batch, self.config.beta)
+        penalty, kl_metrics = kl_penalty(batch, self.config.beta, self.config.kl)
         # seq_mean of the same l_i on every token of o_i is (1/B) sum_i l_i
         loss = aggregate(-surrogate + penalty, batch, self.aggregation)
 

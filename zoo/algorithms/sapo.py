@@ -36,6 +36,12 @@ class SAPOConfig:
     """Gate temperature for tokens with A <= 0, larger: faster decay (SAPO, arXiv 2511.20347)."""
     beta: float = 0.0
     """Weight of a k3 KL penalty to the reference; 0, SAPO's objective has no KL term."""
+    advantage: str = "group_norm"
+    """Advantage estimator by name (zoo.core.losses.ADVANTAGE_ESTIMATORS); default: the
+    paper's, group_norm."""
+    kl: str = "k3"
+    """Estimator of the beta KL penalty (KL_ESTIMATORS: k1, k2, k3); default: k3, as in
+    GRPO (DeepSeekMath, arXiv 2402.03300, eq. 4)."""
 
 
 class SAPO(Algorithm):
@@ -53,7 +59,7 @@ class SAPO(Algorithm):
         tau = torch.full_like(adv, self.config.tau_neg).masked_fill(adv > 0, self.config.tau_pos)
 
         gate = torch.sigmoid(tau * (ratio - 1))
-        penalty, kl_metrics = kl_penalty(batch, self.config.beta)
+        penalty, kl_metrics = kl_penalty(batch, self.config.beta, self.config.kl)
         loss = aggregate(-gate * 4 / tau * adv + penalty, batch, self.aggregation)
 
         metrics = ratio_metrics(ratio, batch, low=None, high=None)

@@ -161,7 +161,7 @@ class RLLoop:
             task_rewards += rewards.flatten().tolist()
             lengths = torch.tensor([[len(c.token_ids) for c in g] for g in groups])
             shaped = algo.shape_rewards(rewards, lengths, cfg.max_response_len)
-            advantages = algo.advantages(shaped)
+            advantages = algo.group_advantages(shaped, lengths)
             keep = algo.keep(rewards)
             truncated = torch.tensor([[c.finish_reason == "length" for c in g] for g in groups])
             in_loss = algo.train_mask(truncated)

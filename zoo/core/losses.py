@@ -1,9 +1,15 @@
 """Shared pieces of policy-gradient losses, named so plugins read like their papers'
 formulas. Definitions follow docs/algorithms.md ("Aggregation modes", "Advantage
-estimators", "KL to the reference")."""
+estimators", "KL to the reference").
+
+Two registries let any algorithm pick a piece by name from its config (``--set
+advantage=rloo``, ``--set kl=k2``): ``ADVANTAGE_ESTIMATORS`` ([groups, G] rewards and
+response lengths -> advantages) and ``KL_ESTIMATORS`` (per-token lp, ref -> KL estimate).
+``choose`` turns an unknown name into a ConfigError that lists the valid ones."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from typing import Literal
 
 import torch
@@ -30,6 +36,92 @@ def group_center(rewards: torch.Tensor) -> torch.Tensor:
     return (rewards - rewards.mean(dim=1, keepdim=True)).masked_fill(all_equal, 0.0)
 
 
+def leave_one_out(rewards: torch.Tensor) -> torch.Tensor:
+    """RLOO's advantage (Ahmadian et al., arXiv 2402.14740, eq. 7): each response's
+    baseline is the mean reward of the other G - 1 in its group,
+    A_i = R_i - (sum_j R_j - R_i) / (G - 1)  (= G/(G-1) * (R_i - mean_g R)).
+    An all-equal group gets exact zeros."""
+    check_groups(rewards)
+    others_mean = (rewards.sum(dim=1, keepdim=True) - rewards) / (rewards.shape[1] - 1)
+    return (rewards - others_mean).masked_fill(all_equal_groups(rewards)[:, None], 0.0)
+
+
+def batch_norm(advantages: torch.Tensor, center: bool = True) -> torch.Tensor:
+    """REINFORCE++'s global normalisation (Hu et al., arXiv 2501.03262): (A - mean) /
+    (std + 1e-6), mean and unbiased std taken over every response of the batch (all
+    groups), not per group. REINFORCE++ applies it to raw rewards; REINFORCE++-baseline to
+    group-centred rewards, whose batch mean is already 0: ``center=False`` then only
+    divides, so groups centred to exact zeros stay exactly 0. A batch whose values are all
+    equal gets exact zeros."""
+    if advantages.numel() < 2:
+        raise ConfigError(
+            f"batch normalisation needs at least 2 responses in the batch, got shape "
+            f"{tuple(advantages.shape)}"
+        )
+    flat = advantages.flatten()
+    if bool((flat == flat[0]).all()):
+        return torch.zeros_like(advantages)
+    centred = advantages - flat.mean() if center else advantages
+    return centred / (flat.std(unbiased=True) + STD_EPS)
+
+
+def optimal_baseline(rewards: torch.Tensor, lengths: torch.Tensor | None) -> torch.Tensor:
+    """OPO's advantage (Hao et al., arXiv 2505.23585): the variance-minimising
+    baseline under the paper's assumption that ||grad log pi(o)||^2 grows as |o|, i.e. the
+    length-weighted mean reward of the group, the response itself included, and no std:
+
+        b   = sum_j |o_j| R_j / sum_j |o_j|
+        A_i = R_i - b
+
+    ``lengths`` [groups, G] are response lengths in tokens. A group whose lengths are all 0
+    falls back to the plain mean; an all-equal group gets exact zeros."""
+    check_groups(rewards)
+    if lengths is None:
+        raise ConfigError(
+            "the optimal (length-weighted) baseline needs response lengths: call "
+            "Algorithm.group_advantages(rewards, lengths), as the loop does"
+        )
+    if lengths.shape != rewards.shape:
+        raise ConfigError(
+            f"lengths of shape {tuple(lengths.shape)} do not match rewards {tuple(rewards.shape)}"
+        )
+    weights = lengths.to(rewards.dtype)
+    total = weights.sum(dim=1, keepdim=True)
+    weighted = (weights * rewards).sum(dim=1, keepdim=True) / total.clamp(min=1)
+    baseline = torch.where(total > 0, weighted, rewards.mean(dim=1, keepdim=True))
+    return (rewards - baseline).masked_fill(all_equal_groups(rewards)[:, None], 0.0)
+
+
+AdvantageEstimator = Callable[[torch.Tensor, "torch.Tensor | None"], torch.Tensor]
+ADVANTAGE_ESTIMATORS: Mapping[str, AdvantageEstimator] = {
+    "group_norm": lambda rewards, lengths: group_norm(rewards),
+    "group_center": lambda rewards, lengths: group_center(rewards),
+    "rloo": lambda rewards, lengths: leave_one_out(rewards),
+    "reinforce_pp": lambda rewards, lengths: batch_norm(rewards),
+    "reinforce_pp_baseline": lambda rewards, lengths: batch_norm(
+        group_center(rewards), center=False
+    ),
+    "opo": optimal_baseline,
+}
+"""Advantage estimators by the name a config's ``advantage`` field takes: each maps
+[groups, G] rewards and [groups, G] response lengths (or None) to [groups, G] advantages.
+docs/algorithms.md, "Advantage estimators"."""
+
+
+def choose(registry: Mapping[str, Callable[..., torch.Tensor]], name: str, what: str) -> Callable:
+    """``registry[name]``, or a ConfigError naming the valid choices."""
+    if name not in registry:
+        raise ConfigError(f"unknown {what} {name!r}; valid: {', '.join(registry)}")
+    return registry[name]
+
+
+def estimate_advantages(
+    name: str, rewards: torch.Tensor, lengths: torch.Tensor | None = None
+) -> torch.Tensor:
+    """The advantages of the estimator ``name`` (``ADVANTAGE_ESTIMATORS``)."""
+    return choose(ADVANTAGE_ESTIMATORS, name, "advantage estimator")(rewards, lengths)
+
+
 def all_equal_groups(rewards: torch.Tensor) -> torch.Tensor:
     """Bool [groups]: the groups whose G rewards are exactly equal (zero advantages)."""
     return (rewards == rewards[:, :1]).all(dim=1)
@@ -43,11 +135,29 @@ def check_groups(rewards: torch.Tensor) -> None:
         )
 
 
+def k1_kl(logprobs: torch.Tensor, ref_logprobs: torch.Tensor) -> torch.Tensor:
+    """Per-token k1 estimator of KL(pi_theta || pi_ref): lp - ref (Schulman,
+    "Approximating KL divergence", 2020). Unbiased, can be negative; as a loss term its
+    expected gradient is 0, so it belongs in the reward (``kl_reward_to_go``)."""
+    return logprobs - ref_logprobs
+
+
+def k2_kl(logprobs: torch.Tensor, ref_logprobs: torch.Tensor) -> torch.Tensor:
+    """Per-token k2 estimator: (lp - ref)^2 / 2 (Schulman, 2020). Non-negative; as a loss
+    term its gradient (lp - ref) grad lp is that of KL(pi_theta || pi_ref) on-policy."""
+    return 0.5 * (logprobs - ref_logprobs) ** 2
+
+
 def k3_kl(logprobs: torch.Tensor, ref_logprobs: torch.Tensor) -> torch.Tensor:
     """Per-token k3 estimator of KL(pi_theta || pi_ref): exp(ref - lp) - (ref - lp) - 1
     (Schulman, "Approximating KL divergence", 2020). Non-negative, no clamping."""
     delta = ref_logprobs - logprobs
     return torch.exp(delta) - delta - 1
+
+
+KLEstimator = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+KL_ESTIMATORS: Mapping[str, KLEstimator] = {"k1": k1_kl, "k2": k2_kl, "k3": k3_kl}
+"""Per-token KL estimators by the name a config's ``kl`` field takes."""
 
 
 def aggregate(per_token: torch.Tensor, batch: TrainBatch, mode: Aggregation) -> torch.Tensor:
@@ -74,6 +184,18 @@ def aggregate(per_token: torch.Tensor, batch: TrainBatch, mode: Aggregation) -> 
     raise ConfigError(f"unknown aggregation {mode!r}; valid: {', '.join(AGGREGATIONS)}")
 
 
+def dual_clipped_objective(
+    surrogate: torch.Tensor, advantages: torch.Tensor, c: float
+) -> torch.Tensor:
+    """Dual-clip PPO (Ye et al., arXiv 1912.09729): for A < 0 the clipped objective
+    is bounded below by c * A, max(min(r A, clip(r) A), c A), so a token whose ratio has
+    grown past c (c > 1) gets no gradient; A >= 0 is unchanged. ``surrogate`` is
+    ``clipped_objective(...)``."""
+    if c <= 1:
+        raise ConfigError(f"dual clip c must be > 1 (the paper uses 3), got {c}")
+    return torch.where(advantages < 0, torch.maximum(surrogate, c * advantages), surrogate)
+
+
 def log_ratio(batch: TrainBatch) -> torch.Tensor:
     """Per-token log importance ratio lp - old on response tokens, 0 on padding, so that
     exp() of junk padding values can never overflow into the loss (inf * 0 = nan)."""
@@ -89,16 +211,40 @@ def clipped_objective(
     return torch.minimum(ratio * advantages, torch.clamp(ratio, low, high) * advantages)
 
 
-def kl_penalty(batch: TrainBatch, beta: float) -> tuple[torch.Tensor | float, dict[str, float]]:
-    """beta * k3 KL per token, to add to the per-token loss, and its metric ``{"kl": mean
-    k3 over response tokens}``. (0.0, {}) when beta == 0: the reference is then not run
-    and ``batch.ref_logprobs`` may be None."""
+def kl_penalty(
+    batch: TrainBatch, beta: float, estimator: str = "k3"
+) -> tuple[torch.Tensor | float, dict[str, float]]:
+    """KL in the loss: beta * KL per token (``KL_ESTIMATORS[estimator]`` of lp and ref,
+    with its gradient), to add to the per-token loss, and its metric ``{"kl": mean over
+    response tokens}``. (0.0, {}) when beta == 0: the reference is then not run and
+    ``batch.ref_logprobs`` may be None."""
+    kl_of = choose(KL_ESTIMATORS, estimator, "KL estimator")
     if beta == 0:
         return 0.0, {}
     if batch.ref_logprobs is None:
         raise ConfigError(f"beta = {beta} > 0 needs reference log-probs (batch.ref_logprobs)")
-    kl = k3_kl(batch.logprobs, batch.ref_logprobs)
+    kl = kl_of(batch.logprobs, batch.ref_logprobs)
     return beta * kl, {"kl": masked_mean(kl.detach(), batch.mask)}
+
+
+def kl_reward_to_go(
+    batch: TrainBatch, beta: float, estimator: str = "k1"
+) -> tuple[torch.Tensor | float, dict[str, float]]:
+    """KL in the reward: each token is charged -beta * KL_s (of the sampling policy, old,
+    against ref; no gradient) as a per-token reward, so with gamma = 1 the return from
+    token t is R - beta * sum_{s >= t} KL_s (REINFORCE++, arXiv 2501.03262).
+    Returns the [B, T] term ``beta * sum_{s >= t} KL_s`` to subtract from the per-token
+    advantage (0 on padding), and ``{"kl": mean KL over response tokens}``; (0.0, {}) when
+    beta == 0. Per row, so micro-batches need no global counts."""
+    kl_of = choose(KL_ESTIMATORS, estimator, "KL estimator")
+    if beta == 0:
+        return 0.0, {}
+    if batch.ref_logprobs is None:
+        raise ConfigError(f"beta = {beta} > 0 needs reference log-probs (batch.ref_logprobs)")
+    on_tokens = batch.mask > 0
+    kl = torch.where(on_tokens, kl_of(batch.old_logprobs, batch.ref_logprobs), 0.0).detach()
+    to_go = kl.flip(-1).cumsum(-1).flip(-1)  # sum over s >= t
+    return beta * to_go * batch.mask, {"kl": masked_mean(kl, batch.mask)}
 
 
 def masked_mean(values: torch.Tensor, mask: torch.Tensor) -> float:

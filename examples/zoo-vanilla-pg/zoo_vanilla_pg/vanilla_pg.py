@@ -1,16 +1,18 @@
-"""RLOO: REINFORCE Leave-One-Out.
+"""vanilla_pg: REINFORCE with a group-mean baseline, as a third-party plugin.
 
-Ahmadian et al., "Back to Basics: Revisiting REINFORCE Style Optimization for Learning
-from Human Feedback in LLMs", arXiv 2402.14740 (2024), eq. 7. Each response's baseline is
-the mean reward of the *other* responses to the same prompt:
+Williams, "Simple Statistical Gradient-Following Algorithms for Connectionist
+Reinforcement Learning", Machine Learning 8 (1992): the policy gradient with a baseline,
+here the mean reward of the responses to the same prompt:
 
-    A_i  = R_i - 1/(G-1) * sum_{j != i} R_j  =  G/(G-1) * (R_i - mean(R))
+    A_i  = R_i - mean(R)
     r_it = exp(lp_it - old_it)
     l_it = -min(r_it A_i, clip(r_it, 1 - clip, 1 + clip) A_i)       (PPO-style safeguard)
     loss = (1/B) sum_i (1/|o_i|) sum_t l_it                           seq_mean
 
-On-policy (one optimizer step per batch, r = 1) this is exactly the REINFORCE gradient
-with the leave-one-out baseline.
+On-policy (one optimizer step per batch, r = 1) this is exactly REINFORCE with the mean
+baseline. The package is the template for an algorithm that lives outside forge-zoo:
+``advantages(rewards)`` is written in the short form (no ``lengths``), which the loop
+still calls.
 """
 
 from __future__ import annotations
@@ -25,23 +27,21 @@ from zoo.core.losses import aggregate, check_groups, clipped_objective, log_rati
 
 
 @dataclass
-class RLOOConfig:
+class VanillaPGConfig:
     clip: float = 0.2
-    """Symmetric clip on the token ratio, a safeguard off-policy (RLOO, arXiv 2402.14740)."""
+    """Symmetric clip on the token ratio, a safeguard off-policy (PPO, arXiv 1707.06347)."""
 
 
-class RLOO(Algorithm):
-    name = "rloo"
-    config_class = RLOOConfig
-    paper = "Ahmadian et al., Back to Basics (RLOO), arXiv 2402.14740 (2024)"
+class VanillaPG(Algorithm):
+    name = "vanilla_pg"
+    config_class = VanillaPGConfig
+    paper = "Williams, Simple Statistical Gradient-Following Algorithms (REINFORCE), 1992"
     aggregation = "seq_mean"
     mechanism = {"clip_low_frac": 0.0, "clip_high_frac": 0.0}  # noqa: RUF012 (read as ClassVar)
 
     def advantages(self, rewards: torch.Tensor) -> torch.Tensor:
         check_groups(rewards)
-        group = rewards.shape[1]
-        others_mean = (rewards.sum(dim=1, keepdim=True) - rewards) / (group - 1)
-        return rewards - others_mean
+        return rewards - rewards.mean(dim=1, keepdim=True)
 
     def loss(self, batch: TrainBatch) -> LossOutput:
         clip, adv = self.config.clip, batch.token_advantages

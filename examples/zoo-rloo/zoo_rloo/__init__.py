@@ -1,1 +1,0 @@
-"""An example forge-zoo plugin package: the RLOO algorithm."""

@@ -1,0 +1,68 @@
+"""OPO: On-Policy RL with Optimal reward baseline.
+
+Hao et al., "On-Policy RL with Optimal Reward Baseline", arXiv 2505.23585 (2025). The
+baseline that minimises the variance of the policy gradient is the reward weighted by
+||grad log pi(o)||^2; assuming that grows as the response length, it is the
+length-weighted mean reward of the group, and there is no std normalisation:
+
+    b     = sum_j |o_j| R_j / sum_j |o_j|      (the group's G responses, o_i included)
+    A_i   = R_i - b                                                 opo
+    r_it  = exp(lp_it - old_it)
+    l_it  = -min(r_it A_i, clip(r_it, 1 - eps, 1 + eps) A_i)
+    loss  = sum_it l_it / sum_i |o_i|                               token_mean
+
+The length weights come from the loop (``Algorithm.group_advantages`` passes the
+response lengths to ``advantages``). token_mean sums each response's tokens, the
+REINFORCE gradient sum_t grad lp_it whose squared norm the baseline assumes ~ |o|.
+
+Exact on-policy training, the paper's other half, is a run setting, not a loss: one
+optimizer step per rollout batch, ``--mini-batches 1 --epochs 1`` (docs/training.md;
+the zoo's default is 4 mini-batches). Then r = 1 and the clip never binds; with more
+mini-batches it is PPO's safeguard. beta = 0: OPO has no KL term.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from zoo.algorithms.base import Algorithm
+from zoo.core.losses import aggregate, clipped_objective, kl_penalty, log_ratio, ratio_metrics
+from zoo.core.types import LossOutput, TrainBatch
+
+
+@dataclass
+class OPOConfig:
+    eps: float = 0.2
+    """Symmetric clip on the token ratio, idle in OPO's exact on-policy regime (one update
+    per batch, arXiv 2505.23585); PPO's safeguard (arXiv 1707.06347) with more."""
+    beta: float = 0.0
+    """Weight of a KL penalty in the loss; 0: OPO uses no KL regularisation (arXiv
+    2505.23585)."""
+    advantage: str = "opo"
+    """Advantage estimator by name (zoo.core.losses.ADVANTAGE_ESTIMATORS); default: the
+    length-weighted optimal baseline (OPO, arXiv 2505.23585)."""
+    kl: str = "k3"
+    """Estimator of the beta KL penalty (KL_ESTIMATORS: k1, k2, k3); default: k3, as in
+    GRPO (DeepSeekMath, arXiv 2402.03300, eq. 4)."""
+
+
+class OPO(Algorithm):
+    name = "opo"
+    config_class = OPOConfig
+    family = "REINFORCE-style"
+    paper = "Hao et al., On-Policy RL with Optimal Reward Baseline, arXiv 2505.23585 (2025)"
+    aggregation = "token_mean"
+    mechanism = {"clip_low_frac": 0.0, "clip_high_frac": 0.0}
+
+    def loss(self, batch: TrainBatch) -> LossOutput:
+        eps = self.config.eps
+        ratio = torch.exp(log_ratio(batch))
+
+        surrogate = clipped_objective(ratio, batch.token_advantages, 1 - eps, 1 + eps)
+        penalty, kl_metrics = kl_penalty(batch, self.config.beta, self.config.kl)
+        loss = aggregate(-surrogate + penalty, batch, self.aggregation)
+
+        metrics = ratio_metrics(ratio, batch, low=1 - eps, high=1 + eps)
+        return LossOutput(loss, {"loss": float(loss.detach()), **metrics, **kl_metrics})

@@ -1,0 +1,93 @@
+"""REINFORCE++: REINFORCE with global advantage normalisation.
+
+Hu et al., "REINFORCE++: An Efficient RLHF Algorithm with Robustness to Both Prompt and
+Reward Models" (later "... Stabilizing Critic-Free Policy Optimization with Global
+Normalization"), arXiv 2501.03262 (2025). No critic and no per-prompt normalisation: the
+reward is normalised over the whole batch, the KL to the reference is a per-token
+penalty in the reward, and PPO's clip guards the later mini-batches:
+
+    A_i   = (R_i - mean_batch R) / (std_batch R + 1e-6)          reinforce_pp
+    K_it  = beta * sum_{s >= t} KL_k1(is)                         KL in the reward
+            KL_k1(is) = old_is - ref_is  (the sampling policy, no gradient)
+    r_it  = exp(lp_it - old_it)
+    l_it  = -min(r_it (A_i - K_it), clip(r_it, 1 - eps, 1 + eps) (A_i - K_it))
+    loss  = sum_it l_it / sum_i |o_i|                              token_mean
+
+REINFORCE++-baseline (``--set advantage=reinforce_pp_baseline``), the paper's variant for
+group sampling (reasoning): subtract the group mean, then divide by the std of the
+centred rewards over the batch, A_i = (R_i - mean_g R) / (std_batch(R - mean_g R) + 1e-6).
+
+Choices, where the paper and its implementation (OpenRLHF) leave room:
+- KL placement: the paper subtracts beta * KL from the per-token reward *before* the
+  batch normalisation. Here advantages are computed when the rewards arrive, before the
+  reference runs, so the KL return K_it is subtracted *after* normalising the task
+  reward, unnormalised (for small beta, a small difference). ``kl_in_reward = False``
+  moves it to the loss instead (``+ beta * KL(it)`` per token, estimator ``kl``; k2 gives
+  the KL's gradient there, k1 would give none in expectation).
+- Batch = the responses of one sampling round of the loop (``prompts_per_step`` groups),
+  the unbiased std, 1e-6 added to it as in group_norm.
+- beta = 0.01 (OpenRLHF's default KL coefficient, which the paper's runs use); eps = 0.2.
+- aggregation token_mean: every token of the batch weighs the same (OpenRLHF's token
+  mean over the batch).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from zoo.algorithms.base import Algorithm
+from zoo.core.losses import (
+    aggregate,
+    clipped_objective,
+    kl_penalty,
+    kl_reward_to_go,
+    log_ratio,
+    ratio_metrics,
+)
+from zoo.core.types import LossOutput, TrainBatch
+
+
+@dataclass
+class ReinforcePPConfig:
+    eps: float = 0.2
+    """Symmetric clip range on the token ratio (REINFORCE++, arXiv 2501.03262, PPO clip)."""
+    beta: float = 0.01
+    """Weight of the KL to the reference (REINFORCE++'s token-level KL penalty; 0.01 as
+    OpenRLHF's default KL coefficient)."""
+    advantage: str = "reinforce_pp"
+    """Advantage estimator by name (zoo.core.losses.ADVANTAGE_ESTIMATORS); default: global
+    batch normalisation of the reward (REINFORCE++, arXiv 2501.03262); the group-baseline
+    variant is reinforce_pp_baseline."""
+    kl: str = "k1"
+    """KL estimator (KL_ESTIMATORS: k1, k2, k3); k1, log(pi_old / pi_ref), as in
+    REINFORCE++'s reward (arXiv 2501.03262)."""
+    kl_in_reward: bool = True
+    """True: -beta * KL is a per-token reward, summed into each token's return
+    (REINFORCE++, arXiv 2501.03262); False: + beta * KL per token in the loss."""
+
+
+class ReinforcePP(Algorithm):
+    name = "reinforce_pp"
+    config_class = ReinforcePPConfig
+    family = "REINFORCE-style"
+    paper = "Hu et al., REINFORCE++, arXiv 2501.03262 (2025)"
+    aggregation = "token_mean"
+    mechanism = {"clip_low_frac": 0.0, "clip_high_frac": 0.0}
+
+    def loss(self, batch: TrainBatch) -> LossOutput:
+        eps, beta, kl = self.config.eps, self.config.beta, self.config.kl
+        ratio = torch.exp(log_ratio(batch))
+
+        if self.config.kl_in_reward:
+            kl_return, kl_metrics = kl_reward_to_go(batch, beta, kl)  # K_it, no gradient
+            advantages, penalty = batch.token_advantages - kl_return, 0.0
+        else:
+            advantages = batch.token_advantages
+            penalty, kl_metrics = kl_penalty(batch, beta, kl)
+        surrogate = clipped_objective(ratio, advantages, 1 - eps, 1 + eps)
+        loss = aggregate(-surrogate + penalty, batch, self.aggregation)
+
+        metrics = ratio_metrics(ratio, batch, low=1 - eps, high=1 + eps)
+        return LossOutput(loss, {"loss": float(loss.detach()), **metrics, **kl_metrics})
