@@ -220,9 +220,11 @@ def _budget(run: dict) -> str:
 
 LEGEND = (
     "Headline ({headline}) with a 95% Student t interval over seeds; `per seed`: each "
-    "seed's value. Tie group: algorithms whose difference from the best of their group is "
-    "not significant (t-test, Holm-adjusted over all pairs, 5%) share a group; 1 is the top "
-    "group, and no order inside a group is supported by these seeds. MDD 80%: the smallest "
+    "seed's value. Each experiment is one matched-compute comparison; rows of different "
+    "experiments are not compared. Tie group: algorithms of one experiment whose difference "
+    "from the best of their group is not significant (t-test, Holm-adjusted over all pairs, "
+    "5%) share a group; 1 is the top group, and no order inside a group is supported by "
+    "these seeds. MDD 80%: the smallest "
     "difference of means these seeds detect with 80% power at this row's seed spread. "
     "pass@k: unbiased estimator (Chen et al. 2021) from 8 samples per held-out problem at "
     "the run's temperature, same checkpoints. AUC: area under the reward curve over the "
@@ -263,8 +265,10 @@ def build_leaderboards(results: Path, out: Path, allow_dirty: bool = False) -> l
     written = [out / "leaderboard.json"]
     sections = []
     for (model, env), g in frame.groupby(["model", "env"]):
-        g = g.sort_values(["tie_group", "reward"], ascending=[True, False])
+        # tie groups and pairs are within one experiment (one matched-compute comparison)
+        g = g.sort_values(["experiment", "tie_group", "reward"], ascending=[True, True, False])
         table = pd.DataFrame({
+            "experiment": g.experiment.map(lambda e: Path(e).name),
             "tie group": g.tie_group.map(lambda v: _num(v, ".0f")), "algorithm": g.algorithm,
             "headline [95% t-CI]": [_interval(r.reward, r.ci_low, r.ci_high)
                                     for r in g.itertuples()],
