@@ -283,7 +283,7 @@ OFF_POLICY_METRICS = (
     "ratio_mean", "ratio_max", "clip_low_frac", "clip_high_frac", "capped_frac",
     "gate_weight_mean", "policy_kl", "staleness_kl", "mismatch_logprob_mean",
     "mismatch_logprob_max", "mismatch_kl", "is_weight_mean", "is_truncated_frac",
-    "is_masked_frac",
+    "is_masked_frac", "cov_clip_frac", "kl_cov_frac", "kl_cov_penalty", "dual_clip_frac",
 )  # fmt: skip
 """Per-step metrics of the training regime (zoo/core/trainer.py, zoo/core/offpolicy.py)
 and the algorithms' mechanisms; a column appears when some run logged it."""
