@@ -3,11 +3,13 @@ estimator against its closed form, and the loop's sampled metrics on the tiny mo
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from itertools import combinations
 
 import pytest
 
+from zoo.core.config import ConfigError
 from zoo.core.evaluation import pass_at_k, sampled_metrics
 
 
@@ -63,6 +65,44 @@ def test_evaluate_reports_greedy_and_sampled_metrics_with_fixed_seeds(loop_for):
     assert other_seed["eval_reward"] == first["eval_reward"]  # greedy: no randomness
     greedy_only = loop_for(RunConfig(prompts_per_step=8, eval_samples=0)).evaluate()
     assert set(greedy_only) == {"eval_reward", "eval_seconds"}
+
+
+def test_sampled_evaluation_only_at_the_last_points_gives_the_same_numbers_there(loop_for):
+    """sampled_eval_points=2: the last two evaluations (steps 4 and 5 of 0, 2, 4, 5) carry
+    pass@k equal to a run that samples at every evaluation; the earlier ones greedy only."""
+    from zoo.core.run_config import RunConfig
+
+    def evals(cfg: RunConfig) -> dict[int, dict]:
+        records: list[dict] = []
+        loop_for(cfg).run(records.append)
+        return {r["step"]: r for r in records if "eval_reward" in r}
+
+    base = RunConfig(steps=5, eval_every=2, prompts_per_step=4, eval_samples=4, seed=5,
+                     checkpoint_every=0, env_config={"eval_size": 16})  # fmt: skip
+    every = evals(base)
+    last_two = evals(dataclasses.replace(base, sampled_eval_points=2))
+    assert sorted(every) == sorted(last_two) == [0, 2, 4, 5]
+    for step in (0, 2):
+        assert "eval_pass_at_1" in every[step] and "eval_pass_at_1" not in last_two[step]
+        assert last_two[step]["eval_reward"] == every[step]["eval_reward"]
+    for step in (4, 5):
+        for key in ("eval_reward", "eval_pass_at_1", "eval_pass_at_4", "eval_mean_at_4"):
+            assert last_two[step][key] == every[step][key], (step, key)
+
+
+def test_sampled_points_of_a_budgeted_run_are_the_last_of_its_k_points(loop_for):
+    """Budget mode: points 0..K by the highest one the spend has crossed."""
+    from zoo.core.run_config import RunConfig
+
+    loop = loop_for(RunConfig(budget_samples=800, eval_points=8, sampled_eval_points=3,
+                              prompts_per_step=4, eval_samples=4))  # fmt: skip
+    due = []
+    for done in range(9):
+        loop.evals_done = done
+        due.append(loop.sampled_eval_due(step=done))
+    assert due == [False] * 6 + [True] * 3
+    with pytest.raises(ConfigError, match="sampled_eval_points"):
+        RunConfig(sampled_eval_points=-1).validate()
 
 
 @pytest.mark.slow

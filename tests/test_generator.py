@@ -174,6 +174,25 @@ def test_weight_sync_makes_generator_match_transformers_with_trainer_weights(gen
     assert all(c.policy_version == 0 for group in out for c in group)
 
 
+def test_a_second_engine_garbage_collected_leaves_the_first_working(generator, tiny_path):
+    """vLLM's in-process shutdown tears down the process's parallel groups; a second engine
+    that comes and goes (a run replacing its engine, a test beside the session's) must not
+    take the first one's groups with it (CI failed on this: "pipeline model parallel group
+    is not initialized" after the tensor-parallel test)."""
+    import gc
+
+    from zoo.core.generator import VLLMGenerator
+
+    prompts = mixed_length_prompts(2, seed=3)
+    before = generator.generate(prompts, n=2, sampling=SAMPLING, seeds=[0, 1, 2, 3])
+    second = VLLMGenerator(tiny_path, seed=1)
+    assert second.generate(prompts[:1], n=1, sampling=SAMPLING, seeds=[0])[0][0].token_ids
+    del second
+    gc.collect()
+    after = generator.generate(prompts, n=2, sampling=SAMPLING, seeds=[0, 1, 2, 3])
+    assert [[c.token_ids for c in g] for g in after] == [[c.token_ids for c in g] for g in before]
+
+
 @pytest.mark.slow
 def test_tensor_parallel_engine_generates_and_syncs_like_one_process(generator, tiny_path):
     """vLLM tensor parallelism over 2 worker processes (services.generator.procs: 2):

@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,32 @@ __all__ = ["GENERATOR_BACKENDS", "SamplingConfig", "VLLMGenerator", "make_genera
 
 MAX_BATCHED_TOKENS = 64 * 1024
 """vLLM's token budget per scheduler step (prompts of a step, each counted once per sample)."""
+
+
+_LIVE_ENGINES: weakref.WeakSet[VLLMGenerator] = weakref.WeakSet()
+"""The in-process vLLM engines of this process that are still referenced."""
+
+
+def _keep_parallel_groups_while_an_engine_lives() -> None:
+    """An in-process engine's shutdown (run when its LLM is garbage collected) ends with
+    vLLM's ``cleanup_dist_env_and_memory()``, which destroys the process-wide parallel
+    groups that every in-process engine of the process uses, so the next ``generate`` of
+    any other live engine fails ("pipeline model parallel group is not initialized").
+    That happens whenever two engines overlap in one process (a run that replaces its
+    engine while garbage collection of the old one is still pending, a test beside the
+    session's engine). Let the teardown run only once no engine of ours is alive."""
+    from vllm.v1.engine import core
+
+    teardown = core.cleanup_dist_env_and_memory
+    if getattr(teardown, "forge_zoo_guarded", False):
+        return
+
+    def guarded(*args: Any, **kwargs: Any) -> None:
+        if len(_LIVE_ENGINES) == 0:
+            teardown(*args, **kwargs)
+
+    guarded.forge_zoo_guarded = True  # type: ignore[attr-defined]
+    core.cleanup_dist_env_and_memory = guarded
 
 
 class VLLMGenerator:
@@ -56,6 +83,7 @@ class VLLMGenerator:
         os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
         from vllm import LLM
 
+        _keep_parallel_groups_while_an_engine_lives()
         set_num_threads = torch.set_num_threads
         try:
             self.llm = LLM(
@@ -96,6 +124,7 @@ class VLLMGenerator:
         logging.getLogger("vllm.model_executor.model_loader.reload.layerwise").setLevel(
             logging.ERROR
         )
+        _LIVE_ENGINES.add(self)
         self.policy_version = 0
         self.busy_seconds = 0.0
         self.generate([[0]], n=1, sampling=SamplingConfig(max_tokens=2), seeds=[0])  # warm-up

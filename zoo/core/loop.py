@@ -239,12 +239,13 @@ class RLLoop:
         ledger.add("train", cfg.epochs * 3 * forward, cfg.epochs * tokens)
         return record
 
-    def evaluate(self) -> dict[str, float]:
+    def evaluate(self, sampled: bool = True) -> dict[str, float]:
         """Held-out split (not charged to compute): mean reward of greedy decoding
-        (``eval_reward``), and with ``eval_samples`` n > 0 pass@k and mean reward of n
-        samples per prompt (zoo.core.evaluation), seeded per (run seed, prompt) so every
-        checkpoint and every algorithm at this seed draws the same random numbers."""
-        s, n = self.s, self.cfg.eval_samples
+        (``eval_reward``), and with ``eval_samples`` n > 0 (and ``sampled``) pass@k and
+        mean reward of n samples per prompt (zoo.core.evaluation), seeded per (run seed,
+        prompt) so every checkpoint and every algorithm at this seed draws the same random
+        numbers."""
+        s, n = self.s, self.cfg.eval_samples if sampled else 0
         start = time.perf_counter()
         prompts = s.env.eval_prompts()
         encoded = [s.encode(p) for p in prompts]
@@ -272,6 +273,21 @@ class RLLoop:
         unit, _ = self.cfg.budget
         return {"flops": self.s.ledger.total_flops, "samples": self.samples,
                 "seconds": self.train_seconds, "steps": step}[unit]  # fmt: skip
+
+    def sampled_eval_due(self, step: int) -> bool:
+        """Is the evaluation made at ``step`` (after ``eval_due``) one of the last
+        ``sampled_eval_points``? Step mode: of step 0, the multiples of ``eval_every`` and
+        the last step. Budget mode: of the K + 1 points (0, 1/K, ..., K/K of the budget),
+        by the highest point the spend has crossed."""
+        last = self.cfg.sampled_eval_points
+        if not last:
+            return True
+        unit, amount = self.cfg.budget
+        if unit != "steps":
+            return self.evals_done > self.cfg.eval_points - last
+        points = sorted({0, *range(self.cfg.eval_every, int(amount), self.cfg.eval_every),
+                         int(amount)})  # fmt: skip
+        return step >= points[-last] if last <= len(points) else True
 
     def eval_due(self, step: int) -> bool:
         """Evaluate now? Step mode: every ``eval_every`` steps and at the end. Budget mode:
@@ -302,7 +318,8 @@ class RLLoop:
         _, amount = cfg.budget
         history = []
         if self.step_index == 0:
-            first = {"step": 0, "samples": 0, "flops": 0.0, "seconds": 0.0, **self.evaluate()}
+            first = {"step": 0, "samples": 0, "flops": 0.0, "seconds": 0.0,
+                     **self.evaluate(self.sampled_eval_due(0))}  # fmt: skip
             self._hand_over_samples(0, samples)
             log(first)
             history.append(first)
@@ -323,7 +340,7 @@ class RLLoop:
                 }
             )
             if self.eval_due(step) or self.spent(step) >= amount:
-                record.update(self.evaluate())
+                record.update(self.evaluate(self.sampled_eval_due(step)))
             self._hand_over_samples(step, samples)
             log(record)
             history.append(record)
