@@ -120,7 +120,7 @@ ON_HOSTS = ["--prompts-per-step", "8", "--eval-points", "2", "--eval-samples", "
 its trainer and generator processes on its host(s)."""
 
 
-@pytest.mark.slow  # ~2.5 minutes: 4 tiny runs on two stand-in hosts, one by one and 2 at once
+@pytest.mark.slow  # 4 tiny runs on two stand-in hosts: ~4 minutes on 2 busy cores
 def test_two_jobs_on_two_hosts_give_the_numbers_of_one(tiny_model_path, tmp_path: Path,
                                                         two_hosts):  # fmt: skip
     """A placement file with two hosts (local Monarch workers standing in): with --jobs 2
