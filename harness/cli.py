@@ -84,8 +84,10 @@ def build_parser() -> argparse.ArgumentParser:
     compare.add_argument(
         "--jobs", type=int, default=1, metavar="N",
         help="run N runs at once, each in its own process: on the CPU the cores are split "
-        "between them, on GPUs each takes one GPU; the numbers equal those of --jobs 1 "
-        "(default 1: one after another in this process)",
+        "between them, on GPUs each takes one GPU; with a placement file (--config) that "
+        "lists hosts, the hosts are split into N equal groups and each run's services go on "
+        "one group only (N at most the number of hosts). The numbers equal those of --jobs "
+        "1 (default 1: one after another in this process)",
     )  # fmt: skip
     compare.add_argument(
         "--vary-one-at-a-time", action="store_true",
@@ -420,7 +422,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     if args.jobs > 1:
         from harness.jobs import worker_slots
 
-        worker_slots(cfgs, args.jobs)  # refuses a placement or GPU count it cannot serve
+        worker_slots(cfgs, args.jobs)  # refuses hosts or GPUs too few for N at once
     stamp = time.strftime("%Y%m%d-%H%M%S")
     out = args.out or RESULTS / f"compare-{'-'.join(args.algorithms)}-{args.model}-{stamp}"
     with routed_to(out / LOG_NAME, args.verbose):

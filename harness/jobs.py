@@ -3,12 +3,17 @@ process of its own.
 
 On the CPU the machine's cores are split between the workers (each pinned to its own
 cores, with that many torch and OpenMP threads); on GPUs each worker gets one GPU
-(CUDA_VISIBLE_DEVICES). A worker keeps its generation engine from one run to the next,
-as the one-process path does. Runs seed everything per run and per request, so a run's
-numbers do not depend on which worker ran it or on what ran beside it: the tables equal
-those of `--jobs 1` (tests/test_jobs.py checks it). Each run writes its own folder and
-checkpoints, so `--resume` continues whatever a killed experiment left, one by one or
-concurrently. The parent follows the runs by reading their metrics.jsonl.
+(CUDA_VISIBLE_DEVICES). With a placement file that lists Monarch hosts, the hosts are
+split into N disjoint groups instead, one per worker: the worker's runs place their
+services on its group only (the file's placement rule over the group's hosts, e.g. every
+service on one host when a group has one), so runs never share a host; the loop of each
+run stays in its worker on this machine. A worker keeps its generation engine from one
+run to the next, as the one-process path does (on the local placement). Runs seed
+everything per run and per request, so a run's numbers do not depend on which worker or
+hosts ran it or on what ran beside it: the tables equal those of `--jobs 1`
+(tests/test_jobs.py checks it). Each run writes its own folder and checkpoints, so
+`--resume` continues whatever a killed experiment left, one by one or concurrently, on
+any group. The parent follows the runs by reading their metrics.jsonl.
 """
 
 from __future__ import annotations
@@ -16,48 +21,117 @@ from __future__ import annotations
 import json
 import os
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
-from dataclasses import asdict
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from rich.progress import Progress
 
 from zoo.core.config import ConfigError
+from zoo.core.placement_config import PlacementConfig
 from zoo.core.progress import add_run_task, update_run_task
 from zoo.core.run_config import RunConfig
 
 POLL_SECONDS = 1.0
 
 
-def worker_slots(cfgs: list[RunConfig], jobs: int) -> list[dict[str, str]]:
-    """The environment of each worker: its cores on the CPU, its GPU on CUDA."""
-    if any(cfg.placement != "local" for cfg in cfgs):
+@dataclass(frozen=True)
+class Slot:
+    """What one worker process gets for all of its runs."""
+
+    env: dict[str, str] = field(default_factory=dict)
+    """Set in the worker's environment: its cores (FORGE_ZOO_CORES) or its GPU."""
+    hosts: tuple[str, ...] = ()
+    """Its group of the placement file's Monarch hosts (empty: no hosts in the file)."""
+
+
+def hosts_needed(layout: PlacementConfig, gpus_per_host: int) -> int:
+    """The fewest hosts one run of ``layout`` can be placed on. Any number of services can
+    share a host, except that the GPU processes the file's rule puts on one host
+    (``PlacementConfig.host_index`` over k hosts) must fit its GPUs; hosts are taken to
+    have ``gpus_per_host`` each, the figure the file's own check uses (this machine's).
+    Returns ``len(layout.hosts) + 1`` when no number of the file's hosts fits."""
+    most = max(len(layout.hosts), 1)
+    for count in range(1, most + 1):
+        placed = replace(layout, hosts=layout.hosts[:count] or [""])
+        on_host = [0] * count
+        for name in ("trainer", "reference", "generator", "scorer"):
+            service = getattr(layout, name)
+            if not service.with_gpus or service.procs == 0:
+                continue
+            replicas = service.num_replicas if name in ("generator", "scorer") else 1
+            for replica in range(replicas):
+                index = placed.host_index(name, replica)
+                on_host[index] += service.procs
+        if max(on_host) <= gpus_per_host:
+            return count
+    return most + 1
+
+
+def host_groups(hosts: list[str], jobs: int, per_run: int = 1) -> list[tuple[str, ...]]:
+    """``hosts`` split into ``jobs`` disjoint groups of equal size (len(hosts) // jobs, in
+    the file's order), each with at least ``per_run`` hosts. Equal groups keep the runs'
+    timings comparable; the hosts left over stay idle. Refuses (ConfigError, naming the
+    numbers) what the hosts cannot give."""
+    most = len(hosts) // per_run
+    if jobs > len(hosts):
         raise ConfigError(
-            "--jobs > 1 runs each run in one process (placement local); a Monarch placement "
-            "spreads one run over processes and hosts itself: use --jobs 1 with --config"
+            f"--jobs {jobs} runs {jobs} runs at once, each on hosts of its own, but the "
+            f"placement file lists {len(hosts)} host{'s' * (len(hosts) != 1)}: use --jobs "
+            f"{most} or fewer, or list more hosts"
         )
+    size = len(hosts) // jobs
+    if size < per_run:
+        raise ConfigError(
+            f"--jobs {jobs} splits the placement file's {len(hosts)} hosts into groups of "
+            f"{size}, but one run of its services needs {per_run} hosts (its GPU processes "
+            f"do not fit fewer; see services.*.with_gpus): use --jobs {most} or fewer"
+        )
+    return [tuple(hosts[i * size : (i + 1) * size]) for i in range(jobs)]
+
+
+def worker_slots(cfgs: list[RunConfig], jobs: int) -> list[Slot]:
+    """What each worker gets: a group of the placement file's hosts on Monarch, else its
+    cores on the CPU or its GPU on CUDA. Refuses what the machine or file cannot serve."""
+    if any(cfg.placement != "local" for cfg in cfgs):
+        hosts = (cfgs[0].distributed or {}).get("hosts", [])
+        if not hosts:
+            raise ConfigError(
+                "--jobs > 1 with the Monarch placement spreads the runs over the hosts of "
+                "the placement file (--config), and it lists none; add hosts: [...] to it "
+                "(see README, Several hosts) or use --jobs 1"
+            )
+        import torch
+
+        layout = PlacementConfig.from_dict(cfgs[0].distributed)
+        need = hosts_needed(layout, torch.cuda.device_count())
+        return [Slot(hosts=group) for group in host_groups(hosts, jobs, need)]
     if any(cfg.resolved_device() == "cuda" for cfg in cfgs):
         import torch
 
         gpus = torch.cuda.device_count()
         if jobs > gpus:
             raise ConfigError(f"--jobs {jobs} asks for one GPU per run; this machine has {gpus}")
-        return [{"CUDA_VISIBLE_DEVICES": str(i)} for i in range(jobs)]
+        return [Slot(env={"CUDA_VISIBLE_DEVICES": str(i)}) for i in range(jobs)]
     cores = sorted(os.sched_getaffinity(0))
     share = max(1, len(cores) // jobs)
-    return [
-        {"FORGE_ZOO_CORES": ",".join(map(str, cores[i * share : (i + 1) * share] or cores))}
-        for i in range(jobs)
-    ]
+    shares = [cores[i * share : (i + 1) * share] or cores for i in range(jobs)]
+    return [Slot(env={"FORGE_ZOO_CORES": ",".join(map(str, mine))}) for mine in shares]
+
+
+_HOSTS: tuple[str, ...] = ()
+"""This worker's group of hosts (set by _start_worker; empty without hosts)."""
 
 
 def _start_worker(slots) -> None:
     """Runs first in each worker process: take a slot and confine the process to it."""
-    slot = slots.get()
-    os.environ.update(slot)
-    if "FORGE_ZOO_CORES" in slot:
+    global _HOSTS
+    slot: Slot = slots.get()
+    os.environ.update(slot.env)
+    _HOSTS = slot.hosts
+    if "FORGE_ZOO_CORES" in slot.env:
         import torch
 
-        cores = [int(c) for c in slot["FORGE_ZOO_CORES"].split(",")]
+        cores = [int(c) for c in slot.env["FORGE_ZOO_CORES"].split(",")]
         os.sched_setaffinity(0, cores)
         os.environ["OMP_NUM_THREADS"] = str(len(cores))  # vLLM sizes its OpenMP pool by it
         torch.set_num_threads(len(cores))
@@ -70,7 +144,8 @@ _GENERATORS: dict[tuple, object] = {}
 def _run_in_worker(cfg: dict, run_dir: str, command: str, resume: bool) -> dict:
     from harness.runner import train_one
 
-    return train_one(RunConfig(**cfg), Path(run_dir), command, resume, _GENERATORS)
+    return train_one(RunConfig(**cfg), Path(run_dir), command, resume, _GENERATORS,
+                     hosts=list(_HOSTS) or None)  # fmt: skip
 
 
 def run_concurrently(cfgs: list[RunConfig], runs_dir: Path, command: str, resume: bool,

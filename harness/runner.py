@@ -50,10 +50,13 @@ def execute_run(
     command: str,
     resume: bool = False,
     on_record: Callable[[dict[str, Any]], None] | None = None,
+    hosts: list[str] | None = None,
 ) -> list[dict[str, Any]]:
     """Run ``cfg`` into ``out``. With ``resume``, continue from the last checkpoint there
     (the metrics and samples before it are kept, the ones after it re-done); a fresh run
-    refuses a folder that already holds metrics."""
+    refuses a folder that already holds metrics. ``hosts``: the Monarch hosts ``services``
+    run on when not the placement file's (``compare --jobs``), recorded per session in
+    sessions.jsonl, since a resume may run on other hosts."""
     loop = RLLoop(cfg, services)
     config = {"run_id": out.name, "command": command, **resolved_config(cfg, services)}
     model_path = Path(config["model_path"])
@@ -76,7 +79,7 @@ def execute_run(
     if loop.step_index == 0:  # a first start (a resume keeps config.json as it was)
         writer.write_config({**config, **start_weights(model_path, cfg.init, cfg.seed)})
         (out / TRACKER_STATE).unlink(missing_ok=True)  # runs of a start that saved nothing
-    writer.start_session(loop.step_index)
+    writer.start_session(loop.step_index, hosts or (cfg.distributed or {}).get("hosts"))
     if cfg.report_to:
         try:
             recorded = json.loads((out / "config.json").read_text())
@@ -118,18 +121,25 @@ def run_name(cfg: RunConfig) -> str:
 
 
 def train_one(cfg: RunConfig, run_dir: Path, command: str, resume: bool,
-              generators: dict[tuple, object], on_record=None) -> dict:  # fmt: skip
+              generators: dict[tuple, object], on_record=None,
+              hosts: list[str] | None = None) -> dict:  # fmt: skip
     """One run of an experiment. On the local placement the generation engine of each
-    model is kept in ``generators`` and reused by the next run (its weights reset per run)."""
+    model is kept in ``generators`` and reused by the next run (its weights reset per run).
+    ``hosts``: place the services on these of the placement file's hosts only (a worker's
+    group with ``compare --jobs``); the run's recorded config keeps the file as given, so
+    the run resumes on any group and its config equals that of ``--jobs 1``."""
     key = (cfg.model, cfg.model_path, cfg.init, cfg.generator, cfg.device)
     if cfg.placement == "local":
         services = build_services(cfg, quiet=True, generator=generators.get(key))
         generators[key] = services.generator
     else:
-        services = build_services(cfg, quiet=True)
+        placed = cfg
+        if hosts:
+            placed = dataclasses.replace(cfg, distributed={**cfg.distributed, "hosts": hosts})
+        services = build_services(placed, quiet=True)
     try:
         history = execute_run(cfg, run_dir, services, command=command, resume=resume,
-                              on_record=on_record)  # fmt: skip
+                              on_record=on_record, hosts=hosts)  # fmt: skip
     finally:
         services.close()
     return {"run": run_name(cfg), "steps": history[-1]["step"],

@@ -6,9 +6,13 @@ tests/test_hub_downloads.py serves its own on 127.0.0.1."""
 from __future__ import annotations
 
 import os
+import socket
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
+from harness_cli import REPO
 
 # Tests never reach the Hugging Face Hub: models and data sets come from the cache or local
 # files (set before any test module imports huggingface_hub, which reads it at import;
@@ -90,3 +94,27 @@ def loop_builder(tiny_path: Path, generator):
         return RLLoop(cfg, services)
 
     return build, lambda: generator.update_weights(start, version=0)
+
+
+@pytest.fixture
+def two_hosts():
+    """Two Monarch workers on local ports standing in for two machines of a cluster,
+    started as a user would on each host (`python -m harness worker`)."""
+    ports = []
+    for _ in range(2):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            ports.append(s.getsockname()[1])
+    addresses = [f"tcp://127.0.0.1:{port}" for port in ports]
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    workers = [
+        subprocess.Popen([sys.executable, "-m", "harness", "worker", "--address", a], env=env,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        for a in addresses
+    ]  # fmt: skip
+    try:
+        yield addresses, [w.pid for w in workers]
+    finally:
+        for w in workers:
+            w.kill()
+            w.wait()

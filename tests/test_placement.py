@@ -8,9 +8,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
-import subprocess
-import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -128,30 +125,6 @@ def test_a_save_killed_on_monarch_resumes_to_the_uninterrupted_numbers(
         local.close()
     assert numbers(history) == numbers(uninterrupted)
     assert checkpoint.checkpoint_step(out / "checkpoint") == 3
-
-
-@pytest.fixture
-def two_hosts():
-    """Two Monarch workers on local ports standing in for two machines of a cluster,
-    started as a user would on each host (`python -m harness worker`)."""
-    ports = []
-    for _ in range(2):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            ports.append(s.getsockname()[1])
-    addresses = [f"tcp://127.0.0.1:{port}" for port in ports]
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    workers = [
-        subprocess.Popen([sys.executable, "-m", "harness", "worker", "--address", a], env=env,
-                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        for a in addresses
-    ]  # fmt: skip
-    try:
-        yield addresses, [w.pid for w in workers]
-    finally:
-        for w in workers:
-            w.kill()
-            w.wait()
 
 
 def parent_pid(pid: int) -> int:

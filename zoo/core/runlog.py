@@ -224,12 +224,14 @@ class RunWriter:
         }
         (self.directory / "config.json").write_text(json.dumps(record, indent=2, default=str))
 
-    def start_session(self, step: int) -> dict[str, Any]:
-        """Append this start or resume (time, the step it starts from, commit, dirty flag)
-        to sessions.jsonl. A diff unlike every one stored already goes to
-        ``source-<sha256[:12]>.diff``."""
+    def start_session(self, step: int, hosts: list[str] | None = None) -> dict[str, Any]:
+        """Append this start or resume (time, the step it starts from, commit, dirty flag,
+        and the Monarch ``hosts`` its services ran on, if any) to sessions.jsonl. A diff
+        unlike every one stored already goes to ``source-<sha256[:12]>.diff``."""
         git = process_git_state()
         record: dict[str, Any] = {"started": now_iso(), "step": step, **git.record()}
+        if hosts:
+            record["hosts"] = list(hosts)
         if git.diff is not None:
             name = SOURCE_DIFF
             first = self.directory / SOURCE_DIFF
