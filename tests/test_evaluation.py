@@ -1,4 +1,4 @@
-"""Held-out evaluation (zoo/core/evaluation.py, RLLoop.evaluate): the unbiased pass@k
+"""Held-out evaluation (zoo/services/evaluation.py, RLLoop.evaluate): the unbiased pass@k
 estimator against its closed form, and the loop's sampled metrics on the tiny model."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from itertools import combinations
 
 import pytest
 
-from zoo.core.evaluation import pass_at_k, sampled_metrics
+from zoo.services.evaluation import pass_at_k, sampled_metrics
 
 
 @pytest.mark.parametrize("n", [1, 2, 5, 8, 20])
@@ -47,7 +47,7 @@ def test_sampled_metrics_by_hand():
 
 
 def test_evaluate_reports_greedy_and_sampled_metrics_with_fixed_seeds(loop_for):
-    from zoo.core.run_config import RunConfig
+    from zoo.run.run_config import RunConfig
 
     loop = loop_for(RunConfig(prompts_per_step=8, eval_samples=8, seed=3))
     first, again = loop.evaluate(), loop.evaluate()
@@ -72,7 +72,7 @@ def test_warm_start_selects_on_its_own_validation_split_never_the_held_out_one(
 ):
     """The tiny models' warm start stops on validation accuracy: the prompts it evaluates
     are train-stream problems it never trains on, and none is held out."""
-    from zoo.core import tiny
+    from zoo.models import tiny
 
     recipe = tiny.TinyRecipe(task=task, max_steps=20, eval_every=10, batch_size=64,
                              validation_size=100, target_accuracy=2.0)  # fmt: skip

@@ -20,7 +20,7 @@ import torch
 import torch.multiprocessing as mp
 
 from zoo.algorithms import get_algorithm
-from zoo.core.trainer import RolloutBatch, Trainer, TrainerConfig
+from zoo.services.trainer import RolloutBatch, Trainer, TrainerConfig
 
 SPLITS = {"fsdp": (2, 1), "tp": (2, 2), "2d": (4, 2)}
 """name: (processes, tensor-parallel degree); data-parallel degree = processes / tp."""

@@ -13,8 +13,8 @@ from harness_cli import run_harness
 
 from harness.jobs import last_record, worker_slots
 from zoo.core.config import ConfigError
-from zoo.core.run_config import RunConfig
-from zoo.core.runlog import is_timing_key
+from zoo.run.run_config import RunConfig
+from zoo.run.runlog import is_timing_key
 
 
 def test_cpu_workers_get_disjoint_cores():

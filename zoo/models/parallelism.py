@@ -21,7 +21,7 @@ from torch.distributed.tensor import DTensor, distribute_tensor
 from zoo.core.config import ConfigError
 
 if TYPE_CHECKING:
-    from zoo.core.models import ModelShape
+    from zoo.models.presets import ModelShape
 
 
 def world_size() -> int:

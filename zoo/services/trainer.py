@@ -19,7 +19,7 @@ format with the generator.
 
 Several processes: when the caller has initialised a torch.distributed process group of
 more than one rank before building the Trainer, the model is split over them
-(zoo/core/sharding.py): FSDP2 data parallelism by default, TorchTitan's Qwen3 tensor
+(zoo/models/parallelism.py): FSDP2 data parallelism by default, TorchTitan's Qwen3 tensor
 parallelism with ``tensor_parallel`` ranks per group, or both. Every rank gets the same
 whole batch; each data-parallel rank computes on its own contiguous slice of rows, which
 the ranks of its tensor-parallel group share. The update equals the one-process update,
@@ -39,11 +39,11 @@ from pathlib import Path
 import torch
 from torch.distributed.tensor import DTensor
 
-from zoo.core import sharding
 from zoo.core.config import ConfigError
 from zoo.core.losses import k3_kl
-from zoo.core.models import build_titan_model
 from zoo.core.types import LossOutput, TrainBatch
+from zoo.models import parallelism
+from zoo.models.titan import build_titan_model
 
 
 @dataclass
@@ -68,7 +68,7 @@ class RolloutBatch:
     ref_logprobs: torch.Tensor | None = None
     sampler_logprobs: torch.Tensor | None = None
     """[B, T] the generator's log-probs of the sampled tokens (the mismatch metrics and
-    corrections of zoo/core/offpolicy.py read them)."""
+    corrections of zoo/services/offpolicy.py read them)."""
     policy_versions: torch.Tensor | None = None
     """[B] the policy version that sampled each row; None: the trainer's current one."""
     group_size: int = 1
@@ -100,7 +100,7 @@ def response_logprobs(
     tokens: torch.Tensor,
     response_start: torch.Tensor,
     width: int,
-    split: sharding.Split | None = None,
+    split: parallelism.Split | None = None,
     temperature: float = 1.0,
 ) -> torch.Tensor:
     """[B, width] log-probability of each response token under ``model`` (a TorchTitan
@@ -220,7 +220,7 @@ class Trainer:
         self.config = config
         self.max_response_len = max_response_len
         self.device = torch.device(device)
-        self.world = sharding.world_size()
+        self.world = parallelism.world_size()
         self.rank = torch.distributed.get_rank() if self.world > 1 else 0
         if tensor_parallel < 1 or self.world % tensor_parallel:
             raise ConfigError(
@@ -230,12 +230,12 @@ class Trainer:
         self.model, self.adapter = build_titan_model(
             model_path, init=init, device=self.device, tensor_parallel=tensor_parallel
         )
-        self.split: sharding.Split | None = None
+        self.split: parallelism.Split | None = None
         """How the model is split over the ranks; None in one process."""
         if self.world > 1:
             # Each rank splits its own copy: they agree as long as every rank built the
             # same weights (a checkpoint, or the same seed with init="random").
-            self.split = sharding.Split(self.model, self.device, tensor_parallel,
+            self.split = parallelism.Split(self.model, self.device, tensor_parallel,
                                         bf16=config.mixed_precision == "bf16")  # fmt: skip
         self.model.train()
         self.optimizer = torch.optim.AdamW(
@@ -271,7 +271,7 @@ class Trainer:
         forward and backward, so all ranks must make the same calls)."""
         if self.sharded:
             dp, dp_rank = self.split.data_parallel, self.split.dp_rank
-            rows = sharding.row_slice(batch.size, dp_rank, dp)
+            rows = parallelism.row_slice(batch.size, dp_rank, dp)
             most_rows = -(-batch.size // dp)  # data-parallel rank 0's slice is the largest
         else:
             rows, most_rows = slice(0, batch.size), batch.size
@@ -345,7 +345,7 @@ class Trainer:
         return [p for group in self.optimizer.param_groups for p in group["params"]]
 
     def _reshard(self) -> None:
-        """FSDP2 keeps the root's gathered weights after a forward (sharding.shard_model):
+        """FSDP2 keeps the root's gathered weights after a forward (parallelism.shard_model):
         drop them, so the next forward gathers the parameters as they are now."""
         if self.sharded:
             from torch.distributed.fsdp import FSDPModule
@@ -433,7 +433,7 @@ class Trainer:
                 else:
                     sums[k] = sums.get(k, 0.0) + weight * v
         if self.sharded:  # every rank reports the whole batch
-            sums = sharding.sum_over_ranks({**sums, "loss": loss_total}, self.split.dp_group)
+            sums = parallelism.sum_over_ranks({**sums, "loss": loss_total}, self.split.dp_group)
             loss_total = sums.pop("loss")
         # Over split gradients (DTensors) torch computes the global norm (the per-shard
         # norms are combined across ranks) and returns it as a DTensor.
@@ -494,7 +494,7 @@ class Trainer:
             if self.model.enable_weight_tying:
                 # the embedding's twin, which the export leaves out: not worth a gather
                 del state["lm_head.weight"]
-            state = sharding.full_tensors(state)
+            state = parallelism.full_tensors(state)
         return {k: v.contiguous() for k, v in self.adapter.to_hf(state).items()}
 
     def optimizer_steps(self) -> int:
@@ -510,7 +510,7 @@ class Trainer:
         """``torch.optim`` layout (parameters by position) with whole tensors, sharded or
         not: a checkpoint resumes at any world size."""
         if self.split is not None:
-            return sharding.full_optimizer_state(self.optimizer)
+            return parallelism.full_optimizer_state(self.optimizer)
         return self.optimizer.state_dict()
 
     def load_state(self, hf_state_dict: dict[str, torch.Tensor], optimizer_state: dict,
@@ -518,8 +518,8 @@ class Trainer:
         """Restore weights (Hugging Face naming), optimizer state and policy version.
         Split: every rank passes the same whole state and keeps its own part."""
         if self.split is not None:
-            sharding.load_full_model_state(self.model, self.adapter.from_hf(hf_state_dict))
-            sharding.load_full_optimizer_state(self.optimizer, optimizer_state)
+            parallelism.load_full_model_state(self.model, self.adapter.from_hf(hf_state_dict))
+            parallelism.load_full_optimizer_state(self.optimizer, optimizer_state)
         else:
             self.model.load_state_dict(self.adapter.from_hf(hf_state_dict), strict=True)
             self.optimizer.load_state_dict(optimizer_state)
