@@ -26,11 +26,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from zoo.algorithms import get_algorithm
 from zoo.models.presets import ModelShape, qwen3_config_dir
+from zoo.services.batch import RolloutBatch
 from zoo.services.generation.hf import HFGenerator
 from zoo.services.ledger import Ledger
 from zoo.services.offpolicy import mismatch_metrics
 from zoo.services.sampling import SamplingConfig
-from zoo.services.trainer import RolloutBatch, Trainer, TrainerConfig
+from zoo.services.trainer import Trainer, TrainerConfig
 
 # Dense bf16 peak of the chips we expect (vendor data sheets, without sparsity).
 BF16_PEAK = {"H200": 989.4e12, "H100": 989.4e12, "A100": 312e12}

@@ -14,8 +14,9 @@ import torch
 
 from benchmarks.common import matmul_peak, model_dir, script_main, seconds
 from zoo.models.presets import ModelShape
+from zoo.services.batch import RolloutBatch
 from zoo.services.ledger import Ledger
-from zoo.services.trainer import RolloutBatch, Trainer, TrainerConfig
+from zoo.services.trainer import Trainer, TrainerConfig
 
 # (model, sequences, prompt tokens, response tokens): the tiny model at its RL batch;
 # the 50m shape at a batch long enough to keep the matmuls large.

@@ -11,8 +11,9 @@ from zoo.algorithms import get_algorithm
 from zoo.envs import get_env
 from zoo.models.titan import load_hf_state_dict
 from zoo.models.tokenizer import EOS_ID
+from zoo.services.batch import RolloutBatch, response_logprobs
 from zoo.services.sampling import SamplingConfig
-from zoo.services.trainer import RolloutBatch, Trainer, TrainerConfig, response_logprobs
+from zoo.services.trainer import Trainer, TrainerConfig
 
 MAX_TOKENS = 6
 SAMPLING = SamplingConfig(temperature=1.0, max_tokens=MAX_TOKENS)

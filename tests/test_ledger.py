@@ -9,8 +9,8 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from zoo.models.presets import ModelShape
 from zoo.models.titan import build_titan_model
+from zoo.services.batch import response_logprobs
 from zoo.services.ledger import Ledger
-from zoo.services.trainer import response_logprobs
 
 
 def attention_flops_by_hand(shape: ModelShape, length: int) -> int:

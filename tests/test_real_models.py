@@ -31,7 +31,7 @@ from zoo.models.tokenizer import save_tokenizer
 from zoo.run.loop import RLLoop
 from zoo.run.run_config import RunConfig
 from zoo.run.wiring import build_services, prompt_encoder
-from zoo.services.trainer import response_logprobs
+from zoo.services.batch import response_logprobs
 
 REVISION = "0123456789abcdef0123456789abcdef01234567"
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 import torch
 
 from zoo.algorithms import get_algorithm
-from zoo.services.trainer import RolloutBatch, Trainer, TrainerConfig
+from zoo.services.batch import RolloutBatch
+from zoo.services.trainer import Trainer, TrainerConfig
 
 
 def random_batch(size: int = 8, prompt: int = 6, response: int = 5) -> RolloutBatch:

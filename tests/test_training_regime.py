@@ -16,9 +16,10 @@ from zoo.core.config import ConfigError
 from zoo.envs import get_env
 from zoo.run.rollout import rollout_batch
 from zoo.run.run_config import RunConfig
+from zoo.services.batch import RolloutBatch, response_logprobs
 from zoo.services.reference import Reference
 from zoo.services.sampling import SamplingConfig
-from zoo.services.trainer import RolloutBatch, Trainer, TrainerConfig, response_logprobs
+from zoo.services.trainer import Trainer, TrainerConfig
 
 GROUP = 2
 

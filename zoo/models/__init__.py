@@ -7,6 +7,7 @@ titan.py        TorchTitan's Qwen3 built from such a checkpoint; Hugging Face <-
                 weight names
 parallelism.py  ``parallelize``: FSDP2 and tensor parallelism applied to a built model from
                 outside the trainer, and the per-rank row split of a batch
+sharded_state.py  whole tensors in and out of a split model and its optimizer
 memory.py       memory estimates (will a run fit)
 tiny.py         the embedded tiny models, warm-started here
 tokenizer.py    their byte-level tokenizer

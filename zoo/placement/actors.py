@@ -14,8 +14,8 @@ from monarch.actor import Actor, current_rank, endpoint
 from zoo.core.types import Completion
 from zoo.placement.calls import CALL_TIMEOUT_S
 from zoo.placement.weight_sync import WeightSlots
+from zoo.services.batch import RolloutBatch
 from zoo.services.sampling import SamplingConfig
-from zoo.services.trainer import RolloutBatch
 
 
 def pin_cores(cores: list[int] | None) -> None:

@@ -13,8 +13,9 @@ import torch
 
 from zoo.core.types import Completion
 from zoo.placement.calls import ServiceFailure, result_of
+from zoo.services.batch import RolloutBatch
 from zoo.services.sampling import SamplingConfig
-from zoo.services.trainer import RolloutBatch, write_hf_checkpoint
+from zoo.services.trainer import write_hf_checkpoint
 
 
 class Replicas:

@@ -49,10 +49,10 @@ from zoo.envs import Prompt
 from zoo.run.rollout import EVAL_SEED_OFFSET, rollout_batch, sampling_seed
 from zoo.run.run_config import RunConfig
 from zoo.run.wiring import Services
+from zoo.services.batch import RolloutBatch
 from zoo.services.evaluation import sampled_metrics
 from zoo.services.offpolicy import correction_weights, mismatch_metrics
 from zoo.services.sampling import SamplingConfig
-from zoo.services.trainer import RolloutBatch
 
 SAMPLE_GROUPS = 2
 """Groups (prompts, with all their G completions) per step kept for samples.jsonl."""

@@ -20,8 +20,8 @@ from zoo.core.types import Completion, LossOutput, TrainBatch
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    from zoo.services.batch import RolloutBatch
     from zoo.services.sampling import SamplingConfig
-    from zoo.services.trainer import RolloutBatch
 
 
 @runtime_checkable
