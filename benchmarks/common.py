@@ -14,7 +14,7 @@ from pathlib import Path
 
 import torch
 
-from zoo.core.tokenizer import EOS_ID, save_tokenizer
+from zoo.models.tokenizer import EOS_ID, save_tokenizer
 
 # Qwen3 architecture (head_dim 64, grouped-query attention, SwiGLU MLP at 3x hidden) at
 # ~10M and ~50M parameters, with the byte-level vocabulary (320 after padding): there are
@@ -57,7 +57,7 @@ def model_dir(name: str, root: Path) -> tuple[Path, str]:
     """(directory, init) of a benchmark model: "tiny" is the warm-started preset, the
     BENCH_SHAPES names are random-weight models."""
     if name == "tiny":
-        from zoo.core.tiny import tiny_model_path
+        from zoo.models.tiny import tiny_model_path
 
         return tiny_model_path(quiet=True), "pretrained"
     return random_model_dir(name, root), "random"
@@ -83,7 +83,7 @@ def matmul_peak(n: int = 2048, repeats: int = 5) -> float:
 
 
 def machine_line() -> str:
-    from zoo.core.runlog import cpu_model
+    from zoo.run.runlog import cpu_model
 
     load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
     return (

@@ -1,5 +1,5 @@
 """Generation: forge-zoo's generator (vLLM, in-process) against transformers' `generate`
-(KV cache, batched; zoo/core/hf_generator.py) on the same model and batch, new tokens per
+(KV cache, batched; zoo/services/generation/hf.py) on the same model and batch, new tokens per
 second, at two settings:
 
 - tiny, short answers: the tiny model on 128 arithmetic prompts x 8 samples x <= 6 new
@@ -18,7 +18,7 @@ from typing import Any
 import torch
 
 from benchmarks.common import model_dir, script_main, seconds
-from zoo.core.generator import SamplingConfig
+from zoo.services.sampling import SamplingConfig
 
 
 def tokens_per_second(generator, prompts, n: int, sampling: SamplingConfig, repeats: int):
@@ -32,9 +32,9 @@ def tokens_per_second(generator, prompts, n: int, sampling: SamplingConfig, repe
 
 
 def generation_table(root: Path, quick: bool = False) -> list[dict[str, Any]]:
-    from zoo.core.generator import VLLMGenerator
-    from zoo.core.hf_generator import HFGenerator
     from zoo.envs import get_env
+    from zoo.services.generation.hf import HFGenerator
+    from zoo.services.generation.vllm import VLLMGenerator
 
     settings = [
         ("tiny, 128 prompts x 8, <= 6 new tokens", "tiny", 16 if quick else 128, 8, 6, False),

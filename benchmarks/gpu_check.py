@@ -7,8 +7,8 @@ Qwen3 shape with random weights.
 Meant for a GPU machine that has torch and transformers but neither vLLM nor Monarch:
 training uses TorchTitan's Qwen3 (our Trainer) when TorchTitan imports there, else
 transformers' Qwen3ForCausalLM (the report says which); generation uses the transformers
-backend (zoo/core/hf_generator.py). Every figure names its unit and denominator.
-MFU = model FLOPs of the step (zoo/core/ledger.py) / step seconds / the chip's peak.
+backend (zoo/services/generation/hf.py). Every figure names its unit and denominator.
+MFU = model FLOPs of the step (zoo/services/ledger.py) / step seconds / the chip's peak.
 """
 
 from __future__ import annotations
@@ -25,12 +25,13 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from zoo.algorithms import get_algorithm
-from zoo.core.generator import SamplingConfig
-from zoo.core.hf_generator import HFGenerator
-from zoo.core.ledger import Ledger
-from zoo.core.models import ModelShape, qwen3_config_dir
-from zoo.core.offpolicy import mismatch_metrics
-from zoo.core.trainer import RolloutBatch, Trainer, TrainerConfig
+from zoo.models.presets import ModelShape, qwen3_config_dir
+from zoo.services.batch import RolloutBatch
+from zoo.services.generation.hf import HFGenerator
+from zoo.services.ledger import Ledger
+from zoo.services.offpolicy import mismatch_metrics
+from zoo.services.sampling import SamplingConfig
+from zoo.services.trainer import Trainer, TrainerConfig
 
 # Dense bf16 peak of the chips we expect (vendor data sheets, without sparsity).
 BF16_PEAK = {"H200": 989.4e12, "H100": 989.4e12, "A100": 312e12}
@@ -198,7 +199,7 @@ def main() -> int:
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats()
     if why_not_titan is None:
-        report["trainer_model"] = "torchtitan Qwen3 (zoo.core.trainer.Trainer)"
+        report["trainer_model"] = "torchtitan Qwen3 (zoo.services.trainer.Trainer)"
         trainer = Trainer(
             model_dir,
             TrainerConfig(

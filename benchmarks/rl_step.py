@@ -45,9 +45,9 @@ def forge_zoo_steps(
     """Median wall seconds of forge-zoo's RL step (RLLoop.step) and of its phases, GRPO
     with beta 0, after ``warmup`` steps; ``run``: further RunConfig fields (mode,
     weight_sync). Per-step idle seconds of trainer and generator are medians too."""
-    from zoo.core.loop import RLLoop
-    from zoo.core.run_config import RunConfig
-    from zoo.core.wiring import build_services
+    from zoo.run.loop import RLLoop
+    from zoo.run.run_config import RunConfig
+    from zoo.run.wiring import build_services
 
     cfg = RunConfig(
         model=str(model), init=init, generator=generator_backend, device="cpu",
@@ -150,7 +150,7 @@ cores; async overlaps generation of the next batch with training on this one."""
 
 
 def measure(system: str, option: Any, setting: StepSetting) -> dict[str, float]:
-    from zoo.core.tiny import tiny_model_path
+    from zoo.models.tiny import tiny_model_path
 
     path = tiny_model_path(quiet=True)
     if system.startswith("forge-zoo"):

@@ -43,7 +43,7 @@ JOB = TestJob(CANDIDATE, TESTS, serve=("add",))
 
 
 def machine() -> str:
-    from zoo.core.runlog import cpu_model
+    from zoo.run.runlog import cpu_model
 
     bwrap = subprocess.run(["bwrap", "--version"], capture_output=True, text=True).stdout
     load = ", ".join(f"{x:.2f}" for x in os.getloadavg())

@@ -19,7 +19,7 @@ import numpy as np
 
 from benchmarks.common import model_dir, script_main
 from benchmarks.rl_step import StepSetting, forge_zoo_steps
-from zoo.core.models import ModelShape
+from zoo.models.presets import ModelShape
 
 
 def sweeps(quick: bool) -> dict[str, list[tuple[Any, str, StepSetting, bool]]]:

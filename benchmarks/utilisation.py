@@ -13,9 +13,10 @@ from typing import Any
 import torch
 
 from benchmarks.common import matmul_peak, model_dir, script_main, seconds
-from zoo.core.ledger import Ledger
-from zoo.core.models import ModelShape
-from zoo.core.trainer import RolloutBatch, Trainer, TrainerConfig
+from zoo.models.presets import ModelShape
+from zoo.services.batch import RolloutBatch
+from zoo.services.ledger import Ledger
+from zoo.services.trainer import Trainer, TrainerConfig
 
 # (model, sequences, prompt tokens, response tokens): the tiny model at its RL batch;
 # the 50m shape at a batch long enough to keep the matmuls large.

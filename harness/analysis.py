@@ -27,7 +27,7 @@ from harness.stats import (
     t_interval,
     tie_groups,
 )
-from zoo.core.ledger import PHASES
+from zoo.services.ledger import PHASES
 
 SPENT_KEY = {"flops": "flops", "samples": "samples", "seconds": "seconds", "steps": "step"}
 
@@ -70,7 +70,7 @@ into every experiment.json when the experiment starts). Three checkpoints rather
 last alone: one evaluation of 500 problems has a binomial standard error near 2 points."""
 
 SAMPLED_METRICS = ("eval_pass_at_1", "eval_pass_at_4", "eval_pass_at_8", "eval_mean_at_8")
-"""Sampled held-out metrics (zoo/core/evaluation.py), summarised like the headline."""
+"""Sampled held-out metrics (zoo/services/evaluation.py), summarised like the headline."""
 
 FIT_BOOTSTRAP_REPS = 200
 
@@ -285,7 +285,7 @@ OFF_POLICY_METRICS = (
     "mismatch_logprob_max", "mismatch_kl", "is_weight_mean", "is_truncated_frac",
     "is_masked_frac", "cov_clip_frac", "kl_cov_frac", "kl_cov_penalty", "dual_clip_frac",
 )  # fmt: skip
-"""Per-step metrics of the training regime (zoo/core/trainer.py, zoo/core/offpolicy.py)
+"""Per-step metrics of the training regime (zoo/services/trainer.py, zoo/services/offpolicy.py)
 and the algorithms' mechanisms; a column appears when some run logged it."""
 
 

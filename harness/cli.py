@@ -191,9 +191,9 @@ TYPE_METAVARS = {int: "N", float: "X", str: "NAME"}
 
 def add_training_arguments(p: argparse.ArgumentParser) -> None:
     """Options shared by `run` and `compare`: one flag per RunConfig field (its docstring
-    is the help, its type the parser, ``zoo.core.run_config.CHOICES`` its valid values), so the
+    is the help, its type the parser, ``zoo.run.run_config.CHOICES`` its valid values), so the
     command line cannot drift from the config."""
-    from zoo.core.run_config import CHOICES, REAL_MODEL_DEFAULTS, RunConfig, run_defaults
+    from zoo.run.run_config import CHOICES, REAL_MODEL_DEFAULTS, RunConfig, run_defaults
 
     docs = field_docs(RunConfig)
     types = typing.get_type_hints(RunConfig)
@@ -310,7 +310,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except RuntimeError as exc:
-        # (zoo.core.placement's, imported lazily; zoo.core.runlog's: a disk that is full)
+        # (zoo.placement's, imported lazily; zoo.run.runlog's: a disk that is full)
         if type(exc).__name__ not in ("ServiceFailure", "StorageError"):
             raise
         print(f"error: {exc}", file=sys.stderr)
@@ -320,7 +320,7 @@ def main(argv: list[str] | None = None) -> int:
 def apply_placement_file(args: argparse.Namespace) -> dict:
     """Read --config (a placement file): it sets --placement monarch and, unless --model is
     given, the model. Returns the placement to record in the run config ({} without one)."""
-    from zoo.core.placement_config import PlacementConfig
+    from zoo.placement.config import PlacementConfig
 
     distributed = {}
     if args.config:
@@ -333,7 +333,7 @@ def apply_placement_file(args: argparse.Namespace) -> dict:
 
 
 def run_config(args: argparse.Namespace, algorithm: str, env: str, seed: int):
-    from zoo.core.run_config import RunConfig, run_defaults
+    from zoo.run.run_config import RunConfig, run_defaults
 
     defaults = run_defaults(args.model)
     for name, value in defaults.items():  # options left unset take the model's defaults
@@ -379,7 +379,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 def _train(cfg, out: Path, args: argparse.Namespace) -> list[dict]:
     from harness.runner import execute_run
     from zoo.core.progress import add_run_task, make_progress, run_columns, update_run_task
-    from zoo.core.wiring import build_services
+    from zoo.run.wiring import build_services
 
     services = build_services(cfg, quiet=args.quiet)
     with make_progress(args.quiet, *run_columns()) as progress:
@@ -402,7 +402,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     if args.vary_one_at_a_time and not args.vary:
         raise ConfigError("--vary-one-at-a-time needs at least one --vary KEY=V1,V2")
     if not (args.budget_flops or args.budget_samples or args.budget_seconds):
-        from zoo.core.models import TINY_MODELS
+        from zoo.models.presets import TINY_MODELS
 
         if args.model not in TINY_MODELS:
             raise ConfigError(

@@ -5,11 +5,11 @@ It takes the flags of ``run`` (the same RunConfig), and checks, for that run:
 - sandbox: a program in the code sandbox tries to connect to a port this process listens
   on and to write a file into a folder of this host; both must fail (zoo/envs/sandbox.py);
 - vllm: a vLLM engine starts in this process on the tiny model and generates (it is built
-  and cached on first use, zoo/core/tiny.py); skipped with ``--generator hf``;
+  and cached on first use, zoo/models/tiny.py); skipped with ``--generator hf``;
 - disk: free space where the run writes (``--out``, else ``results/``) against two
   checkpoints of the model (a save writes the new one before it removes the old), plus
   the metrics; how much the cadence (``--checkpoint-every``) writes over the run is shown;
-- memory: the run's estimate (zoo/core/memory.py, as ``list models`` and the pre-flight
+- memory: the run's estimate (zoo/models/memory.py, as ``list models`` and the pre-flight
   check compute it) against this machine's memory (or the GPU's).
 
 Each check is PASS, WARN or FAIL with what to do; the exit status is 1 when one FAILs.
@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from zoo.core.run_config import RunConfig
+from zoo.run.run_config import RunConfig
 
 CHECKS = ("sandbox", "vllm", "disk", "memory")
 CHECKPOINT_EXTRA_BYTES = 4 * 2**20
@@ -52,7 +52,7 @@ def checkpoint_bytes(params: int) -> int:
 def check_disk(cfg: RunConfig, out: Path, free_bytes: int | None = None) -> Check:
     """Room for two checkpoints at once (the new one is written before the old is removed)
     and the metrics, on the disk that holds ``out``."""
-    from zoo.core.models import model_shape
+    from zoo.models.presets import model_shape
 
     where = next((p for p in [out, *out.parents] if p.exists()), Path.cwd())
     free = shutil.disk_usage(where).free if free_bytes is None else free_bytes
@@ -75,9 +75,9 @@ def check_disk(cfg: RunConfig, out: Path, free_bytes: int | None = None) -> Chec
 def check_memory(cfg: RunConfig, capacity_bytes: int | None = None) -> Check:
     """The run's memory estimate (``list models``) against this machine's (or GPU's)."""
     from zoo.algorithms import get_algorithm
-    from zoo.core.memory import memory_estimate
-    from zoo.core.models import model_shape
     from zoo.envs import get_env
+    from zoo.models.memory import memory_estimate
+    from zoo.models.presets import model_shape
 
     device = cfg.resolved_device()
     shape = model_shape(cfg.model, cfg.model_path)
@@ -179,9 +179,9 @@ def check_vllm(cfg: RunConfig) -> Check:
         return Check("vllm", "PASS", "skipped: --generator hf generates with transformers")
     start = time.monotonic()
     try:
-        from zoo.core.generator import VLLMGenerator
-        from zoo.core.sampling import SamplingConfig
-        from zoo.core.tiny import encode, tiny_model_path
+        from zoo.models.tiny import encode, tiny_model_path
+        from zoo.services.generation.vllm import VLLMGenerator
+        from zoo.services.sampling import SamplingConfig
 
         engine = VLLMGenerator(tiny_model_path(quiet=True), seed=0)
         out = engine.generate([encode("12+34=")], n=2, sampling=SamplingConfig(max_tokens=4))

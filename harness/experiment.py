@@ -20,13 +20,13 @@ from pathlib import Path
 from harness.runner import is_complete, run_name, train_one
 from zoo.algorithms import get_algorithm
 from zoo.core.config import ConfigError, coerce
-from zoo.core.ledger import Ledger
-from zoo.core.memory import memory_estimate
-from zoo.core.models import TINY_MODELS, check_model_name, model_shape, prefetch_model_config
 from zoo.core.progress import add_run_task, make_progress, run_columns, update_run_task
-from zoo.core.run_config import RunConfig
-from zoo.core.runlog import machine, now_iso, package_versions
 from zoo.envs import get_env
+from zoo.models.memory import memory_estimate
+from zoo.models.presets import TINY_MODELS, check_model_name, model_shape, prefetch_model_config
+from zoo.run.run_config import RunConfig
+from zoo.run.runlog import machine, now_iso, package_versions
+from zoo.services.ledger import Ledger
 
 
 def preflight(cfgs: list[RunConfig], conformance: bool = True) -> None:

@@ -27,9 +27,9 @@ from pathlib import Path
 from rich.progress import Progress
 
 from zoo.core.config import ConfigError
-from zoo.core.placement_config import PlacementConfig
 from zoo.core.progress import add_run_task, update_run_task
-from zoo.core.run_config import RunConfig
+from zoo.placement.config import PlacementConfig
+from zoo.run.run_config import RunConfig
 
 POLL_SECONDS = 1.0
 

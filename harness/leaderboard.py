@@ -20,13 +20,13 @@ import pandas as pd
 from harness.analysis import HEADLINE, write_analysis
 from harness.samples import last_eval_samples, samples_table, write_samples_pages
 from zoo.core.config import ConfigError
-from zoo.core.runlog import SAMPLES, read_sessions
+from zoo.run.runlog import SAMPLES, read_sessions
 
 
 def config_hash(run_config: dict) -> str:
     """Hash of everything that defines a run except its seed (and the fields that change
     nothing it computes, such as its trackers)."""
-    from zoo.core.run_config import NOT_DEFINING
+    from zoo.run.run_config import NOT_DEFINING
 
     payload = {k: v for k, v in run_config.items() if k != "seed" and k not in NOT_DEFINING}
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:12]

@@ -142,9 +142,9 @@ def print_models() -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from zoo.core.memory import memory_estimate
-    from zoo.core.models import MODEL_PRESETS, TINY_MODELS, model_shape
-    from zoo.core.run_config import run_defaults
+    from zoo.models.memory import memory_estimate
+    from zoo.models.presets import MODEL_PRESETS, TINY_MODELS, model_shape
+    from zoo.run.run_config import run_defaults
 
     gib = "{:.2f}".format
     table = Table(title="models (memory in GiB, one process, GRPO with a reference model)")

@@ -14,10 +14,10 @@ from typing import Any
 
 from harness.runner import execute_run, read_metrics
 from zoo.core.config import ConfigError
-from zoo.core.loop import resolved_config
-from zoo.core.run_config import RunConfig
-from zoo.core.runlog import is_timing_key, machine, package_versions, start_weights
-from zoo.core.wiring import build_services
+from zoo.run.loop import resolved_config
+from zoo.run.run_config import RunConfig
+from zoo.run.runlog import is_timing_key, machine, package_versions, start_weights
+from zoo.run.wiring import build_services
 
 
 @dataclass

@@ -1,8 +1,8 @@
-"""One run into one folder: config.json (with the run's provenance, see zoo.core.runlog),
+"""One run into one folder: config.json (with the run's provenance, see zoo.run.runlog),
 metrics.jsonl (flushed per step), samples.jsonl (the completions kept at each step and
 evaluation), sessions.jsonl (one line per start or resume), resumable checkpoints, and a
 ``complete.json`` marker once the budget is spent; the ``--report-to`` trackers
-(zoo.core.trackers) get the same. Shared by ``harness run`` and ``harness compare``."""
+(zoo.run.trackers) get the same. Shared by ``harness run`` and ``harness compare``."""
 
 from __future__ import annotations
 
@@ -13,14 +13,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from zoo.core.checkpoint import has_checkpoint, load_checkpoint, save_checkpoint
 from zoo.core.config import ConfigError
-from zoo.core.loop import RLLoop, resolved_config
-from zoo.core.run_config import NOT_DEFINING, RunConfig
-from zoo.core.runlog import SAMPLES, RunWriter, now_iso, start_weights, truncate_samples
-from zoo.core.trackers import STATE_FILE as TRACKER_STATE
-from zoo.core.trackers import Trackers, parse_report_to
-from zoo.core.wiring import Services, build_services
+from zoo.run.checkpoint import has_checkpoint, load_checkpoint, save_checkpoint
+from zoo.run.loop import RLLoop, resolved_config
+from zoo.run.run_config import NOT_DEFINING, RunConfig
+from zoo.run.runlog import SAMPLES, RunWriter, now_iso, start_weights, truncate_samples
+from zoo.run.trackers import STATE_FILE as TRACKER_STATE
+from zoo.run.trackers import Trackers, parse_report_to
+from zoo.run.wiring import Services, build_services
 
 COMPLETE = "complete.json"
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.runner import read_metrics
-from zoo.core.runlog import read_samples
+from zoo.run.runlog import read_samples
 
 COLUMNS = ("step", "kind", "index", "prompt", "completion", "reference", "reward",
            "advantage", "kept", "finish_reason", "policy_version")  # fmt: skip

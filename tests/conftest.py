@@ -25,7 +25,7 @@ def tiny_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Directory of the warm-started tiny model (Hugging Face format)."""
     if not os.environ.get("FORGE_ZOO_CACHE"):
         os.environ["FORGE_ZOO_CACHE"] = str(tmp_path_factory.mktemp("forge-zoo-cache"))
-    from zoo.core.tiny import tiny_model_path
+    from zoo.models.tiny import tiny_model_path
 
     return tiny_model_path(quiet=True)
 
@@ -34,7 +34,7 @@ def tiny_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def generator(tiny_path: Path):
     """One vLLM engine for the whole session. Tests that change its weights must restore
     the tiny model's weights (version 0) before they return."""
-    from zoo.core.generator import VLLMGenerator
+    from zoo.services.generation.vllm import VLLMGenerator
 
     return VLLMGenerator(tiny_path, seed=0)
 
@@ -62,14 +62,15 @@ def loop_builder(tiny_path: Path, generator):
     import torch
 
     from zoo.algorithms import get_algorithm
-    from zoo.core.ledger import Ledger
-    from zoo.core.loop import RLLoop
-    from zoo.core.models import ModelShape, load_hf_state_dict
-    from zoo.core.reference import Reference
-    from zoo.core.run_config import RunConfig
-    from zoo.core.trainer import Trainer
-    from zoo.core.wiring import Services, trainer_config_of
     from zoo.envs import get_env
+    from zoo.models.presets import ModelShape
+    from zoo.models.titan import load_hf_state_dict
+    from zoo.run.loop import RLLoop
+    from zoo.run.run_config import RunConfig
+    from zoo.run.wiring import Services, trainer_config_of
+    from zoo.services.ledger import Ledger
+    from zoo.services.reference import Reference
+    from zoo.services.trainer import Trainer
 
     start = load_hf_state_dict(tiny_path)
 

@@ -15,9 +15,9 @@ from harness.experiment import expand, parse_vary, run_name, variants, with_vari
 from zoo.algorithms import get_algorithm
 from zoo.algorithms.conformance import run_conformance
 from zoo.core.config import ConfigError
-from zoo.core.run_config import RunConfig
-from zoo.core.runlog import git_state
 from zoo.core.types import TrainBatch
+from zoo.run.run_config import RunConfig
+from zoo.run.runlog import git_state
 
 
 def test_the_grid_is_every_combination_in_flag_order():

@@ -1,4 +1,4 @@
-"""Crash-safe checkpoints (zoo/core/checkpoint.py): a save killed at any of its stages
+"""Crash-safe checkpoints (zoo/run/checkpoint.py): a save killed at any of its stages
 leaves a complete current checkpoint, and the run resumes to the numbers of an
 uninterrupted one; leftovers of older layouts and of kills are recovered from."""
 
@@ -11,10 +11,10 @@ import pytest
 import torch
 
 from harness.runner import execute_run, read_metrics
-from zoo.core import checkpoint
-from zoo.core.checkpoint import SAVE_STAGES, checkpoint_step, current, has_checkpoint
-from zoo.core.run_config import RunConfig
-from zoo.core.runlog import is_timing_key
+from zoo.run import checkpoint
+from zoo.run.checkpoint import SAVE_STAGES, checkpoint_step, current, has_checkpoint
+from zoo.run.run_config import RunConfig
+from zoo.run.runlog import is_timing_key
 
 
 class Killed(BaseException):

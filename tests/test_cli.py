@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from harness_cli import run_harness
 
-from zoo.core.runlog import is_timing_key
+from zoo.run.runlog import is_timing_key
 
 
 def harness(*args: str, cwd: Path, timeout: float = 600):
@@ -46,7 +46,7 @@ def test_every_run_config_field_is_reachable_from_the_command_line():
     import typing
 
     from harness.cli import CLI_OWN_FIELDS, build_parser, run_config
-    from zoo.core.run_config import CHOICES, RunConfig
+    from zoo.run.run_config import CHOICES, RunConfig
 
     def parse(*flags: str) -> RunConfig:
         args = build_parser().parse_args(["run", "grpo", *flags])

@@ -349,8 +349,8 @@ def test_code_envs_refuse_to_run_without_isolation(monkeypatch):
 
 
 def test_tiny_code_preset_leaves_the_tiny_recipe_key_alone():
-    from zoo.core.models import MODEL_PRESETS, model_shape
-    from zoo.core.tiny import RECIPE_VERSION, TINY_PRESETS, TinyRecipe
+    from zoo.models.presets import MODEL_PRESETS, model_shape
+    from zoo.models.tiny import RECIPE_VERSION, TINY_PRESETS, TinyRecipe
 
     fields = dataclasses.asdict(TinyRecipe())
     assert fields.pop("task") == "arithmetic"
@@ -368,7 +368,7 @@ def tiny_code_path(tmp_path_factory):
 
     if not os.environ.get("FORGE_ZOO_CACHE"):
         os.environ["FORGE_ZOO_CACHE"] = str(tmp_path_factory.mktemp("forge-zoo-cache"))
-    from zoo.core.tiny import TINY_PRESETS, tiny_model_path
+    from zoo.models.tiny import TINY_PRESETS, tiny_model_path
 
     return tiny_model_path(TINY_PRESETS["tiny-code"], quiet=True)
 

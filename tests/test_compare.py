@@ -19,7 +19,7 @@ from harness_cli import REPO, run_harness
 
 from harness.fits import fit_sigmoid, sigmoid_curve
 from harness.stats import iqm, stratified_bootstrap_ci
-from zoo.core.runlog import is_timing_key
+from zoo.run.runlog import is_timing_key
 
 SMALL = ["--prompts-per-step", "16", "--eval-points", "3", "--checkpoint-every", "2"]
 BUDGET = 2.5e10  # ~5 GRPO steps of 16 x 8 on the tiny model
@@ -141,7 +141,7 @@ def test_bootstrap_interval_covers_the_truth_and_narrows_with_more_seeds():
 
 @pytest.mark.slow
 def test_leaderboard_rows_carry_provenance_and_reproduce_matches(experiment):
-    from zoo.core.runlog import git_state
+    from zoo.run.runlog import git_state
 
     root = experiment.parent.parent
     dirty = git_state(REPO).dirty  # a working copy being edited; CI's clone is clean
@@ -257,7 +257,7 @@ def test_invalid_comparisons_fail_before_any_work(tmp_path, args, message):
 
 
 def test_a_model_too_large_for_this_machine_is_refused(tmp_path):
-    from zoo.core.models import qwen3_config_dir
+    from zoo.models.presets import qwen3_config_dir
 
     big = qwen3_config_dir("qwen3-8b", tmp_path)
     result = run_harness("compare", "grpo", "--model", str(big), "--budget", "1e18",
@@ -273,9 +273,9 @@ def test_on_gpus_a_split_trainer_counts_its_share_of_the_memory():
     processes share the host's memory: no split."""
     from harness.experiment import check_memory
     from zoo.core.config import ConfigError
-    from zoo.core.memory import memory_estimate
-    from zoo.core.models import model_shape
-    from zoo.core.run_config import RunConfig
+    from zoo.models.memory import memory_estimate
+    from zoo.models.presets import model_shape
+    from zoo.run.run_config import RunConfig
 
     shape = model_shape("qwen3-8b")
     h200 = 141 * 2**30

@@ -14,8 +14,8 @@ from test_faults import small_disk
 
 from harness.cli import main
 from harness.doctor import check_disk, check_memory, checkpoint_bytes, run_checks
-from zoo.core.models import model_shape
-from zoo.core.run_config import RunConfig
+from zoo.models.presets import model_shape
+from zoo.run.run_config import RunConfig
 
 
 def doctor(*args: str) -> tuple[int, str]:

@@ -1,4 +1,4 @@
-"""Held-out evaluation (zoo/core/evaluation.py, RLLoop.evaluate): the unbiased pass@k
+"""Held-out evaluation (zoo/services/evaluation.py, RLLoop.evaluate): the unbiased pass@k
 estimator against its closed form, and the loop's sampled metrics on the tiny model."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from itertools import combinations
 import pytest
 
 from zoo.core.config import ConfigError
-from zoo.core.evaluation import pass_at_k, sampled_metrics
+from zoo.services.evaluation import pass_at_k, sampled_metrics
 
 
 @pytest.mark.parametrize("n", [1, 2, 5, 8, 20])
@@ -49,7 +49,7 @@ def test_sampled_metrics_by_hand():
 
 
 def test_evaluate_reports_greedy_and_sampled_metrics_with_fixed_seeds(loop_for):
-    from zoo.core.run_config import RunConfig
+    from zoo.run.run_config import RunConfig
 
     loop = loop_for(RunConfig(prompts_per_step=8, eval_samples=8, seed=3))
     first, again = loop.evaluate(), loop.evaluate()
@@ -70,7 +70,7 @@ def test_evaluate_reports_greedy_and_sampled_metrics_with_fixed_seeds(loop_for):
 def test_sampled_evaluation_only_at_the_last_points_gives_the_same_numbers_there(loop_for):
     """sampled_eval_points=2: the last two evaluations (steps 4 and 5 of 0, 2, 4, 5) carry
     pass@k equal to a run that samples at every evaluation; the earlier ones greedy only."""
-    from zoo.core.run_config import RunConfig
+    from zoo.run.run_config import RunConfig
 
     def evals(cfg: RunConfig) -> dict[int, dict]:
         records: list[dict] = []
@@ -92,7 +92,7 @@ def test_sampled_evaluation_only_at_the_last_points_gives_the_same_numbers_there
 
 def test_sampled_points_of_a_budgeted_run_are_the_last_of_its_k_points(loop_for):
     """Budget mode: points 0..K by the highest one the spend has crossed."""
-    from zoo.core.run_config import RunConfig
+    from zoo.run.run_config import RunConfig
 
     loop = loop_for(RunConfig(budget_samples=800, eval_points=8, sampled_eval_points=3,
                               prompts_per_step=4, eval_samples=4))  # fmt: skip
@@ -112,7 +112,7 @@ def test_warm_start_selects_on_its_own_validation_split_never_the_held_out_one(
 ):
     """The tiny models' warm start stops on validation accuracy: the prompts it evaluates
     are train-stream problems it never trains on, and none is held out."""
-    from zoo.core import tiny
+    from zoo.models import tiny
 
     recipe = tiny.TinyRecipe(task=task, max_steps=20, eval_every=10, batch_size=64,
                              validation_size=100, target_accuracy=2.0)  # fmt: skip

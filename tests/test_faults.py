@@ -19,9 +19,9 @@ from pathlib import Path
 import pytest
 
 from harness.runner import execute_run, read_metrics
-from zoo.core.checkpoint import checkpoint_step, current
-from zoo.core.run_config import RunConfig
-from zoo.core.runlog import RunWriter, StorageError, is_timing_key
+from zoo.run.checkpoint import checkpoint_step, current
+from zoo.run.run_config import RunConfig
+from zoo.run.runlog import RunWriter, StorageError, is_timing_key
 
 
 def numbers(records: list[dict]) -> list[dict]:
@@ -168,9 +168,9 @@ def test_a_service_killed_at_a_random_step_recovers_or_resumes_identically(
     place; the trainer and the reference stop the run cleanly (ServiceFailure, the
     metrics whole), and ``--resume`` continues it. Either way the numbers equal an
     uninterrupted local run's."""
-    from zoo.core.placement import ServiceFailure
-    from zoo.core.placement_config import PlacementConfig
-    from zoo.core.wiring import build_services
+    from zoo.placement.calls import ServiceFailure
+    from zoo.placement.config import PlacementConfig
+    from zoo.run.wiring import build_services
 
     kill_step = random.Random(KILL_SEED + SERVICES.index(name)).randint(1, 3)
     print(f"seed {KILL_SEED + SERVICES.index(name)}: {name} killed after step {kill_step}")

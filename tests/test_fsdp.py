@@ -20,7 +20,8 @@ import torch
 import torch.multiprocessing as mp
 
 from zoo.algorithms import get_algorithm
-from zoo.core.trainer import RolloutBatch, Trainer, TrainerConfig
+from zoo.services.batch import RolloutBatch
+from zoo.services.trainer import Trainer, TrainerConfig
 
 SPLITS = {"fsdp": (2, 1), "tp": (2, 2), "2d": (4, 2)}
 """name: (processes, tensor-parallel degree); data-parallel degree = processes / tp."""
@@ -109,7 +110,7 @@ def worker(rank: int, port: int, paths: dict[str, str], out_dir: str, split: str
             algo = get_algorithm(algo_name, **overrides)
             batches = make_batches(rows, seed=len(name))
             trainer = Trainer(Path(paths[model]), config, RESPONSE, tensor_parallel=tp)
-            assert trainer.world == world and trainer.split.tensor_parallel == tp
+            assert trainer.world == world and trainer.parallel.tensor_parallel == tp
             assert trainer.sharded == (world > tp)  # FSDP2 over the tensor-parallel groups
             tied = trainer.model.enable_weight_tying
             metrics, grads, checkpoint = [], None, None

@@ -23,7 +23,7 @@ from harness_cli import run_harness
 
 from harness.cli import main
 from zoo.core.config import ConfigError
-from zoo.core.placement_config import PlacementConfig
+from zoo.placement.config import PlacementConfig
 
 # ------------------------------------------------------------------ command lines
 

@@ -8,11 +8,12 @@ import pytest
 import torch
 
 from zoo.algorithms import get_algorithm
-from zoo.core.generator import SamplingConfig
-from zoo.core.models import load_hf_state_dict
-from zoo.core.tokenizer import EOS_ID
-from zoo.core.trainer import RolloutBatch, Trainer, TrainerConfig, response_logprobs
 from zoo.envs import get_env
+from zoo.models.titan import load_hf_state_dict
+from zoo.models.tokenizer import EOS_ID
+from zoo.services.batch import RolloutBatch, response_logprobs
+from zoo.services.sampling import SamplingConfig
+from zoo.services.trainer import Trainer, TrainerConfig
 
 MAX_TOKENS = 6
 SAMPLING = SamplingConfig(temperature=1.0, max_tokens=MAX_TOKENS)
@@ -119,7 +120,7 @@ def test_a_batch_with_more_prompt_tokens_than_one_engine_step_samples_as_small_b
     # step: vLLM spreads them over steps without splitting a prompt (a split prefill
     # rewinds the seeded generator, which crashed on CPU), and per-request seeds give the
     # samples the same prompts give in batches of 16.
-    from zoo.core.generator import MAX_BATCHED_TOKENS
+    from zoo.services.generation.vllm import MAX_BATCHED_TOKENS
 
     g = torch.Generator().manual_seed(0)
     prompts = [torch.randint(3, 200, (90,), generator=g).tolist() for _ in range(128)]
@@ -181,7 +182,7 @@ def test_a_second_engine_garbage_collected_leaves_the_first_working(generator, t
     is not initialized" after the tensor-parallel test)."""
     import gc
 
-    from zoo.core.generator import VLLMGenerator
+    from zoo.services.generation.vllm import VLLMGenerator
 
     prompts = mixed_length_prompts(2, seed=3)
     before = generator.generate(prompts, n=2, sampling=SAMPLING, seeds=[0, 1, 2, 3])
@@ -198,7 +199,7 @@ def test_tensor_parallel_engine_generates_and_syncs_like_one_process(generator, 
     """vLLM tensor parallelism over 2 worker processes (services.generator.procs: 2):
     the same greedy continuations and, for seeded samples, the same tokens with logprobs
     to float rounding as the one-process engine; a weight update reaches both workers."""
-    from zoo.core.generator import make_generator
+    from zoo.services.generation import make_generator
 
     split = make_generator("vllm", tiny_path, seed=0, tensor_parallel=2)
     eval_prompts = [list(p.text.encode()) for p in get_env("arithmetic").eval_prompts()[:64]]

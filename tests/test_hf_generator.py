@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from zoo.core.generator import SamplingConfig
-from zoo.core.hf_generator import HFGenerator
 from zoo.envs import get_env
+from zoo.services.generation.hf import HFGenerator
+from zoo.services.sampling import SamplingConfig
 
 
 @pytest.fixture(scope="module")

@@ -21,8 +21,8 @@ import torch
 from harness_cli import REPO, run_harness
 from hub_server import LocalHub
 
-from zoo.core.models import CHATML_TEMPLATE
-from zoo.core.tokenizer import save_tokenizer
+from zoo.models.presets import CHATML_TEMPLATE
+from zoo.models.tokenizer import save_tokenizer
 
 QWEN = "Qwen/Qwen3-0.6B"  # the preset qwen3-0.6b's repo, served here with a small model
 

@@ -14,9 +14,9 @@ from harness_cli import run_harness
 
 from harness.jobs import host_groups, hosts_needed, last_record, worker_slots
 from zoo.core.config import ConfigError
-from zoo.core.placement_config import PlacementConfig, ServiceLayout
-from zoo.core.run_config import RunConfig
-from zoo.core.runlog import is_timing_key
+from zoo.placement.config import PlacementConfig, ServiceLayout
+from zoo.run.run_config import RunConfig
+from zoo.run.runlog import is_timing_key
 
 
 def test_cpu_workers_get_disjoint_cores():

@@ -7,9 +7,10 @@ import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from zoo.core.ledger import Ledger
-from zoo.core.models import ModelShape, build_titan_model
-from zoo.core.trainer import response_logprobs
+from zoo.models.presets import ModelShape
+from zoo.models.titan import build_titan_model
+from zoo.services.batch import response_logprobs
+from zoo.services.ledger import Ledger
 
 
 def attention_flops_by_hand(shape: ModelShape, length: int) -> int:
@@ -68,7 +69,8 @@ def test_ledger_matches_counted_matmuls_at_qwen3_sizes(name, tmp_path):
     matmuls torch counts equal the ledger's non-attention FLOPs exactly, and the whole
     count is within 2% of the ledger (torch's meta attention is the non-causal math path,
     so it counts every query-key pair; the ledger counts the causal half)."""
-    from zoo.core.models import qwen3_config_dir, titan_qwen3_config
+    from zoo.models.presets import qwen3_config_dir
+    from zoo.models.titan import titan_qwen3_config
 
     path = qwen3_config_dir(name, tmp_path)
     with torch.device("meta"):

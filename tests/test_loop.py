@@ -9,8 +9,8 @@ import math
 import pytest
 
 from zoo.algorithms import get_algorithm, list_algorithms
-from zoo.core.run_config import RunConfig
-from zoo.core.runlog import RunWriter
+from zoo.run.run_config import RunConfig
+from zoo.run.runlog import RunWriter
 
 BUILTINS = [
     "cispo",

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from zoo.core.models import build_titan_model
-from zoo.core.tokenizer import save_tokenizer
-from zoo.core.trainer import Trainer, TrainerConfig
+from zoo.models.titan import build_titan_model
+from zoo.models.tokenizer import save_tokenizer
+from zoo.services.trainer import Trainer, TrainerConfig
 
 
 def hf_model(path: Path):

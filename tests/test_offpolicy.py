@@ -1,6 +1,6 @@
-"""The trainer-sampler gap (zoo/core/offpolicy.py): its metrics and the corrections, each
+"""The trainer-sampler gap (zoo/services/offpolicy.py): its metrics and the corrections, each
 against a plain-Python computation of its definition, and the group-aligned mini-batch
-split the trainer uses (zoo/core/trainer.py)."""
+split the trainer uses (zoo/services/trainer.py)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import math
 import pytest
 import torch
 
-from zoo.core.offpolicy import CORRECTIONS, correction_weights, mismatch_metrics
-from zoo.core.trainer import combine_updates, mini_batch_slices
+from zoo.services.offpolicy import CORRECTIONS, correction_weights, mismatch_metrics
+from zoo.services.trainer import combine_updates, mini_batch_slices
 
 # two responses of 3 and 2 tokens (one padding column), sampler vs trainer log-probs
 MASK = [[1.0, 1.0, 1.0], [1.0, 1.0, 0.0]]

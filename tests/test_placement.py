@@ -17,14 +17,14 @@ from safetensors.torch import load_file
 
 from harness.runner import execute_run, read_metrics
 from zoo.core.config import ConfigError
-from zoo.core.loop import RLLoop
-from zoo.core.models import ModelShape
-from zoo.core.placement import ServiceFailure
-from zoo.core.placement_config import PlacementConfig
-from zoo.core.run_config import RunConfig
-from zoo.core.runlog import is_timing_key
-from zoo.core.sharding import check_tensor_parallel
-from zoo.core.wiring import build_services
+from zoo.models.parallelism import check_tensor_parallel
+from zoo.models.presets import ModelShape
+from zoo.placement.calls import ServiceFailure
+from zoo.placement.config import PlacementConfig
+from zoo.run.loop import RLLoop
+from zoo.run.run_config import RunConfig
+from zoo.run.runlog import is_timing_key
+from zoo.run.wiring import build_services
 
 
 def numbers(records: list[dict]) -> list[dict]:
@@ -90,9 +90,9 @@ def test_a_save_killed_on_monarch_resumes_to_the_uninterrupted_numbers(
     stage, tmp_path, monkeypatch
 ):
     """The trainer runs in its own process; the loop fetches its weights and writes every
-    part of the checkpoint (zoo/core/checkpoint.py). A save killed before and after the
+    part of the checkpoint (zoo/run/checkpoint.py). A save killed before and after the
     checkpoint becomes current resumes to the numbers of an uninterrupted local run."""
-    from zoo.core import checkpoint
+    from zoo.run import checkpoint
 
     cfg = RunConfig(steps=3, prompts_per_step=8, eval_every=3, checkpoint_every=1,
                     placement="monarch", device="cpu", eval_samples=0,

@@ -1,4 +1,4 @@
-"""What a run records about the code and weights behind it (zoo.core.runlog, the runner,
+"""What a run records about the code and weights behind it (zoo.run.runlog, the runner,
 the experiment manifest) and how the leaderboard uses it: refusing rows from a modified
 tree unless asked, listing every commit behind a row. Small and offline: temporary git
 repositories and hand-made run folders, no real training."""
@@ -17,9 +17,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from zoo.core import runlog
 from zoo.core.config import ConfigError
-from zoo.core.runlog import GitState, RunWriter, git_state, installed_packages, weights_sha256
+from zoo.run import runlog
+from zoo.run.runlog import GitState, RunWriter, git_state, installed_packages, weights_sha256
 
 GIT_ENV = {
     "GIT_AUTHOR_NAME": "t",
@@ -179,7 +179,7 @@ class FakeLoop:
 
 def test_execute_run_records_sessions_and_the_finish(tmp_path, monkeypatch, fresh_process_state):
     import harness.runner as runner
-    from zoo.core.run_config import RunConfig
+    from zoo.run.run_config import RunConfig
 
     model = tmp_path / "model"
     model.mkdir()
@@ -233,7 +233,7 @@ def test_execute_run_records_sessions_and_the_finish(tmp_path, monkeypatch, fres
 
 def test_a_resume_keeps_the_experiments_first_command_and_date(tmp_path, monkeypatch):
     import harness.experiment as experiment
-    from zoo.core.run_config import RunConfig
+    from zoo.run.run_config import RunConfig
 
     cfgs = [RunConfig(algorithm="grpo", seed=s) for s in range(2)]
     times = iter(["2026-01-01T00:00:00+00:00", "2026-01-02T00:00:00+00:00",

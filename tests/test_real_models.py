@@ -17,21 +17,21 @@ import torch
 from harness_cli import run_harness
 
 from zoo.core.config import ConfigError
-from zoo.core.loop import RLLoop
-from zoo.core.models import (
+from zoo.envs import Prompt
+from zoo.models.presets import (
     CHATML_TEMPLATE,
     QWEN3_SHAPES,
     ModelShape,
     model_shape,
     qwen3_config_dir,
     resolve_model,
-    titan_qwen3_config,
 )
-from zoo.core.run_config import RunConfig
-from zoo.core.tokenizer import save_tokenizer
-from zoo.core.trainer import response_logprobs
-from zoo.core.wiring import build_services, prompt_encoder
-from zoo.envs import Prompt
+from zoo.models.titan import titan_qwen3_config
+from zoo.models.tokenizer import save_tokenizer
+from zoo.run.loop import RLLoop
+from zoo.run.run_config import RunConfig
+from zoo.run.wiring import build_services, prompt_encoder
+from zoo.services.batch import response_logprobs
 
 REVISION = "0123456789abcdef0123456789abcdef01234567"
 
@@ -132,7 +132,7 @@ def test_chat_prompts_go_through_the_checkpoints_chat_template(qwen3_checkpoint)
 def greedy_agrees_with_trainer(services, prompts: list[list[int]]) -> float:
     """Largest gap between the generator's greedy logprobs and the trainer's logprobs of
     the same tokens: near zero only when the generator holds the trainer's weights."""
-    from zoo.core.generator import SamplingConfig
+    from zoo.services.sampling import SamplingConfig
 
     groups = services.generator.generate(prompts, n=1, sampling=SamplingConfig(max_tokens=5),
                                          greedy=True)  # fmt: skip

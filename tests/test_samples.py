@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from harness.runner import execute_run
-from zoo.core.loop import EVAL_SAMPLES, SAMPLE_GROUPS
-from zoo.core.run_config import RunConfig
-from zoo.core.runlog import read_samples
+from zoo.run.loop import EVAL_SAMPLES, SAMPLE_GROUPS
+from zoo.run.run_config import RunConfig
+from zoo.run.runlog import read_samples
 
 SMALL = {"steps": 3, "prompts_per_step": 8, "eval_every": 2, "checkpoint_every": 2,
          "env_config": {"eval_size": 16}}  # fmt: skip

@@ -7,7 +7,7 @@ import string
 
 import pytest
 
-from zoo.core.tokenizer import EOS_ID, EOS_TOKEN
+from zoo.models.tokenizer import EOS_ID, EOS_TOKEN
 
 
 @pytest.fixture(scope="module")

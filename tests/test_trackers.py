@@ -14,8 +14,8 @@ from harness_cli import run_harness
 
 from harness.runner import execute_run
 from zoo.core.config import ConfigError
-from zoo.core.run_config import RunConfig
-from zoo.core.trackers import TRACKERS, numeric_metrics, parse_report_to
+from zoo.run.run_config import RunConfig
+from zoo.run.trackers import TRACKERS, numeric_metrics, parse_report_to
 
 
 def installed(module: str) -> bool:

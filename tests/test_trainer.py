@@ -6,7 +6,8 @@ from __future__ import annotations
 import torch
 
 from zoo.algorithms import get_algorithm
-from zoo.core.trainer import RolloutBatch, Trainer, TrainerConfig
+from zoo.services.batch import RolloutBatch
+from zoo.services.trainer import Trainer, TrainerConfig
 
 
 def random_batch(size: int = 8, prompt: int = 6, response: int = 5) -> RolloutBatch:
@@ -71,7 +72,7 @@ def test_torchforge_train_step_matches_native_step(tiny_path):
 
 
 def test_learning_rate_schedules_by_hand():
-    from zoo.core.trainer import lr_at
+    from zoo.services.trainer import lr_at
 
     cfg = TrainerConfig(lr=1.0, warmup_steps=4, lr_schedule="constant")
     assert [lr_at(k, cfg) for k in range(6)] == [0.25, 0.5, 0.75, 1.0, 1.0, 1.0]

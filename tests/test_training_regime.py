@@ -1,4 +1,4 @@
-"""The training regime on the real tiny model (zoo/core/trainer.py, zoo/core/loop.py):
+"""The training regime on the real tiny model (zoo/services/trainer.py, zoo/run/loop.py):
 several optimizer steps per rollout batch against old log-probs computed once, the
 weights of older versions kept for async batches, scoring at the sampling temperature,
 and the corrections reaching the update."""
@@ -13,12 +13,13 @@ import torch
 
 from zoo.algorithms import get_algorithm
 from zoo.core.config import ConfigError
-from zoo.core.generator import SamplingConfig
-from zoo.core.reference import Reference
-from zoo.core.rollout import rollout_batch
-from zoo.core.run_config import RunConfig
-from zoo.core.trainer import RolloutBatch, Trainer, TrainerConfig, response_logprobs
 from zoo.envs import get_env
+from zoo.run.rollout import rollout_batch
+from zoo.run.run_config import RunConfig
+from zoo.services.batch import RolloutBatch, response_logprobs
+from zoo.services.reference import Reference
+from zoo.services.sampling import SamplingConfig
+from zoo.services.trainer import Trainer, TrainerConfig
 
 GROUP = 2
 
@@ -224,8 +225,8 @@ def test_each_builtins_mechanism_acts_in_a_default_run(loop_for, name):
 
 
 def test_the_memory_estimate_counts_the_weights_async_mode_keeps():
-    from zoo.core.memory import memory_estimate
-    from zoo.core.models import model_shape
+    from zoo.models.memory import memory_estimate
+    from zoo.models.presets import model_shape
 
     shape = model_shape("qwen3-1.7b")
     sizes = dict(sequences=64, seq_len=512, micro_batch=8, reference=False, compute_bytes=2)

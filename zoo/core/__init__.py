@@ -1,22 +1,15 @@
-"""The shared infra core, by layer (docs/architecture.md; tests/test_architecture.py
-checks that each module imports only its own layer and those listed before it).
+"""The plugin-facing contracts: what an algorithm or env package imports, and nothing that
+knows about processes, devices or models (docs/architecture.md's bottom layer).
 
-contracts    types.py (Completion, TrainBatch, LossOutput), config.py (dataclass configs,
-             overrides), registry.py (built-ins and entry points), losses.py (aggregation,
-             k3 KL, group advantages), progress.py (progress bars), hub.py (Hugging Face
-             Hub downloads; when not to download)
-models       models.py (presets, loading, Hugging Face <-> TorchTitan), memory.py (memory
-             estimates), tiny.py (the embedded tiny models), tokenizer.py (their byte-level
-             tokenizer), sharding.py (FSDP2, tensor parallelism)
-services     sampling.py, generator.py (vLLM; make_generator), hf_generator.py
-             (transformers), trainer.py (TorchTitan Qwen3, AdamW, mini- and micro-batches,
-             old log-probs), reference.py, offpolicy.py (trainer-sampler mismatch and its
-             corrections), ledger.py (FLOPs, tokens, seconds), evaluation.py (pass@k)
-placement    placement/ (Monarch actors, proxies, replicas, weight sync, spawning),
-             placement_config.py (placement files)
-the loop     run_config.py (RunConfig), wiring.py (build_services), rollout.py (seeds,
-             packing), loop.py (RLLoop: one step, the run), checkpoint.py, runlog.py
-             (provenance, metrics, samples), trackers.py (TensorBoard, W&B, MLflow)
+types.py      Completion, TrainBatch, LossOutput
+config.py     dataclass configs, overrides, ConfigError
+registry.py   built-ins and entry points
+losses.py     aggregation, k3 KL, group advantages, shared estimators
+progress.py   progress bars
+hub.py        Hugging Face Hub downloads; when not to download
+
+The layers above live in folders of their own: zoo.models, zoo.services, zoo.placement,
+zoo.run (tests/test_architecture.py checks that each imports only the layers below).
 """
 
 from zoo.core.types import Completion, LossOutput, TrainBatch

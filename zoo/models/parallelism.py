@@ -1,27 +1,35 @@
-"""How the trainer's model is split over processes (``Split``): FSDP2 data parallelism
-(torch's own ``fully_shard``), tensor parallelism (TorchTitan's own sharding plan for
-Qwen3), or both (2-D).
+"""Parallelism applied to the trainer's model from outside it, as TorchTitan applies it
+outside its train step: ``parallelize(model, ...)`` returns how the model and each batch
+are split over the ranks of the default process group, and the trainer's step stays the
+one-process loop (micro-batches, loss, backward, optimizer step).
 
-FSDP2: each data-parallel rank holds 1/dp of each parameter, gradient and AdamW moment,
-and trains on its own rows of the batch. Tensor parallelism: the ranks of a group run the
-same rows, each holding 1/tp of each weight matrix (attention heads, MLP columns,
-vocabulary). The helpers here are collectives unless said otherwise: every rank must
-call them, in the same order.
+``OneProcess`` is the plain case: every row here, nothing to combine. ``Split`` adds FSDP2
+data parallelism (torch's own ``fully_shard``), tensor parallelism (TorchTitan's own
+sharding plan for Qwen3), or both (2-D). FSDP2: each data-parallel rank holds 1/dp of each
+parameter, gradient and AdamW moment, and trains on its own rows of the batch. Tensor
+parallelism: the ranks of a group run the same rows, each holding 1/tp of each weight
+matrix (attention heads, MLP columns, vocabulary). The helpers here are collectives unless
+said otherwise: every rank must call them, in the same order.
 """
 
 from __future__ import annotations
 
-import copy
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Protocol, Self
 
 import torch
 import torch.distributed as dist
-from torch.distributed.tensor import DTensor, distribute_tensor
 
 from zoo.core.config import ConfigError
+from zoo.models.sharded_state import (
+    full_optimizer_state,
+    full_tensors,
+    load_full_model_state,
+    load_full_optimizer_state,
+)
 
 if TYPE_CHECKING:
-    from zoo.core.models import ModelShape
+    from zoo.models.presets import ModelShape
 
 
 def world_size() -> int:
@@ -92,81 +100,6 @@ def sum_over_ranks(values: dict[str, float], group=None) -> dict[str, float]:
     return total
 
 
-def full_tensors(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """DTensors gathered to whole tensors, in ``state``'s order (so every rank must pass
-    the same keys in the same order); other values unchanged. Always new memory: a
-    snapshot does not change with later steps."""
-    return {k: _whole(v) if isinstance(v, DTensor) else v for k, v in state.items()}
-
-
-def _whole(tensor: DTensor) -> torch.Tensor:
-    whole = tensor.full_tensor()
-    # A DTensor replicated on every mesh axis (a norm's weight under tensor parallelism)
-    # hands out its local tensor itself.
-    return whole.clone() if whole.data_ptr() == tensor.to_local().data_ptr() else whole
-
-
-def full_optimizer_state(optimizer: torch.optim.Optimizer) -> dict:
-    """``optimizer.state_dict()`` with every sharded state tensor gathered whole: the same
-    layout (parameters by position) as an unsharded optimizer's, so checkpoints do not
-    depend on the world size."""
-    state = optimizer.state_dict()
-    # optimizer.state_dict() hands out the live state tensors; the unsharded ones (AdamW's
-    # step counts) are cloned so later steps do not change a checkpoint taken now.
-    return {
-        "state": {
-            i: {
-                k: v.clone() if torch.is_tensor(v) and not isinstance(v, DTensor) else v
-                for k, v in full_tensors(s).items()
-            }
-            for i, s in sorted(state["state"].items())
-        },
-        "param_groups": copy.deepcopy(state["param_groups"]),
-    }
-
-
-def load_full_optimizer_state(optimizer: torch.optim.Optimizer, state: dict) -> None:
-    """Inverse of ``full_optimizer_state``: each rank keeps its own shard of each whole
-    state tensor, cut like the parameter it belongs to. Every rank must pass the same
-    ``state``; no communication (``src_data_rank=None``: each rank slices locally)."""
-    params = [p for group in optimizer.param_groups for p in group["params"]]
-    sharded: dict[int, dict] = {}
-    for i, entry in state["state"].items():
-        param = params[i]
-        sharded[i] = {}
-        for k, v in entry.items():
-            # AdamW updates its state in place: leave the caller's copy alone (a replicated
-            # DTensor would otherwise hold the caller's tensor itself).
-            if torch.is_tensor(v):
-                v = v.to(param.device, copy=True)
-            if isinstance(param, DTensor) and torch.is_tensor(v) and v.shape == param.shape:
-                v = distribute_tensor(v, param.device_mesh, param.placements, src_data_rank=None)
-            sharded[i][k] = v
-    optimizer.load_state_dict({"state": sharded, "param_groups": state["param_groups"]})
-
-
-def load_full_model_state(model: torch.nn.Module, state: dict[str, torch.Tensor]) -> None:
-    """Load whole tensors (TorchTitan naming) into a sharded model, strictly: each rank
-    keeps its shard. Every rank must pass the same ``state``.
-
-    Not torch.distributed.checkpoint's set_model_state_dict: it matches keys against
-    parameter names, while TorchTitan's fused attention saves and loads its ``wqkv``
-    weight as separate wq/wk/wv entries through state-dict hooks. Here each whole tensor
-    becomes a DTensor laid out like the model's own state-dict entry of that name (what
-    the hooks expect), and load_state_dict does the rest."""
-    layout = model.state_dict()  # gathers the hook-split entries, so a collective
-    local = {}
-    for k, v in state.items():
-        like = layout.get(k)
-        if isinstance(like, DTensor):
-            v = distribute_tensor(
-                v.to(like.device, like.dtype), like.device_mesh, like.placements,
-                src_data_rank=None,
-            )  # fmt: skip
-        local[k] = v
-    model.load_state_dict(local, strict=True)
-
-
 # --- Tensor parallelism, and FSDP2 over tensor-parallel groups -----------------------
 
 
@@ -207,6 +140,100 @@ def tensor_parallel_plan(model_config, degree: int) -> None:
     model_config.update_from_config(config=runtime)
 
 
+class Rows(Protocol):
+    """A batch of rows (the trainer's RolloutBatch): its size, and a part of it."""
+
+    @property
+    def size(self) -> int: ...
+
+    def rows(self, rows: slice) -> Self: ...
+
+
+class OneProcess:
+    """No parallelism: this process computes every row and holds whole tensors. The
+    methods are what the trainer's step calls; ``Split`` gives them their multi-process
+    meaning."""
+
+    tensor_parallel = 1
+    data_parallel = 1
+    dp_rank = 0
+    fsdp = False
+    """Data parallel: each rank computes its own rows of every batch."""
+
+    def __init__(self, empty_pass: Callable[[Rows], None] | None = None) -> None:
+        self.empty_pass = empty_pass
+        """A forward of one row (and, when gradients are on, a backward) that changes
+        nothing: what a rank whose rows ran out runs while the others still compute, so
+        that every rank makes the same collectives. Unused in one process."""
+
+    def autocast(self, device: torch.device, bf16: bool):
+        """The context that computes in bf16 when asked (sharded bf16 computes through
+        FSDP2's mixed-precision policy instead)."""
+        return torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16 and not self.fsdp)
+
+    def local_rows(self, size: int) -> slice:
+        """This rank's contiguous rows of a ``size``-row batch. Not a collective."""
+        return slice(0, size)
+
+    def micro_batches(self, batch: Rows, micro_batch_size: int) -> Iterator[tuple[int, Rows]]:
+        """(index of the first row, micro-batch) over this rank's rows of ``batch``,
+        ``micro_batch_size`` rows each (0: all of them at once). Every rank makes as many
+        passes as the one with the most rows (the first: ``row_slice``); a rank with fewer
+        runs ``empty_pass`` for the rest."""
+        rows = self.local_rows(batch.size)
+        most = -(-batch.size // self.data_parallel)
+        micro = micro_batch_size or max(most, 1)
+        for start in range(0, -(-most // micro) * micro, micro):
+            first = rows.start + start
+            if first >= rows.stop:
+                self.empty_pass(batch.rows(slice(0, 1)))
+                continue
+            yield first, batch.rows(slice(first, min(first + micro, rows.stop)))
+
+    def gather_rows(self, values: torch.Tensor) -> torch.Tensor:
+        """Per-row results (zero on the rows of other ranks) made whole on every rank."""
+        return values
+
+    def sum_metrics(self, values: dict[str, float]) -> dict[str, float]:
+        """Metrics summed over the data-parallel ranks (``*_max`` keys: the maximum)."""
+        return values
+
+    def reshard(self) -> None:
+        """Drop gathered weights that a forward kept, so that the next forward sees the
+        parameters as they are now."""
+
+    def whole_state(self, state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """The model's state dict with whole tensors, the same on every rank."""
+        return state
+
+    def load_whole_state(self, model: torch.nn.Module, state: dict[str, torch.Tensor]) -> None:
+        model.load_state_dict(state, strict=True)
+
+    def optimizer_state(self, optimizer: torch.optim.Optimizer) -> dict:
+        """The optimizer's state dict with whole tensors (``full_optimizer_state``)."""
+        return optimizer.state_dict()
+
+    def load_optimizer_state(self, optimizer: torch.optim.Optimizer, state: dict) -> None:
+        optimizer.load_state_dict(state)
+
+
+def parallelize(
+    model: torch.nn.Module,
+    device: torch.device,
+    tensor_parallel: int = 1,
+    bf16: bool = False,
+    empty_pass: Callable[[Rows], None] | None = None,
+) -> OneProcess:
+    """Split ``model`` in place over the ranks of the default process group (FSDP2 over
+    ``world / tensor_parallel`` data-parallel ranks, tensor parallelism within groups of
+    ``tensor_parallel``) and return how batches are split with it; ``OneProcess`` when
+    there is no group of more than one rank. Each rank splits its own copy: they agree as
+    long as every rank built the same weights (a checkpoint, or the same seed)."""
+    if world_size() == 1:
+        return OneProcess(empty_pass)
+    return Split(model, device, tensor_parallel, bf16, empty_pass)
+
+
 class _SumOverGroup(torch.autograd.Function):
     """All-reduce (sum) forward, identity backward: every rank computes the same loss from
     the sum, so the gradient of its own term is the gradient of the sum (Megatron-LM's
@@ -223,7 +250,7 @@ class _SumOverGroup(torch.autograd.Function):
         return grad, None
 
 
-class Split:
+class Split(OneProcess):
     """How the trainer's model is split over all ranks of the default process group:
     ``tensor_parallel`` ranks per tensor-parallel group (TorchTitan's Qwen3 plan, applied
     by its ``Module.parallelize``), and FSDP2 over the groups (world / tensor_parallel
@@ -238,10 +265,17 @@ class Split:
     top."""
 
     def __init__(
-        self, model: torch.nn.Module, device: torch.device, tensor_parallel: int, bf16: bool
+        self,
+        model: torch.nn.Module,
+        device: torch.device,
+        tensor_parallel: int,
+        bf16: bool,
+        empty_pass: Callable[[Rows], None] | None = None,
     ) -> None:
         from torch.distributed.device_mesh import init_device_mesh
 
+        super().__init__(empty_pass)
+        self.model = model
         world = world_size()
         self.tensor_parallel = tensor_parallel
         self.data_parallel = world // tensor_parallel
@@ -267,6 +301,44 @@ class Split:
     def fsdp(self) -> bool:
         """Data parallel: each rank trains on its own rows of every batch."""
         return self.data_parallel > 1
+
+    def local_rows(self, size: int) -> slice:
+        if self.fsdp:
+            return row_slice(size, self.dp_rank, self.data_parallel)
+        return slice(0, size)
+
+    def gather_rows(self, values: torch.Tensor) -> torch.Tensor:
+        if self.fsdp:  # each data-parallel rank filled its own rows
+            dist.all_reduce(values, group=self.dp_group)
+        return values
+
+    def sum_metrics(self, values: dict[str, float]) -> dict[str, float]:
+        return sum_over_ranks(values, self.dp_group) if self.fsdp else values
+
+    def reshard(self) -> None:
+        # FSDP2 keeps the root's gathered weights after a forward (``shard_model``).
+        if self.fsdp:
+            from torch.distributed.fsdp import FSDPModule
+
+            for module in self.model.modules():
+                if isinstance(module, FSDPModule):
+                    module.reshard()
+
+    def whole_state(self, state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        if getattr(self.model, "enable_weight_tying", False):
+            # the embedding's twin, which the Hugging Face export leaves out: not worth
+            # a gather
+            state = {k: v for k, v in state.items() if k != "lm_head.weight"}
+        return full_tensors(state)
+
+    def load_whole_state(self, model: torch.nn.Module, state: dict[str, torch.Tensor]) -> None:
+        load_full_model_state(model, state)
+
+    def optimizer_state(self, optimizer: torch.optim.Optimizer) -> dict:
+        return full_optimizer_state(optimizer)
+
+    def load_optimizer_state(self, optimizer: torch.optim.Optimizer, state: dict) -> None:
+        load_full_optimizer_state(optimizer, state)
 
     def vocab_logprobs(self, logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         """log softmax(logits)[target] over the whole vocabulary, given this rank's

@@ -34,7 +34,7 @@ from pathlib import Path
 
 import torch
 
-from zoo.core.tokenizer import EOS_ID, save_tokenizer
+from zoo.models.tokenizer import EOS_ID, save_tokenizer
 
 RECIPE_VERSION = 2
 """2: the warm start stops on a validation split of its own (1 stopped on the held-out
@@ -83,7 +83,7 @@ TINY_PRESETS = {
     # One torch thread: as fast as two at this size, and unharmed by a busy machine.
     "tiny-code": TinyRecipe(task="pyfunc", threads=1, validation_size=200),
 }
-"""Model presets built here, by name (zoo.core.models resolves them)."""
+"""Model presets built here, by name (zoo.models.presets resolves them)."""
 
 
 WARM_START_EVAL_TOKENS = {"arithmetic": 6, "pyfunc": 9}
@@ -196,7 +196,7 @@ def build_tiny_model(recipe: TinyRecipe, path: Path, quiet: bool = False) -> dic
 
 
 def encode(text: str) -> list[int]:
-    """Byte-level encoding: token id = byte value (see zoo/core/tokenizer.py)."""
+    """Byte-level encoding: token id = byte value (see zoo/models/tokenizer.py)."""
     return list(text.encode())
 
 

@@ -9,10 +9,10 @@
     trainer.logprobs         -> the old log-probs: the trainer's own, with the weights
                                 that sampled the batch, once per batch
     offpolicy                -> trainer-sampler mismatch metrics, and the run's correction
-                                (none, TIS, MIS, bypass) (zoo.core.offpolicy)
+                                (none, TIS, MIS, bypass) (zoo.services.offpolicy)
     reference.logprobs       -> only if algorithm.needs_reference
     trainer.train(batch, algorithm.loss)
-                             -> mini_batches x epochs optimizer steps (zoo.core.trainer)
+                             -> mini_batches x epochs optimizer steps (zoo.services.trainer)
     services.sync_weights    -> trainer weights to the generators, new policy version
     ledger                   -> FLOPs, tokens, seconds per phase
 
@@ -28,7 +28,7 @@ the algorithms' clips, caps and gates act). Async mode (Monarch placement) reque
 batches ``max_policy_age`` steps ahead, so generation overlaps training; the trainer keeps
 the weights of those versions to compute the old log-probs with the weights that sampled
 each batch. Services are built by ``build_services``, in this process or as Monarch actors
-(zoo.core.placement): a placement only has to provide objects with the same methods.
+(zoo.placement): a placement only has to provide objects with the same methods.
 """
 
 from __future__ import annotations
@@ -44,15 +44,15 @@ from typing import Any
 
 import torch
 
-from zoo.core.evaluation import sampled_metrics
-from zoo.core.generator import SamplingConfig
-from zoo.core.offpolicy import correction_weights, mismatch_metrics
-from zoo.core.rollout import EVAL_SEED_OFFSET, rollout_batch, sampling_seed
-from zoo.core.run_config import RunConfig
-from zoo.core.trainer import RolloutBatch
 from zoo.core.types import Completion
-from zoo.core.wiring import Services
 from zoo.envs import Prompt
+from zoo.run.rollout import EVAL_SEED_OFFSET, rollout_batch, sampling_seed
+from zoo.run.run_config import RunConfig
+from zoo.run.wiring import Services
+from zoo.services.batch import RolloutBatch
+from zoo.services.evaluation import sampled_metrics
+from zoo.services.offpolicy import correction_weights, mismatch_metrics
+from zoo.services.sampling import SamplingConfig
 
 SAMPLE_GROUPS = 2
 """Groups (prompts, with all their G completions) per step kept for samples.jsonl."""
@@ -242,7 +242,7 @@ class RLLoop:
     def evaluate(self, sampled: bool = True) -> dict[str, float]:
         """Held-out split (not charged to compute): mean reward of greedy decoding
         (``eval_reward``), and with ``eval_samples`` n > 0 (and ``sampled``) pass@k and
-        mean reward of n samples per prompt (zoo.core.evaluation), seeded per (run seed,
+        mean reward of n samples per prompt (zoo.services.evaluation), seeded per (run seed,
         prompt) so every checkpoint and every algorithm at this seed draws the same random
         numbers."""
         s, n = self.s, self.cfg.eval_samples if sampled else 0

@@ -9,23 +9,23 @@ from typing import Any
 
 from monarch.actor import this_host
 
-from zoo.core.models import ModelShape
-from zoo.core.placement.actors import (
+from zoo.models.parallelism import check_tensor_parallel
+from zoo.models.presets import ModelShape
+from zoo.placement.actors import (
     GeneratorActor,
     ReferenceActor,
     ScorerActor,
     TrainerActor,
 )
-from zoo.core.placement.calls import ServiceFailure, one_line, report_fault, result_of
-from zoo.core.placement.remote import (
+from zoo.placement.calls import ServiceFailure, one_line, report_fault, result_of
+from zoo.placement.remote import (
     RemoteGenerator,
     RemoteReference,
     RemoteScorer,
     RemoteTrainer,
     Replicas,
 )
-from zoo.core.placement.weight_sync import RDMAWeightSync
-from zoo.core.sharding import check_tensor_parallel
+from zoo.placement.weight_sync import RDMAWeightSync
 
 
 def split_cores(mode: str, device: str, on_this_host: bool) -> tuple[list | None, list | None]:
@@ -65,10 +65,10 @@ def spawn_monarch_services(
 ) -> dict[str, Any]:
     """Spawn the services' processes on this host and return the proxies. The processes
     inherit this one's environment (FORGE_ZOO_CACHE, thread settings). How many of each:
-    ``cfg.distributed`` (a placement file, zoo.core.placement_config), else one each."""
+    ``cfg.distributed`` (a placement file, zoo.placement.config), else one each."""
     import monarch.actor
 
-    from zoo.core.placement_config import PlacementConfig
+    from zoo.placement.config import PlacementConfig
 
     monarch.actor.unhandled_fault_hook = report_fault
     layout = PlacementConfig.from_dict(cfg.distributed)

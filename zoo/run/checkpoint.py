@@ -32,11 +32,11 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from zoo.core.models import load_hf_state_dict
-from zoo.core.runlog import StorageError
+from zoo.models.titan import load_hf_state_dict
+from zoo.run.runlog import StorageError
 
 if TYPE_CHECKING:
-    from zoo.core.loop import RLLoop
+    from zoo.run.loop import RLLoop
 
 STATE_FILE = "trainer_state.pt"
 MARKER = "checkpoint.json"

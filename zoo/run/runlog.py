@@ -5,7 +5,7 @@ seed), ``source.diff`` (the uncommitted changes to tracked files, when the tree 
 ``metrics.jsonl`` (one JSON object per step, flushed as it is written, so a crash never
 loses a finished step) and ``samples.jsonl`` (the completions kept at each step and
 evaluation, one JSON object per completion, flushed the same way). The trackers of
-``--report-to`` (zoo.core.trackers) get what these two files get, from here."""
+``--report-to`` (zoo.run.trackers) get what these two files get, from here."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from zoo.core.trackers import Trackers
+    from zoo.run.trackers import Trackers
 
 PACKAGES = (
     "forge-zoo",

@@ -11,10 +11,11 @@ from typing import Any
 
 import torch
 
-from zoo.core.generator import SamplingConfig
-from zoo.core.placement.calls import ServiceFailure, result_of
-from zoo.core.trainer import RolloutBatch, write_hf_checkpoint
 from zoo.core.types import Completion
+from zoo.placement.calls import ServiceFailure, result_of
+from zoo.services.batch import RolloutBatch
+from zoo.services.sampling import SamplingConfig
+from zoo.services.trainer import write_hf_checkpoint
 
 
 class Replicas:
@@ -205,8 +206,8 @@ class RemoteScorer:
     def __init__(self, replicas: Replicas) -> None:
         self.replicas = replicas
 
-    def score_batch(self, prompts: list[Any], texts: list[str]) -> list[float]:
-        return [r for part in self.replicas.submit("score_batch", (prompts, texts)).result()
+    def score_batch(self, prompts: list[Any], completions: list[str]) -> list[float]:
+        return [r for part in self.replicas.submit("score_batch", (prompts, completions)).result()
                 for r in part]  # fmt: skip
 
 

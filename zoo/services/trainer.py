@@ -13,23 +13,26 @@ So the first mini-batch sees a ratio pi_theta / pi_old of 1 and every later one 
 that moved: that is where the algorithms' clips, caps and gates act. Every pass scores
 tokens at the run's sampling temperature (logits / T), like the sampler.
 
-Sequences are laid out prompt + response, right-padded, so causal attention never lets a
-real token see a pad. Weights come in and go out in Hugging Face naming, the interchange
-format with the generator.
+Batches come as ``RolloutBatch`` (zoo/services/batch.py, with ``response_logprobs``, the
+log-probs every pass computes). Weights come in and go out in Hugging Face naming, the
+interchange format with the generator.
 
 Several processes: when the caller has initialised a torch.distributed process group of
-more than one rank before building the Trainer, the model is split over them
-(zoo/core/sharding.py): FSDP2 data parallelism by default, TorchTitan's Qwen3 tensor
-parallelism with ``tensor_parallel`` ranks per group, or both. Every rank gets the same
-whole batch; each data-parallel rank computes on its own contiguous slice of rows, which
-the ranks of its tensor-parallel group share. The update equals the one-process update,
-and all public methods are collectives: every rank calls them together, in the same order.
+more than one rank before building the Trainer, ``parallelize`` (zoo/models/parallelism.py)
+splits the model over them from outside the step: FSDP2 data parallelism by default,
+TorchTitan's Qwen3 tensor parallelism with ``tensor_parallel`` ranks per group, or both.
+The step itself is the one-process loop; what differs per rank comes from the object
+``parallelize`` returns (``self.parallel``): which rows this rank computes, the passes
+without rows that keep the ranks' collectives in step, and how per-rank results combine.
+Every rank gets the same whole batch; each data-parallel rank computes on its own
+contiguous slice of rows, which the ranks of its tensor-parallel group share. The update
+equals the one-process update, and all public methods are collectives: every rank calls
+them together, in the same order.
 """
 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import itertools
 import math
 from collections.abc import Callable, Iterator
@@ -39,92 +42,13 @@ from pathlib import Path
 import torch
 from torch.distributed.tensor import DTensor
 
-from zoo.core import sharding
 from zoo.core.config import ConfigError
 from zoo.core.losses import k3_kl
-from zoo.core.models import build_titan_model
 from zoo.core.types import LossOutput, TrainBatch
-
-
-@dataclass
-class RolloutBatch:
-    """Sequences ready for training. ``tokens`` holds prompt + response per row (right
-    padded); response token t of row i sits at position ``response_start[i] + t``. Rows
-    come in groups of ``group_size`` consecutive rows (the G responses of one prompt)."""
-
-    tokens: torch.Tensor
-    """[B, L] token ids."""
-    response_start: torch.Tensor
-    """[B] index of the first response token (= prompt length)."""
-    mask: torch.Tensor
-    """[B, T] 1 on response tokens."""
-    advantages: torch.Tensor
-    """[B] or [B, T]."""
-    old_logprobs: torch.Tensor | None = None
-    """[B, T] log pi_old, the policy the ratio is taken against: the trainer's own
-    log-probs with the weights that sampled each row (``Trainer.logprobs``), or the
-    sampler's. None: each update takes its own (detached), which is right only for a
-    single update per batch."""
-    ref_logprobs: torch.Tensor | None = None
-    sampler_logprobs: torch.Tensor | None = None
-    """[B, T] the generator's log-probs of the sampled tokens (the mismatch metrics and
-    corrections of zoo/core/offpolicy.py read them)."""
-    policy_versions: torch.Tensor | None = None
-    """[B] the policy version that sampled each row; None: the trainer's current one."""
-    group_size: int = 1
-    """Rows per group: mini-batches split only between groups."""
-
-    @property
-    def size(self) -> int:
-        return self.tokens.shape[0]
-
-    def _map(self, fn: Callable[[torch.Tensor], torch.Tensor]) -> RolloutBatch:
-        """A batch with ``fn`` applied to every tensor field (others kept as they are)."""
-        return RolloutBatch(
-            **{
-                f.name: fn(v) if isinstance(v := getattr(self, f.name), torch.Tensor) else v
-                for f in dataclasses.fields(self)
-            }
-        )
-
-    def to(self, device: torch.device) -> RolloutBatch:
-        return self._map(lambda t: t.to(device, non_blocking=True))
-
-    def rows(self, rows: slice | torch.Tensor) -> RolloutBatch:
-        """The batch restricted to ``rows`` (a slice or an index tensor)."""
-        return self._map(lambda t: t[rows])
-
-
-def response_logprobs(
-    model: torch.nn.Module,
-    tokens: torch.Tensor,
-    response_start: torch.Tensor,
-    width: int,
-    split: sharding.Split | None = None,
-    temperature: float = 1.0,
-) -> torch.Tensor:
-    """[B, width] log-probability of each response token under ``model`` (a TorchTitan
-    decoder; under tensor parallelism, per ``split``, its LM head gives each rank a slice
-    of the vocabulary), for sampling at ``temperature``: log softmax(logits / T), the
-    distribution the generator sampled from. The LM head runs only where a response token
-    is predicted: on prompt positions its output would be thrown away."""
-    positions = (response_start[:, None] - 1 + torch.arange(width, device=tokens.device)).clamp(
-        max=tokens.shape[1] - 2
-    )
-    model._skip_lm_head = True  # TorchTitan's Decoder flag: forward returns final hidden states
-    try:
-        hidden = model(tokens)
-    finally:
-        model._skip_lm_head = False
-    if isinstance(hidden, DTensor):  # tensor parallel: replicated over the group
-        hidden = hidden.to_local()  # (lm_head takes it back as a DTensor)
-    picked = hidden.gather(1, positions[..., None].expand(-1, -1, hidden.shape[-1]))
-    logits = model.lm_head(picked)
-    targets = tokens.gather(1, positions + 1)
-    if split is not None and split.tensor_parallel > 1:
-        return split.vocab_logprobs(logits.to_local().float() / temperature, targets)
-    logits = logits.float() / temperature
-    return torch.log_softmax(logits, dim=-1).gather(-1, targets[..., None]).squeeze(-1)
+from zoo.models import parallelism
+from zoo.models.parallelism import parallelize
+from zoo.models.titan import build_titan_model
+from zoo.services.batch import RolloutBatch, response_logprobs
 
 
 @dataclass
@@ -220,7 +144,7 @@ class Trainer:
         self.config = config
         self.max_response_len = max_response_len
         self.device = torch.device(device)
-        self.world = sharding.world_size()
+        self.world = parallelism.world_size()
         self.rank = torch.distributed.get_rank() if self.world > 1 else 0
         if tensor_parallel < 1 or self.world % tensor_parallel:
             raise ConfigError(
@@ -230,13 +154,10 @@ class Trainer:
         self.model, self.adapter = build_titan_model(
             model_path, init=init, device=self.device, tensor_parallel=tensor_parallel
         )
-        self.split: sharding.Split | None = None
-        """How the model is split over the ranks; None in one process."""
-        if self.world > 1:
-            # Each rank splits its own copy: they agree as long as every rank built the
-            # same weights (a checkpoint, or the same seed with init="random").
-            self.split = sharding.Split(self.model, self.device, tensor_parallel,
-                                        bf16=config.mixed_precision == "bf16")  # fmt: skip
+        self.parallel = parallelize(self.model, self.device, tensor_parallel,
+                                    bf16=config.mixed_precision == "bf16",
+                                    empty_pass=self._empty_pass)  # fmt: skip
+        """How the model and each batch are split over the ranks (``OneProcess``: not)."""
         self.model.train()
         self.optimizer = torch.optim.AdamW(
             self.model.parameters(),
@@ -254,34 +175,12 @@ class Trainer:
     @property
     def sharded(self) -> bool:
         """FSDP2 data parallelism: each data-parallel rank trains on its own rows."""
-        return self.split is not None and self.split.fsdp
-
-    def _autocast(self):
-        # Sharded bf16 computes in bf16 through FSDP2's policy instead of autocast.
-        return torch.autocast(
-            self.device.type,
-            dtype=torch.bfloat16,
-            enabled=self.config.mixed_precision == "bf16" and not self.sharded,
-        )
-
-    def _local_rows(self, batch: RolloutBatch) -> tuple[RolloutBatch, slice, int, int]:
-        """(this rank's rows, their slice, rows per pass, passes). Sharded: each
-        data-parallel rank takes its own contiguous rows, and every rank runs as many
-        passes as the largest slice needs (FSDP2 gathers and reduces weights in every
-        forward and backward, so all ranks must make the same calls)."""
-        if self.sharded:
-            dp, dp_rank = self.split.data_parallel, self.split.dp_rank
-            rows = sharding.row_slice(batch.size, dp_rank, dp)
-            most_rows = -(-batch.size // dp)  # data-parallel rank 0's slice is the largest
-        else:
-            rows, most_rows = slice(0, batch.size), batch.size
-        micro = self.config.micro_batch_size or max(most_rows, 1)
-        return batch.rows(rows), rows, micro, -(-most_rows // micro)
+        return self.parallel.fsdp
 
     def _logprobs(self, batch: RolloutBatch, width: int) -> torch.Tensor:
-        with self._autocast():
+        with self.parallel.autocast(self.device, self.config.mixed_precision == "bf16"):
             return response_logprobs(self.model, batch.tokens, batch.response_start, width,
-                                     self.split, self.config.temperature)  # fmt: skip
+                                     self.parallel, self.config.temperature)  # fmt: skip
 
     @torch.no_grad()
     def logprobs(self, batch: RolloutBatch) -> torch.Tensor:
@@ -301,18 +200,10 @@ class Trainer:
         return out
 
     def _logprobs_of_rows(self, batch: RolloutBatch, width: int) -> torch.Tensor:
-        local, rows, micro, passes = self._local_rows(batch)
         out = torch.zeros(batch.size, width, device=self.device)
-        for start in range(0, passes * micro, micro):
-            if start >= local.size:  # a forward for FSDP2's collectives; its values unused
-                self._logprobs(batch.rows(slice(0, 1)).to(self.device), width)
-                continue
-            mb = local.rows(slice(start, start + micro)).to(self.device)
-            first = rows.start + start
-            out[first : first + mb.size] = self._logprobs(mb, width).float()
-        if self.sharded:  # each data-parallel rank filled its own rows
-            torch.distributed.all_reduce(out, group=self.split.dp_group)
-        return out.cpu()
+        for first, mb in self.parallel.micro_batches(batch, self.config.micro_batch_size):
+            out[first : first + mb.size] = self._logprobs(mb.to(self.device), width).float()
+        return self.parallel.gather_rows(out).cpu()
 
     @contextlib.contextmanager
     def _weights_of(self, version: int) -> Iterator[None]:
@@ -328,7 +219,7 @@ class Trainer:
             )
         params = self._parameters()
         with torch.no_grad():
-            self._reshard()
+            self.parallel.reshard()
             current = [p.detach().clone() for p in params]
             for p, old in zip(params, self.kept_weights[version], strict=True):
                 p.copy_(old)
@@ -336,23 +227,13 @@ class Trainer:
             yield
         finally:
             with torch.no_grad():
-                self._reshard()
+                self.parallel.reshard()
                 for p, now in zip(params, current, strict=True):
                     p.copy_(now)
 
     def _parameters(self) -> list[torch.Tensor]:
         """The parameters as the optimizer holds them (FSDP2's sharded ones when split)."""
         return [p for group in self.optimizer.param_groups for p in group["params"]]
-
-    def _reshard(self) -> None:
-        """FSDP2 keeps the root's gathered weights after a forward (sharding.shard_model):
-        drop them, so the next forward gathers the parameters as they are now."""
-        if self.sharded:
-            from torch.distributed.fsdp import FSDPModule
-
-            for module in self.model.modules():
-                if isinstance(module, FSDPModule):
-                    module.reshard()
 
     def train(self, batch: RolloutBatch, loss_fn: Callable[[TrainBatch], LossOutput]) -> dict:
         """Train on one rollout batch: ``epochs`` passes, each over ``mini_batches``
@@ -386,22 +267,18 @@ class Trainer:
         """One optimizer step on ``batch`` (the policy version is ``train``'s to change);
         returns the loss metrics (token-weighted over micro-batches; ``*_max`` keys the
         max), ``policy_kl`` (k3 estimate of KL(pi_old || pi_theta) on its tokens) and the
-        gradient norm. Sharded: every rank passes the same whole batch, trains on its own
-        rows, and gets the whole batch's metrics."""
+        gradient norm. Split: every rank passes the same whole batch, trains on its own
+        rows (``self.parallel.micro_batches``), and gets the whole batch's metrics."""
         width = batch.mask.shape[1]
         # Counts over the whole batch, on every rank: each micro-batch's loss divides by
         # them, so the losses of all micro-batches of all ranks add up to the batch loss.
         num_sequences = int((batch.mask.sum(-1) > 0).sum())
         num_tokens = int(batch.mask.sum())
-        local, _, micro, passes = self._local_rows(batch)
         self.optimizer.zero_grad(set_to_none=True)
         sums: dict[str, float] = {}
         loss_total = 0.0  # micro-batch losses add up: each divides by whole-batch counts
-        for start in range(0, passes * micro, micro):
-            if start >= local.size:
-                self._padding_pass(batch, width)
-                continue
-            mb = local.rows(slice(start, start + micro)).to(self.device)
+        for _, mb in self.parallel.micro_batches(batch, self.config.micro_batch_size):
+            mb = mb.to(self.device)
             logprobs = self._logprobs(mb, width)
             old = mb.old_logprobs if mb.old_logprobs is not None else logprobs.detach()
             train_batch = TrainBatch(
@@ -432,9 +309,8 @@ class Trainer:
                     sums[k] = max(sums.get(k, v), v)
                 else:
                     sums[k] = sums.get(k, 0.0) + weight * v
-        if self.sharded:  # every rank reports the whole batch
-            sums = sharding.sum_over_ranks({**sums, "loss": loss_total}, self.split.dp_group)
-            loss_total = sums.pop("loss")
+        sums = self.parallel.sum_metrics({**sums, "loss": loss_total})  # the whole batch's
+        loss_total = sums.pop("loss")
         # Over split gradients (DTensors) torch computes the global norm (the per-shard
         # norms are combined across ranks) and returns it as a DTensor.
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.grad_clip)
@@ -450,13 +326,15 @@ class Trainer:
             out["lr"] = lr  # (not logged at a constant lr: older records stay comparable)
         return out
 
-    def _padding_pass(self, batch: RolloutBatch, width: int) -> None:
-        """A forward and backward that changes no gradient, for a rank with fewer rows
-        than the others (FSDP2's collectives need the same passes on every rank). Any
-        real row serves as input; its loss is zero times its log-probabilities, which
-        leaves the algorithm's loss (and its handling of empty masks) out of it."""
-        row = batch.rows(slice(0, 1)).to(self.device)
-        (self._logprobs(row, width).sum() * 0.0).backward()
+    def _empty_pass(self, row: RolloutBatch) -> None:
+        """A forward (and, when gradients are on, a backward) that changes nothing, for a
+        rank with fewer rows than the others: FSDP2's collectives need the same passes on
+        every rank (``parallel.micro_batches`` runs it). Any real row serves as input; the
+        loss is zero times its log-probabilities, which leaves the algorithm's loss (and
+        its handling of empty masks) out of it."""
+        logprobs = self._logprobs(row.to(self.device), row.mask.shape[1])
+        if torch.is_grad_enabled():
+            (logprobs.sum() * 0.0).backward()
 
     def train_step(self, inputs: list[dict], targets: list[dict]) -> float:
         """torchforge-compatible step: ``inputs = [{"tokens": [B, L]}]``, ``targets =
@@ -489,12 +367,9 @@ class Trainer:
     def hf_state_dict(self) -> dict[str, torch.Tensor]:
         """Current weights in Hugging Face naming (detached, contiguous); whole tensors on
         every rank when split."""
-        state = {k: v.detach() for k, v in self.model.state_dict().items()}
-        if self.split is not None:
-            if self.model.enable_weight_tying:
-                # the embedding's twin, which the export leaves out: not worth a gather
-                del state["lm_head.weight"]
-            state = sharding.full_tensors(state)
+        state = self.parallel.whole_state(
+            {k: v.detach() for k, v in self.model.state_dict().items()}
+        )
         return {k: v.contiguous() for k, v in self.adapter.to_hf(state).items()}
 
     def optimizer_steps(self) -> int:
@@ -509,20 +384,14 @@ class Trainer:
     def optimizer_state_dict(self) -> dict:
         """``torch.optim`` layout (parameters by position) with whole tensors, sharded or
         not: a checkpoint resumes at any world size."""
-        if self.split is not None:
-            return sharding.full_optimizer_state(self.optimizer)
-        return self.optimizer.state_dict()
+        return self.parallel.optimizer_state(self.optimizer)
 
     def load_state(self, hf_state_dict: dict[str, torch.Tensor], optimizer_state: dict,
                    version: int) -> None:  # fmt: skip
         """Restore weights (Hugging Face naming), optimizer state and policy version.
         Split: every rank passes the same whole state and keeps its own part."""
-        if self.split is not None:
-            sharding.load_full_model_state(self.model, self.adapter.from_hf(hf_state_dict))
-            sharding.load_full_optimizer_state(self.optimizer, optimizer_state)
-        else:
-            self.model.load_state_dict(self.adapter.from_hf(hf_state_dict), strict=True)
-            self.optimizer.load_state_dict(optimizer_state)
+        self.parallel.load_whole_state(self.model, self.adapter.from_hf(hf_state_dict))
+        self.parallel.load_optimizer_state(self.optimizer, optimizer_state)
         self.version = version
         self.kept_weights = {}  # a resumed run samples again with these weights
 

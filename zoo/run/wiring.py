@@ -1,6 +1,6 @@
 """Wiring a run: the services it needs (generator, trainer, reference, scorer, env,
 algorithm, ledger), built in this process or as Monarch actors, and how prompts become
-token ids. The loop (zoo.core.loop) only calls their methods."""
+token ids. The loop (zoo.run.loop) only calls their methods."""
 
 from __future__ import annotations
 
@@ -9,34 +9,42 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import torch
 
 from zoo.algorithms import Algorithm, get_algorithm
 from zoo.core.config import ConfigError
-from zoo.core.generator import make_generator
-from zoo.core.ledger import Ledger
-from zoo.core.models import ModelShape
-from zoo.core.reference import Reference
-from zoo.core.run_config import RunConfig
-from zoo.core.trainer import Trainer, TrainerConfig
 from zoo.envs import Env, Prompt, get_env
+from zoo.models.presets import ModelShape
+from zoo.run.run_config import RunConfig
+from zoo.services.generation import make_generator
+from zoo.services.ledger import Ledger
+from zoo.services.protocols import (
+    GeneratorService,
+    ReferenceService,
+    ScorerService,
+    TrainerService,
+)
+from zoo.services.reference import Reference
+from zoo.services.trainer import Trainer, TrainerConfig
 
 
 @dataclass
 class Services:
+    """What one run's loop calls: the plugins, and the services as their protocols
+    (zoo.services.protocols), whichever placement built them."""
+
     env: Env
     algorithm: Algorithm
-    generator: Any
-    trainer: Any
-    reference: Any | None
+    generator: GeneratorService
+    trainer: TrainerService
+    reference: ReferenceService | None
     encode: Callable[[Prompt], list[int]]
     """Prompt -> token ids (plain text, or the chat template when the env asks for it)."""
     ledger: Ledger
     close: Callable[[], None] = lambda: None
     """Release what the placement started (the Monarch placement's processes)."""
-    scorer: Any | None = None
+    scorer: ScorerService | None = None
     """Scores completions in processes of their own (the Monarch placement's scorer
     service); None: the env scores them in this process."""
     publish_weights: Callable[[], None] | None = None
@@ -77,11 +85,13 @@ def trainer_config_of(cfg: RunConfig, device: str = "cpu") -> TrainerConfig:
     )
 
 
-def build_services(cfg: RunConfig, quiet: bool = False, generator: Any = None) -> Services:
+def build_services(
+    cfg: RunConfig, quiet: bool = False, generator: GeneratorService | None = None
+) -> Services:
     """The run's services, placed as ``cfg.placement`` says. Local: every service in this
     process; a ``generator`` from an earlier run on the same model is reused (its weights
     reset to the model's), so comparisons start the engine once. Monarch: generator,
-    trainer and reference in their own processes (zoo.core.placement)."""
+    trainer and reference in their own processes (zoo.placement)."""
     from transformers import AutoTokenizer
 
     algorithm = get_algorithm(cfg.algorithm, **cfg.algorithm_config)
@@ -97,7 +107,7 @@ def build_services(cfg: RunConfig, quiet: bool = False, generator: Any = None) -
     shared = dict(env=env, algorithm=algorithm, encode=encode,
                   ledger=Ledger(ModelShape.from_hf_dir(spec.path)))  # fmt: skip
     if cfg.placement == "monarch":
-        from zoo.core.placement import spawn_monarch_services
+        from zoo.placement.spawn import spawn_monarch_services
 
         remote = spawn_monarch_services(cfg, spec, device, trainer_config,
                                         algorithm.needs_reference, context_len)  # fmt: skip

@@ -1,8 +1,9 @@
-"""Model resolution and the Hugging Face <-> TorchTitan bridge.
+"""Model presets and resolution: which models there are and their shapes.
 
 A model is a directory in Hugging Face format (config.json, model.safetensors,
 tokenizer.json). ``resolve_model`` turns a preset name or a path into such a directory;
-``titan_qwen3_config`` turns its config.json into TorchTitan's Qwen3 model config.
+``ModelShape`` reads the sizes the ledger, the memory estimates and the parallelism
+checks need from its config.json. zoo.models.titan builds the trainable model from it.
 """
 
 from __future__ import annotations
@@ -11,9 +12,6 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-import torch
-
-from zoo.core import sharding
 from zoo.core.config import ConfigError
 
 TINY_MODELS = {
@@ -21,7 +19,7 @@ TINY_MODELS = {
     "tiny-code": "the tiny model warm-started on the pyfunc code env instead (built here; "
     "use --env pyfunc --max-response-len 12)",
 }
-"""Presets built here, each a recipe in zoo.core.tiny.TINY_PRESETS."""
+"""Presets built here, each a recipe in zoo.models.tiny.TINY_PRESETS."""
 
 QWEN3_HF_IDS = {
     "qwen3-0.6b": "Qwen/Qwen3-0.6B",
@@ -87,7 +85,7 @@ def qwen3_config_dir(name: str, root: Path) -> Path:
     for ``--init random`` (throughput at real sizes where the weights are not at hand) and
     the FLOPs model. The tokenizer is the byte-level one (ids 0..256 of the 151,936-token
     vocabulary) with the ChatML template, standing in for Qwen's, which is not at hand."""
-    from zoo.core.tokenizer import save_tokenizer
+    from zoo.models.tokenizer import save_tokenizer
 
     if name not in QWEN3_SHAPES:
         raise ConfigError(f"unknown Qwen3 shape {name!r}; valid: {', '.join(QWEN3_SHAPES)}")
@@ -185,7 +183,7 @@ def resolve_model(
         check_checkpoint(path, init)
         return ModelSpec(name, path)
     if name in TINY_MODELS:
-        from zoo.core.tiny import TINY_PRESETS, tiny_model_path
+        from zoo.models.tiny import TINY_PRESETS, tiny_model_path
 
         return ModelSpec(name, tiny_model_path(TINY_PRESETS[name], quiet=quiet))
     if name in QWEN3_HF_IDS:
@@ -205,7 +203,7 @@ def resolve_model(
             check_checkpoint(snapshot, init)
             return ModelSpec(name, snapshot)
         if init == "random":
-            from zoo.core.tiny import cache_dir
+            from zoo.models.tiny import cache_dir
 
             return ModelSpec(name, qwen3_config_dir(name, cache_dir() / "configs"))
         raise ConfigError(missing_weights_message(name, hf_id, unreachable))
@@ -236,7 +234,7 @@ def model_shape(name: str, model_path: str = "") -> ModelShape:
             )
         return ModelShape.from_hf_dir(Path(model_path).expanduser())
     if name in TINY_MODELS:
-        from zoo.core.tiny import TINY_PRESETS, hf_config
+        from zoo.models.tiny import TINY_PRESETS, hf_config
 
         return ModelShape.from_config(hf_config(TINY_PRESETS[name]).to_dict())
     if name in QWEN3_SHAPES:
@@ -299,102 +297,3 @@ class ModelShape:
         """All weights but the norms: blocks, embedding and (unless tied) the LM head."""
         embedding = self.hidden_size * self.vocab_size
         return self.body_params + embedding + (0 if self.tied_embeddings else self.head_params)
-
-
-def titan_qwen3_config(path: Path):
-    """TorchTitan's Qwen3Model.Config for an HF Qwen3 checkpoint, with plain causal SDPA as
-    the inner attention (TorchTitan's flex attention has no CPU backward and its varlen
-    attention needs CUDA; docs/stack.md). Uses the layer builders of torchtitan 0.3.0's
-    qwen3 package (pinned)."""
-    from torchtitan.models.common import CosSinRoPE, Embedding, Linear
-    from torchtitan.models.common.attention import ScaledDotProductAttention
-    from torchtitan.models.qwen3 import (
-        _EMBEDDING_INIT,
-        _LINEAR_INIT,
-        Qwen3Model,
-        _build_qwen3_layers,
-        _qwen3_norm,
-    )
-
-    c = json.loads((Path(path) / "config.json").read_text())
-    shape = ModelShape.from_hf_dir(path)
-    rope = c.get("rope_parameters") or {}
-    theta = float(rope.get("rope_theta", c.get("rope_theta", 1_000_000.0)))
-    if abs(float(c.get("rms_norm_eps", 1e-6)) - 1e-6) > 1e-12:
-        raise ConfigError(f"{path}: only rms_norm_eps=1e-6 (Qwen3's) is supported")
-    layers = _build_qwen3_layers(
-        n_layers=shape.num_layers,
-        dim=shape.hidden_size,
-        n_heads=shape.num_heads,
-        n_kv_heads=shape.num_kv_heads,
-        head_dim=shape.head_dim,
-        hidden_dim=shape.intermediate_size,
-        fuse_qkv=True,
-        attn_backend="flex",  # replaced just below
-        rope=CosSinRoPE.Config(
-            dim=shape.head_dim, max_seq_len=c.get("max_position_embeddings", 4096), theta=theta
-        ),
-    )
-    for layer in layers:
-        layer.attention.inner_attention = ScaledDotProductAttention.Config()
-    return Qwen3Model.Config(
-        vocab_size=shape.vocab_size,
-        dim=shape.hidden_size,
-        norm=_qwen3_norm(shape.hidden_size),
-        enable_weight_tying=bool(c.get("tie_word_embeddings", False)),
-        tok_embeddings=Embedding.Config(
-            num_embeddings=shape.vocab_size,
-            embedding_dim=shape.hidden_size,
-            param_init=_EMBEDDING_INIT,
-        ),
-        lm_head=Linear.Config(
-            in_features=shape.hidden_size, out_features=shape.vocab_size, param_init=_LINEAR_INIT
-        ),
-        layers=layers,
-    )
-
-
-def load_hf_state_dict(path: Path) -> dict[str, torch.Tensor]:
-    """All tensors of the checkpoint's safetensors files, in Hugging Face naming."""
-    from safetensors.torch import load_file
-
-    files = sorted(Path(path).glob("*.safetensors"))
-    if not files:
-        raise ConfigError(f"{path}: no *.safetensors weights found")
-    state: dict[str, torch.Tensor] = {}
-    for f in files:
-        state.update(load_file(str(f)))
-    return state
-
-
-def build_titan_model(
-    path: Path,
-    init: str = "pretrained",
-    device: str | torch.device = "cpu",
-    tensor_parallel: int = 1,
-) -> tuple[torch.nn.Module, object]:
-    """TorchTitan Qwen3 model and its state-dict adapter (HF <-> TorchTitan naming).
-
-    ``init="pretrained"`` loads the checkpoint's weights; ``init="random"`` uses TorchTitan's
-    own initialisation (for throughput at real sizes when weights are not at hand).
-    ``tensor_parallel`` > 1 gives the model TorchTitan's Qwen3 sharding plan; it is still
-    whole until zoo.core.sharding.Split parallelises it."""
-    from torchtitan.models.qwen3 import Qwen3StateDictAdapter
-
-    if init not in ("pretrained", "random"):
-        raise ConfigError(f"unknown init {init!r}; valid: pretrained, random")
-    config = titan_qwen3_config(path)
-    if tensor_parallel > 1:
-        sharding.check_tensor_parallel(ModelShape.from_hf_dir(path), tensor_parallel)
-        sharding.tensor_parallel_plan(config, tensor_parallel)
-    with torch.device("meta"):
-        model = config.build()
-    model.to_empty(device=device)
-    # No assets path: TorchTitan reads it only for model.safetensors.index.json, to shard its
-    # own HF saves (we save ourselves), and warns on every build when a checkpoint has one file.
-    adapter = Qwen3StateDictAdapter(config, None)
-    with torch.no_grad():
-        model.init_weights()  # also fills non-persistent buffers (RoPE tables)
-    if init == "pretrained":
-        model.load_state_dict(adapter.from_hf(load_hf_state_dict(path)), strict=True)
-    return model, adapter

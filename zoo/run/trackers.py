@@ -1,6 +1,6 @@
 """Experiment trackers (``--report-to``): TensorBoard, Weights & Biases and MLflow receive
 what ``metrics.jsonl`` and ``samples.jsonl`` receive, from the one place a run writes them
-(zoo.core.runlog.RunWriter): every step's numeric metrics under their metrics.jsonl names
+(zoo.run.runlog.RunWriter): every step's numeric metrics under their metrics.jsonl names
 (evaluation points included: ``eval_reward``, ``eval_pass_at_k`` ... on the steps that
 evaluated), the resolved config (config.json's contents) once per start, and the samples
 kept at each step as text or a table.

@@ -7,7 +7,7 @@ import copy
 
 import torch
 
-from zoo.core.trainer import RolloutBatch, response_logprobs
+from zoo.services.batch import RolloutBatch, response_logprobs
 
 
 class Reference:

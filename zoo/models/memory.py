@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from zoo.core.models import ModelShape
+from zoo.models.presets import ModelShape
 
 
 @dataclass(frozen=True)

@@ -11,11 +11,11 @@ from typing import Any
 import torch
 from monarch.actor import Actor, current_rank, endpoint
 
-from zoo.core.generator import SamplingConfig
-from zoo.core.placement.calls import CALL_TIMEOUT_S
-from zoo.core.placement.weight_sync import WeightSlots
-from zoo.core.trainer import RolloutBatch
 from zoo.core.types import Completion
+from zoo.placement.calls import CALL_TIMEOUT_S
+from zoo.placement.weight_sync import WeightSlots
+from zoo.services.batch import RolloutBatch
+from zoo.services.sampling import SamplingConfig
 
 
 def pin_cores(cores: list[int] | None) -> None:
@@ -35,7 +35,7 @@ class GeneratorActor(Actor):
     def __init__(self, backend: str, model_path: str, init: str, device: str,
                  max_model_len: int, cores: list[int] | None,
                  tensor_parallel: int = 1) -> None:  # fmt: skip
-        from zoo.core.generator import make_generator
+        from zoo.services.generation import make_generator
 
         pin_cores(cores)
         self.generator = make_generator(backend, Path(model_path), seed=0, init=init,
@@ -118,7 +118,7 @@ class TrainerActor(Actor):
         self, world_size: int, master: tuple[str, int] | None, tensor_parallel: int = 1
     ) -> None:
         from zoo.algorithms import get_algorithm
-        from zoo.core.trainer import Trainer
+        from zoo.services.trainer import Trainer
 
         self.rank = current_rank().rank  # (this call reaches the whole mesh)
         self.slots: WeightSlots | None = None
@@ -196,8 +196,8 @@ class ReferenceActor(Actor):
 
     def __init__(self, model_path: str, hf_state_dict: dict, micro_batch_size: int,
                  temperature: float, device: str, cores: list[int] | None) -> None:  # fmt: skip
-        from zoo.core.models import build_titan_model
-        from zoo.core.reference import Reference
+        from zoo.models.titan import build_titan_model
+        from zoo.services.reference import Reference
 
         pin_cores(cores)
         model, adapter = build_titan_model(Path(model_path), init="random", device=device)

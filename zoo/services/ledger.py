@@ -27,7 +27,7 @@ from collections import defaultdict
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from zoo.core.models import ModelShape
+from zoo.models.presets import ModelShape
 
 PHASES = ("generate", "score", "old_logprobs", "reference", "train", "sync")
 

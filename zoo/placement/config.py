@@ -18,7 +18,7 @@ harness worker --address tcp://0.0.0.0:22222`` on each, or Monarch's own job lau
 The trainer goes on the first host, generator (and scorer) replica i on host (1 + i)
 mod H, the reference on the last; every service's processes share a host.
 
-Every service runs in processes of its own on Monarch (zoo.core.placement). A generator
+Every service runs in processes of its own on Monarch (zoo.placement). A generator
 replica is one engine (vLLM tensor-parallel over ``procs`` worker processes that it
 starts itself). ``on_failure`` says what a dead replica does to the run: ``stop`` (a
 clear error, the last checkpoint kept; the default) or ``replace`` (start a new process

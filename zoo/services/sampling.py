@@ -1,7 +1,7 @@
 """What both generation backends share: the sampling settings and the busy-time counter.
 
-``zoo.core.generator`` (vLLM, and the ``--generator`` factory) and ``zoo.core.hf_generator``
-(transformers) both import from here, so neither imports the other at module level.
+The backends of zoo.services.generation (``vllm.py``, ``hf.py``) both import from here,
+so neither imports the other.
 """
 
 from __future__ import annotations

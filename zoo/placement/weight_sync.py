@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 if TYPE_CHECKING:
-    from zoo.core.placement.remote import RemoteGenerator, RemoteTrainer
+    from zoo.placement.remote import RemoteGenerator, RemoteTrainer
 
 
 class WeightSlots:

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import torch
 
-from zoo.core.trainer import RolloutBatch
 from zoo.core.types import Completion
+from zoo.services.batch import RolloutBatch
 
 EVAL_SEED_OFFSET = 7_919
 """Held-out sampling uses the seeds of run seed + this, apart from the training stream's."""

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import torch
 
-from zoo.core.sampling import SamplingConfig, counts_busy
 from zoo.core.types import Completion
+from zoo.services.sampling import SamplingConfig, counts_busy
 
 
 class HFGenerator:

@@ -12,16 +12,16 @@ from typing import Any
 import torch
 
 from zoo.core.config import ConfigError
-from zoo.core.generator import GENERATOR_BACKENDS
-from zoo.core.models import INITS, TINY_MODELS, ModelSpec, resolve_model
-from zoo.core.offpolicy import CORRECTIONS
-from zoo.core.trackers import check_installed, parse_report_to
-from zoo.core.trainer import LR_SCHEDULES
+from zoo.models.presets import INITS, TINY_MODELS, ModelSpec, resolve_model
+from zoo.run.trackers import check_installed, parse_report_to
+from zoo.services.generation import GENERATOR_BACKENDS
+from zoo.services.offpolicy import CORRECTIONS
+from zoo.services.trainer import LR_SCHEDULES
 
 MAX_SAMPLES_PER_PROMPT = 16384
 """vLLM's bound on samples of one prompt (group_size, eval_samples): checked before a run."""
 PLACEMENTS = ("local", "monarch")
-"""Where services run (RunConfig.placement); the Monarch one is zoo.core.placement."""
+"""Where services run (RunConfig.placement); the Monarch one is zoo.placement."""
 WEIGHT_SYNCS = ("rdma", "endpoint")
 """Monarch weight-sync backends (TorchStore is not one: docs/stack.md, README)."""
 MODES = ("sync", "async")
@@ -105,7 +105,7 @@ class RunConfig:
     epochs: int = 1
     """Passes over each rollout batch (verl: ppo_epochs; TRL: num_iterations)."""
     correction: str = "none"
-    """Trainer-sampler mismatch correction (zoo.core.offpolicy): none, tis (truncated
+    """Trainer-sampler mismatch correction (zoo.services.offpolicy): none, tis (truncated
     importance sampling), mis-token / mis-sequence (masked importance sampling), bypass
     (the sampler's log-probs as the old policy)."""
     correction_cap: float = 2.0
@@ -121,7 +121,7 @@ class RunConfig:
     eval_samples: int = 8
     """Sampled completions per held-out prompt at each evaluation, at the run's
     temperature, for pass@k (k in 1, 4, 8, up to this) and mean reward
-    (zoo.core.evaluation); 0: greedy accuracy only."""
+    (zoo.services.evaluation); 0: greedy accuracy only."""
     sampled_eval_points: int = 0
     """Draw the ``eval_samples`` only at the last this many evaluations (0: at every
     one). The summary's sampled metrics average the same last 3 evaluations as the
@@ -147,7 +147,7 @@ class RunConfig:
     """Generation backend: vllm, hf (transformers), or auto (vLLM where it imports)."""
     placement: str = "local"
     """Where services run: local (this process) or monarch (generator, trainer and
-    reference each in their own process, as Monarch actors; zoo.core.placement)."""
+    reference each in their own process, as Monarch actors; zoo.placement)."""
     mode: str = "sync"
     """sync, or async: the generator samples the next batches while the trainer trains on
     this one (needs --placement monarch, where they are separate processes)."""
@@ -159,7 +159,7 @@ class RunConfig:
     trainer's weights from a registered buffer (Monarch RDMA; a TCP fallback on machines
     without RDMA NICs); endpoint: the state dict travels in messages, through the loop."""
     distributed: dict[str, Any] = field(default_factory=dict)
-    """Monarch placement: processes per service (zoo.core.placement_config; a placement
+    """Monarch placement: processes per service (zoo.placement.config; a placement
     file's contents). Empty: one process each."""
     long_prompts: str = "refuse"
     """A prompt longer than the context leaves next to the response budget: refuse (the
@@ -173,7 +173,7 @@ class RunConfig:
     evaluation points and the kept samples: tensorboard, wandb, mlflow, comma-separated
     for several (none by default). Each is an extra: pip install -e '.[trackers]'. W&B runs
     offline without an API key; MLflow writes a file store in the run folder
-    (zoo.core.trackers)."""
+    (zoo.run.trackers)."""
     algorithm_config: dict[str, Any] = field(default_factory=dict)
     env_config: dict[str, Any] = field(default_factory=dict)
     variant: str = ""
@@ -285,7 +285,7 @@ class RunConfig:
                 "when they run in processes of their own)"
             )
         if self.distributed:
-            from zoo.core.placement_config import PlacementConfig
+            from zoo.placement.config import PlacementConfig
 
             PlacementConfig.from_dict(self.distributed)
 

@@ -1,0 +1,11 @@
+"""The RL run: its settings, the services wired for it, the loop that drives them, and
+what a run leaves on disk.
+
+run_config.py   ``RunConfig``: every setting of a run, validated, with its defaults
+wiring.py       ``build_services``: the run's services, placed locally or on Monarch
+rollout.py      prompt seeds and packing completions into a training batch
+loop.py         ``RLLoop``: one step, top to bottom, and the run
+checkpoint.py   resumable checkpoints (written by the loop's process)
+runlog.py       provenance, metrics.jsonl, samples.jsonl
+trackers.py     ``--report-to``: TensorBoard, W&B, MLflow
+"""

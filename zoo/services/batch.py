@@ -1,0 +1,99 @@
+"""What the trainer and the reference model compute on: a rollout batch laid out for a
+decoder (``RolloutBatch``), and the log-probabilities of its response tokens under a model
+(``response_logprobs``), which every pass of both computes.
+
+Sequences are laid out prompt + response, right-padded, so causal attention never lets a
+real token see a pad.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+from torch.distributed.tensor import DTensor
+
+from zoo.models.parallelism import OneProcess
+
+
+@dataclass
+class RolloutBatch:
+    """Sequences ready for training. ``tokens`` holds prompt + response per row (right
+    padded); response token t of row i sits at position ``response_start[i] + t``. Rows
+    come in groups of ``group_size`` consecutive rows (the G responses of one prompt)."""
+
+    tokens: torch.Tensor
+    """[B, L] token ids."""
+    response_start: torch.Tensor
+    """[B] index of the first response token (= prompt length)."""
+    mask: torch.Tensor
+    """[B, T] 1 on response tokens."""
+    advantages: torch.Tensor
+    """[B] or [B, T]."""
+    old_logprobs: torch.Tensor | None = None
+    """[B, T] log pi_old, the policy the ratio is taken against: the trainer's own
+    log-probs with the weights that sampled each row (``Trainer.logprobs``), or the
+    sampler's. None: each update takes its own (detached), which is right only for a
+    single update per batch."""
+    ref_logprobs: torch.Tensor | None = None
+    sampler_logprobs: torch.Tensor | None = None
+    """[B, T] the generator's log-probs of the sampled tokens (the mismatch metrics and
+    corrections of zoo/services/offpolicy.py read them)."""
+    policy_versions: torch.Tensor | None = None
+    """[B] the policy version that sampled each row; None: the trainer's current one."""
+    group_size: int = 1
+    """Rows per group: mini-batches split only between groups."""
+
+    @property
+    def size(self) -> int:
+        return self.tokens.shape[0]
+
+    def _map(self, fn: Callable[[torch.Tensor], torch.Tensor]) -> RolloutBatch:
+        """A batch with ``fn`` applied to every tensor field (others kept as they are)."""
+        return RolloutBatch(
+            **{
+                f.name: fn(v) if isinstance(v := getattr(self, f.name), torch.Tensor) else v
+                for f in dataclasses.fields(self)
+            }
+        )
+
+    def to(self, device: torch.device) -> RolloutBatch:
+        return self._map(lambda t: t.to(device, non_blocking=True))
+
+    def rows(self, rows: slice | torch.Tensor) -> RolloutBatch:
+        """The batch restricted to ``rows`` (a slice or an index tensor)."""
+        return self._map(lambda t: t[rows])
+
+
+def response_logprobs(
+    model: torch.nn.Module,
+    tokens: torch.Tensor,
+    response_start: torch.Tensor,
+    width: int,
+    split: OneProcess | None = None,
+    temperature: float = 1.0,
+) -> torch.Tensor:
+    """[B, width] log-probability of each response token under ``model`` (a TorchTitan
+    decoder; under tensor parallelism, per ``split``, its LM head gives each rank a slice
+    of the vocabulary), for sampling at ``temperature``: log softmax(logits / T), the
+    distribution the generator sampled from. The LM head runs only where a response token
+    is predicted: on prompt positions its output would be thrown away."""
+    positions = (response_start[:, None] - 1 + torch.arange(width, device=tokens.device)).clamp(
+        max=tokens.shape[1] - 2
+    )
+    model._skip_lm_head = True  # TorchTitan's Decoder flag: forward returns final hidden states
+    try:
+        hidden = model(tokens)
+    finally:
+        model._skip_lm_head = False
+    if isinstance(hidden, DTensor):  # tensor parallel: replicated over the group
+        hidden = hidden.to_local()  # (lm_head takes it back as a DTensor)
+    picked = hidden.gather(1, positions[..., None].expand(-1, -1, hidden.shape[-1]))
+    logits = model.lm_head(picked)
+    targets = tokens.gather(1, positions + 1)
+    if split is not None and split.tensor_parallel > 1:  # (a parallelism.Split)
+        return split.vocab_logprobs(logits.to_local().float() / temperature, targets)
+    logits = logits.float() / temperature
+    return torch.log_softmax(logits, dim=-1).gather(-1, targets[..., None]).squeeze(-1)
