@@ -186,14 +186,22 @@ def assert_metrics_close(got: list[dict], want: list[dict]) -> None:
 
 
 def assert_weights_close(got: dict, want: dict) -> None:
-    """Within 3e-5: AdamW moves each weight by about lr (2e-4) per step whatever the
-    gradient's size, so a wrong update is ~1e-4. Where a gradient is near zero, below
-    AdamW's eps (1e-8), its rounding noise (which differs between one process and two)
-    moves the step: one weight of the tensor-parallel run's k_proj has gradient 6.2e-9 in
-    one process and 4.2e-9 in two, and ends 1.7e-5 away."""
+    """Within 3e-5 but for a few elements (at most 1 in 10,000 of a tensor), and those
+    within 2e-3: AdamW moves each weight by about lr (2e-4) per step whatever the
+    gradient's size, so a wrong update (a shard not updated, a wrong gather) is ~1e-4 on
+    most elements of a tensor. Where a gradient is near zero, below AdamW's eps (1e-8), its
+    rounding noise (which differs between one process and two) moves the step: one weight
+    of the tensor-parallel run's k_proj has gradient 6.2e-9 in one process and 4.2e-9 in
+    two, and ends 1.7e-5 away; on another CPU one element of the tied embedding (a token
+    the model gives almost no probability, so a gradient of rounding noise) ended 6.9e-4
+    away."""
     assert got.keys() == want.keys()
     for k in want:
-        torch.testing.assert_close(got[k], want[k], atol=3e-5, rtol=0, msg=k)
+        off = (got[k] - want[k]).abs()
+        far = int((off > 3e-5).sum())
+        assert far <= max(1, off.numel() // 10_000) and float(off.max()) < 2e-3, (
+            f"{k}: {far} of {off.numel()} elements beyond 3e-5, largest {float(off.max()):.3g}"
+        )
 
 
 @pytest.fixture(scope="module")
