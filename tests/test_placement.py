@@ -334,8 +334,12 @@ def test_two_trainer_processes_give_the_one_process_losses(tmp_path, tiny_model_
         history = execute_run(sharded_cfg, tmp_path / "split", sharded, command="test")
     finally:
         sharded.close()
+    # The loss is a small residue (~3e-4) of per-token terms of size ~1 whose group
+    # advantages cancel, so it is compared in absolute terms: 1e-5 is float32 rounding over
+    # the batch's tokens (on one CPU tensor parallelism gave 2.7379e-4 against 2.7179e-4);
+    # a wrong reduction moves the gradient norm, compared relatively.
     for ours, theirs in zip(history[1:], expected[1:], strict=True):
-        assert ours["loss"] == pytest.approx(theirs["loss"], rel=1e-4, abs=1e-7)
+        assert ours["loss"] == pytest.approx(theirs["loss"], rel=0, abs=1e-5)
         assert ours["grad_norm"] == pytest.approx(theirs["grad_norm"], rel=1e-4)
         assert ours["kept_groups"] == theirs["kept_groups"] == 32
 
