@@ -287,7 +287,7 @@ class RLLoop:
             return self.evals_done > self.cfg.eval_points - last
         points = sorted({0, *range(self.cfg.eval_every, int(amount), self.cfg.eval_every),
                          int(amount)})  # fmt: skip
-        return step >= points[-last] if last <= len(points) else True
+        return step >= points[-min(last, len(points))]
 
     def eval_due(self, step: int) -> bool:
         """Evaluate now? Step mode: every ``eval_every`` steps and at the end. Budget mode:
