@@ -67,6 +67,15 @@ def test_git_state_records_the_commit_and_a_diff_that_applies(tmp_path):
     (repo / "untracked.txt").write_text("not part of the code")  # untracked: still clean
     assert git_state(repo).dirty is False
 
+    # a committed board's experiment.json, rewritten by `compare --resume`: data, not code
+    (repo / "results" / "board").mkdir(parents=True)
+    (repo / "results" / "board" / "experiment.json").write_text("{}")
+    git(repo, "add", "results")
+    git(repo, "commit", "-q", "-m", "a board")
+    commit = git(repo, "rev-parse", "HEAD").strip()
+    (repo / "results" / "board" / "experiment.json").write_text('{"resumed": []}')
+    assert git_state(repo) == GitState(commit, False, None)
+
     (repo / "code.py").write_text("x = 1\ny = 3\nz = 4\n")
     blob = bytearray((repo / "blob.bin").read_bytes())
     blob[7] ^= 0xFF
@@ -77,6 +86,7 @@ def test_git_state_records_the_commit_and_a_diff_that_applies(tmp_path):
     assert dirty.commit == commit and dirty.dirty is True and dirty.diff
     assert dirty.record()["diff_sha256"] == hashlib.sha256(dirty.diff).hexdigest()
     assert b"untracked.txt" not in dirty.diff and b"GIT binary patch" in dirty.diff
+    assert b"experiment.json" not in dirty.diff
 
     patch = tmp_path / "source.diff"
     patch.write_bytes(dirty.diff)

@@ -97,9 +97,16 @@ class GitState:
         return out
 
 
+# Result folders are data, not code: a resumed compare rewrites its tracked
+# experiment.json (and a board's finished runs are committed under results/), and that must
+# not mark the next runs as made by modified code.
+NOT_CODE = ":(exclude)results"
+
+
 def git_state(root: Path) -> GitState:
-    """The commit checked out in the git work tree ``root``, whether tracked files differ
-    from it and, if so, the diff (untracked files are not part of it). Not cached."""
+    """The commit checked out in the git work tree ``root``, whether tracked files other
+    than ``results/`` differ from it and, if so, their diff (untracked files are not part
+    of it). Not cached."""
 
     def git(*args: str) -> bytes:
         return subprocess.run(["git", *args], cwd=root, capture_output=True, check=True).stdout
@@ -109,14 +116,14 @@ def git_state(root: Path) -> GitState:
         if top.resolve() != Path(root).resolve():  # e.g. installed inside another repository
             return GitState(None, None, None)
         commit = git("rev-parse", "HEAD").decode().strip()
-        dirty = bool(git("status", "--porcelain", "--untracked-files=no").strip())
+        dirty = bool(git("status", "--porcelain", "--untracked-files=no", "--", ".", NOT_CODE))
     except (OSError, subprocess.CalledProcessError):
         return GitState(None, None, None)
     diff = None
     if dirty:
         with contextlib.suppress(OSError, subprocess.CalledProcessError):
             diff = git("diff", "HEAD", "--binary", "--no-color", "--no-ext-diff",
-                       "--no-textconv", "--src-prefix=a/", "--dst-prefix=b/")  # fmt: skip
+                       "--no-textconv", "--src-prefix=a/", "--dst-prefix=b/", "--", ".", NOT_CODE)  # fmt: skip
     return GitState(commit, dirty, diff)
 
 
