@@ -122,8 +122,8 @@ def git_state(root: Path) -> GitState:
     diff = None
     if dirty:
         with contextlib.suppress(OSError, subprocess.CalledProcessError):
-            diff = git("diff", "HEAD", "--binary", "--no-color", "--no-ext-diff",
-                       "--no-textconv", "--src-prefix=a/", "--dst-prefix=b/", "--", ".", NOT_CODE)  # fmt: skip
+            diff = git("diff", "HEAD", "--binary", "--no-color", "--no-ext-diff", "--no-textconv",
+                       "--src-prefix=a/", "--dst-prefix=b/", "--", ".", NOT_CODE)  # fmt: skip
     return GitState(commit, dirty, diff)
 
 
