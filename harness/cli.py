@@ -118,6 +118,12 @@ def build_parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     repro.add_argument("target")
     repro.add_argument("--leaderboards", type=Path, default=Path("leaderboards"))
+    repro.add_argument(
+        "--model-path", type=Path, default=None,
+        help="start from the weights in this folder instead of what the recorded model "
+        "name resolves to here (their sha256 must equal the recorded one). For runs of a "
+        "tiny preset made on another CPU: its warm start follows the CPU's kernels",
+    )  # fmt: skip
 
     bench = sub.add_parser(
         "bench", help="run the performance benchmarks, write performance.md and plots",
@@ -451,7 +457,7 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
         jobs = [(Path(d), (row["ci_low"], row["ci_high"])) for d in row["runs"]]
     ok = True
     for run_dir, interval in jobs:
-        verdict = reproduce_run(run_dir, interval)
+        verdict = reproduce_run(run_dir, interval, args.model_path)
         ok &= verdict.matches
         mark = "MATCH" if verdict.matches else "DIFFERS"
         print(f"{mark} {run_dir}: {verdict.detail}")

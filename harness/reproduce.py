@@ -1,7 +1,7 @@
 """`harness reproduce`: re-run a recorded run from its config.json and say whether the
-numbers match. On the same kind of machine with the same versions and seed, a run on CPU
-must match exactly (every non-timing field of every step); elsewhere the check is whether
-the new final held-out reward falls inside the interval the leaderboard recorded."""
+numbers match. On the same CPU (model and vector instruction sets) with the same versions
+and seed, a run on CPU must match exactly (every non-timing field of every step); elsewhere
+the check is whether the new headline falls inside the interval the leaderboard recorded."""
 
 from __future__ import annotations
 
@@ -42,7 +42,47 @@ def first_difference(old: list[dict], new: list[dict]) -> str | None:
     return None
 
 
-def reproduce_run(run_dir: Path, interval: tuple[float, float] | None = None) -> Verdict:
+def same_cpu(recorded: dict[str, Any], now: dict[str, Any]) -> bool:
+    """The recorded machine's CPU is this one's: same model and, where recorded, the same
+    vector instruction sets (runs from before they were recorded compare the model only)."""
+    if recorded.get("cpu") != now.get("cpu"):
+        return False
+    return "cpu_vector_flags" not in recorded or recorded["cpu_vector_flags"] == now.get(
+        "cpu_vector_flags"
+    )
+
+
+def describe_cpu(record: dict[str, Any]) -> str:
+    flags = record.get("cpu_vector_flags")
+    return f"{record.get('cpu', '?')} [{flags if flags is not None else 'flags not recorded'}]"
+
+
+def weights_mismatch(config: dict[str, Any], cfg: RunConfig, now: str | None,
+                     model_path: Path) -> str:  # fmt: skip
+    """Why the starting weights differ, as far as the record tells."""
+    recorded = config["start_weights_sha256"]
+    what = (f"its starting weights (sha256 {recorded[:12]}) differ from what {cfg.model!r} "
+            f"resolves to here ({(now or 'none')[:12]}, {model_path})")  # fmt: skip
+    made_on, here = config.get("machine", {}), machine()
+    if not cfg.model_path and (not same_cpu(made_on, here) or "cpu_vector_flags" not in made_on):
+        # The tiny presets are warm-started on first use, with the machine's own kernels.
+        maybe = "" if "cpu_vector_flags" in made_on else "probably "
+        return (f"{maybe}not reproducible on this CPU: {what}. Models built on first use (the "
+                f"tiny presets' warm start) follow the CPU's math kernels; the run was made on "
+                f"{describe_cpu(made_on)}, this machine is {describe_cpu(here)}. Pass the "
+                f"run's starting weights with `reproduce --model-path DIR`, or reproduce on "
+                f"that kind of CPU")  # fmt: skip
+    commit = config.get("git", {}).get("commit", "?")
+    return (
+        f"not reproducible with this version: {what}; check out the commit it records "
+        f"({commit}) or pass the original weights with `reproduce --model-path DIR`"
+    )
+
+
+def reproduce_run(run_dir: Path, interval: tuple[float, float] | None = None,
+                  model_path: Path | None = None) -> Verdict:  # fmt: skip
+    """Re-run ``run_dir`` from its config.json (with ``model_path`` as its starting
+    weights, when given; they must hash to the recorded ones) and compare."""
     config = json.loads((run_dir / "config.json").read_text())
     try:
         # a re-run for checking streams to no tracker
@@ -51,6 +91,8 @@ def reproduce_run(run_dir: Path, interval: tuple[float, float] | None = None) ->
         commit = config.get("git", {}).get("commit", "?")
         return Verdict(False, False, f"not reproducible with this version: {exc} (recorded "
                        f"at commit {commit})")  # fmt: skip
+    if model_path is not None:
+        cfg = dataclasses.replace(cfg, model_path=str(model_path))
     cfg.validate()
     recorded = read_metrics(run_dir)
     if not recorded:
@@ -58,23 +100,17 @@ def reproduce_run(run_dir: Path, interval: tuple[float, float] | None = None) ->
     with tempfile.TemporaryDirectory(prefix="reproduce-") as tmp:
         services = build_services(cfg, quiet=True)
         try:
-            recorded_weights = config.get("start_weights_sha256")
-            model_path = Path(resolved_config(cfg, services)["model_path"])
-            now = start_weights(model_path, cfg.init, cfg.seed)["start_weights_sha256"]
-            if recorded_weights and now != recorded_weights:
-                commit = config.get("git", {}).get("commit", "?")
-                return Verdict(False, False, (
-                    f"not reproducible with this version: its starting weights "
-                    f"(sha256 {recorded_weights[:12]}) differ from what {cfg.model!r} resolves "
-                    f"to now ({(now or 'none')[:12]}, {model_path}); check out the commit it "
-                    f"records ({commit}) or pass the original weights with --model-path"
-                ))  # fmt: skip
+            resolved = Path(resolved_config(cfg, services)["model_path"])
+            now = start_weights(resolved, cfg.init, cfg.seed)["start_weights_sha256"]
+            if config.get("start_weights_sha256") and now != config["start_weights_sha256"]:
+                return Verdict(False, False, weights_mismatch(config, cfg, now, resolved))
             fresh = execute_run(cfg, Path(tmp) / run_dir.name, services,
                                 command=f"reproduce {run_dir}")  # fmt: skip
         finally:
             services.close()
     same_setup = (
         config.get("versions") == package_versions()
+        and same_cpu(config["machine"], machine())
         and not config["machine"].get("cuda")
         and not machine().get("cuda")
         and not cfg.budget_seconds
@@ -88,7 +124,7 @@ def reproduce_run(run_dir: Path, interval: tuple[float, float] | None = None) ->
     if interval is None:
         interval = (headline(recorded), headline(recorded))
     inside = interval[0] <= final <= interval[1]
-    return Verdict(inside, False, f"different setup (versions, device or time budget); "
+    return Verdict(inside, False, f"different setup (versions, CPU, device or time budget); "
                    f"headline {final:.4f} {'inside' if inside else 'outside'} "
                    f"[{interval[0]:.4f}, {interval[1]:.4f}]")  # fmt: skip
 

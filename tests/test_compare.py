@@ -182,6 +182,41 @@ def test_reproduce_detects_a_tampered_result(experiment, tmp_path):
     assert "DIFFERS" in result.stdout and "eval_reward" in result.stdout
 
 
+def test_reproduce_names_the_cpu_when_the_warm_start_differs(experiment, tiny_model_path,
+                                                             tmp_path):  # fmt: skip
+    """A tiny preset is warm-started on first use with the machine's own kernels, so a run
+    made on another CPU starts from other weights: reproduce names both CPUs and the way
+    out (--model-path), and with --model-path the recorded hash is checked against it."""
+    import shutil
+
+    run_dir = tmp_path / "run"
+    shutil.copytree(experiment / "runs" / "grpo__arithmetic__seed0", run_dir)
+    config = json.loads((run_dir / "config.json").read_text())
+    assert config["machine"]["cpu_vector_flags"] == runlog_machine()["cpu_vector_flags"]
+    config["start_weights_sha256"] = "ab" * 32
+    config["machine"]["cpu_vector_flags"] = "avx avx2"
+    (run_dir / "config.json").write_text(json.dumps(config))
+
+    result = run_harness("reproduce", str(run_dir), cwd=tmp_path)
+    assert result.returncode == 1
+    assert "not reproducible on this CPU" in result.stdout, result.stdout
+    assert "[avx avx2]" in result.stdout and runlog_machine()["cpu_vector_flags"] in result.stdout
+    assert "--model-path" in result.stdout
+
+    weights = tmp_path / "weights"
+    shutil.copytree(tiny_model_path, weights)
+    result = run_harness("reproduce", str(run_dir), "--model-path", str(weights), cwd=tmp_path)
+    assert result.returncode == 1
+    assert "not reproducible with this version" in result.stdout, result.stdout
+    assert str(weights) in result.stdout and "sha256 abababababab" in result.stdout
+
+
+def runlog_machine() -> dict:
+    from zoo.run.runlog import machine
+
+    return machine()
+
+
 def test_resume_accepts_runs_recorded_before_newer_config_fields(experiment, tmp_path):
     """A run whose config.json predates fields added to RunConfig since (here: placement,
     device, generator) resumes: the missing fields take their defaults."""

@@ -178,6 +178,18 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
+def cpu_vector_flags() -> str:
+    """The CPU's vector instruction sets (avx*, amx*), sorted and space-separated; "" when
+    unknown. They pick the math kernels, so two CPUs that differ here round differently:
+    the same seed then gives other floats (and the tiny models' warm start other weights)."""
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("flags"):
+                flags = line.split(":", 1)[1].split()
+                return " ".join(sorted(f for f in flags if f.startswith(("avx", "amx"))))
+    return ""
+
+
 def machine() -> dict[str, Any]:
     import torch
 
@@ -189,6 +201,7 @@ def machine() -> dict[str, Any]:
         "platform": platform.platform(),
         "python": platform.python_version(),
         "cpu": cpu,
+        "cpu_vector_flags": cpu_vector_flags(),
         "cores": os.cpu_count(),
         "memory_gib": mem_gib,
         "torch_threads": torch.get_num_threads(),
