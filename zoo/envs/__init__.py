@@ -22,6 +22,9 @@ ENVS = Registry(
         "humaneval": "zoo.envs.humaneval:HumanEval",
         "mbpp": "zoo.envs.mbpp:MBPP",
         "pyfunc": "zoo.envs.pyfunc:PyFunc",
+        "pyfunc_feedback": "zoo.envs.code_feedback:PyFuncFeedback",
+        "humaneval_feedback": "zoo.envs.code_feedback:HumanEvalFeedback",
+        "mbpp_feedback": "zoo.envs.code_feedback:MBPPFeedback",
     },
 )
 

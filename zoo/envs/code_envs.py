@@ -186,6 +186,18 @@ class SandboxConfig:
 OUTCOMES = ("passed", "failed", "timeouts", "memory", "killed", "rejected")
 
 
+@dataclass(frozen=True)
+class Scored:
+    """One completion's score and what decided it (``verdict`` and ``job`` are None when
+    the completion was rejected unexecuted)."""
+
+    reward: float
+    fraction: float
+    verdict: TestVerdict | None = None
+    job: TestJob | None = None
+    """The job as it ran: its tests with this execution's tag in place of ``TAG``."""
+
+
 class SandboxedCodeEnv(Env):
     """Scoring through the sandbox. Subclasses implement ``_job(prompt, completion)`` ->
     a ``TestJob`` (its tests may contain ``TAG``) or None to reject without executing,
@@ -233,6 +245,11 @@ class SandboxedCodeEnv(Env):
         self, prompts: list[Prompt], completions: list[str]
     ) -> list[tuple[float, float]]:
         """(reward, pass fraction) per completion; executions run in parallel."""
+        return [(s.reward, s.fraction) for s in self.score_verdicts(prompts, completions)]
+
+    def score_verdicts(self, prompts: list[Prompt], completions: list[str]) -> list[Scored]:
+        """``score_details`` with what decided each reward: the verdict and the tests that
+        ran (their tag filled in), for envs that show a failure back to the model."""
         jobs = [self._job(p, c) for p, c in zip(prompts, completions, strict=True)]
         unique: dict[TestJob, int] = {}
         for job in jobs:
@@ -250,12 +267,12 @@ class SandboxedCodeEnv(Env):
         fraction_sum = 0.0
         for prompt, job in zip(prompts, jobs, strict=True):
             if job is None:
-                out.append((0.0, 0.0))
+                out.append(Scored(0.0, 0.0))
                 counts["rejected"] += 1
                 continue
             i = unique[job]
             reward, fraction = self._grade(prompt, verdicts[i], tags[i])
-            out.append((reward, fraction))
+            out.append(Scored(reward, fraction, verdicts[i], tagged[i]))
             fraction_sum += fraction
             counts[self._outcome(verdicts[i], reward)] += 1
         with self._stats_lock:

@@ -1,0 +1,164 @@
+"""Code with execution feedback (zoo/envs/code_feedback.py): multi-turn episodes over the
+real code envs, every submission run in the real sandbox. pyfunc_feedback: a right first
+submission, a wrong one told where it is wrong and then fixed, hostile submissions as
+observations, the turn limit, purity, and a reward that a forgery of the feedback probe
+cannot reach; humaneval_feedback and mbpp_feedback: the failing assert is shown."""
+
+from __future__ import annotations
+
+import pytest
+from test_code_envs import mbpp_files  # noqa: F401 (the same local MBPP data)
+
+from zoo.envs import get_env
+from zoo.envs.code_feedback import shown_values
+from zoo.envs.episode import is_multi_turn
+
+FAST = {"timeout_s": 1.0}
+
+
+@pytest.fixture(scope="module")
+def env():
+    return get_env("pyfunc_feedback", **FAST)
+
+
+@pytest.fixture(scope="module")
+def prompt(env):
+    return env.eval_prompts()[0]
+
+
+def obs(x: int, got: object, want: int) -> str:
+    return f"\nf({x})={got} not {want}\nf(x)="
+
+
+def test_right_first_submission_ends_in_one_turn_with_reward_one(env, prompt):
+    assert is_multi_turn(env) and env.turn_limit() == 3
+    reply = env.start(prompt).step(env.reference_answer(prompt))
+    assert (reply.done, reply.reward, reply.tool_call, reply.tool_ok) == (True, 1.0, True, True)
+
+
+def test_a_wrong_submission_is_told_its_first_wrong_shown_value_then_a_fix_scores(env, prompt):
+    ref, ys = env.reference_answer(prompt), shown_values(prompt)
+    episode = env.start(prompt)
+    reply = episode.step(f"({ref})+(x>1)")  # wrong at x = 2, 3, 4: the first is named
+    assert (reply.done, reply.reward, reply.tool_ok) == (False, 0.0, True)
+    assert reply.observation == obs(2, ys[2] + 1, ys[2])
+    reply = episode.step(f" {ref} ")
+    assert (reply.done, reply.reward) == (True, 1.0)
+
+
+def test_right_on_the_shown_inputs_ends_the_episode_with_pyfuncs_partial_reward(env, prompt):
+    """Feedback never concerns the hidden inputs: a submission right on x = 0..4 and wrong
+    on 6 of the 10 hidden ones (x > 4) ends the episode with pyfunc's 0.4."""
+    wrong_elsewhere = f"({env.reference_answer(prompt)})+(x>4)"
+    reply = env.start(prompt).step(wrong_elsewhere)
+    assert (reply.done, reply.reward) == (True, pytest.approx(0.4))
+    assert reply.reward == get_env("pyfunc", **FAST).score(prompt, wrong_elsewhere)
+
+
+def test_malformed_and_hostile_submissions_are_short_observations(env, prompt, tmp_path):
+    marker = tmp_path / "pwned"
+    ref, ys = env.reference_answer(prompt), shown_values(prompt)
+    cases = {
+        "x+(": "\nsyntax error\nf(x)=",
+        "": "\nsyntax error\nf(x)=",
+        "def f(x): return x": "\nsyntax error\nf(x)=",
+        "[x for _ in iter(int, 1)]": "\ntimeout\nf(x)=",  # an infinite loop
+        "__import__('os')._exit(0)": "\nerror\nf(x)=",
+        f"0*__import__('os').system('touch {marker}')+{ys[0] - 1}": obs(0, ys[0] - 1, ys[0]),
+        f"({ref})+0*(1//(x-3))": obs(3, "error", ys[3]),  # raises at x = 3 only
+        f"({ref}) if x<1 else x/2": obs(1, "error", ys[1]),  # 0.5: not an int
+        "10**9*(x+1)": obs(0, "big", ys[0]),
+    }
+    for text, expected in cases.items():
+        reply = env.start(prompt).step(text)
+        assert (reply.done, reply.observation) == (False, expected), text
+        assert len(reply.observation.encode()) <= 25
+    # The shell ran, if at all, inside the sandbox: not here, so no file on this side.
+    assert not marker.exists()
+
+
+def test_turn_limit_ends_the_episode_with_the_last_submissions_reward(prompt):
+    env = get_env("pyfunc_feedback", max_turns=2, **FAST)
+    assert env.turn_limit() == 2
+    episode = env.start(prompt)
+    first = episode.step("x+(")
+    assert not first.done and first.observation == "\nsyntax error\nf(x)="
+    # Wrong at x = 0 (shown) and at the 4 negative hidden inputs: at the last turn there is
+    # no feedback, only pyfunc's score of this submission.
+    last_text = f"({env.reference_answer(prompt)})+(x<1)"
+    last = episode.step(last_text)
+    assert (last.done, last.observation, last.reward) == (True, "", pytest.approx(0.6))
+    assert last.reward == env.score(prompt, last_text)
+    with pytest.raises(RuntimeError, match="after the episode ended"):
+        episode.step(env.reference_answer(prompt))
+    # Cut off by the loop after feedback: the last submission's reward.
+    cut = env.start(prompt)
+    assert cut.final_reward() == 0.0
+    assert not cut.step(last_text).done  # not the last turn: feedback
+    assert cut.final_reward() == pytest.approx(0.6)
+
+
+def test_an_episode_is_a_function_of_its_prompt_and_texts(env, prompt):
+    pyfunc = get_env("pyfunc", **FAST)
+    assert env.eval_prompts() == pyfunc.eval_prompts()  # the same held-out split as pyfunc
+    assert env.train_prompts(0, 8, seed=3) == pyfunc.train_prompts(0, 8, seed=3)
+    texts = ["x", "2*x", f"({env.reference_answer(prompt)})+(x==4)"]
+
+    def play(p):
+        episode, replies = env.start(p), []
+        for text in texts:
+            replies.append(episode.step(text))
+        return replies
+
+    first = play(prompt)
+    assert [r.done for r in first] == [False, False, True]
+    assert first == play(env.eval_prompts()[0])
+
+
+def test_the_reward_is_pyfuncs_and_a_forged_probe_or_marker_does_not_reach_it(prompt):
+    """The submission below reads the probe's random tag from the calling frame and prints
+    the shown values after it, then exits: the probe takes it for right and ends the
+    episode. The reward is then pyfunc's own scoring of it (a fresh tag, the hidden
+    inputs), which it does not fool: 0. A printed "PASS" does nothing either."""
+    env = get_env("pyfunc_feedback", **FAST)
+    values = " ".join(map(str, shown_values(prompt)))
+    forged_probe = (
+        "(lambda s: (__import__('os').write(1, (s + '" + values + "').encode()),"
+        " __import__('os')._exit(0)))([k for k in __import__('sys')._getframe(1)"
+        ".f_code.co_consts if type(k) is str and k.startswith(chr(10)) and k.endswith(' ')][0])"
+    )
+    reply = env.start(prompt).step(forged_probe)
+    assert (reply.done, reply.reward) == (True, 0.0)  # the probe was fooled; the reward not
+    marker = "print('\\nPASS\\n__FORGE_ZOO_TAG__ ' + '" + values + "') or 0"
+    one_turn = get_env("pyfunc_feedback", max_turns=1, **FAST)
+    reply = one_turn.start(prompt).step(marker)
+    assert (reply.done, reply.reward) == (True, 0.0)
+    env.reset_stats()  # graded submissions count in the single-turn stats
+    env.start(prompt).step(env.reference_answer(prompt))
+    assert env.stats["passed"] == 1 and env.stats["executions"] == 1
+
+
+# --- humaneval, mbpp -------------------------------------------------------------------
+
+
+def test_humaneval_feedback_shows_the_failing_assert_and_rewards_a_fix():
+    env = get_env("humaneval_feedback", eval_size=64, **FAST)
+    p = next(p for p in env.eval_prompts() if p.answer["task_id"] == "HumanEval/0")
+    episode = env.start(p)
+    reply = episode.step("    return True\n")
+    assert not reply.done and reply.observation.startswith("\nTests failed:\nassert candidate(")
+    assert reply.observation.endswith("== False\nAssertionError\n")
+    reply = episode.step("    return (\n")
+    assert not reply.done and "SyntaxError" in reply.observation and not reply.tool_ok
+    reply = episode.step(env.reference_answer(p))  # the third and last turn
+    assert (reply.done, reply.reward) == (True, 1.0)
+
+
+def test_mbpp_feedback_shows_the_failing_assert(mbpp_files):  # noqa: F811
+    env = get_env("mbpp_feedback", max_turns=2, **mbpp_files)
+    p = next(p for p in env.eval_prompts() if p.answer["task_id"] == 12)
+    episode = env.start(p)
+    reply = episode.step("def square(x):\n    return x * abs(x)")
+    assert reply.observation == "\nTests failed:\nassert square(-2) == 4\nAssertionError\n"
+    reply = episode.step("def square(x):\n    return x * abs(x)")
+    assert (reply.done, reply.reward) == (True, 0.0)

@@ -1,0 +1,313 @@
+"""Code with execution feedback: the code envs as multi-turn episodes (``zoo.envs.episode``).
+
+Each assistant turn is a submission in the single-turn env's own answer format. The env
+runs it in the sandbox, through the same code as the single-turn env's scoring; if it
+passes, the episode ends with its reward; if not, and turns remain, the model sees a short
+account of the first failure and may submit again. At the last turn (``max_turns``) the
+episode ends with the reward of that last submission. The reward is always the
+single-turn env's reward of ONE submission, the final one, decided by its unforgeable path
+(pyfunc: values compared on the host; humaneval / mbpp: the two-process verdict of
+``zoo.envs.verdict``); nothing the model printed while being given feedback enters it.
+A submission that does not parse, crashes or runs out of time is feedback, never an
+exception. Apart from wall-clock timeouts, an episode's replies are a pure function of its
+prompt and the submitted texts.
+
+The envs wrap the single-turn one (``base``): the same prompts, the same train stream and
+held-out split (so single- and multi-turn results are over the same problems), the same
+``score`` (the one-turn grading the warm start's checks use), and its ``stats``.
+
+- ``pyfunc_feedback``: see ``PyFuncFeedback`` for what the model is shown, and why.
+- ``humaneval_feedback``, ``mbpp_feedback``: for real models; see ``TestFeedback``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import secrets
+from abc import abstractmethod
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from zoo.core.config import ConfigError
+from zoo.envs.base import Prompt
+from zoo.envs.code_envs import TAG, SandboxedCodeEnv, tag_fields
+from zoo.envs.episode import Episode, MultiTurnEnv, Reply
+from zoo.envs.humaneval import HumanEval, HumanEvalConfig
+from zoo.envs.mbpp import MBPP, MBPPConfig
+from zoo.envs.pyfunc import SHOWN_XS, PyFunc, PyFuncConfig
+
+
+class FeedbackEpisode(Episode):
+    """One problem, up to the env's turn limit of submissions."""
+
+    def __init__(self, env: CodeFeedbackEnv, prompt: Prompt) -> None:
+        self.env, self.prompt = env, prompt
+        self.turns = 0
+        self.last: str | None = None
+        self.done = False
+
+    def step(self, assistant_text: str) -> Reply:
+        if self.done:
+            raise RuntimeError(f"{self.env.name}: step() after the episode ended")
+        self.turns += 1
+        self.last = assistant_text
+        last_turn = self.turns >= self.env.turn_limit()
+        reply = self.env.answer(self.prompt, assistant_text, last_turn)
+        self.done = reply.done
+        return reply
+
+    def final_reward(self) -> float:
+        """Cut off by the loop (its token limit) after feedback: the reward of the last
+        submission, as if it had been the final one."""
+        return 0.0 if self.last is None else self.env.score(self.prompt, self.last)
+
+
+class CodeFeedbackEnv(MultiTurnEnv):
+    """The shared part: wraps a single-turn code env built from this env's config (less
+    ``max_turns``); subclasses set ``base_class`` and implement ``answer``."""
+
+    base_class: ClassVar[type[SandboxedCodeEnv]]
+    base: SandboxedCodeEnv
+
+    def __init__(self, **overrides: Any) -> None:
+        super().__init__(**overrides)
+        if self.config.max_turns < 1:
+            raise ConfigError(f"{self.name}: max_turns must be >= 1, got {self.config.max_turns}")
+        base_fields = {f.name for f in dataclasses.fields(self.base_class.config_class)}
+        self.base = self.base_class(
+            **{k: v for k, v in dataclasses.asdict(self.config).items() if k in base_fields}
+        )
+
+    @abstractmethod
+    def answer(self, prompt: Prompt, text: str, last_turn: bool) -> Reply:
+        """The reply to one submission (``last_turn``: no revision may follow)."""
+
+    def start(self, prompt: Prompt) -> Episode:
+        return FeedbackEpisode(self, prompt)
+
+    # ---- the single-turn env's, unchanged ----
+
+    def train_prompt(self, index: int, seed: int) -> Prompt:
+        return self.base.train_prompt(index, seed)
+
+    def eval_prompts(self) -> list[Prompt]:
+        return self.base.eval_prompts()
+
+    def score(self, prompt: Prompt, completion: str) -> float:
+        return self.base.score(prompt, completion)
+
+    def score_batch(self, prompts: list[Prompt], completions: list[str]) -> list[float]:
+        return self.base.score_batch(prompts, completions)
+
+    def reference_answer(self, prompt: Prompt) -> str | None:
+        return self.base.reference_answer(prompt)
+
+    @property
+    def stats(self) -> dict[str, Any]:
+        """The base env's: counts every submission that was graded (not pyfunc's probes)."""
+        return self.base.stats
+
+    def reset_stats(self) -> None:
+        self.base.reset_stats()
+
+    def describe(self) -> dict[str, Any]:
+        out = self.base.describe()
+        out.update(name=self.name, config=dataclasses.asdict(self.config))
+        out["reward_values"] = self.reward_values
+        out["max_turns"] = self.turn_limit()
+        return out
+
+
+# --- pyfunc -----------------------------------------------------------------------------
+
+CUE = "f(x)="
+"""Ends every observation: the prompt's own cue, so the next turn is again an expression."""
+MAX_SHOWN_DIGITS = 5
+"""A wrong value longer than this is shown as "big" (keeps the observation short)."""
+
+
+@dataclass
+class PyFuncFeedbackConfig(PyFuncConfig):
+    max_turns: int = 3
+    """Submissions per episode at most (the last one's reward is the episode's)."""
+
+
+def shown_values(prompt: Prompt) -> list[int]:
+    """The values at ``SHOWN_XS`` that pyfunc's prompt shows ("f(0..4)=1,3,5,7,9 f(x)=")."""
+    m = re.fullmatch(r"f\(-?\d+\.\.-?\d+\)=(-?\d+(?:,-?\d+)*) f\(x\)=", prompt.text)
+    values = [int(v) for v in m[1].split(",")] if m else []
+    if len(values) != len(SHOWN_XS):
+        raise ValueError(f"not a pyfunc prompt: {prompt.text!r}")
+    return values
+
+
+class PyFuncFeedback(CodeFeedbackEnv):
+    """``pyfunc_feedback``: pyfunc (``zoo.envs.pyfunc``) in up to ``max_turns`` (3)
+    submissions, each one expression in x as in pyfunc.
+
+    After a submission (not the last), the env computes its values at the SHOWN inputs
+    x = 0..4 in the sandbox (pyfunc's own job and one-sandbox execution, on those inputs):
+
+    - all five equal the prompt's: the episode ends; reward = pyfunc's score of this
+      submission (k/10 over the hidden inputs, computed by pyfunc's scoring);
+    - else the model sees one observation, then writes its next submission:
+      ``"\\nf(3)=7 not 9\\nf(x)="``: the first shown x (in order 0..4) where the value is
+      wrong, the value the submission gave ("error" when it raised or is not an int,
+      "big" past 5 characters) and the prompt's value;
+      ``"\\nsyntax error\\nf(x)="``: empty, over-long or not one expression (unexecuted);
+      ``"\\ntimeout\\nf(x)="`` or ``"\\nerror\\nf(x)="``: the execution did not run to its
+      end (time, memory, an exit).
+
+    The last submission always ends the episode with pyfunc's score of it.
+
+    What the feedback reveals, and why this much: only facts about the SHOWN inputs. The
+    expected value is in the prompt already, and the wrong value is what the model's own
+    expression computes, which it could work out itself; so the feedback carries no
+    information about the hidden function beyond the prompt, and none about the hidden
+    inputs (the episode's length depends only on the shown values too): the multi-turn
+    task cannot be used to probe the hidden tests, and it is no easier than pyfunc to
+    solve, only easier to correct (the model is told where it is wrong, and by how much).
+    The cost: a submission that is right on 0..4 and wrong elsewhere ends the episode
+    with its partial reward and no chance to revise; telling it "wrong elsewhere" would
+    leak one bit per turn about the hidden inputs. As in pyfunc, the reward counts the
+    hidden inputs only, so a last submission wrong on a shown input can still score 1.
+    Observations are at most 25 bytes (the cue included), for the byte-level tiny model's
+    256-token context (a prompt, 3 turns of up to 12 tokens and 2 observations take
+    about 110).
+
+    Executions: one probe per non-final turn (not counted in ``stats``), plus pyfunc's
+    scoring of the final submission (counted). ``Reply.tool_call`` is true on every turn;
+    ``tool_ok``: the submission parsed and, on a probed turn, ran to its end.
+    """
+
+    name = "pyfunc_feedback"
+    config_class = PyFuncFeedbackConfig
+    reward_values = f"{PyFunc.reward_values}, for the final submission"
+    base_class = PyFunc
+    base: PyFunc
+
+    def answer(self, prompt: Prompt, text: str, last_turn: bool) -> Reply:
+        if not last_turn:
+            feedback, ran = self.feedback(prompt, text)
+            if feedback:
+                return Reply(observation=feedback, tool_call=True, tool_ok=ran)
+        parsed = self.base._job(prompt, text) is not None
+        reward = self.base.score(prompt, text)
+        return Reply(done=True, reward=reward, tool_call=True, tool_ok=parsed)
+
+    def feedback(self, prompt: Prompt, text: str) -> tuple[str, bool]:
+        """(observation, whether the submission ran to its end); "" when the submission's
+        values at the shown inputs are all right."""
+        expected = shown_values(prompt)
+        # pyfunc's job for a prompt whose "hidden" inputs are the shown ones: the same
+        # parse check, wrapper and int-only output, so the probe runs what scoring runs.
+        hidden = [[x, y] for x, y in zip(SHOWN_XS, expected, strict=True)]
+        job = self.base._job(dataclasses.replace(prompt, answer={"hidden": hidden}), text)
+        if job is None:
+            return f"\nsyntax error\n{CUE}", False
+        tag = secrets.token_hex(16)
+        tagged = dataclasses.replace(job, tests=job.tests.replace(TAG, tag))
+        verdict = self.base._verdicts([tagged])[0]
+        got = tag_fields(verdict.tests.stdout, tag) if verdict.passed else None
+        if got is None or len(got) != len(expected):
+            return f"\n{'timeout' if verdict.status == 'timeout' else 'error'}\n{CUE}", False
+        for x, want, value in zip(SHOWN_XS, expected, got, strict=True):
+            if value != str(want):
+                if value == "!":
+                    value = "error"
+                elif len(value) > MAX_SHOWN_DIGITS:
+                    value = "big"
+                return f"\nf({x})={value} not {want}\n{CUE}", True
+        return "", True
+
+
+# --- humaneval, mbpp ----------------------------------------------------------------------
+
+MAX_FEEDBACK_CHARS = 300
+"""Each line of a test feedback observation is cut to this many characters."""
+
+
+class TestFeedback(CodeFeedbackEnv):
+    """Execution feedback for the test-based code envs (real models). Each submission is
+    graded by the base env's scoring (the two-process verdict; ``stats`` counts every
+    submission): when it passes, or at the last turn, the episode ends with its reward.
+    Otherwise the model sees ``"\\nTests failed:\\n<line>\\n<error>\\n"``: the source line
+    of the first failing test (HumanEval's failing ``assert`` in ``check``, MBPP's failing
+    assert) and the last line of the tests' traceback (``AssertionError``, or the
+    exception the submission raised, as the tests saw it; when the submission's process
+    died on its own, e.g. of a syntax error, the last line of its traceback); each cut to
+    300 characters. On a timeout, ``"\\nTests failed: timeout\\n"``.
+
+    What this reveals: MBPP's asserts are shown in its prompt already (all three, by
+    default); HumanEval's are hidden, and the feedback shows one failing assert per turn,
+    as execution-feedback protocols do. So a revision can special-case the inputs it was
+    shown: on a problem with few asserts, hard-coding them over the turns can pass. Use
+    ``max_turns=1`` (the single-turn task) where that matters.
+    """
+
+    __test__ = False  # not a pytest class
+
+    def answer(self, prompt: Prompt, text: str, last_turn: bool) -> Reply:
+        scored = self.base.score_verdicts([prompt], [text])[0]
+        verdict, job = scored.verdict, scored.job
+        # "Ran": the submission's own process did not die (a wrong answer or an exception
+        # raised in a call still counts) and nothing ran out of time or memory.
+        ran = verdict is not None and verdict.status in ("ok", "error")
+        ran = ran and verdict.candidate.status in ("ok", "stopped")
+        if scored.reward >= 1.0 or last_turn:
+            return Reply(done=True, reward=scored.reward, tool_call=True, tool_ok=ran)
+        if verdict is None or job is None:
+            return Reply(observation="\nTests failed: empty submission\n", tool_call=True)
+        if verdict.status == "timeout":
+            return Reply(observation="\nTests failed: timeout\n", tool_call=True)
+        error = last_line(verdict.tests.stderr) or verdict.status
+        if verdict.candidate.status == "error":  # it died on its own (a syntax error)
+            error = last_line(verdict.candidate.stderr) or error
+        lines = (failing_line(verdict.tests.stderr, job.tests), error)
+        shown = "\n".join(line[:MAX_FEEDBACK_CHARS] for line in lines if line)
+        return Reply(observation=f"\nTests failed:\n{shown}\n", tool_call=True, tool_ok=ran)
+
+
+def failing_line(stderr: str, tests: str) -> str:
+    """The tests' source line where the traceback of the tests' process ends (its last
+    frame in ``<tests>``), or "" when there is none."""
+    numbers = re.findall(r'File "<tests>", line (\d+)', stderr)
+    source = tests.splitlines()
+    n = int(numbers[-1]) if numbers else 0
+    return source[n - 1].strip() if 1 <= n <= len(source) else ""
+
+
+def last_line(text: str) -> str:
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return lines[-1] if lines else ""
+
+
+@dataclass
+class HumanEvalFeedbackConfig(HumanEvalConfig):
+    max_turns: int = 3
+    """Submissions per episode at most (the last one's reward is the episode's)."""
+
+
+@dataclass
+class MBPPFeedbackConfig(MBPPConfig):
+    max_turns: int = 3
+    """Submissions per episode at most (the last one's reward is the episode's)."""
+
+
+class HumanEvalFeedback(TestFeedback):
+    """``humaneval_feedback``: HumanEval with test feedback (``TestFeedback``)."""
+
+    name = "humaneval_feedback"
+    config_class = HumanEvalFeedbackConfig
+    reward_values = f"{HumanEval.reward_values}, for the final submission"
+    base_class = HumanEval
+
+
+class MBPPFeedback(TestFeedback):
+    """``mbpp_feedback``: MBPP with test feedback (``TestFeedback``)."""
+
+    name = "mbpp_feedback"
+    config_class = MBPPFeedbackConfig
+    reward_values = f"{MBPP.reward_values}, for the final submission"
+    base_class = MBPP
