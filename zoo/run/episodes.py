@@ -191,3 +191,16 @@ def _call(env: Env, prompt: Prompt, turn: int, fn: Callable, *args: object) -> A
             f"(turn {turn}) of the episode on {prompt.split} prompt {prompt.index}; an env "
             "answers a malformed tool call with an observation, so this is a bug in the env"
         ) from exc
+
+
+def episode_metrics(stats: list[tuple[int, int, int]]) -> dict[str, float]:
+    """turns_mean, tool_calls_mean and tool_success_rate (successful tool calls over all
+    tool calls, 0 when there were none) of episodes' (turns, tool calls, successful)."""
+    if not stats:
+        return {"turns_mean": 0.0, "tool_calls_mean": 0.0, "tool_success_rate": 0.0}
+    turns, calls, ok = (sum(column) for column in zip(*stats, strict=True))
+    return {
+        "turns_mean": turns / len(stats),
+        "tool_calls_mean": calls / len(stats),
+        "tool_success_rate": ok / calls if calls else 0.0,
+    }

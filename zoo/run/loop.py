@@ -51,7 +51,7 @@ import torch
 
 from zoo.core.types import Completion
 from zoo.envs import Prompt, is_multi_turn
-from zoo.run.episodes import episode_budget, rollout_episodes
+from zoo.run.episodes import episode_budget, episode_metrics, rollout_episodes
 from zoo.run.rollout import EVAL_SEED_OFFSET, rollout_batch, sampling_seed
 from zoo.run.run_config import RunConfig
 from zoo.run.wiring import Services
@@ -457,16 +457,6 @@ def train_samples(
 def _shown(c: Completion) -> str:
     """A sample's text in samples.jsonl: a multi-turn episode's whole transcript."""
     return c.text if c.transcript is None else c.transcript
-
-
-def episode_metrics(stats: list[tuple[int, int, int]]) -> dict[str, float]:
-    """turns_mean, tool_calls_mean and tool_success_rate (successful tool calls over all
-    tool calls, 0 when there were none) of episodes' (turns, tool calls, successful)."""
-    if not stats:
-        return {"turns_mean": 0.0, "tool_calls_mean": 0.0, "tool_success_rate": 0.0}
-    turns, calls, ok = (sum(column) for column in zip(*stats, strict=True))
-    return {"turns_mean": turns / len(stats), "tool_calls_mean": calls / len(stats),
-            "tool_success_rate": _ratio(ok, calls)}  # fmt: skip
 
 
 def _ratio(a: float, b: float) -> float:
