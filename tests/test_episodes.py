@@ -18,7 +18,7 @@ from harness.runner import execute_run, read_metrics
 from zoo.core.config import ConfigError
 from zoo.envs import ENVS, Episode, MultiTurnEnv, Prompt, Reply
 from zoo.run.episodes import EpisodeError
-from zoo.run.rollout import rollout_batch
+from zoo.run.rollout import rollout_batch, sampling_seed
 from zoo.run.run_config import RunConfig
 from zoo.run.runlog import is_timing_key
 from zoo.services.conversation import observation_ids
@@ -120,6 +120,8 @@ def test_the_assistant_mask_is_one_on_sampled_tokens_only(episode_loop):
         del loop.s.generator.generate
     # turn 1: one call for the whole batch; turn 2: one call, one sample per episode
     assert [(len(c["prompts"]), c["n"]) for c in calls] == [(4, 4), (16, 1)]
+    # the first turn is sampled as a single-turn step samples: per-prompt seeds
+    assert calls[0]["seeds"] == [sampling_seed(5, p.index) for p in prompts]
     assert len(set(calls[1]["seeds"])) == 16  # a seed per (prompt, member, turn)
     second = {}
     for context, out in zip(calls[1]["prompts"], calls[1]["out"], strict=True):
@@ -213,7 +215,6 @@ def without_timing(records: list[dict]) -> list[dict]:
     return [{k: v for k, v in r.items() if not is_timing_key(k)} for r in records]
 
 
-@pytest.mark.slow  # ~1.5 min: a run, a crashed run and its resume
 def test_a_resumed_run_gives_the_metrics_of_an_uninterrupted_one(episode_loop, tmp_path):
     cfg = config(steps=2, checkpoint_every=1, eval_every=2, eval_samples=2)
 
