@@ -240,3 +240,22 @@ def test_a_resumed_run_gives_the_metrics_of_an_uninterrupted_one(episode_loop, t
     assert without_timing(read_metrics(tmp_path / "resumed")) == expected
     rows = [json.loads(x) for x in (tmp_path / "whole" / "samples.jsonl").read_text().splitlines()]
     assert all(OBSERVATION in r["completion"] for r in rows)
+
+
+def test_build_services_wires_the_episode_budget_and_the_observation_encoder(
+    loop_for, generator, tiny_path, monkeypatch
+):
+    # loop_for: its teardown puts the tiny model's weights back into the shared engine
+    from zoo.run.loop import RLLoop
+    from zoo.run.wiring import build_services
+
+    monkeypatch.setitem(ENVS._loaded, AskAgain.name, AskAgain)
+    with pytest.raises(ConfigError, match="no room for the prompt"):  # the tiny context: 256
+        build_services(config(max_episode_tokens=300), quiet=True, generator=generator)
+    cfg = config()
+    services = build_services(cfg, quiet=True, generator=generator)
+    assert services.observe(Prompt("1+1=", None, 0, "train"), ["2"], OBSERVATION) == list(
+        OBSERVATION.encode()
+    )
+    record = RLLoop(cfg, services).step()
+    assert record["turns_mean"] == 2.0 and record["tool_calls_mean"] == 1.0

@@ -123,7 +123,7 @@ def build_services(
         from zoo.placement.spawn import spawn_monarch_services
 
         remote = spawn_monarch_services(cfg, spec, device, trainer_config,
-                                        algorithm.needs_reference, context_len)  # fmt: skip
+                                        algorithm.needs_reference, context_len, budget)  # fmt: skip
         return Services(**remote, **shared)
     trainer = Trainer(spec.path, trainer_config, max_response_len=budget,
                       init=cfg.init, device=device)  # fmt: skip
