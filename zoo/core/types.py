@@ -22,6 +22,31 @@ class Completion:
     """"stop" (end-of-text) or "length" (hit the generation budget)."""
     policy_version: int
     """Version of the weights that sampled it (0 = initial weights)."""
+    # Multi-turn episodes (zoo.envs.episode, zoo.run.episodes) fill the fields below; a
+    # single-turn completion keeps their defaults. ``token_ids`` is then every token after
+    # the prompt: each assistant turn as sampled, each env observation between them.
+    assistant_mask: list[int] | None = None
+    """1 on tokens the model sampled, 0 on the env's observation tokens (whose
+    ``logprobs`` are 0.0); None: every token is the model's."""
+    reward: float | None = None
+    """The episode's reward, given by the env when it ended (None: the env scores ``text``)."""
+    turn_rewards: list[float] | None = None
+    """Each assistant turn's reward from the env (``Reply.reward``; the last is the
+    episode's), for algorithms that assign credit per turn."""
+    turns: int = 1
+    """Assistant turns in the episode."""
+    tool_calls: int = 0
+    """Turns the env executed as a tool call or submission ..."""
+    tool_ok: int = 0
+    """... of which ran without error."""
+    transcript: str | None = None
+    """Multi-turn: every turn and observation as text, in order (samples.jsonl); ``text``
+    is the final assistant turn alone."""
+
+    @property
+    def assistant_tokens(self) -> int:
+        """Tokens the model sampled (the LM head ran for each)."""
+        return len(self.token_ids) if self.assistant_mask is None else sum(self.assistant_mask)
 
 
 @dataclass

@@ -7,6 +7,7 @@ from typing import Any
 
 from zoo.core.registry import Registry
 from zoo.envs.base import Env, Prompt
+from zoo.envs.episode import Episode, MultiTurnEnv, Reply, is_multi_turn
 
 ENVS = Registry(
     "environment",
@@ -37,4 +38,14 @@ def list_envs() -> list[str]:
     return ENVS.names()
 
 
-__all__ = ["ENVS", "Env", "Prompt", "get_env", "list_envs"]
+__all__ = [
+    "ENVS",
+    "Env",
+    "Episode",
+    "MultiTurnEnv",
+    "Prompt",
+    "Reply",
+    "get_env",
+    "is_multi_turn",
+    "list_envs",
+]

@@ -29,6 +29,11 @@ batches ``max_policy_age`` steps ahead, so generation overlaps training; the tra
 the weights of those versions to compute the old log-probs with the weights that sampled
 each batch. Services are built by ``build_services``, in this process or as Monarch actors
 (zoo.placement): a placement only has to provide objects with the same methods.
+
+A multi-turn env (zoo.envs.episode) samples episodes instead of single completions
+(zoo.run.episodes, sync mode only): each episode is one response of its group, its
+reward given by the env when it ended (no scoring call), its environment tokens masked
+out of everything the trainer computes, and every one of its tokens charged.
 """
 
 from __future__ import annotations
@@ -45,7 +50,8 @@ from typing import Any
 import torch
 
 from zoo.core.types import Completion
-from zoo.envs import Prompt
+from zoo.envs import Prompt, is_multi_turn
+from zoo.run.episodes import episode_budget, episode_metrics, rollout_episodes
 from zoo.run.rollout import EVAL_SEED_OFFSET, rollout_batch, sampling_seed
 from zoo.run.run_config import RunConfig
 from zoo.run.wiring import Services
@@ -65,6 +71,12 @@ class RLLoop:
         self.cfg = cfg
         self.s = services
         self.sampling = SamplingConfig(temperature=cfg.temperature, max_tokens=cfg.max_response_len)
+        self.multi_turn = is_multi_turn(services.env)
+        self.budget = episode_budget(cfg, services.env)
+        """Tokens after the prompt per sample: max_response_len, or a multi-turn env's
+        token limit per episode (also the L_max of length shaping)."""
+        self.episode_stats: list[tuple[int, int, int]] = []
+        """Multi-turn: (turns, tool calls, successful tool calls) of this step's episodes."""
         self.cursor = 0  # next index in the env's train stream for this seed
         self.samples = 0
         self.train_seconds = 0.0
@@ -91,11 +103,15 @@ class RLLoop:
         cfg, s, ledger = self.cfg, self.s, self.s.ledger
         if cfg.mode == "sync":
             prompts = self._next_prompts(n)
-            with ledger.timed("generate"):
-                groups = s.generator.generate(
-                    [s.encode(p) for p in prompts], n=cfg.group_size, sampling=self.sampling,
-                    seeds=[sampling_seed(cfg.seed, p.index) for p in prompts],
-                )  # fmt: skip
+            encoded = [s.encode(p) for p in prompts]
+            seeds = [sampling_seed(cfg.seed, p.index) for p in prompts]
+            with ledger.timed("generate"):  # a multi-turn env's steps included
+                if self.multi_turn:
+                    groups = self._episodes(prompts, encoded, cfg.group_size, seeds)
+                else:
+                    groups = s.generator.generate(
+                        encoded, n=cfg.group_size, sampling=self.sampling, seeds=seeds
+                    )
         else:
             _, prompts, pending = self.in_flight.popleft() if self.in_flight else self._submit(n)
             with ledger.timed("generate"):  # what overlapping did not hide
@@ -104,11 +120,16 @@ class RLLoop:
                 self.in_flight.append(self._submit(n))
         for g in groups:
             for c in g:  # every generated token is charged, kept or not
+                # an episode: once, all its turns and observations (zoo.services.ledger)
                 ledger.add(
                     "generate",
-                    ledger.generation_flops(len(c.prompt_ids), len(c.token_ids)),
+                    ledger.generation_flops(
+                        len(c.prompt_ids), len(c.token_ids), head_tokens=c.assistant_tokens
+                    ),
                     len(c.token_ids),
                 )
+                if self.multi_turn:
+                    self.episode_stats.append((c.turns, c.tool_calls, c.tool_ok))
         self.samples += n * cfg.group_size
         fresh = []
         for i, g in enumerate(groups):
@@ -119,6 +140,16 @@ class RLLoop:
             else:
                 self.stale_dropped += len(g)
         return [prompts[i] for i in fresh], [groups[i] for i in fresh]
+
+    def _episodes(
+        self, prompts: list[Prompt], encoded: list[list[int]], n: int,
+        seeds: list[int] | None = None, greedy: bool = False,
+    ) -> list[list[Completion]]:  # fmt: skip
+        """``generator.generate``'s counterpart for a multi-turn env: ``n`` episodes of
+        each prompt (zoo.run.episodes)."""
+        s = self.s
+        return rollout_episodes(s.env, s.generator, s.observe, prompts, encoded, n,
+                                self.sampling, self.budget, seeds=seeds, greedy=greedy)  # fmt: skip
 
     def _next_prompts(self, n: int) -> list[Prompt]:
         prompts = self.s.env.train_prompts(self.cursor, n, self.cfg.seed)
@@ -151,16 +182,21 @@ class RLLoop:
         while len(kept_groups) < cfg.prompts_per_step and rounds < cfg.max_sampling_rounds:
             rounds += 1
             prompts, groups = self.sample_groups(cfg.prompts_per_step)
-            with ledger.timed("score"):  # one call: envs may score a whole step in parallel
-                flat = s.score_batch(
-                    [p for p, g in zip(prompts, groups, strict=True) for _ in g],
-                    [c.text for g in groups for c in g],
-                )
-                rewards = torch.tensor(flat).view(len(groups), cfg.group_size)
+            if self.multi_turn:  # each episode ended with its reward
+                flat = [c.reward for g in groups for c in g]
+            else:
+                with ledger.timed("score"):  # one call: envs may score a whole step in parallel
+                    flat = s.score_batch(
+                        [p for p, g in zip(prompts, groups, strict=True) for _ in g],
+                        [c.text for g in groups for c in g],
+                    )
+            rewards = torch.tensor(flat).view(len(groups), cfg.group_size)
             ledger.add("score", tokens=sum(len(c.token_ids) for g in groups for c in g))
             task_rewards += rewards.flatten().tolist()
+            # an episode's length is every token after its prompt, observations included,
+            # against its token limit (self.budget)
             lengths = torch.tensor([[len(c.token_ids) for c in g] for g in groups])
-            shaped = algo.shape_rewards(rewards, lengths, cfg.max_response_len)
+            shaped = algo.shape_rewards(rewards, lengths, self.budget)
             advantages = algo.group_advantages(shaped, lengths)
             keep = algo.keep(rewards)
             truncated = torch.tensor([[c.finish_reason == "length" for c in g] for g in groups])
@@ -182,6 +218,9 @@ class RLLoop:
             "kept_groups": len(kept_groups),
             "masked_responses": int(sum((~m).sum() for m in kept_in_loss)),
         }
+        if self.multi_turn:
+            record.update(episode_metrics(self.episode_stats))
+        self.episode_stats = []
         if kept_groups:
             batch = rollout_batch(kept_groups, torch.stack(kept_adv), torch.stack(kept_in_loss))
             shapes = [(len(c.prompt_ids), len(c.token_ids)) for g in kept_groups for c in g]
@@ -244,16 +283,26 @@ class RLLoop:
         (``eval_reward``), and with ``eval_samples`` n > 0 (and ``sampled``) pass@k and
         mean reward of n samples per prompt (zoo.services.evaluation), seeded per (run seed,
         prompt) so every checkpoint and every algorithm at this seed draws the same random
-        numbers."""
+        numbers. A multi-turn env plays episodes instead (greedy: every turn greedy; the
+        sampled ones seeded per turn as in training), rewarded by the env, and adds
+        eval_turns_mean, eval_tool_calls_mean and eval_tool_success_rate of the greedy
+        episodes."""
         s, n = self.s, self.cfg.eval_samples if sampled else 0
         start = time.perf_counter()
         prompts = s.env.eval_prompts()
         encoded = [s.encode(p) for p in prompts]
-        groups = s.generator.generate(encoded, n=1, sampling=self.sampling, greedy=True)
-        rewards = s.score_batch(prompts, [g[0].text for g in groups])
+        if self.multi_turn:
+            groups = self._episodes(prompts, encoded, n=1, greedy=True)
+            rewards = [g[0].reward for g in groups]
+        else:
+            groups = s.generator.generate(encoded, n=1, sampling=self.sampling, greedy=True)
+            rewards = s.score_batch(prompts, [g[0].text for g in groups])
         record = {"eval_reward": statistics.fmean(rewards)}
+        if self.multi_turn:
+            stats = [(g[0].turns, g[0].tool_calls, g[0].tool_ok) for g in groups]
+            record.update({f"eval_{k}": v for k, v in episode_metrics(stats).items()})
         self.kept_samples += [
-            {"kind": "eval", "index": p.index, "prompt": p.text, "completion": g[0].text,
+            {"kind": "eval", "index": p.index, "prompt": p.text, "completion": _shown(g[0]),
              "reference": s.env.reference_answer(p), "reward": float(r),
              "finish_reason": g[0].finish_reason, "policy_version": g[0].policy_version}
             for p, g, r in zip(prompts[:EVAL_SAMPLES], groups, rewards, strict=False)
@@ -261,9 +310,13 @@ class RLLoop:
         if n:
             eval_seed = self.cfg.seed + EVAL_SEED_OFFSET
             seeds = [sampling_seed(eval_seed, i) for i in range(len(prompts))]
-            groups = s.generator.generate(encoded, n=n, sampling=self.sampling, seeds=seeds)
-            flat = s.score_batch([p for p in prompts for _ in range(n)],
-                                 [c.text for g in groups for c in g])  # fmt: skip
+            if self.multi_turn:
+                groups = self._episodes(prompts, encoded, n, seeds)
+                flat = [c.reward for g in groups for c in g]
+            else:
+                groups = s.generator.generate(encoded, n=n, sampling=self.sampling, seeds=seeds)
+                flat = s.score_batch([p for p in prompts for _ in range(n)],
+                                     [c.text for g in groups for c in g])  # fmt: skip
             record.update(sampled_metrics([flat[i * n : (i + 1) * n] for i in range(len(prompts))]))
         record["eval_seconds"] = time.perf_counter() - start
         return record
@@ -393,12 +446,17 @@ def train_samples(
     for i, p in enumerate(prompts):
         for j, c in enumerate(groups[i]):
             rows.append({
-                "kind": "train", "index": p.index, "prompt": p.text, "completion": c.text,
+                "kind": "train", "index": p.index, "prompt": p.text, "completion": _shown(c),
                 "reward": float(rewards[i, j]), "advantage": float(advantages[i, j]),
                 "kept": bool(keep[i]), "finish_reason": c.finish_reason,
                 "policy_version": c.policy_version,
             })  # fmt: skip
     return rows
+
+
+def _shown(c: Completion) -> str:
+    """A sample's text in samples.jsonl: a multi-turn episode's whole transcript."""
+    return c.text if c.transcript is None else c.transcript
 
 
 def _ratio(a: float, b: float) -> float:

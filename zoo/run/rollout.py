@@ -22,7 +22,8 @@ def rollout_batch(
 ) -> RolloutBatch:
     """Pack groups of completions ([groups, G] advantages) into right-padded sequences,
     with the sampler's log-probs and policy version of each; responses with ``in_loss``
-    False get an all-zero mask (they count nowhere)."""
+    False get an all-zero mask (they count nowhere). A multi-turn episode's mask is its
+    assistant mask: the env's tokens enter no loss, ratio, mismatch metric or correction."""
     flat = [c for g in groups for c in g]
     width = max((len(c.token_ids) for c in flat), default=1) or 1
     length = max(len(c.prompt_ids) + len(c.token_ids) for c in flat)
@@ -33,7 +34,10 @@ def rollout_batch(
     for i, c in enumerate(flat):
         seq = c.prompt_ids + c.token_ids
         tokens[i, : len(seq)] = torch.tensor(seq)
-        mask[i, : len(c.token_ids)] = float(included[i])
+        if c.assistant_mask is None:
+            mask[i, : len(c.token_ids)] = float(included[i])
+        else:
+            mask[i, : len(c.token_ids)] = torch.tensor(c.assistant_mask) * float(included[i])
         sampler[i, : len(c.logprobs)] = torch.tensor(c.logprobs)
     return RolloutBatch(
         tokens=tokens,

@@ -69,7 +69,12 @@ class RunConfig:
     group_size: int = 8
     """G: completions sampled per prompt."""
     max_response_len: int = 6
-    """Generation budget L_max in tokens."""
+    """Generation budget L_max in tokens (per assistant turn in a multi-turn env)."""
+    max_episode_tokens: int = 0
+    """Multi-turn envs: tokens after the prompt per episode at most, the env's
+    observations included (an episode that reaches it ends with finish reason "length");
+    0: 2 x the env's turn limit x max_response_len (the turns, and as much again for
+    observations). Single-turn envs: must stay 0."""
     temperature: float = 1.0
     """Sampling temperature T > 0; the trainer, reference and old-log-prob passes score
     tokens at the same T."""
@@ -223,6 +228,12 @@ class RunConfig:
             raise ConfigError(
                 f"group_size and eval_samples must be <= {MAX_SAMPLES_PER_PROMPT} (vLLM's "
                 f"limit of samples per prompt), got {self.group_size} and {self.eval_samples}"
+            )
+        if self.max_episode_tokens and self.max_episode_tokens < self.max_response_len:
+            raise ConfigError(
+                f"max_episode_tokens {self.max_episode_tokens} < max_response_len "
+                f"{self.max_response_len}: an episode must hold at least one whole turn "
+                "(0: the default, 2 x turn limit x max_response_len)"
             )
         if self.eval_samples < 0:
             raise ConfigError(f"eval_samples must be >= 0 (0: greedy only): {self.eval_samples}")

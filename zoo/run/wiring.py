@@ -4,6 +4,7 @@ token ids. The loop (zoo.run.loop) only calls their methods."""
 
 from __future__ import annotations
 
+import functools
 import json
 import sys
 from collections.abc import Callable
@@ -14,9 +15,11 @@ import torch
 
 from zoo.algorithms import Algorithm, get_algorithm
 from zoo.core.config import ConfigError
-from zoo.envs import Env, Prompt, get_env
+from zoo.envs import Env, Prompt, get_env, is_multi_turn
 from zoo.models.presets import ModelShape
+from zoo.run.episodes import episode_budget
 from zoo.run.run_config import RunConfig
+from zoo.services.conversation import chat_prompt_ids, observation_ids
 from zoo.services.generation import make_generator
 from zoo.services.ledger import Ledger
 from zoo.services.protocols import (
@@ -42,6 +45,9 @@ class Services:
     encode: Callable[[Prompt], list[int]]
     """Prompt -> token ids (plain text, or the chat template when the env asks for it)."""
     ledger: Ledger
+    observe: Callable[[Prompt, list[str], str], list[int]] | None = None
+    """Multi-turn envs: (prompt, assistant turns so far, observation) -> the observation's
+    token ids (zoo.services.conversation with the run's tokenizer); None: not needed."""
     close: Callable[[], None] = lambda: None
     """Release what the placement started (the Monarch placement's processes)."""
     scorer: ScorerService | None = None
@@ -101,18 +107,25 @@ def build_services(
     torch.manual_seed(cfg.seed)
     tokenizer = AutoTokenizer.from_pretrained(spec.path)
     trainer_config = trainer_config_of(cfg, device)
-    context_len = max_model_len(spec.path, cfg)
-    encode = prompt_encoder(tokenizer, context_len - cfg.max_response_len, cfg.long_prompts)
+    budget = episode_budget(cfg, env)  # tokens after the prompt: a response, or an episode
+    context_len = max_model_len(spec.path, cfg, budget)
+    if is_multi_turn(env) and context_len <= budget:
+        raise ConfigError(
+            f"max_episode_tokens {budget} leaves no room for the prompt in the model's "
+            f"context of {context_len} tokens; give a smaller --max-episode-tokens"
+        )
+    encode = prompt_encoder(tokenizer, context_len - budget, cfg.long_prompts)
     check_held_out_prompts(env, encode)
     shared = dict(env=env, algorithm=algorithm, encode=encode,
-                  ledger=Ledger(ModelShape.from_hf_dir(spec.path)))  # fmt: skip
+                  ledger=Ledger(ModelShape.from_hf_dir(spec.path)),
+                  observe=functools.partial(observation_ids, tokenizer))  # fmt: skip
     if cfg.placement == "monarch":
         from zoo.placement.spawn import spawn_monarch_services
 
         remote = spawn_monarch_services(cfg, spec, device, trainer_config,
-                                        algorithm.needs_reference, context_len)  # fmt: skip
+                                        algorithm.needs_reference, context_len, budget)  # fmt: skip
         return Services(**remote, **shared)
-    trainer = Trainer(spec.path, trainer_config, max_response_len=cfg.max_response_len,
+    trainer = Trainer(spec.path, trainer_config, max_response_len=budget,
                       init=cfg.init, device=device)  # fmt: skip
     reference = None
     if algorithm.needs_reference:
@@ -134,12 +147,14 @@ MAX_PROMPT_TOKENS = 1024
 are a few hundred tokens)."""
 
 
-def max_model_len(model_path: Path, cfg: RunConfig) -> int:
-    """The generator's context length: prompt room plus the generation budget, capped at
-    the model's (256 for the tiny presets)."""
+def max_model_len(model_path: Path, cfg: RunConfig, budget: int | None = None) -> int:
+    """The generator's context length: prompt room plus the generation budget (``budget``:
+    a multi-turn env's tokens per episode; default max_response_len), capped at the
+    model's (256 for the tiny presets)."""
     config = json.loads((Path(model_path) / "config.json").read_text())
     return min(
-        config.get("max_position_embeddings", 4096), MAX_PROMPT_TOKENS + cfg.max_response_len
+        config.get("max_position_embeddings", 4096),
+        MAX_PROMPT_TOKENS + (budget or cfg.max_response_len),
     )
 
 
@@ -167,9 +182,7 @@ def prompt_encoder(
                 "chat template; use --env-set prompt_format=plain"
             )
         else:
-            ids = tokenizer.apply_chat_template(
-                messages, add_generation_prompt=True, tokenize=True, return_dict=False
-            )
+            ids = chat_prompt_ids(tokenizer, prompt)  # (with the tools of meta["tools"])
         ids = list(ids)
         if room is None or len(ids) <= room:
             return ids

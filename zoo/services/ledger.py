@@ -17,7 +17,16 @@ backward pass costs twice its forward, so training is 3x its forward.
 - reference / training forward over P + R tokens: body over all, head R times; the
   old-log-prob pass (the trainer's forward with the weights that sampled the batch, once
   per rollout batch) costs the same as a reference forward, and training is charged once
-  per pass over the batch (``epochs``).
+  per pass over the batch (``epochs``);
+- a multi-turn episode (zoo.run.episodes) of T tokens after the prompt (assistant turns
+  and the env's observations between them), A of them sampled: charged once, when it
+  ends, as generation_flops(P, T, head_tokens=A). With prefix caching its turns together
+  cost one forward over the whole trajectory but its last token: each turn's prefill
+  covers only the observation before it (the prompt and earlier turns are cached), and
+  the LM head runs only where the model sampled. The engine may recompute more (here
+  vLLM runs without prefix caching); the ledger counts the model's necessary work, as for
+  single turns. Its tokens (observations included) count in ``generate_tokens``. The
+  reference and training passes see the trajectory as one response of T tokens.
 """
 
 from __future__ import annotations
@@ -47,10 +56,16 @@ class Ledger:
         attention = 4.0 * s.num_layers * s.num_heads * s.head_dim * visible
         return 2.0 * s.body_params * length + attention + 2.0 * s.head_params * head_tokens
 
-    def generation_flops(self, prompt_len: int, response_len: int) -> float:
+    def generation_flops(
+        self, prompt_len: int, response_len: int, head_tokens: int | None = None
+    ) -> float:
+        """Generating ``response_len`` tokens after a ``prompt_len``-token prompt, the LM
+        head at ``head_tokens`` of them (default: all; a multi-turn episode: its assistant
+        tokens, ``response_len`` counting its observations too)."""
         if response_len == 0:
             return 0.0
-        return self.forward_flops(prompt_len + response_len - 1, head_tokens=response_len)
+        head = response_len if head_tokens is None else head_tokens
+        return self.forward_flops(prompt_len + response_len - 1, head_tokens=head)
 
     def scoring_flops(self, prompt_len: int, response_len: int) -> float:
         """A forward pass that scores a response (reference, or training's forward)."""

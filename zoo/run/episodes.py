@@ -1,0 +1,213 @@
+"""Multi-turn rollouts: episodes of a ``MultiTurnEnv`` (zoo.envs.episode), sampled turn by
+turn, each returned as one ``Completion`` of its group.
+
+The first turn of every episode is one ``generate`` call for the whole batch (``n``
+samples per prompt, the prompt's seed), exactly as a single-turn step samples. Each later
+turn sends every episode still running in one more call, one sample each, seeded per
+(prompt seed, group member, turn), so an episode's tokens do not depend on which others
+are still running. A later turn's context is the prompt's ids, every earlier turn's
+tokens as sampled and the observations' ids: the model's own tokens are never decoded and
+re-encoded (token in, token out).
+
+An episode ends when the env says so (its reward, the finish reason of its last turn),
+at the env's turn limit, or when the next observation and at least one sampled token no
+longer fit in the run's token limit for an episode; a cut episode gets
+``episode.final_reward()`` and finish reason "length". Its trajectory ends with an
+assistant turn: the observation that would have followed is not part of it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from zoo.core.config import ConfigError
+from zoo.core.types import Completion
+from zoo.envs import Env, Episode, Prompt, is_multi_turn
+from zoo.run.run_config import RunConfig
+from zoo.services.conversation import ChatTemplateError
+from zoo.services.protocols import GeneratorService
+from zoo.services.sampling import SamplingConfig
+
+Observe = Callable[[Prompt, list[str], str], list[int]]
+"""(prompt, assistant turns so far, observation text) -> the observation's token ids
+(zoo.services.conversation.observation_ids with the run's tokenizer)."""
+
+
+class EpisodeError(RuntimeError):
+    """The env's own code raised during an episode: a bug in the env, not a model error
+    (a malformed tool call is answered with an observation)."""
+
+
+def episode_budget(cfg: RunConfig, env: Env) -> int:
+    """Tokens after the prompt that one sample of ``env`` may take: ``max_response_len``
+    for a single-turn env, the episode's token limit for a multi-turn one. Raises
+    ``ConfigError`` for settings the env cannot run with."""
+    if not is_multi_turn(env):
+        if cfg.max_episode_tokens:
+            raise ConfigError(
+                f"max_episode_tokens applies to multi-turn envs; {env.name!r} is single-turn "
+                "(its budget is max_response_len)"
+            )
+        return cfg.max_response_len
+    if cfg.mode != "sync":
+        raise ConfigError(
+            f"env {env.name!r} is multi-turn, which runs in sync mode only (each turn waits "
+            f"for the env's answer to the last); got mode {cfg.mode!r}"
+        )
+    return cfg.max_episode_tokens or 2 * env.turn_limit() * cfg.max_response_len
+
+
+def turn_seed(prompt_seed: int, member: int, turn: int) -> int:
+    """Sampler seed of turn ``turn`` (0-based, > 0) of group member ``member``."""
+    return (prompt_seed * 1_000_003 + member * 1_009 + turn) % (2**31)
+
+
+@dataclass
+class _Trajectory:
+    """One episode in progress: every token after the prompt so far."""
+
+    prompt: Prompt
+    prompt_ids: list[int]
+    episode: Episode
+    member: int
+    seed: int | None  # the prompt's sampler seed (None: greedy)
+    tokens: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    mask: list[int] = field(default_factory=list)
+    texts: list[str] = field(default_factory=list)  # assistant turns
+    transcript: list[str] = field(default_factory=list)  # turns and observations
+    turn_rewards: list[float] = field(default_factory=list)
+    tool_calls: int = 0
+    tool_ok: int = 0
+    version: int = 0
+    finish_reason: str = ""
+    reward: float | None = None
+
+    def completion(self) -> Completion:
+        return Completion(
+            prompt_ids=self.prompt_ids, token_ids=self.tokens, logprobs=self.logprobs,
+            text=self.texts[-1], finish_reason=self.finish_reason,
+            policy_version=self.version, assistant_mask=self.mask, reward=self.reward,
+            turn_rewards=self.turn_rewards, turns=len(self.texts),
+            tool_calls=self.tool_calls, tool_ok=self.tool_ok,
+            transcript="".join(self.transcript),
+        )  # fmt: skip
+
+
+def rollout_episodes(
+    env: Env,
+    generator: GeneratorService,
+    observe: Observe | None,
+    prompts: Sequence[Prompt],
+    encoded: Sequence[list[int]],
+    n: int,
+    sampling: SamplingConfig,
+    token_limit: int,
+    seeds: list[int] | None = None,
+    greedy: bool = False,
+) -> list[list[Completion]]:
+    """``n`` episodes of each prompt (``encoded``: its token ids), one group per prompt,
+    each turn at most ``sampling.max_tokens`` tokens and each episode at most
+    ``token_limit`` tokens after its prompt (>= ``sampling.max_tokens``). ``seeds``: one
+    per prompt (None with ``greedy``)."""
+    if observe is None:
+        raise ConfigError(
+            f"env {env.name!r} is multi-turn, but the services give no observation encoder "
+            "(Services.observe)"
+        )
+    turn_limit = env.turn_limit()
+    groups = [
+        [_Trajectory(p, list(ids), _call(env, p, 0, env.start, p), j, s) for j in range(n)]
+        for p, ids, s in zip(prompts, encoded, seeds or [None] * len(prompts), strict=True)
+    ]
+    first = generator.generate(list(encoded), n=n, sampling=sampling, seeds=seeds, greedy=greedy)
+    sampled = [(t, c) for g, cs in zip(groups, first, strict=True)
+               for t, c in zip(g, cs, strict=True)]  # fmt: skip
+    turn = 0
+    while sampled:
+        turn += 1
+        ongoing = [t for t, c in sampled
+                   if _take_turn(env, t, c, turn, turn_limit, token_limit, observe)]  # fmt: skip
+        # The next turn of every ongoing episode. Its budget is max_tokens but near the
+        # token limit, so there is one call per distinct budget (usually one): no turn is
+        # sampled past its episode's limit.
+        by_budget: dict[int, list[_Trajectory]] = {}
+        for t in ongoing:
+            budget = min(sampling.max_tokens, token_limit - len(t.tokens))
+            by_budget.setdefault(budget, []).append(t)
+        sampled = []
+        for budget, batch in sorted(by_budget.items()):
+            out = generator.generate(
+                [t.prompt_ids + t.tokens for t in batch], n=1,
+                sampling=dataclasses.replace(sampling, max_tokens=budget), greedy=greedy,
+                seeds=None if seeds is None else [turn_seed(t.seed, t.member, turn) for t in batch],
+            )  # fmt: skip
+            sampled += [(t, g[0]) for t, g in zip(batch, out, strict=True)]
+    return [[t.completion() for t in g] for g in groups]
+
+
+def _take_turn(
+    env: Env, t: _Trajectory, c: Completion, turn: int, turn_limit: int, token_limit: int,
+    observe: Observe,
+) -> bool:  # fmt: skip
+    """Append the sampled turn ``c`` to ``t`` and the env's answer to it; True if the
+    episode goes on (its observation appended), False if it ended."""
+    t.tokens += c.token_ids
+    t.logprobs += c.logprobs
+    t.mask += [1] * len(c.token_ids)
+    t.texts.append(c.text)
+    t.transcript.append(c.text)
+    t.version = c.policy_version  # every turn of one rollout samples with one version
+    reply = _call(env, t.prompt, turn, t.episode.step, c.text)
+    t.turn_rewards.append(float(reply.reward))
+    t.tool_calls += int(reply.tool_call)
+    t.tool_ok += int(reply.tool_call and reply.tool_ok)
+    if reply.done:
+        t.reward, t.finish_reason = float(reply.reward), c.finish_reason
+        return False
+    try:
+        obs = [] if turn >= turn_limit else observe(t.prompt, t.texts, reply.observation)
+    except ChatTemplateError:
+        # The chat template would render this turn otherwise than the model sampled it
+        # (e.g. Qwen3 drops an empty think block once a message follows): the episode
+        # cannot go on token for token, so it ends here, as if cut by a limit.
+        obs, turn_limit = [], turn
+    if turn >= turn_limit or len(t.tokens) + len(obs) + 1 > token_limit:
+        t.reward = float(_call(env, t.prompt, turn, t.episode.final_reward))
+        t.finish_reason = "length"
+        t.turn_rewards[-1] = t.reward
+        return False
+    t.tokens += obs
+    t.logprobs += [0.0] * len(obs)
+    t.mask += [0] * len(obs)
+    t.transcript.append(reply.observation)
+    return True
+
+
+def _call(env: Env, prompt: Prompt, turn: int, fn: Callable, *args: object) -> Any:
+    """``fn(*args)``, an exception from the env's code re-raised naming the env and the
+    episode: a run stops on an env bug instead of training on what it left behind."""
+    try:
+        return fn(*args)
+    except Exception as exc:
+        raise EpisodeError(
+            f"env {env.name!r} raised {type(exc).__name__}: {exc} in {fn.__name__} "
+            f"(turn {turn}) of the episode on {prompt.split} prompt {prompt.index}; an env "
+            "answers a malformed tool call with an observation, so this is a bug in the env"
+        ) from exc
+
+
+def episode_metrics(stats: list[tuple[int, int, int]]) -> dict[str, float]:
+    """turns_mean, tool_calls_mean and tool_success_rate (successful tool calls over all
+    tool calls, 0 when there were none) of episodes' (turns, tool calls, successful)."""
+    if not stats:
+        return {"turns_mean": 0.0, "tool_calls_mean": 0.0, "tool_success_rate": 0.0}
+    turns, calls, ok = (sum(column) for column in zip(*stats, strict=True))
+    return {
+        "turns_mean": turns / len(stats),
+        "tool_calls_mean": calls / len(stats),
+        "tool_success_rate": ok / calls if calls else 0.0,
+    }
