@@ -13,7 +13,7 @@ from zoo.envs import get_env
 from zoo.envs.code_feedback import shown_values
 from zoo.envs.episode import is_multi_turn
 
-FAST = {"timeout_s": 1.0}
+FAST = {"timeout_s": 5.0}  # the infinite loop waits this long; shorter ones time out a loaded CPU
 
 
 @pytest.fixture(scope="module")
