@@ -7,6 +7,7 @@ from typing import Any
 
 from zoo.core.registry import Registry
 from zoo.envs.base import Env, Prompt
+from zoo.envs.episode import Episode, MultiTurnEnv, Reply, is_multi_turn
 
 ENVS = Registry(
     "environment",
@@ -22,6 +23,7 @@ ENVS = Registry(
         "humaneval": "zoo.envs.humaneval:HumanEval",
         "mbpp": "zoo.envs.mbpp:MBPP",
         "pyfunc": "zoo.envs.pyfunc:PyFunc",
+        "tool_arithmetic": "zoo.envs.tool_arithmetic:ToolArithmetic",
     },
 )
 
@@ -34,4 +36,7 @@ def list_envs() -> list[str]:
     return ENVS.names()
 
 
-__all__ = ["ENVS", "Env", "Prompt", "get_env", "list_envs"]
+__all__ = [
+    "ENVS", "Env", "Episode", "MultiTurnEnv", "Prompt", "Reply", "get_env", "is_multi_turn",
+    "list_envs",
+]  # fmt: skip
