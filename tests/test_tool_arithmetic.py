@@ -181,18 +181,26 @@ def test_warm_start_tokens_mask_the_prompt_and_observations(env):
 # --- the tiny-tool preset (minutes: built once per cache) ------------------------------
 
 
+def test_the_preset_leaves_the_other_keys_alone():
+    from zoo.models.presets import MODEL_PRESETS, model_shape
+    from zoo.models.tiny import TINY_PRESETS, TinyRecipe
+
+    # The keys of the checkpoints built before tiny-tool (and its recipe fields) existed.
+    assert TINY_PRESETS["tiny"].key() == TinyRecipe().key() == "8bc1c0f9bbb0"
+    assert TINY_PRESETS["tiny-code"].key() == "3c26423650eb"
+    assert TINY_PRESETS["tiny-tool"].key() not in ("8bc1c0f9bbb0", "3c26423650eb")
+    assert "tiny-tool" in MODEL_PRESETS
+    assert model_shape("tiny-tool") == model_shape("tiny")
+
+
 @pytest.mark.slow
 def test_tiny_tool_preset_uses_the_tool_sometimes(env):
     import json
 
     from transformers import Qwen3ForCausalLM
 
-    from zoo.models.presets import MODEL_PRESETS
-    from zoo.models.tiny import TINY_PRESETS, TinyRecipe, greedy_episodes, tiny_model_path
+    from zoo.models.tiny import TINY_PRESETS, greedy_episodes, tiny_model_path
 
-    assert "tiny-tool" in MODEL_PRESETS
-    assert TINY_PRESETS["tiny"].key() == TinyRecipe().key() == "8bc1c0f9bbb0"
-    assert TINY_PRESETS["tiny-code"].key() == "3c26423650eb"
     path = tiny_model_path(TINY_PRESETS["tiny-tool"], quiet=True)
     info = json.loads((path / "forge_zoo_recipe.json").read_text())
     assert 0.0 < info["validation_tool_rate"] < 1.0
