@@ -354,6 +354,7 @@ def test_tiny_code_preset_leaves_the_tiny_recipe_key_alone():
 
     fields = dataclasses.asdict(TinyRecipe())
     assert fields.pop("task") == "arithmetic"
+    assert fields.pop("tool_fraction") == 0.0 and fields.pop("max_tool_rate") == 1.0  # (later)
     legacy = json.dumps({"v": RECIPE_VERSION, **fields}, sort_keys=True)
     assert TinyRecipe().key() == hashlib.sha256(legacy.encode()).hexdigest()[:12]
     assert TINY_PRESETS["tiny"] == TinyRecipe()

@@ -26,6 +26,7 @@ ENVS = Registry(
         "pyfunc_feedback": "zoo.envs.code_feedback:PyFuncFeedback",
         "humaneval_feedback": "zoo.envs.code_feedback:HumanEvalFeedback",
         "mbpp_feedback": "zoo.envs.code_feedback:MBPPFeedback",
+        "tool_arithmetic": "zoo.envs.tool_arithmetic:ToolArithmetic",
     },
 )
 

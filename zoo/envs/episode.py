@@ -71,6 +71,13 @@ class MultiTurnEnv(Env):
     def start(self, prompt: Prompt) -> Episode:
         """A fresh episode for ``prompt`` (a pure function of the prompt)."""
 
+    def step_batch(self, episodes: list[Episode], texts: list[str]) -> list[Reply]:
+        """``episode.step(text)`` for one turn of many episodes: the loop calls this once
+        per turn with every running episode. By default one after another; an env whose
+        turns execute something (a tool call, a program) overrides it to run them together
+        (e.g. one sandbox pool call), giving the same replies."""
+        return [e.step(t) for e, t in zip(episodes, texts, strict=True)]
+
     def turn_limit(self) -> int:
         return int(getattr(self.config, "max_turns", self.max_turns))
 

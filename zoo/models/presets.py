@@ -18,6 +18,8 @@ TINY_MODELS = {
     "tiny": "embedded ~476k-parameter Qwen3, warm-started on arithmetic (built here)",
     "tiny-code": "the tiny model warm-started on the pyfunc code env instead (built here; "
     "use --env pyfunc --max-response-len 12)",
+    "tiny-tool": "the tiny model warm-started on tool_arithmetic, answering directly or "
+    "through the calculator tool (built here; use --env tool_arithmetic --max-response-len 16)",
 }
 """Presets built here, each a recipe in zoo.models.tiny.TINY_PRESETS."""
 

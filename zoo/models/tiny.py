@@ -19,6 +19,16 @@ its reference answers) and stops at the first evaluation whose validation reward
 train functions set aside, greedy, scored by running the model's expressions in the
 sandbox) reaches ``target_accuracy``. Only non-default tasks enter the cache key, so the ``tiny``
 model's key and checkpoint are unchanged.
+
+The ``tiny-tool`` preset warm-starts on the multi-turn ``tool_arithmetic`` env: a fraction
+``tool_fraction`` of its train problems are shown as calculator episodes (the env's
+``tool_trace``: prompt, call, EOS, observation, answer, EOS; loss on the assistant's tokens
+and EOS only), the rest as direct answers. It stops at the first evaluation of greedy
+episodes (``greedy_episodes``) on its validation split whose mean reward reaches
+``target_accuracy`` with the tool called in at most ``max_tool_rate`` of them; the
+recipe file records both figures (``validation_reward``, ``validation_tool_rate``). Fields
+added after the first models were built (``LATER_FIELDS``) leave the key at their
+original values, so the other presets' keys do not move.
 """
 
 from __future__ import annotations
@@ -27,6 +37,7 @@ import dataclasses
 import hashlib
 import json
 import os
+import random
 import shutil
 import tempfile
 from dataclasses import dataclass
@@ -67,27 +78,56 @@ class TinyRecipe:
     threads: int = 2
     """Torch threads during the warm start: fixed, so the checkpoint is reproducible."""
     task: str = "arithmetic"
-    """Warm-start task: "arithmetic" (the ``tiny`` preset) or "pyfunc" (``tiny-code``: the
-    pyfunc env's format with its reference answers, held-out reward scored in the sandbox)."""
+    """Warm-start task: "arithmetic" (the ``tiny`` preset), "pyfunc" (``tiny-code``: the
+    pyfunc env's format with its reference answers, held-out reward scored in the sandbox)
+    or "tool_arithmetic" (``tiny-tool``: direct answers and calculator episodes)."""
+    tool_fraction: float = 0.0
+    """Multi-turn tasks: the fraction of train problems shown as a tool episode (the env's
+    ``tool_trace``) rather than as a direct answer."""
+    max_tool_rate: float = 1.0
+    """Multi-turn tasks: the stop also needs the fraction of validation episodes that call
+    the tool at or below this, so that RL starts from a model that uses the tool only
+    sometimes (early on the warm start calls it on nearly every problem)."""
 
     def key(self) -> str:
         fields = dataclasses.asdict(self)
-        if fields["task"] == "arithmetic":
-            del fields["task"]  # the field came later: keep the original tiny model's key
+        # Fields that came later leave the key when at their original value, so the
+        # ``tiny`` and ``tiny-code`` keys (and cached checkpoints) do not move.
+        for name, original in LATER_FIELDS.items():
+            if fields[name] == original:
+                del fields[name]
         payload = json.dumps({"v": RECIPE_VERSION, **fields}, sort_keys=True)
         return hashlib.sha256(payload.encode()).hexdigest()[:12]
+
+
+LATER_FIELDS = {"task": "arithmetic", "tool_fraction": 0.0, "max_tool_rate": 1.0}
+"""Recipe fields added after the first models were built, with the value they stand for."""
 
 
 TINY_PRESETS = {
     "tiny": TinyRecipe(),
     # One torch thread: as fast as two at this size, and unharmed by a busy machine.
     "tiny-code": TinyRecipe(task="pyfunc", threads=1, validation_size=200),
+    # Stops at validation reward >= 20% with the tool called in <= 40% of episodes: the
+    # direct answers are nearly all wrong (~1%) and the calls mostly right, so RL can gain
+    # by calling more often and more accurately.
+    "tiny-tool": TinyRecipe(
+        task="tool_arithmetic",
+        threads=1,
+        validation_size=300,
+        tool_fraction=0.3,
+        target_accuracy=0.2,
+        max_tool_rate=0.4,
+        eval_every=20,
+        max_steps=400,
+    ),
 }
 """Model presets built here, by name (zoo.models.presets resolves them)."""
 
 
-WARM_START_EVAL_TOKENS = {"arithmetic": 6, "pyfunc": 9}
-"""Max new tokens of the warm start's greedy evaluation, per task (its longest answer)."""
+WARM_START_EVAL_TOKENS = {"arithmetic": 6, "pyfunc": 9, "tool_arithmetic": 16}
+"""Max new tokens of the warm start's greedy evaluation, per task (its longest answer; per
+turn for a multi-turn task, as the run's --max-response-len advised for it)."""
 
 
 def warm_start_task(recipe: TinyRecipe):
@@ -146,8 +186,10 @@ def build_tiny_model(recipe: TinyRecipe, path: Path, quiet: bool = False) -> dic
     from transformers import Qwen3ForCausalLM
 
     from zoo.core.progress import make_progress
+    from zoo.envs import is_multi_turn
 
     env, reference, max_new_tokens = warm_start_task(recipe)
+    multi_turn = is_multi_turn(env)
     validation = env.train_prompts(0, recipe.validation_size, seed=VALIDATION_SEED)
     set_aside = {p.text for p in validation}
     threads = torch.get_num_threads()
@@ -167,23 +209,40 @@ def build_tiny_model(recipe: TinyRecipe, path: Path, quiet: bool = False) -> dic
                 prompts = env.train_prompts(
                     (step - 1) * recipe.batch_size, recipe.batch_size, seed=recipe.seed
                 )
-                pairs = [(p.text, reference(p)) for p in prompts if p.text not in set_aside]
-                loss = sft_loss(model, pairs)
+                kept = [p for p in prompts if p.text not in set_aside]
+                if multi_turn:
+                    loss = episode_sft_loss(model, tool_mix(env, kept, recipe, step))
+                else:
+                    loss = sft_loss(model, [(p.text, reference(p)) for p in kept])
                 opt.zero_grad(set_to_none=True)
                 loss.backward()
                 opt.step()
                 sched.step()
                 progress.update(task, advance=1)
                 if step % recipe.eval_every == 0:
-                    acc = greedy_accuracy(model, env, validation, max_new_tokens)
-                    history.append({"step": step, "loss": float(loss.detach()), "accuracy": acc})
-                    progress.update(task, description=f"{label}: acc {acc:.1%}")
-                    if acc >= recipe.target_accuracy:
+                    record = {"step": step, "loss": float(loss.detach())}
+                    if multi_turn:
+                        record.update(greedy_episodes(model, env, validation, max_new_tokens))
+                        acc = record["accuracy"] = record["reward"]
+                        shown = f"reward {acc:.1%}, tool calls {record['tool_rate']:.1%}"
+                    else:
+                        acc = record["accuracy"] = greedy_accuracy(
+                            model, env, validation, max_new_tokens
+                        )
+                        shown = f"acc {acc:.1%}"
+                    history.append(record)
+                    progress.update(task, description=f"{label}: {shown}")
+                    if acc >= recipe.target_accuracy and (
+                        not multi_turn or record["tool_rate"] <= recipe.max_tool_rate
+                    ):
                         break
     finally:
         torch.set_num_threads(threads)
 
     info = {"recipe": dataclasses.asdict(recipe), "key": recipe.key(), "history": history}
+    if multi_turn and history:  # the figures of the model as saved (its last evaluation)
+        info["validation_reward"] = history[-1]["reward"]
+        info["validation_tool_rate"] = history[-1]["tool_rate"]
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=".building-"))
     model.save_pretrained(tmp, safe_serialization=True)
@@ -207,6 +266,44 @@ def sft_loss(model: torch.nn.Module, pairs: list[tuple[str, str]]) -> torch.Tens
         p, a = encode(prompt), [*encode(answer), EOS_ID]
         seqs.append(p + a)
         masks.append([0] * len(p) + [1] * len(a))
+    return masked_nll(model, seqs, masks)
+
+
+def tool_mix(env, prompts: list, recipe: TinyRecipe, step: int) -> list:
+    """The warm start's episodes for ``prompts``: each one, with probability
+    ``recipe.tool_fraction`` (a seeded draw per step), the env's tool trace, else the
+    direct answer; as (prompt text, [(assistant turn, observation), ...])."""
+    rng = random.Random(f"tool-mix:{recipe.seed}:{step}")
+    return [
+        (p.text, env.tool_trace(p) if rng.random() < recipe.tool_fraction
+         else [(env.reference_answer(p), "")])
+        for p in prompts
+    ]  # fmt: skip
+
+
+def episode_sft_loss(model: torch.nn.Module, episodes: list) -> torch.Tensor:
+    """Cross-entropy on the assistant turns' tokens and their end-of-text tokens only: the
+    prompt and the observations are context, masked out as the RL loop masks them. The
+    tokens are laid out as the loop lays them out: prompt, turn, EOS, observation, turn,
+    EOS, ... (the observation's bytes exactly)."""
+    seqs, masks = zip(*(episode_tokens(prompt, turns) for prompt, turns in episodes), strict=True)
+    return masked_nll(model, list(seqs), list(masks))
+
+
+def episode_tokens(prompt: str, turns: list[tuple[str, str]]) -> tuple[list[int], list[int]]:
+    """(token ids, loss mask) of one episode: 1 on each turn's bytes and its EOS, 0 on the
+    prompt and the observations."""
+    seq = encode(prompt)
+    mask = [0] * len(seq)
+    for turn, observation in turns:
+        t, o = [*encode(turn), EOS_ID], encode(observation)
+        seq += t + o
+        mask += [1] * len(t) + [0] * len(o)
+    return seq, mask
+
+
+def masked_nll(model: torch.nn.Module, seqs: list[list[int]], masks: list[list[int]]):
+    """Mean next-token cross-entropy over the positions whose mask is 1."""
     width = max(map(len, seqs))
     ids = torch.tensor([s + [EOS_ID] * (width - len(s)) for s in seqs])
     mask = torch.tensor([m + [0] * (width - len(m)) for m in masks], dtype=torch.float32)
@@ -244,3 +341,56 @@ def greedy_accuracy(model: torch.nn.Module, env, prompts: list, max_new_tokens: 
             scored.append(p)
             texts.append(text.decode(errors="replace"))
     return sum(env.score_batch(scored, texts)) / len(prompts)
+
+
+@torch.no_grad()
+def greedy_episodes(model: torch.nn.Module, env, prompts: list, max_new_tokens: int) -> dict:
+    """Greedy multi-turn episodes of a ``MultiTurnEnv`` with plain ``generate`` calls, laid
+    out as the RL loop lays them out: each turn ends at the end-of-text token (kept in the
+    context) or after ``max_new_tokens``; the observation's bytes follow it exactly; until
+    the env says done or ``env.turn_limit()`` turns. Contexts are grouped by length, so
+    there is no padding. Returns the mean ``reward``, ``tool_rate`` (the fraction of
+    episodes with a tool call) and ``direct_reward`` (mean reward of the others)."""
+    episodes = [env.start(p) for p in prompts]
+    contexts = [encode(p.text) for p in prompts]
+    rewards: list[float | None] = [None] * len(prompts)
+    called = [False] * len(prompts)
+    active = list(range(len(prompts)))
+    for _ in range(env.turn_limit()):
+        if not active:
+            break
+        by_len: dict[int, list[int]] = {}
+        for i in active:
+            by_len.setdefault(len(contexts[i]), []).append(i)
+        texts: dict[int, str] = {}
+        for group in by_len.values():
+            ids = torch.tensor([contexts[i] for i in group])
+            out = model.generate(
+                input_ids=ids,
+                attention_mask=torch.ones_like(ids),
+                max_new_tokens=max_new_tokens,
+                do_sample=False,
+                eos_token_id=EOS_ID,
+                pad_token_id=EOS_ID,
+            )[:, ids.shape[1] :]
+            for i, row in zip(group, out.tolist(), strict=True):
+                turn = row[: row.index(EOS_ID) + 1] if EOS_ID in row else row
+                contexts[i] = contexts[i] + turn
+                texts[i] = bytes(t for t in turn if t < 256).decode(errors="replace")
+        replies = env.step_batch([episodes[i] for i in active], [texts[i] for i in active])
+        still = []
+        for i, reply in zip(active, replies, strict=True):
+            called[i] = called[i] or reply.tool_call
+            if reply.done:
+                rewards[i] = reply.reward
+            else:
+                contexts[i] = contexts[i] + encode(reply.observation)
+                still.append(i)
+        active = still
+    final = [episodes[i].final_reward() if r is None else r for i, r in enumerate(rewards)]
+    direct = [r for r, c in zip(final, called, strict=True) if not c]
+    return {
+        "reward": sum(final) / len(final),
+        "tool_rate": sum(called) / len(called),
+        "direct_reward": sum(direct) / len(direct) if direct else 0.0,
+    }

@@ -25,7 +25,7 @@ from typing import Any
 
 from zoo.core.config import ConfigError
 from zoo.core.types import Completion
-from zoo.envs import Env, Episode, Prompt, is_multi_turn
+from zoo.envs import Env, Episode, Prompt, Reply, is_multi_turn
 from zoo.run.run_config import RunConfig
 from zoo.services.conversation import ChatTemplateError
 from zoo.services.protocols import GeneratorService
@@ -120,7 +120,7 @@ def rollout_episodes(
         )
     turn_limit = env.turn_limit()
     groups = [
-        [_Trajectory(p, list(ids), _call(env, p, 0, env.start, p), j, s) for j in range(n)]
+        [_Trajectory(p, list(ids), _call(env, _on(p, 0), env.start, p), j, s) for j in range(n)]
         for p, ids, s in zip(prompts, encoded, seeds or [None] * len(prompts), strict=True)
     ]
     first = generator.generate(list(encoded), n=n, sampling=sampling, seeds=seeds, greedy=greedy)
@@ -129,8 +129,14 @@ def rollout_episodes(
     turn = 0
     while sampled:
         turn += 1
-        ongoing = [t for t, c in sampled
-                   if _take_turn(env, t, c, turn, turn_limit, token_limit, observe)]  # fmt: skip
+        # One env call for the turn of every running episode (an env runs their tool
+        # calls together); the replies are the same as stepping them one by one.
+        where = f"turn {turn} of {len(sampled)} episodes (the first on {_on(sampled[0][0].prompt)})"
+        replies = _call(env, where, env.step_batch,
+                        [t.episode for t, _ in sampled], [c.text for _, c in sampled])  # fmt: skip
+        limits = (turn, turn_limit, token_limit)
+        ongoing = [t for (t, c), reply in zip(sampled, replies, strict=True)
+                   if _take_turn(env, t, c, reply, *limits, observe)]  # fmt: skip
         # The next turn of every ongoing episode. Its budget is max_tokens but near the
         # token limit, so there is one call per distinct budget (usually one): no turn is
         # sampled past its episode's limit.
@@ -150,10 +156,10 @@ def rollout_episodes(
 
 
 def _take_turn(
-    env: Env, t: _Trajectory, c: Completion, turn: int, turn_limit: int, token_limit: int,
-    observe: Observe,
+    env: Env, t: _Trajectory, c: Completion, reply: Reply, turn: int, turn_limit: int,
+    token_limit: int, observe: Observe,
 ) -> bool:  # fmt: skip
-    """Append the sampled turn ``c`` to ``t`` and the env's answer to it; True if the
+    """Append the sampled turn ``c`` to ``t`` and the env's ``reply`` to it; True if the
     episode goes on (its observation appended), False if it ended."""
     t.tokens += c.token_ids
     t.logprobs += c.logprobs
@@ -161,7 +167,6 @@ def _take_turn(
     t.texts.append(c.text)
     t.transcript.append(c.text)
     t.version = c.policy_version  # every turn of one rollout samples with one version
-    reply = _call(env, t.prompt, turn, t.episode.step, c.text)
     t.turn_rewards.append(float(reply.reward))
     t.tool_calls += int(reply.tool_call)
     t.tool_ok += int(reply.tool_call and reply.tool_ok)
@@ -176,7 +181,7 @@ def _take_turn(
         # cannot go on token for token, so it ends here, as if cut by a limit.
         obs, turn_limit = [], turn
     if turn >= turn_limit or len(t.tokens) + len(obs) + 1 > token_limit:
-        t.reward = float(_call(env, t.prompt, turn, t.episode.final_reward))
+        t.reward = float(_call(env, _on(t.prompt, turn), t.episode.final_reward))
         t.finish_reason = "length"
         t.turn_rewards[-1] = t.reward
         return False
@@ -187,16 +192,22 @@ def _take_turn(
     return True
 
 
-def _call(env: Env, prompt: Prompt, turn: int, fn: Callable, *args: object) -> Any:
-    """``fn(*args)``, an exception from the env's code re-raised naming the env and the
-    episode: a run stops on an env bug instead of training on what it left behind."""
+def _on(prompt: Prompt, turn: int | None = None) -> str:
+    where = f"{prompt.split} prompt {prompt.index}"
+    return where if turn is None else f"turn {turn} of the episode on {where}"
+
+
+def _call(env: Env, where: str, fn: Callable, *args: object) -> Any:
+    """``fn(*args)``, an exception from the env's code re-raised naming the env and
+    ``where`` in the episodes: a run stops on an env bug instead of training on what it
+    left behind."""
     try:
         return fn(*args)
     except Exception as exc:
         raise EpisodeError(
-            f"env {env.name!r} raised {type(exc).__name__}: {exc} in {fn.__name__} "
-            f"(turn {turn}) of the episode on {prompt.split} prompt {prompt.index}; an env "
-            "answers a malformed tool call with an observation, so this is a bug in the env"
+            f"env {env.name!r} raised {type(exc).__name__}: {exc} in {fn.__name__} ({where}); "
+            "an env answers a malformed tool call with an observation, so this is a bug in "
+            "the env"
         ) from exc
 
 
