@@ -114,6 +114,12 @@ def test_an_episode_is_a_function_of_its_prompt_and_texts(env, prompt):
     assert [r.done for r in first] == [False, False, True]
     assert first == play(env.eval_prompts()[0])
 
+    # A turn of several episodes at once (the loop's step_batch) answers each as alone.
+    prompts = env.eval_prompts()[:3]
+    episodes = [env.start(p) for p in prompts]
+    together = [env.step_batch(episodes, [text] * 3) for text in texts]
+    assert [[r[i] for r in together] for i in range(3)] == [play(p) for p in prompts]
+
 
 def test_the_reward_is_pyfuncs_and_a_forged_probe_or_marker_does_not_reach_it(prompt):
     """The submission below reads the probe's random tag from the calling frame and prints

@@ -31,7 +31,7 @@ from typing import Any, ClassVar
 
 from zoo.core.config import ConfigError
 from zoo.envs.base import Prompt
-from zoo.envs.code_envs import TAG, SandboxedCodeEnv, tag_fields
+from zoo.envs.code_envs import TAG, SandboxedCodeEnv, Scored, tag_fields
 from zoo.envs.episode import Episode, MultiTurnEnv, Reply
 from zoo.envs.humaneval import HumanEval, HumanEvalConfig
 from zoo.envs.mbpp import MBPP, MBPPConfig
@@ -48,14 +48,15 @@ class FeedbackEpisode(Episode):
         self.done = False
 
     def step(self, assistant_text: str) -> Reply:
+        return self.env.step_batch([self], [assistant_text])[0]
+
+    def advance(self, assistant_text: str) -> bool:
+        """Count a submission; True if it is the last one the episode allows."""
         if self.done:
             raise RuntimeError(f"{self.env.name}: step() after the episode ended")
         self.turns += 1
         self.last = assistant_text
-        last_turn = self.turns >= self.env.turn_limit()
-        reply = self.env.answer(self.prompt, assistant_text, last_turn)
-        self.done = reply.done
-        return reply
+        return self.turns >= self.env.turn_limit()
 
     def final_reward(self) -> float:
         """Cut off by the loop (its token limit) after feedback: the reward of the last
@@ -80,8 +81,18 @@ class CodeFeedbackEnv(MultiTurnEnv):
         )
 
     @abstractmethod
-    def answer(self, prompt: Prompt, text: str, last_turn: bool) -> Reply:
-        """The reply to one submission (``last_turn``: no revision may follow)."""
+    def answer_batch(
+        self, prompts: list[Prompt], texts: list[str], last_turns: list[bool]
+    ) -> list[Reply]:
+        """The reply to each submission (``last_turns``: no revision may follow it); the
+        executions of one turn of every running episode run together, in parallel."""
+
+    def step_batch(self, episodes: list[FeedbackEpisode], texts: list[str]) -> list[Reply]:
+        last_turns = [e.advance(t) for e, t in zip(episodes, texts, strict=True)]
+        replies = self.answer_batch([e.prompt for e in episodes], texts, last_turns)
+        for episode, reply in zip(episodes, replies, strict=True):
+            episode.done = reply.done
+        return replies
 
     def start(self, prompt: Prompt) -> Episode:
         return FeedbackEpisode(self, prompt)
@@ -187,39 +198,59 @@ class PyFuncFeedback(CodeFeedbackEnv):
     base_class = PyFunc
     base: PyFunc
 
-    def answer(self, prompt: Prompt, text: str, last_turn: bool) -> Reply:
-        if not last_turn:
-            feedback, ran = self.feedback(prompt, text)
-            if feedback:
-                return Reply(observation=feedback, tool_call=True, tool_ok=ran)
-        parsed = self.base._job(prompt, text) is not None
-        reward = self.base.score(prompt, text)
-        return Reply(done=True, reward=reward, tool_call=True, tool_ok=parsed)
+    def answer_batch(
+        self, prompts: list[Prompt], texts: list[str], last_turns: list[bool]
+    ) -> list[Reply]:
+        replies: list[Reply | None] = [None] * len(texts)
+        probed = [i for i, last in enumerate(last_turns) if not last]
+        shown = self.feedback([prompts[i] for i in probed], [texts[i] for i in probed])
+        for i, (observation, ran) in zip(probed, shown, strict=True):
+            if observation:
+                replies[i] = Reply(observation=observation, tool_call=True, tool_ok=ran)
+        final = [i for i, r in enumerate(replies) if r is None]  # last, or right on 0..4
+        rewards = self.base.score_batch([prompts[i] for i in final], [texts[i] for i in final])
+        for i, reward in zip(final, rewards, strict=True):
+            parsed = self.base._job(prompts[i], texts[i]) is not None
+            replies[i] = Reply(done=True, reward=reward, tool_call=True, tool_ok=parsed)
+        return replies  # type: ignore[return-value]
 
-    def feedback(self, prompt: Prompt, text: str) -> tuple[str, bool]:
-        """(observation, whether the submission ran to its end); "" when the submission's
-        values at the shown inputs are all right."""
-        expected = shown_values(prompt)
-        # pyfunc's job for a prompt whose "hidden" inputs are the shown ones: the same
-        # parse check, wrapper and int-only output, so the probe runs what scoring runs.
-        hidden = [[x, y] for x, y in zip(SHOWN_XS, expected, strict=True)]
-        job = self.base._job(dataclasses.replace(prompt, answer={"hidden": hidden}), text)
-        if job is None:
-            return f"\nsyntax error\n{CUE}", False
-        tag = secrets.token_hex(16)
-        tagged = dataclasses.replace(job, tests=job.tests.replace(TAG, tag))
-        verdict = self.base._verdicts([tagged])[0]
-        got = tag_fields(verdict.tests.stdout, tag) if verdict.passed else None
-        if got is None or len(got) != len(expected):
-            return f"\n{'timeout' if verdict.status == 'timeout' else 'error'}\n{CUE}", False
-        for x, want, value in zip(SHOWN_XS, expected, got, strict=True):
-            if value != str(want):
-                if value == "!":
-                    value = "error"
-                elif len(value) > MAX_SHOWN_DIGITS:
-                    value = "big"
-                return f"\nf({x})={value} not {want}\n{CUE}", True
-        return "", True
+    def feedback(self, prompts: list[Prompt], texts: list[str]) -> list[tuple[str, bool]]:
+        """Per submission: (observation, whether it ran to its end); the observation is ""
+        when its values at the shown inputs are all right. One sandbox each, in parallel."""
+        out: list[tuple[str, bool] | None] = [None] * len(texts)
+        probes = []  # (index, expected values, tag, tagged job)
+        for i, (prompt, text) in enumerate(zip(prompts, texts, strict=True)):
+            expected = shown_values(prompt)
+            # pyfunc's job for a prompt whose "hidden" inputs are the shown ones: the same
+            # parse check, wrapper and int-only output, so the probe runs what scoring runs.
+            hidden = [[x, y] for x, y in zip(SHOWN_XS, expected, strict=True)]
+            job = self.base._job(dataclasses.replace(prompt, answer={"hidden": hidden}), text)
+            if job is None:
+                out[i] = (f"\nsyntax error\n{CUE}", False)
+                continue
+            tag = secrets.token_hex(16)
+            probes.append(
+                (i, expected, tag, dataclasses.replace(job, tests=job.tests.replace(TAG, tag)))
+            )
+        verdicts = self.base._verdicts([job for *_, job in probes])
+        for (i, expected, tag, _), verdict in zip(probes, verdicts, strict=True):
+            got = tag_fields(verdict.tests.stdout, tag) if verdict.passed else None
+            out[i] = _shown_feedback(expected, got, verdict.status)
+        return out  # type: ignore[return-value]
+
+
+def _shown_feedback(expected: list[int], got: list[str] | None, status: str) -> tuple[str, bool]:
+    """The observation for a probe that printed ``got`` (None: it did not finish)."""
+    if got is None or len(got) != len(expected):
+        return f"\n{'timeout' if status == 'timeout' else 'error'}\n{CUE}", False
+    for x, want, value in zip(SHOWN_XS, expected, got, strict=True):
+        if value != str(want):
+            if value == "!":
+                value = "error"
+            elif len(value) > MAX_SHOWN_DIGITS:
+                value = "big"
+            return f"\nf({x})={value} not {want}\n{CUE}", True
+    return "", True
 
 
 # --- humaneval, mbpp ----------------------------------------------------------------------
@@ -248,25 +279,31 @@ class TestFeedback(CodeFeedbackEnv):
 
     __test__ = False  # not a pytest class
 
-    def answer(self, prompt: Prompt, text: str, last_turn: bool) -> Reply:
-        scored = self.base.score_verdicts([prompt], [text])[0]
-        verdict, job = scored.verdict, scored.job
-        # "Ran": the submission's own process did not die (a wrong answer or an exception
-        # raised in a call still counts) and nothing ran out of time or memory.
-        ran = verdict is not None and verdict.status in ("ok", "error")
-        ran = ran and verdict.candidate.status in ("ok", "stopped")
-        if scored.reward >= 1.0 or last_turn:
-            return Reply(done=True, reward=scored.reward, tool_call=True, tool_ok=ran)
-        if verdict is None or job is None:
-            return Reply(observation="\nTests failed: empty submission\n", tool_call=True)
-        if verdict.status == "timeout":
-            return Reply(observation="\nTests failed: timeout\n", tool_call=True)
-        error = last_line(verdict.tests.stderr) or verdict.status
-        if verdict.candidate.status == "error":  # it died on its own (a syntax error)
-            error = last_line(verdict.candidate.stderr) or error
-        lines = (failing_line(verdict.tests.stderr, job.tests), error)
-        shown = "\n".join(line[:MAX_FEEDBACK_CHARS] for line in lines if line)
-        return Reply(observation=f"\nTests failed:\n{shown}\n", tool_call=True, tool_ok=ran)
+    def answer_batch(
+        self, prompts: list[Prompt], texts: list[str], last_turns: list[bool]
+    ) -> list[Reply]:
+        scored = self.base.score_verdicts(prompts, texts)
+        return [_test_reply(s, last) for s, last in zip(scored, last_turns, strict=True)]
+
+
+def _test_reply(scored: Scored, last_turn: bool) -> Reply:
+    verdict, job = scored.verdict, scored.job
+    # "Ran": the submission's own process did not die (a wrong answer or an exception
+    # raised in a call still counts) and nothing ran out of time or memory.
+    ran = verdict is not None and verdict.status in ("ok", "error")
+    ran = ran and verdict.candidate.status in ("ok", "stopped")
+    if scored.reward >= 1.0 or last_turn:
+        return Reply(done=True, reward=scored.reward, tool_call=True, tool_ok=ran)
+    if verdict is None or job is None:
+        return Reply(observation="\nTests failed: empty submission\n", tool_call=True)
+    if verdict.status == "timeout":
+        return Reply(observation="\nTests failed: timeout\n", tool_call=True)
+    error = last_line(verdict.tests.stderr) or verdict.status
+    if verdict.candidate.status == "error":  # it died on its own (a syntax error)
+        error = last_line(verdict.candidate.stderr) or error
+    lines = (failing_line(verdict.tests.stderr, job.tests), error)
+    shown = "\n".join(line[:MAX_FEEDBACK_CHARS] for line in lines if line)
+    return Reply(observation=f"\nTests failed:\n{shown}\n", tool_call=True, tool_ok=ran)
 
 
 def failing_line(stderr: str, tests: str) -> str:
