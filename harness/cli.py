@@ -199,7 +199,13 @@ def add_training_arguments(p: argparse.ArgumentParser) -> None:
     """Options shared by `run` and `compare`: one flag per RunConfig field (its docstring
     is the help, its type the parser, ``zoo.run.run_config.CHOICES`` its valid values), so the
     command line cannot drift from the config."""
-    from zoo.run.run_config import CHOICES, REAL_MODEL_DEFAULTS, RunConfig, run_defaults
+    from zoo.run.run_config import (
+        CHOICES,
+        REAL_MODEL_DEFAULTS,
+        TINY_PRESET_DEFAULTS,
+        RunConfig,
+        run_defaults,
+    )
 
     docs = field_docs(RunConfig)
     types = typing.get_type_hints(RunConfig)
@@ -214,12 +220,16 @@ def add_training_arguments(p: argparse.ArgumentParser) -> None:
             # Left unset, these take the model's defaults (run_config fills them in).
             default = None
             help_text += (
-                f" (default: {tiny[f.name]} for the tiny presets, "
-                f"{REAL_MODEL_DEFAULTS[f.name]} for real models)"
-            )
+                f" (default: {tiny[f.name]} for the tiny presets"
+                + "".join(f", {d[f.name]} for {m}" for m, d in TINY_PRESET_DEFAULTS.items()
+                          if f.name in d)
+                + f", {REAL_MODEL_DEFAULTS[f.name]} for real models)"
+            )  # fmt: skip
         elif f.name == "model":
             default = None
-            help_text += " (default: the placement file's model, else tiny)"
+            help_text += (" (default: the placement file's model, else the tiny preset "
+                          "built for the env: tiny, tiny-code for pyfunc, tiny-tool for "
+                          "tool_arithmetic)")  # fmt: skip
         else:
             help_text += f" (default: {default})" if default != "" else ""
         flag = "--" + f.name.replace("_", "-")
@@ -334,8 +344,23 @@ def apply_placement_file(args: argparse.Namespace) -> dict:
         distributed = layout.to_dict()
         args.placement = "monarch"
         args.model = args.model or layout.model or None
-    args.model = args.model or "tiny"
+    envs = getattr(args, "envs", None) or [getattr(args, "env", None) or "arithmetic"]
+    args.model = args.model or default_model(envs)
     return distributed
+
+
+def default_model(envs: list[str]) -> str:
+    """The model a command runs without --model: the tiny preset warm-started for its envs
+    (``Env.tiny_model``: tiny for arithmetic, tiny-code for pyfunc, tiny-tool for
+    tool_arithmetic)."""
+    from zoo.envs import ENVS
+
+    wanted = {env: ENVS.load(env).tiny_model for env in envs}
+    if len(set(wanted.values())) > 1:
+        pairs = ", ".join(f"{env}: {model}" for env, model in wanted.items())
+        raise ConfigError(f"these envs are built for different tiny models ({pairs}); "
+                          "choose one with --model")  # fmt: skip
+    return next(iter(wanted.values()))
 
 
 def run_config(args: argparse.Namespace, algorithm: str, env: str, seed: int):

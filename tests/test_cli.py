@@ -46,7 +46,7 @@ def test_every_run_config_field_is_reachable_from_the_command_line():
     import typing
 
     from harness.cli import CLI_OWN_FIELDS, build_parser, run_config
-    from zoo.run.run_config import CHOICES, RunConfig
+    from zoo.run.run_config import CHOICES, TINY_PRESET_DEFAULTS, RunConfig
 
     def parse(*flags: str) -> RunConfig:
         args = build_parser().parse_args(["run", "grpo", *flags])
@@ -76,7 +76,30 @@ def test_every_run_config_field_is_reachable_from_the_command_line():
         cfg = dataclasses.asdict(parse(flag, str(value), *extra))
         assert cfg[f.name] == value, f.name
         moved = {k for k in cfg if cfg[k] != baseline[k]} - {f.name, "placement"}
+        if f.name == "model":  # a preset brings its own defaults, and only those
+            moved -= set(TINY_PRESET_DEFAULTS[value])
         assert not moved, (f.name, moved)
+
+
+def test_without_model_a_command_runs_the_tiny_preset_built_for_its_envs():
+    from harness.cli import build_parser, default_model, run_config
+    from zoo.core.config import ConfigError
+
+    assert default_model(["arithmetic"]) == "tiny"
+    assert default_model(["pyfunc", "pyfunc_feedback"]) == "tiny-code"
+    with pytest.raises(ConfigError, match="arithmetic: tiny, tool_arithmetic: tiny-tool"):
+        default_model(["arithmetic", "tool_arithmetic"])
+    args = build_parser().parse_args(["run", "grpo", "--env", "tool_arithmetic"])
+    from harness.cli import apply_placement_file
+
+    args.distributed = apply_placement_file(args)
+    cfg = run_config(args, "grpo", "tool_arithmetic", 0)
+    assert (cfg.model, cfg.max_response_len, cfg.prompts_per_step) == ("tiny-tool", 16, 64)
+    args = build_parser().parse_args(["run", "grpo", "--env", "tool_arithmetic",
+                                      "--max-response-len", "20", "--model", "tiny"])  # fmt: skip
+    args.distributed = apply_placement_file(args)
+    cfg = run_config(args, "grpo", "tool_arithmetic", 0)
+    assert (cfg.model, cfg.max_response_len, cfg.prompts_per_step) == ("tiny", 20, 128)
 
 
 def test_run_help_lists_every_setting_with_its_help():

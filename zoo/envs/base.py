@@ -39,6 +39,9 @@ class Env(ABC):
     config_class: ClassVar[type] = EmptyConfig
     reward_values: ClassVar[str] = ""
     """Which rewards occur, in words (e.g. "0 or 1")."""
+    tiny_model: ClassVar[str] = "tiny"
+    """The tiny preset warm-started on this env's format: the model runs on it use when
+    the command line names none (zoo.models.presets.TINY_MODELS)."""
 
     def __init__(self, **overrides: Any) -> None:
         self.config = make_config(self.config_class, overrides, owner=f"env {self.name!r}")

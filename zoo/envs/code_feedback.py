@@ -193,6 +193,7 @@ class PyFuncFeedback(CodeFeedbackEnv):
     """
 
     name = "pyfunc_feedback"
+    tiny_model = "tiny-code"
     config_class = PyFuncFeedbackConfig
     reward_values = f"{PyFunc.reward_values}, for the final submission"
     base_class = PyFunc

@@ -118,6 +118,7 @@ class PyFunc(SandboxedCodeEnv, SplitMixin):
     """
 
     name = "pyfunc"
+    tiny_model = "tiny-code"
     config_class = PyFuncConfig
     reward_values = "k/10 for k of the 10 hidden inputs right (1: all, 0: none or malformed)"
 

@@ -133,6 +133,7 @@ class ToolArithmetic(MultiTurnEnv):
     ("calc:47*86" -> "=4042\\n" -> "4042"); details in the module docstring."""
 
     name = "tool_arithmetic"
+    tiny_model = "tiny-tool"
     config_class = ToolArithmeticConfig
     reward_values = "1 (exact integer final answer) or 0"
 

@@ -356,9 +356,21 @@ mini-batches per rollout batch (verl's common train / mini-batch ratio; DAPO use
 Not measured here (no GPU): a starting point."""
 
 
+TINY_PRESET_DEFAULTS = {
+    "tiny-code": {"max_response_len": 12, "prompts_per_step": 64},
+    "tiny-tool": {"max_response_len": 16, "prompts_per_step": 64},
+}
+"""Where the tiny presets other than ``tiny`` differ from RunConfig's defaults: their envs'
+answers are longer (a pyfunc expression takes up to 9 tokens with its end; a tool call up
+to 11, and DAPO's overlong window must stay clear of both), and 64 prompts per step keep a
+step's sandbox executions in check."""
+
+
 def run_defaults(model: str) -> dict[str, Any]:
     """Batch, lengths and learning rate for ``model``: docs/training.md's recipe
-    (RunConfig's defaults) for the tiny presets, REAL_MODEL_DEFAULTS for anything else."""
+    (RunConfig's defaults, TINY_PRESET_DEFAULTS on top) for the tiny presets,
+    REAL_MODEL_DEFAULTS for anything else."""
     if model in TINY_MODELS:
-        return {name: getattr(RunConfig, name) for name in REAL_MODEL_DEFAULTS}
+        recipe = {name: getattr(RunConfig, name) for name in REAL_MODEL_DEFAULTS}
+        return {**recipe, **TINY_PRESET_DEFAULTS.get(model, {})}
     return dict(REAL_MODEL_DEFAULTS)
