@@ -5,6 +5,7 @@ only the run folders, so it can be re-done at any time: `harness analyze DIR`.""
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import matplotlib
@@ -321,6 +322,71 @@ def off_policy_table(runs: list[dict]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+TOOL_METRICS = (
+    ("turns", "turns_mean"),
+    ("tool_calls", "tool_calls_mean"),
+    ("tool_success", "tool_success_rate"),
+)
+"""(column stem, step metric) of a multi-turn run (zoo/run/episodes.py); the evaluation
+records carry the same with an ``eval_`` prefix. Single-turn runs log none of them."""
+
+
+def tool_runs(runs: list[dict]) -> list[dict]:
+    """The runs of multi-turn envs: those that logged a turn count at a step or an eval."""
+    keys = ("turns_mean", "eval_turns_mean")
+    return [run for run in runs if any(k in r for r in run["records"] for k in keys)]
+
+
+def tool_use_row(run: dict) -> dict:
+    """One run's tool use: the held-out greedy episodes at the start (the step-0
+    evaluation) and at its last evaluation, and the training samples' means over the last
+    quarter of its steps (at least one step), where the policy has settled most."""
+    evals = [r for r in run["records"] if "eval_turns_mean" in r]
+    steps = [r for r in run["records"] if r["step"] > 0 and "turns_mean" in r]
+    tail = steps[-max(1, math.ceil(len(steps) / 4)) :]
+    row = {"env": run["env"], "algorithm": run["algorithm"], "seed": run["seed"]}
+    for stem, key in TOOL_METRICS:
+        row[f"{stem}_start"] = evals[0][f"eval_{key}"] if evals else np.nan
+        row[f"{stem}_last"] = evals[-1][f"eval_{key}"] if evals else np.nan
+    for stem, key in TOOL_METRICS:
+        row[f"train_{stem}"] = float(np.mean([r[key] for r in tail])) if tail else np.nan
+    return row
+
+
+def tool_use_table(runs: list[dict]) -> pd.DataFrame:
+    """Per (env, algorithm): each run's tool_use_row, then the mean over seeds; the
+    columns follow TOOL_METRICS (start, last evaluation), then the training means."""
+    per_run = pd.DataFrame([tool_use_row(run) for run in tool_runs(runs)])
+    rows = []
+    for (env, algo), g in per_run.groupby(["env", "algorithm"]):
+        row = {"env": env, "algorithm": algo, "seeds": len(g)}
+        row.update(g.drop(columns=["env", "algorithm", "seed"]).mean().to_dict())
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def plot_tool_use(runs: list[dict], path: Path) -> None:
+    """Turns, tool calls and tool success of the training samples at every step against
+    the ledger's FLOPs, one line per (env, algorithm): the mean over seeds at each step,
+    drawn at the seeds' mean FLOPs (as the reward curves are)."""
+    frame = step_frame(tool_runs(runs))
+    several_envs = frame["env"].nunique() > 1
+    titles = ("turns per episode", "tool calls per episode", "tool success rate")
+    fig, axes = plt.subplots(1, len(TOOL_METRICS), figsize=(5 * len(TOOL_METRICS), 4))
+    for ax, (_, key), title in zip(axes, TOOL_METRICS, titles, strict=True):
+        for (env, algo), g in frame.groupby(["env", "algorithm"]):
+            curve = g.groupby("step")[["flops", key]].mean()
+            ax.plot(curve["flops"], curve[key], label=f"{algo} ({env})" if several_envs else algo)
+        ax.set_title(f"{title} (training samples)")
+        ax.set_xlabel("model FLOPs (ledger)")
+        ax.set_ylabel(title)
+        ax.grid(alpha=0.3)
+        ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def plot_curves(table: pd.DataFrame, x: str, xlabel: str, path: Path) -> None:
     envs = sorted(table["env"].unique())
     fig, axes = plt.subplots(1, len(envs), figsize=(6 * len(envs), 4), squeeze=False)
@@ -400,6 +466,9 @@ def write_analysis(out: Path) -> dict[str, pd.DataFrame]:
         "throughput": throughput_table(runs),
         "off_policy": off_policy_table(runs),
     }
+    if tool_runs(runs):  # multi-turn envs only: single-turn reports stay as they were
+        tables["tool_use"] = tool_use_table(runs)
+        plot_tool_use(runs, plots_dir / "tool_use.png")
     text = {name: write_table(df, tables_dir, name) for name, df in tables.items()}
     plot_curves(tables["reward_at_checkpoints"], "flops", "model FLOPs (ledger)",
                 plots_dir / "reward_vs_flops.png")  # fmt: skip
@@ -428,6 +497,26 @@ def samples_section(out: Path) -> list[str]:
         "the pages open offline. [All runs](samples/index.html):",
         "",
         *[f"- [{p.stem}](samples/{p.name})" for p in runs],
+        "",
+    ]
+
+
+def tool_use_section(tables: dict[str, str]) -> list[str]:
+    """report.md's tool-use section, for experiments with multi-turn runs only."""
+    if "tool_use" not in tables:
+        return []
+    return [
+        "## Tool use over training",
+        "",
+        "Turns, tool calls per episode and the share of tool calls that succeeded.",
+        "`*_start`, `*_last`: held-out greedy episodes of the starting weights and at the",
+        "last evaluation; `train_*` and the plot: the training samples (drawn at the run's",
+        "temperature), the table over the last quarter of the steps. Means over seeds; a",
+        "success rate counts 0 where no tool was called.",
+        "",
+        "![tool use vs FLOPs](plots/tool_use.png)",
+        "",
+        tables["tool_use"],
         "",
     ]
 
@@ -462,6 +551,7 @@ def write_report(out: Path, tables: dict[str, str]) -> None:
             else []
         ),
         "",
+        *tool_use_section(tables),
         *samples_section(out),
         "## Summary: headline, pass@k, area under the curve, sigmoid compute fit",
         "",
