@@ -13,13 +13,17 @@ everything per run and per request, so a run's numbers do not depend on which wo
 hosts ran it or on what ran beside it: the tables equal those of `--jobs 1`
 (tests/test_jobs.py checks it). Each run writes its own folder and checkpoints, so
 `--resume` continues whatever a killed experiment left, one by one or concurrently, on
-any group. The parent follows the runs by reading their metrics.jsonl.
+any group. The parent follows the runs by reading their metrics.jsonl; a worker dies with
+it (on Linux), so a killed compare leaves no run training unwatched.
 """
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
+import signal
+import sys
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -32,6 +36,8 @@ from zoo.placement.config import PlacementConfig
 from zoo.run.run_config import RunConfig
 
 POLL_SECONDS = 1.0
+PR_SET_PDEATHSIG = 1
+"""prctl option (linux/prctl.h): the signal a process gets when its parent dies."""
 
 
 @dataclass(frozen=True)
@@ -122,9 +128,24 @@ _HOSTS: tuple[str, ...] = ()
 """This worker's group of hosts (set by _start_worker; empty without hosts)."""
 
 
-def _start_worker(slots) -> None:
-    """Runs first in each worker process: take a slot and confine the process to it."""
+def die_with_parent(parent: int) -> None:
+    """Linux: have the kernel send this process SIGTERM when ``parent`` (the process that
+    started it) dies, however it dies. A worker left training after its compare was killed
+    would keep writing into run folders that a ``--resume`` then writes too."""
+    if not sys.platform.startswith("linux"):
+        return
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
+    if os.getppid() != parent:  # it died before the request took effect
+        os._exit(1)
+
+
+def _start_worker(slots, parent: int) -> None:
+    """Runs first in each worker process: tie it to the compare process, take a slot and
+    confine the process to it."""
     global _HOSTS
+    die_with_parent(parent)
     slot: Slot = slots.get()
     os.environ.update(slot.env)
     _HOSTS = slot.hosts
@@ -163,7 +184,7 @@ def run_concurrently(cfgs: list[RunConfig], runs_dir: Path, command: str, resume
         slots.put(slot)
     summary: list[dict] = []
     with ProcessPoolExecutor(jobs, mp_context=context, initializer=_start_worker,
-                             initargs=(slots,)) as pool:  # fmt: skip
+                             initargs=(slots, os.getpid())) as pool:  # fmt: skip
         running: dict[Future, RunConfig] = {
             pool.submit(_run_in_worker, asdict(cfg), str(runs_dir / run_name(cfg)), command,
                         resume): cfg

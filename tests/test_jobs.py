@@ -79,6 +79,45 @@ def test_last_record_skips_a_line_being_written(tmp_path: Path):
     assert last_record(tmp_path) == {"step": 1}
 
 
+PARENT = """
+import multiprocessing, os, sys, time
+from concurrent.futures import ProcessPoolExecutor
+from harness.jobs import die_with_parent
+
+if __name__ == "__main__":
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(1, mp_context=context, initializer=die_with_parent,
+                             initargs=(os.getpid(),)) as pool:
+        print(pool.submit(os.getpid).result(), flush=True)  # the worker, now waiting
+        time.sleep(600)
+"""
+
+
+def test_a_worker_dies_when_its_compare_process_is_killed(tmp_path: Path):
+    """SIGKILL gives the parent no chance to stop its workers: the kernel must (else a
+    worker would go on writing a run folder that a --resume writes too)."""
+    import signal
+    import subprocess
+    import sys
+
+    script = tmp_path / "parent.py"
+    script.write_text(PARENT)
+    parent = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    worker = int(parent.stdout.readline())
+    os.kill(worker, 0)  # alive
+    parent.send_signal(signal.SIGKILL)
+    parent.wait()
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            os.kill(worker, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.1)
+    os.kill(worker, signal.SIGKILL)
+    pytest.fail(f"worker {worker} outlived its killed parent by 30 s")
+
+
 def test_jobs_below_one_exit_2(tmp_path: Path):
     result = run_harness("compare", "grpo", "--jobs", "0", cwd=tmp_path, timeout=120)
     assert result.returncode == 2 and "--jobs must be >= 1" in result.stderr
