@@ -13,7 +13,8 @@ from zoo.envs import get_env
 from zoo.envs.code_feedback import shown_values
 from zoo.envs.episode import is_multi_turn
 
-FAST = {"timeout_s": 5.0}  # the infinite loop waits this long; shorter ones time out a loaded CPU
+FAST = {"timeout_s": 10.0}  # generous: a loaded CPU timed out well-formed submissions at 1 s
+LOOPING = {"timeout_s": 2.0}  # for the submission that never ends
 
 
 @pytest.fixture(scope="module")
@@ -62,7 +63,6 @@ def test_malformed_and_hostile_submissions_are_short_observations(env, prompt, t
         "x+(": "\nsyntax error\nf(x)=",
         "": "\nsyntax error\nf(x)=",
         "def f(x): return x": "\nsyntax error\nf(x)=",
-        "[x for _ in iter(int, 1)]": "\ntimeout\nf(x)=",  # an infinite loop
         "__import__('os')._exit(0)": "\nerror\nf(x)=",
         f"0*__import__('os').system('touch {marker}')+{ys[0] - 1}": obs(0, ys[0] - 1, ys[0]),
         f"({ref})+0*(1//(x-3))": obs(3, "error", ys[3]),  # raises at x = 3 only
@@ -75,6 +75,8 @@ def test_malformed_and_hostile_submissions_are_short_observations(env, prompt, t
         assert len(reply.observation.encode()) <= 25
     # The shell ran, if at all, inside the sandbox: not here, so no file on this side.
     assert not marker.exists()
+    looping = get_env("pyfunc_feedback", **LOOPING).start(prompt).step("[x for _ in iter(int, 1)]")
+    assert (looping.done, looping.observation) == (False, "\ntimeout\nf(x)=")
 
 
 def test_turn_limit_ends_the_episode_with_the_last_submissions_reward(prompt):
