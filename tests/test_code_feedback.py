@@ -75,7 +75,9 @@ def test_malformed_and_hostile_submissions_are_short_observations(env, prompt, t
         assert len(reply.observation.encode()) <= 25
     # The shell ran, if at all, inside the sandbox: not here, so no file on this side.
     assert not marker.exists()
-    looping = get_env("pyfunc_feedback", **LOOPING).start(prompt).step("[x for _ in iter(int, 1)]")
+    looping = (
+        get_env("pyfunc_feedback", **LOOPING).start(prompt).step("sum(iter(int, 1))")
+    )  # loops, allocating nothing
     assert (looping.done, looping.observation) == (False, "\ntimeout\nf(x)=")
 
 
