@@ -314,6 +314,23 @@ def masked_nll(model: torch.nn.Module, seqs: list[list[int]], masks: list[list[i
     return (nll * mask[:, 1:]).sum() / mask[:, 1:].sum()
 
 
+def greedy_continuations(
+    model: torch.nn.Module, contexts: list[list[int]], max_new_tokens: int
+) -> list[list[int]]:
+    """The greedy continuation of each context (all of one length: no padding), up to
+    ``max_new_tokens`` tokens; a row that stopped early is padded with end-of-text."""
+    ids = torch.tensor(contexts)
+    out = model.generate(
+        input_ids=ids,
+        attention_mask=torch.ones_like(ids),
+        max_new_tokens=max_new_tokens,
+        do_sample=False,
+        eos_token_id=EOS_ID,
+        pad_token_id=EOS_ID,
+    )
+    return out[:, ids.shape[1] :].tolist()
+
+
 @torch.no_grad()
 def greedy_accuracy(model: torch.nn.Module, env, prompts: list, max_new_tokens: int = 6) -> float:
     """Accuracy (mean reward) of greedy decoding on ``prompts`` (a plain loop; prompts
@@ -323,16 +340,8 @@ def greedy_accuracy(model: torch.nn.Module, env, prompts: list, max_new_tokens: 
         by_len.setdefault(len(encode(p.text)), []).append(p)
     scored, texts = [], []
     for group in by_len.values():
-        ids = torch.tensor([encode(p.text) for p in group])
-        out = model.generate(
-            input_ids=ids,
-            attention_mask=torch.ones_like(ids),
-            max_new_tokens=max_new_tokens,
-            do_sample=False,
-            eos_token_id=EOS_ID,
-            pad_token_id=EOS_ID,
-        )[:, ids.shape[1] :]
-        for p, row in zip(group, out.tolist(), strict=True):
+        out = greedy_continuations(model, [encode(p.text) for p in group], max_new_tokens)
+        for p, row in zip(group, out, strict=True):
             text = (
                 bytes(t for t in row if t < 256)
                 if EOS_ID not in row
@@ -364,16 +373,8 @@ def greedy_episodes(model: torch.nn.Module, env, prompts: list, max_new_tokens: 
             by_len.setdefault(len(contexts[i]), []).append(i)
         texts: dict[int, str] = {}
         for group in by_len.values():
-            ids = torch.tensor([contexts[i] for i in group])
-            out = model.generate(
-                input_ids=ids,
-                attention_mask=torch.ones_like(ids),
-                max_new_tokens=max_new_tokens,
-                do_sample=False,
-                eos_token_id=EOS_ID,
-                pad_token_id=EOS_ID,
-            )[:, ids.shape[1] :]
-            for i, row in zip(group, out.tolist(), strict=True):
+            out = greedy_continuations(model, [contexts[i] for i in group], max_new_tokens)
+            for i, row in zip(group, out, strict=True):
                 turn = row[: row.index(EOS_ID) + 1] if EOS_ID in row else row
                 contexts[i] = contexts[i] + turn
                 texts[i] = bytes(t for t in turn if t < 256).decode(errors="replace")
