@@ -5,12 +5,17 @@ the check is whether the new headline falls inside the interval the leaderboard 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
+import os
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import torch
 
 from harness.runner import execute_run, read_metrics
 from zoo.core.config import ConfigError
@@ -79,6 +84,27 @@ def weights_mismatch(config: dict[str, Any], cfg: RunConfig, now: str | None,
     )
 
 
+@contextlib.contextmanager
+def recorded_threads(config: dict[str, Any]) -> Iterator[None]:
+    """Run with the thread count the run recorded: the order of float reductions follows
+    it, so a run of ``compare --jobs N`` (each worker on its share of the cores) gives
+    other floats with all of them. Set before the engine starts (vLLM sizes its OpenMP
+    pool by OMP_NUM_THREADS)."""
+    threads = config.get("machine", {}).get("torch_threads")
+    before, env_before = torch.get_num_threads(), os.environ.get("OMP_NUM_THREADS")
+    if threads:
+        os.environ["OMP_NUM_THREADS"] = str(threads)
+        torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+        if env_before is None:
+            os.environ.pop("OMP_NUM_THREADS", None)
+        else:
+            os.environ["OMP_NUM_THREADS"] = env_before
+
+
 def reproduce_run(run_dir: Path, interval: tuple[float, float] | None = None,
                   model_path: Path | None = None) -> Verdict:  # fmt: skip
     """Re-run ``run_dir`` from its config.json (with ``model_path`` as its starting
@@ -97,7 +123,7 @@ def reproduce_run(run_dir: Path, interval: tuple[float, float] | None = None,
     recorded = read_metrics(run_dir)
     if not recorded:
         raise ConfigError(f"{run_dir}: no metrics.jsonl to compare against")
-    with tempfile.TemporaryDirectory(prefix="reproduce-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="reproduce-") as tmp, recorded_threads(config):
         services = build_services(cfg, quiet=True)
         try:
             resolved = Path(resolved_config(cfg, services)["model_path"])
