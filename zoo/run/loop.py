@@ -106,12 +106,7 @@ class RLLoop:
             encoded = [s.encode(p) for p in prompts]
             seeds = [sampling_seed(cfg.seed, p.index) for p in prompts]
             with ledger.timed("generate"):  # a multi-turn env's steps included
-                if self.multi_turn:
-                    groups = self._episodes(prompts, encoded, cfg.group_size, seeds)
-                else:
-                    groups = s.generator.generate(
-                        encoded, n=cfg.group_size, sampling=self.sampling, seeds=seeds
-                    )
+                groups = self._sample(prompts, encoded, cfg.group_size, seeds)
         else:
             _, prompts, pending = self.in_flight.popleft() if self.in_flight else self._submit(n)
             with ledger.timed("generate"):  # what overlapping did not hide
@@ -141,15 +136,26 @@ class RLLoop:
                 self.stale_dropped += len(g)
         return [prompts[i] for i in fresh], [groups[i] for i in fresh]
 
-    def _episodes(
+    def _sample(
         self, prompts: list[Prompt], encoded: list[list[int]], n: int,
         seeds: list[int] | None = None, greedy: bool = False,
     ) -> list[list[Completion]]:  # fmt: skip
-        """``generator.generate``'s counterpart for a multi-turn env: ``n`` episodes of
-        each prompt (zoo.run.episodes)."""
+        """``n`` samples of each prompt: completions from the generator, or a multi-turn
+        env's episodes (zoo.run.episodes)."""
         s = self.s
-        return rollout_episodes(s.env, s.generator, s.observe, prompts, encoded, n,
-                                self.sampling, self.budget, seeds=seeds, greedy=greedy)  # fmt: skip
+        if self.multi_turn:
+            return rollout_episodes(s.env, s.generator, s.observe, prompts, encoded, n,
+                                    self.sampling, self.budget, seeds, greedy)  # fmt: skip
+        return s.generator.generate(encoded, n=n, sampling=self.sampling, seeds=seeds,
+                                    greedy=greedy)  # fmt: skip
+
+    def _rewards(self, prompts: list[Prompt], groups: list[list[Completion]]) -> list[float]:
+        """The reward of every sample, flat: an episode's own (the env gave it when the
+        episode ended), else one scoring call (envs may score a whole batch in parallel)."""
+        if self.multi_turn:
+            return [c.reward for g in groups for c in g]
+        return self.s.score_batch([p for p, g in zip(prompts, groups, strict=True) for _ in g],
+                                  [c.text for g in groups for c in g])  # fmt: skip
 
     def _next_prompts(self, n: int) -> list[Prompt]:
         prompts = self.s.env.train_prompts(self.cursor, n, self.cfg.seed)
@@ -182,14 +188,8 @@ class RLLoop:
         while len(kept_groups) < cfg.prompts_per_step and rounds < cfg.max_sampling_rounds:
             rounds += 1
             prompts, groups = self.sample_groups(cfg.prompts_per_step)
-            if self.multi_turn:  # each episode ended with its reward
-                flat = [c.reward for g in groups for c in g]
-            else:
-                with ledger.timed("score"):  # one call: envs may score a whole step in parallel
-                    flat = s.score_batch(
-                        [p for p, g in zip(prompts, groups, strict=True) for _ in g],
-                        [c.text for g in groups for c in g],
-                    )
+            with ledger.timed("score"):
+                flat = self._rewards(prompts, groups)
             rewards = torch.tensor(flat).view(len(groups), cfg.group_size)
             ledger.add("score", tokens=sum(len(c.token_ids) for g in groups for c in g))
             task_rewards += rewards.flatten().tolist()
@@ -291,12 +291,8 @@ class RLLoop:
         start = time.perf_counter()
         prompts = s.env.eval_prompts()
         encoded = [s.encode(p) for p in prompts]
-        if self.multi_turn:
-            groups = self._episodes(prompts, encoded, n=1, greedy=True)
-            rewards = [g[0].reward for g in groups]
-        else:
-            groups = s.generator.generate(encoded, n=1, sampling=self.sampling, greedy=True)
-            rewards = s.score_batch(prompts, [g[0].text for g in groups])
+        groups = self._sample(prompts, encoded, n=1, greedy=True)
+        rewards = self._rewards(prompts, groups)
         record = {"eval_reward": statistics.fmean(rewards)}
         if self.multi_turn:
             stats = [(g[0].turns, g[0].tool_calls, g[0].tool_ok) for g in groups]
@@ -310,13 +306,8 @@ class RLLoop:
         if n:
             eval_seed = self.cfg.seed + EVAL_SEED_OFFSET
             seeds = [sampling_seed(eval_seed, i) for i in range(len(prompts))]
-            if self.multi_turn:
-                groups = self._episodes(prompts, encoded, n, seeds)
-                flat = [c.reward for g in groups for c in g]
-            else:
-                groups = s.generator.generate(encoded, n=n, sampling=self.sampling, seeds=seeds)
-                flat = s.score_batch([p for p in prompts for _ in range(n)],
-                                     [c.text for g in groups for c in g])  # fmt: skip
+            groups = self._sample(prompts, encoded, n, seeds)
+            flat = self._rewards(prompts, groups)
             record.update(sampled_metrics([flat[i * n : (i + 1) * n] for i in range(len(prompts))]))
         record["eval_seconds"] = time.perf_counter() - start
         return record
