@@ -87,7 +87,14 @@ class Arithmetic(Env):
         return str(prompt.answer)
 
     def score(self, prompt: Prompt, completion: str) -> float:
-        text = completion.strip()
-        if len(text) > 2 * MAX_DIGITS + 2 or not INTEGER.fullmatch(text):
-            return 0.0  # (int() refuses over 4,300 digits; no answer is that long)
-        return 1.0 if int(text) == prompt.answer else 0.0
+        return exact_integer_reward(completion, prompt.answer, max_chars=2 * MAX_DIGITS + 2)
+
+
+def exact_integer_reward(completion: str, answer: int, max_chars: int) -> float:
+    """1.0 when ``completion`` is exactly the integer ``answer`` (surrounding whitespace
+    ignored), else 0.0; anything over ``max_chars`` is 0 unparsed (int() refuses over 4,300
+    digits, and no answer is that long)."""
+    text = completion.strip()
+    if len(text) > max_chars or not INTEGER.fullmatch(text):
+        return 0.0
+    return 1.0 if int(text) == answer else 0.0

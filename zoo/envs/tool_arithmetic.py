@@ -42,6 +42,7 @@ from functools import cached_property
 from typing import Any
 
 from zoo.core.config import ConfigError
+from zoo.envs.arithmetic import exact_integer_reward
 from zoo.envs.base import Prompt
 from zoo.envs.code_envs import default_workers, require_sandbox, shared_pool
 from zoo.envs.episode import Episode, MultiTurnEnv, Reply
@@ -53,7 +54,6 @@ MAX_EXPRESSION_CHARS = 40
 EXPRESSION = re.compile(r"[0-9+\-*/%() ]+")
 """What a tool call may contain. No letters, so no names, attributes or calls: nothing but
 integer arithmetic can be written; ``**`` is refused too (``9**9**9`` is 27 characters)."""
-INTEGER = re.compile(r"-?[0-9]+")
 ERROR_OBSERVATION = "=error\n"
 CHUNK = 64
 """Expressions per sandboxed program (one process start, ~0.1-0.4 s, serves them all)."""
@@ -194,10 +194,7 @@ class ToolArithmetic(MultiTurnEnv):
         return str(prompt.answer)
 
     def score(self, prompt: Prompt, completion: str) -> float:
-        text = completion.strip()
-        if len(text) > 20 or not INTEGER.fullmatch(text):
-            return 0.0
-        return 1.0 if int(text) == prompt.answer else 0.0
+        return exact_integer_reward(completion, prompt.answer, max_chars=20)
 
     def tool_trace(self, prompt: Prompt) -> list[tuple[str, str]]:
         """The turns of a correct tool episode, as (assistant turn, observation) pairs; the
