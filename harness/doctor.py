@@ -73,11 +73,13 @@ def check_disk(cfg: RunConfig, out: Path, free_bytes: int | None = None) -> Chec
 
 
 def check_memory(cfg: RunConfig, capacity_bytes: int | None = None) -> Check:
-    """The run's memory estimate (``list models``) against this machine's (or GPU's)."""
+    """The run's memory estimate (``list models``) against this machine's (or GPU's). A
+    sequence is the prompt and every token after it: a multi-turn episode's token limit."""
     from zoo.algorithms import get_algorithm
     from zoo.envs import get_env
     from zoo.models.memory import memory_estimate
     from zoo.models.presets import model_shape
+    from zoo.run.episodes import episode_budget
 
     device = cfg.resolved_device()
     shape = model_shape(cfg.model, cfg.model_path)
@@ -85,7 +87,7 @@ def check_memory(cfg: RunConfig, capacity_bytes: int | None = None) -> Check:
     prompt = max(len(env.train_prompt(i, cfg.seed).text.encode()) for i in range(8))
     sequences = cfg.prompts_per_step * cfg.group_size
     need = memory_estimate(
-        shape, sequences=sequences, seq_len=prompt + cfg.max_response_len,
+        shape, sequences=sequences, seq_len=prompt + episode_budget(cfg, env),
         micro_batch=cfg.micro_batch_size or sequences,
         reference=get_algorithm(cfg.algorithm, **cfg.algorithm_config).needs_reference,
         compute_bytes=2 if device == "cuda" else 4,

@@ -24,6 +24,7 @@ from zoo.core.progress import add_run_task, make_progress, run_columns, update_r
 from zoo.envs import get_env
 from zoo.models.memory import memory_estimate
 from zoo.models.presets import TINY_MODELS, check_model_name, model_shape, prefetch_model_config
+from zoo.run.episodes import episode_budget
 from zoo.run.run_config import RunConfig
 from zoo.run.runlog import machine, now_iso, package_versions
 from zoo.services.ledger import Ledger
@@ -68,7 +69,8 @@ def preflight(cfgs: list[RunConfig], conformance: bool = True) -> None:
                 f"--budget-samples {cfg.budget_samples} is less than one step "
                 f"({step_samples} samples); raise it"
             )
-        check_memory(cfg, shape, step_samples, prompt + cfg.max_response_len,
+        # a multi-turn episode's trajectory: up to its token limit after the prompt
+        check_memory(cfg, shape, step_samples, prompt + episode_budget(cfg, env),
                      algorithm.needs_reference, device)  # fmt: skip
         if cfg.model not in TINY_MODELS or cfg.model_path:  # (tiny presets are built later)
             cfg.model_spec()  # the weights are there (or --init random)

@@ -465,6 +465,28 @@ def test_dapo_overlong_punishment_spares_every_reference_answer(env_name, l_max)
     assert torch.equal(shaped, rewards), f"{env_name}: longest answer {int(lengths.max())} tokens"
 
 
+def test_dapo_overlong_punishment_spares_every_reference_tool_episode():
+    """tool_arithmetic at its documented 16 tokens a turn: a correct episode (the calculator
+    call, its result, the answer) against the episode's token limit, which DAPO's length
+    shaping sees in a multi-turn env."""
+    from zoo.envs import get_env
+    from zoo.run.episodes import episode_budget
+    from zoo.run.run_config import RunConfig
+
+    env = get_env("tool_arithmetic")
+    prompts = env.eval_prompts() + env.train_prompts(0, 4000, seed=0)
+
+    # byte tokens; each assistant turn ends with its end-of-text token
+    def tokens(p) -> int:
+        return sum(len(turn.encode()) + 1 + len(obs.encode()) for turn, obs in env.tool_trace(p))
+
+    lengths = torch.tensor([[tokens(p) for p in prompts]])
+    budget = episode_budget(RunConfig(env="tool_arithmetic", max_response_len=16), env)
+    rewards = torch.ones(lengths.shape)
+    shaped = get_algorithm("dapo").shape_rewards(rewards, lengths, budget)
+    assert torch.equal(shaped, rewards), f"longest episode {int(lengths.max())} of {budget} tokens"
+
+
 def test_dapo_overlong_punishment_at_pyfunc_old_budget_punished_correct_answers():
     """The budget of 9 tokens that pyfunc's leaderboard used to run with put its longest
     correct answers inside the window: the reason the budget is now 12."""

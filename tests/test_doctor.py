@@ -50,6 +50,13 @@ def test_an_impossible_memory_need_fails_with_what_to_change():
     assert code == 1 and "memory failed" in text
 
 
+def test_a_multi_turn_runs_memory_counts_its_whole_episode():
+    # the same per-turn budget; only the episode's token limit differs
+    assert check_memory(RunConfig(env="tool_arithmetic")).status == "PASS"
+    check = check_memory(RunConfig(env="tool_arithmetic", max_episode_tokens=10**8))
+    assert check.status == "FAIL", check
+
+
 def test_doctor_takes_the_run_flags_and_refuses_bad_ones():
     with pytest.raises(SystemExit) as info, contextlib.redirect_stderr(io.StringIO()):
         main(["doctor", "--steps", "x"])

@@ -2,7 +2,8 @@
 vLLM engine, with an env defined here: it answers each turn with the observation "=?\\n"
 and ends after ``end_after`` turns with reward 1 if the last turn has text. Checked: the
 assistant mask and sampler log-probs token by token, the ledger's charge, the turn and
-token limits, an env that raises, and a resume mid-run."""
+token limits, an env that raises, a resume mid-run, and per-turn rewards reaching an
+algorithm that assigns credit per turn."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import torch
 from transformers import AutoTokenizer
 
 from harness.runner import execute_run, read_metrics
+from zoo.algorithms.grpo import GRPO
 from zoo.core.config import ConfigError
 from zoo.envs import ENVS, Episode, MultiTurnEnv, Prompt, Reply
 from zoo.run.episodes import EpisodeError
@@ -34,6 +36,8 @@ class AskAgainConfig:
     max_turns: int = 4
     fail: bool = False
     """step raises: an env bug."""
+    turn_rewards: bool = False
+    """Turns before the last get a reward: their text's length mod 2."""
     eval_size: int = 6
 
 
@@ -49,7 +53,10 @@ class AskAgainEpisode(Episode):
         if self.turn >= self.config.end_after:
             return Reply(done=True, reward=float(bool(assistant_text)))
         # every turn but the last counts as a tool call, the odd ones as successful
-        return Reply(observation=OBSERVATION, tool_call=True, tool_ok=self.turn % 2 == 1)
+        reward = float(len(assistant_text) % 2) if self.config.turn_rewards else 0.0
+        return Reply(
+            observation=OBSERVATION, reward=reward, tool_call=True, tool_ok=self.turn % 2 == 1
+        )
 
     def final_reward(self) -> float:
         return CUT_REWARD
@@ -259,3 +266,67 @@ def test_build_services_wires_the_episode_budget_and_the_observation_encoder(
     )
     record = RLLoop(cfg, services).step()
     assert record["turns_mean"] == 2.0 and record["tool_calls_mean"] == 1.0
+
+
+class TurnReturns(GRPO):
+    """Credit per turn: turn k's advantage is its return-to-go (the rewards of turns k, k+1,
+    ...) minus the group's mean return-to-go at turn k, over the episodes that reached it."""
+
+    name = "test_turn_returns"
+
+    def advantages(self, rewards: torch.Tensor, turn_rewards: torch.Tensor) -> torch.Tensor:
+        reached = ~turn_rewards.isnan()
+        to_go = turn_rewards.nan_to_num().flip(-1).cumsum(-1).flip(-1)
+        baseline = (to_go * reached).sum(1, keepdim=True) / reached.sum(1, keepdim=True)
+        return torch.where(reached, to_go - baseline.nan_to_num(), torch.nan)
+
+
+def test_per_turn_rewards_reach_an_algorithm_that_asks_and_its_advantages_each_turns_tokens(
+    episode_loop,
+):
+    loop = episode_loop(config(env_config={"end_after": 3, "turn_rewards": True}, seed=2))
+    loop.s.algorithm = TurnReturns()
+    seen: dict = {}
+    train = loop.train
+    sample = loop.sample_groups
+    loop.train = lambda batch, shapes: seen.setdefault("batch", batch) and train(batch, shapes)
+    loop.sample_groups = lambda n: seen.setdefault("groups", sample(n))
+    loop.step()
+    _, groups = seen["groups"]
+    batch = seen["batch"]
+    rows = [c for g in groups for c in g]
+    assert all(c.turns == 3 for c in rows)
+    varied = {tuple(c.turn_rewards[:2]) for c in rows}
+    assert len(varied) > 1, "the env's per-turn rewards did not vary: nothing is checked"
+    for g, group in enumerate(groups):
+        # plain Python: returns-to-go per turn, minus the group's mean at that turn
+        to_go = [[sum(c.turn_rewards[k:]) for k in range(3)] for c in group]
+        for j, c in enumerate(group):
+            assert c.turn_rewards[-1] == c.reward
+            expected = [to_go[j][k] - sum(r[k] for r in to_go) / len(group) for k in range(3)]
+            row = batch.advantages[g * len(group) + j]
+            turn, got = 0, {0: set(), 1: set(), 2: set()}
+            for t, m in enumerate(c.assistant_mask):
+                turn += int(m == 1 and t > 0 and c.assistant_mask[t - 1] == 0)
+                if m:
+                    got[turn].add(round(float(row[t]), 6))
+            assert got == {k: {round(expected[k], 6)} for k in range(3)}
+
+
+def test_per_turn_advantages_of_the_wrong_shape_and_old_plugins():
+    rewards = torch.tensor([[1.0, 0.0]])
+    per_turn = torch.tensor([[[0.5, 1.0], [0.0, float("nan")]]])
+    assert TurnReturns().group_advantages(rewards, torch.ones(1, 2), per_turn).shape == (1, 2, 2)
+    # a single-turn batch passes K = 1: the episode's reward
+    assert TurnReturns().group_advantages(rewards, torch.ones(1, 2)).tolist() == [[[0.5], [-0.5]]]
+    # an advantages() without turn_rewards gets none and returns [groups, G]
+    assert GRPO().group_advantages(rewards, torch.ones(1, 2), per_turn).shape == (1, 2)
+
+    class Wrong(GRPO):
+        name = "test_wrong_shape"
+
+        def advantages(self, rewards, turn_rewards):
+            return rewards[0]
+
+    with pytest.raises(ValueError, match=r"test_wrong_shape.*\(2,\).*\[groups, G, K\]"):
+        Wrong().group_advantages(rewards, torch.ones(1, 2), per_turn)

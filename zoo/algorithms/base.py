@@ -14,6 +14,13 @@ Response lengths: the loop calls ``group_advantages(rewards, lengths)``, which p
 parameter (OPO's length-weighted baseline needs them) and calls ``advantages(rewards)``
 otherwise, so a plugin written as ``def advantages(self, rewards)`` keeps working.
 
+Per-turn credit (multi-turn envs, docs/multi-turn.md): when ``advantages`` also has a
+``turn_rewards`` parameter, the loop passes each episode's per-turn rewards as a
+[groups, G, K] tensor (K: the most turns of any episode in the batch; NaN after an
+episode's last turn; the last turn's entry is the episode's reward). Such an override may
+return [groups, G, K] advantages, one per assistant turn: every token of turn k then
+carries advantage k. A single-turn env passes K = 1.
+
 More class attributes describe the loss to generic checks (zoo/algorithms/conformance.py),
 to the compare report, to ``harness list algorithms`` and to readers; they do not change
 what the loss does: ``family``, ``aggregation``, ``clip_style``, ``sequence_level``,
@@ -117,13 +124,31 @@ class Algorithm(ABC):
         name = getattr(self.config, "advantage", "group_norm")
         return estimate_advantages(name, rewards, lengths)
 
-    def group_advantages(self, rewards: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
-        """What the loop calls: ``advantages(rewards, lengths=lengths)``, or
-        ``advantages(rewards)`` when an override takes no ``lengths`` (plugins written
-        before lengths were passed)."""
-        if "lengths" in inspect.signature(self.advantages).parameters:
-            return self.advantages(rewards, lengths=lengths)
-        return self.advantages(rewards)
+    def group_advantages(
+        self, rewards: torch.Tensor, lengths: torch.Tensor, turn_rewards: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """What the loop calls: ``advantages(rewards, ...)`` with ``lengths=`` and
+        ``turn_rewards=`` only for the parameters an override declares (plugins written
+        before they were passed keep working). ``turn_rewards``: [groups, G, K], NaN past
+        an episode's last turn; None: one turn each, whose reward is ``rewards``. Returns
+        [groups, G] advantages, or [groups, G, K] from an override that assigns credit
+        per turn."""
+        params = inspect.signature(self.advantages).parameters
+        extra: dict[str, torch.Tensor] = {}
+        if "lengths" in params:
+            extra["lengths"] = lengths
+        if "turn_rewards" in params:
+            extra["turn_rewards"] = rewards[..., None] if turn_rewards is None else turn_rewards
+        advantages = self.advantages(rewards, **extra)
+        expected = [tuple(rewards.shape)]
+        if "turn_rewards" in extra:
+            expected.append(tuple(extra["turn_rewards"].shape))
+        if tuple(advantages.shape) not in expected:
+            raise ValueError(
+                f"algorithm {self.name!r}: advantages() returned shape {tuple(advantages.shape)}; "
+                f"expected one of {expected} ([groups, G] per episode, [groups, G, K] per turn)"
+            )
+        return advantages
 
     def shape_rewards(
         self, rewards: torch.Tensor, lengths: torch.Tensor, max_response_len: int

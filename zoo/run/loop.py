@@ -52,7 +52,13 @@ import torch
 from zoo.core.types import Completion
 from zoo.envs import Prompt, is_multi_turn
 from zoo.run.episodes import episode_budget, episode_metrics, rollout_episodes
-from zoo.run.rollout import EVAL_SEED_OFFSET, rollout_batch, sampling_seed
+from zoo.run.rollout import (
+    EVAL_SEED_OFFSET,
+    rollout_batch,
+    sampling_seed,
+    stack_advantages,
+    turn_rewards,
+)
 from zoo.run.run_config import RunConfig
 from zoo.run.wiring import Services
 from zoo.services.batch import RolloutBatch
@@ -197,7 +203,8 @@ class RLLoop:
             # against its token limit (self.budget)
             lengths = torch.tensor([[len(c.token_ids) for c in g] for g in groups])
             shaped = algo.shape_rewards(rewards, lengths, self.budget)
-            advantages = algo.group_advantages(shaped, lengths)
+            per_turn = turn_rewards(groups, shaped) if self.multi_turn else None
+            advantages = algo.group_advantages(shaped, lengths, per_turn)
             keep = algo.keep(rewards)
             truncated = torch.tensor([[c.finish_reason == "length" for c in g] for g in groups])
             in_loss = algo.train_mask(truncated)
@@ -222,7 +229,9 @@ class RLLoop:
             record.update(episode_metrics(self.episode_stats))
         self.episode_stats = []
         if kept_groups:
-            batch = rollout_batch(kept_groups, torch.stack(kept_adv), torch.stack(kept_in_loss))
+            batch = rollout_batch(
+                kept_groups, stack_advantages(kept_adv), torch.stack(kept_in_loss)
+            )
             shapes = [(len(c.prompt_ids), len(c.token_ids)) for g in kept_groups for c in g]
             record.update(self.train(batch, shapes))
             with ledger.timed("sync"):
@@ -438,11 +447,16 @@ def train_samples(
         for j, c in enumerate(groups[i]):
             rows.append({
                 "kind": "train", "index": p.index, "prompt": p.text, "completion": _shown(c),
-                "reward": float(rewards[i, j]), "advantage": float(advantages[i, j]),
+                "reward": float(rewards[i, j]), "advantage": _advantage(advantages[i, j], c),
                 "kept": bool(keep[i]), "finish_reason": c.finish_reason,
                 "policy_version": c.policy_version,
             })  # fmt: skip
     return rows
+
+
+def _advantage(advantage: torch.Tensor, c: Completion) -> float | list[float]:
+    """A sample's advantage in samples.jsonl: a number, or one per turn of its episode."""
+    return float(advantage) if advantage.dim() == 0 else advantage[: c.turns].tolist()
 
 
 def _shown(c: Completion) -> str:

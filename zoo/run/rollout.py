@@ -17,13 +17,55 @@ def sampling_seed(run_seed: int, prompt_index: int) -> int:
     return (run_seed * 1_000_003 + prompt_index) % (2**31)
 
 
+def turn_rewards(groups: list[list[Completion]], rewards: torch.Tensor) -> torch.Tensor:
+    """[groups, G, K] per-turn rewards of multi-turn episodes (K: the most turns of any),
+    NaN after an episode's last turn, whose entry is its (possibly shaped) reward in
+    ``rewards`` [groups, G]."""
+    k = max(c.turns for g in groups for c in g)
+    out = torch.full((*rewards.shape, k), float("nan"))
+    for i, g in enumerate(groups):
+        for j, c in enumerate(g):
+            per_turn = list(c.turn_rewards or [0.0] * c.turns)
+            per_turn[-1] = float(rewards[i, j])
+            out[i, j, : len(per_turn)] = torch.tensor(per_turn)
+    return out
+
+
+def stack_advantages(advantages: list[torch.Tensor]) -> torch.Tensor:
+    """Stack kept groups' advantages, each [G] or [G, K_i] (per turn; K_i may differ
+    between sampling rounds), padding the turn axis with zeros."""
+    if advantages[0].dim() == 1:
+        return torch.stack(advantages)
+    k = max(a.shape[-1] for a in advantages)
+    return torch.stack([torch.nn.functional.pad(a, (0, k - a.shape[-1])) for a in advantages])
+
+
+def turn_index(c: Completion) -> torch.Tensor:
+    """[len(c.token_ids)] the assistant turn (0-based) of each token of ``c``: an
+    observation's tokens belong to the turn before them (their mask is 0 anyway)."""
+    if c.assistant_mask is None:
+        return torch.zeros(len(c.token_ids), dtype=torch.long)
+    mask = torch.tensor(c.assistant_mask)
+    starts = torch.zeros_like(mask)
+    starts[1:] = (mask[1:] == 1) & (mask[:-1] == 0)  # each turn after the first
+    index = torch.cumsum(starts, 0)
+    if len(c.token_ids) and int(index[-1]) + 1 != c.turns:
+        raise ValueError(
+            f"an episode's assistant mask holds {int(index[-1]) + 1} turns, but it records "
+            f"{c.turns}: a turn sampled no tokens, so per-turn advantages cannot be placed"
+        )
+    return index
+
+
 def rollout_batch(
     groups: list[list[Completion]], advantages: torch.Tensor, in_loss: torch.Tensor | None = None
 ) -> RolloutBatch:
-    """Pack groups of completions ([groups, G] advantages) into right-padded sequences,
-    with the sampler's log-probs and policy version of each; responses with ``in_loss``
-    False get an all-zero mask (they count nowhere). A multi-turn episode's mask is its
-    assistant mask: the env's tokens enter no loss, ratio, mismatch metric or correction."""
+    """Pack groups of completions into right-padded sequences, with the sampler's log-probs
+    and policy version of each; responses with ``in_loss`` False get an all-zero mask (they
+    count nowhere). A multi-turn episode's mask is its assistant mask: the env's tokens
+    enter no loss, ratio, mismatch metric or correction. ``advantages``: [groups, G], one
+    per response, or [groups, G, K], one per assistant turn, laid onto each turn's tokens
+    ([B, T] in the batch)."""
     flat = [c for g in groups for c in g]
     width = max((len(c.token_ids) for c in flat), default=1) or 1
     length = max(len(c.prompt_ids) + len(c.token_ids) for c in flat)
@@ -39,11 +81,16 @@ def rollout_batch(
         else:
             mask[i, : len(c.token_ids)] = torch.tensor(c.assistant_mask) * float(included[i])
         sampler[i, : len(c.logprobs)] = torch.tensor(c.logprobs)
+    if advantages.dim() == 3:
+        per_turn = advantages.reshape(len(flat), -1)
+        per_token = torch.zeros(len(flat), width)
+        for i, c in enumerate(flat):
+            per_token[i, : len(c.token_ids)] = per_turn[i, turn_index(c)]
     return RolloutBatch(
         tokens=tokens,
         response_start=torch.tensor([len(c.prompt_ids) for c in flat]),
         mask=mask,
-        advantages=advantages.reshape(-1),
+        advantages=per_token if advantages.dim() == 3 else advantages.reshape(-1),
         sampler_logprobs=sampler,
         policy_versions=torch.tensor([c.policy_version for c in flat]),
         group_size=len(groups[0]),
