@@ -530,7 +530,10 @@ def test_the_always_equal_attack_beats_a_verdict_taken_inside_the_candidates_pro
     assert (result.status, result.stdout) == ("ok", "tests passed\n")
 
 
-def test_all_164_canonical_humaneval_solutions_pass_as_a_body_and_as_a_chat_answer(humaneval):
+def test_all_164_canonical_humaneval_solutions_pass_as_a_body_and_as_a_chat_answer():
+    # 10 s, not FAST's 2 s: a few solutions (HumanEval/75, /105, ...) ran past 2 s in a
+    # batch of 164 on 2 cores busy with a training run; honest code needs no tight limit
+    humaneval = get_env("humaneval", timeout_s=10.0)
     prompts = humaneval.eval_prompts()
     assert len(prompts) == 164
     bodies = [humaneval.reference_answer(p) for p in prompts]
