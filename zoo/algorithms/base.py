@@ -124,6 +124,12 @@ class Algorithm(ABC):
         name = getattr(self.config, "advantage", "group_norm")
         return estimate_advantages(name, rewards, lengths)
 
+    @property
+    def uses_turn_rewards(self) -> bool:
+        """True when ``advantages`` declares ``turn_rewards``: only then does the loop build
+        the per-turn reward tensor."""
+        return "turn_rewards" in inspect.signature(self.advantages).parameters
+
     def group_advantages(
         self, rewards: torch.Tensor, lengths: torch.Tensor, turn_rewards: torch.Tensor | None = None
     ) -> torch.Tensor:
@@ -137,7 +143,7 @@ class Algorithm(ABC):
         extra: dict[str, torch.Tensor] = {}
         if "lengths" in params:
             extra["lengths"] = lengths
-        if "turn_rewards" in params:
+        if self.uses_turn_rewards:
             extra["turn_rewards"] = rewards[..., None] if turn_rewards is None else turn_rewards
         advantages = self.advantages(rewards, **extra)
         expected = [tuple(rewards.shape)]

@@ -203,7 +203,8 @@ class RLLoop:
             # against its token limit (self.budget)
             lengths = torch.tensor([[len(c.token_ids) for c in g] for g in groups])
             shaped = algo.shape_rewards(rewards, lengths, self.budget)
-            per_turn = turn_rewards(groups, shaped) if self.multi_turn else None
+            wanted = self.multi_turn and algo.uses_turn_rewards
+            per_turn = turn_rewards(groups, shaped) if wanted else None
             advantages = algo.group_advantages(shaped, lengths, per_turn)
             keep = algo.keep(rewards)
             truncated = torch.tensor([[c.finish_reason == "length" for c in g] for g in groups])
