@@ -229,7 +229,7 @@ def add_training_arguments(p: argparse.ArgumentParser) -> None:
             default = None
             help_text += (" (default: the placement file's model, else the tiny preset "
                           "built for the env: tiny, tiny-code for pyfunc, tiny-tool for "
-                          "tool_arithmetic)")  # fmt: skip
+                          "tool_arithmetic, tiny-code-feedback for pyfunc_feedback)")  # fmt: skip
         else:
             help_text += f" (default: {default})" if default != "" else ""
         flag = "--" + f.name.replace("_", "-")
@@ -352,7 +352,7 @@ def apply_placement_file(args: argparse.Namespace) -> dict:
 def default_model(envs: list[str]) -> str:
     """The model a command runs without --model: the tiny preset warm-started for its envs
     (``Env.tiny_model``: tiny for arithmetic, tiny-code for pyfunc, tiny-tool for
-    tool_arithmetic)."""
+    tool_arithmetic, tiny-code-feedback for pyfunc_feedback)."""
     from zoo.envs import ENVS
 
     wanted = {env: ENVS.load(env).tiny_model for env in envs}

@@ -86,7 +86,8 @@ def test_without_model_a_command_runs_the_tiny_preset_built_for_its_envs():
     from zoo.core.config import ConfigError
 
     assert default_model(["arithmetic"]) == "tiny"
-    assert default_model(["pyfunc", "pyfunc_feedback"]) == "tiny-code"
+    assert default_model(["pyfunc", "pyfunc"]) == "tiny-code"
+    assert default_model(["pyfunc_feedback"]) == "tiny-code-feedback"
     with pytest.raises(ConfigError, match="arithmetic: tiny, tool_arithmetic: tiny-tool"):
         default_model(["arithmetic", "tool_arithmetic"])
     args = build_parser().parse_args(["run", "grpo", "--env", "tool_arithmetic"])

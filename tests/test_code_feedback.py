@@ -125,6 +125,35 @@ def test_an_episode_is_a_function_of_its_prompt_and_texts(env, prompt):
     assert [[r[i] for r in together] for i in range(3)] == [play(p) for p in prompts]
 
 
+def test_the_warm_start_trace_is_a_near_miss_its_real_feedback_then_the_fix(env):
+    """tiny-code-feedback's demonstrations: a wrong first submission taken from the batch
+    (context only), the observation the env really gives it (replayed through episodes
+    that run it in the sandbox), then the reference answer, learned."""
+    import random
+
+    from zoo.models.tiny import EOS_ID, episode_tokens
+
+    batch = env.train_prompts(0, 64, seed=0)
+    references = {env.reference_answer(p) for p in batch}
+    rng = random.Random(0)
+    for p in batch[:6]:
+        trace = env.warm_start_trace(p, batch, rng)
+        (miss, observation, learn_miss), (fix, last, learn_fix) = trace
+        assert miss in references and miss != env.reference_answer(p)
+        assert (learn_miss, learn_fix, fix, last) == (False, True, env.reference_answer(p), "")
+        episode = env.start(p)
+        reply = episode.step(miss)
+        assert (reply.done, reply.observation) == (False, observation)
+        assert episode.step(fix).reward == 1.0
+        ids, mask = episode_tokens(p.text, trace)
+        context = len(p.text) + len(miss) + 1 + len(observation)
+        assert ids[context:] == [*fix.encode(), EOS_ID]
+        assert mask == [0] * context + [1] * (len(fix) + 1)
+    # No other function in the batch: the direct answer.
+    lone = env.warm_start_trace(batch[0], batch[:1], rng)
+    assert lone == [(env.reference_answer(batch[0]), "", True)]
+
+
 def test_the_reward_is_pyfuncs_and_a_forged_probe_or_marker_does_not_reach_it(prompt):
     """The submission below reads the probe's random tag from the calling frame and prints
     the shown values after it, then exits: the probe takes it for right and ends the
@@ -172,3 +201,25 @@ def test_mbpp_feedback_shows_the_failing_assert(mbpp_files):  # noqa: F811
     assert reply.observation == "\nTests failed:\nassert square(-2) == 4\nAssertionError\n"
     reply = episode.step("def square(x):\n    return x * abs(x)")
     assert (reply.done, reply.reward) == (True, 0.0)
+
+
+# --- the tiny-code-feedback preset (minutes: built once per cache) ---------------------
+
+
+@pytest.mark.slow
+def test_tiny_code_feedback_preset_revises_and_its_revisions_pay(env):
+    """The preset's greedy episodes on held-out functions take more than one submission
+    sometimes, and the episode's reward beats the same model's first submissions alone
+    (the env with one turn): it uses the feedback, so RL has revisions to improve."""
+    from transformers import Qwen3ForCausalLM
+
+    from zoo.models.tiny import TINY_PRESETS, greedy_episodes, tiny_model_path
+
+    path = tiny_model_path(TINY_PRESETS["tiny-code-feedback"], quiet=True)
+    model = Qwen3ForCausalLM.from_pretrained(path).eval()
+    held = env.eval_prompts()[:200]
+    episodes = greedy_episodes(model, env, held, 12)
+    first = greedy_episodes(model, get_env("pyfunc_feedback", max_turns=1, **FAST), held, 12)
+    assert 1.0 < episodes["turns"] < 3.0
+    assert first["turns"] == 1.0
+    assert episodes["reward"] > first["reward"] + 0.02

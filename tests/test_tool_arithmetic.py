@@ -189,6 +189,9 @@ def test_the_preset_leaves_the_other_keys_alone():
     assert TINY_PRESETS["tiny"].key() == TinyRecipe().key() == "8bc1c0f9bbb0"
     assert TINY_PRESETS["tiny-code"].key() == "3c26423650eb"
     assert TINY_PRESETS["tiny-tool"].key() not in ("8bc1c0f9bbb0", "3c26423650eb")
+    assert TINY_PRESETS["tiny-tool"].key() == "f2a3acebf6e9"  # built before warm_start_trace
+    keys = {recipe.key() for recipe in TINY_PRESETS.values()}
+    assert len(keys) == len(TINY_PRESETS)
     assert "tiny-tool" in MODEL_PRESETS
     assert model_shape("tiny-tool") == model_shape("tiny")
 

@@ -23,6 +23,7 @@ held-out split (so single- and multi-turn results are over the same problems), t
 from __future__ import annotations
 
 import dataclasses
+import random
 import re
 import secrets
 from abc import abstractmethod
@@ -136,6 +137,8 @@ CUE = "f(x)="
 """Ends every observation: the prompt's own cue, so the next turn is again an expression."""
 MAX_SHOWN_DIGITS = 5
 """A wrong value longer than this is shown as "big" (keeps the observation short)."""
+NEAR_MISSES = 4
+"""``warm_start_trace`` draws its wrong first submission among this many nearest functions."""
 
 
 @dataclass
@@ -193,7 +196,7 @@ class PyFuncFeedback(CodeFeedbackEnv):
     """
 
     name = "pyfunc_feedback"
-    tiny_model = "tiny-code"
+    tiny_model = "tiny-code-feedback"
     config_class = PyFuncFeedbackConfig
     reward_values = f"{PyFunc.reward_values}, for the final submission"
     base_class = PyFunc
@@ -214,6 +217,38 @@ class PyFuncFeedback(CodeFeedbackEnv):
             parsed = self.base._job(prompts[i], texts[i]) is not None
             replies[i] = Reply(done=True, reward=reward, tool_call=True, tool_ok=parsed)
         return replies  # type: ignore[return-value]
+
+    def warm_start_trace(
+        self, prompt: Prompt, batch: list[Prompt], rng: random.Random
+    ) -> list[tuple[str, str, bool]]:
+        """A demonstration of one revision, for a warm start (``tiny-code-feedback``), as
+        (assistant turn, observation, learn) triples: a near miss, the observation this env
+        gives it, then the prompt's reference answer.
+
+        The near miss is the reference answer of another function of ``batch`` (the warm
+        start's own train prompts, so no held-out or validation function appears), drawn
+        with ``rng`` among the ``NEAR_MISSES`` whose shown values are closest to the
+        prompt's (in summed absolute difference), e.g. ``-9*x-12`` for ``-9*x-16``. Its
+        values at the shown inputs are that other prompt's shown values, so the observation
+        is computed without running anything, and is the one ``feedback`` would give. The
+        near miss is context only (``learn`` False): the demonstration teaches the
+        correction, not the mistake."""
+        expected = shown_values(prompt)
+        others = {p.text: p for p in batch if p.text != prompt.text}.values()
+        if not others:
+            return [(self.reference_answer(prompt), "", True)]
+
+        def distance(other: Prompt) -> int:
+            return sum(abs(a - b) for a, b in zip(shown_values(other), expected, strict=True))
+
+        near = sorted(others, key=lambda p: (distance(p), p.text))[:NEAR_MISSES]
+        miss = near[rng.randrange(len(near))]
+        got = [str(v) for v in shown_values(miss)]
+        observation, _ = _shown_feedback(expected, got, "ok")
+        return [
+            (self.reference_answer(miss), observation, False),
+            (self.reference_answer(prompt), "", True),
+        ]
 
     def feedback(self, prompts: list[Prompt], texts: list[str]) -> list[tuple[str, bool]]:
         """Per submission: (observation, whether it ran to its end); the observation is ""

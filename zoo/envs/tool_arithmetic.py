@@ -202,6 +202,13 @@ class ToolArithmetic(MultiTurnEnv):
         expr = prompt.text.removesuffix("=")
         return [(f"{TOOL_PREFIX}{expr}", f"={prompt.answer}\n"), (str(prompt.answer), "")]
 
+    def warm_start_trace(
+        self, prompt: Prompt, batch: list[Prompt], rng: random.Random
+    ) -> list[tuple[str, str, bool]]:
+        """The ``tiny-tool`` warm start's demonstration: the tool trace, every turn learned
+        (``batch`` and ``rng`` are not needed here)."""
+        return [(turn, observation, True) for turn, observation in self.tool_trace(prompt)]
+
     # ---- episodes ----
 
     def start(self, prompt: Prompt) -> ToolArithmeticEpisode:

@@ -20,6 +20,8 @@ TINY_MODELS = {
     "use --env pyfunc --max-response-len 12)",
     "tiny-tool": "the tiny model warm-started on tool_arithmetic, answering directly or "
     "through the calculator tool (built here; use --env tool_arithmetic --max-response-len 16)",
+    "tiny-code-feedback": "the tiny model warm-started on pyfunc and on revisions after "
+    "pyfunc_feedback's feedback (built here; use --env pyfunc_feedback --max-response-len 12)",
 }
 """Presets built here, each a recipe in zoo.models.tiny.TINY_PRESETS."""
 

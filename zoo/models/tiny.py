@@ -29,6 +29,14 @@ episodes (``greedy_episodes``) on its validation split whose mean reward reaches
 recipe file records both figures (``validation_reward``, ``validation_tool_rate``). Fields
 added after the first models were built (``LATER_FIELDS``) leave the key at their
 original values, so the other presets' keys do not move.
+
+The ``tiny-code-feedback`` preset warm-starts on the multi-turn ``pyfunc_feedback`` env
+the same way: half of its train functions are shown as a revision (the env's
+``warm_start_trace``: a near miss taken from another function of the batch, the feedback
+the env gives it, the right answer; the near miss is context, not learned), the rest as
+direct answers. It stops when greedy episodes on its validation split reach
+``target_accuracy``, like ``tiny-code``; every submission counts as a tool call there, so
+``max_tool_rate`` stays at 1.
 """
 
 from __future__ import annotations
@@ -80,10 +88,12 @@ class TinyRecipe:
     task: str = "arithmetic"
     """Warm-start task: "arithmetic" (the ``tiny`` preset), "pyfunc" (``tiny-code``: the
     pyfunc env's format with its reference answers, held-out reward scored in the sandbox)
-    or "tool_arithmetic" (``tiny-tool``: direct answers and calculator episodes)."""
+    "tool_arithmetic" (``tiny-tool``: direct answers and calculator episodes) or
+    "pyfunc_feedback" (``tiny-code-feedback``: direct answers and revisions)."""
     tool_fraction: float = 0.0
-    """Multi-turn tasks: the fraction of train problems shown as a tool episode (the env's
-    ``tool_trace``) rather than as a direct answer."""
+    """Multi-turn tasks: the fraction of train problems shown as the env's demonstration
+    (``warm_start_trace``: a tool episode, a revision after feedback) rather than as a
+    direct answer."""
     max_tool_rate: float = 1.0
     """Multi-turn tasks: the stop also needs the fraction of validation episodes that call
     the tool at or below this, so that RL starts from a model that uses the tool only
@@ -121,11 +131,21 @@ TINY_PRESETS = {
         eval_every=20,
         max_steps=400,
     ),
+    # pyfunc and revisions after pyfunc_feedback's feedback: half of the train functions
+    # are shown as a near miss (context, not learned), its feedback and the right answer.
+    "tiny-code-feedback": TinyRecipe(
+        task="pyfunc_feedback", threads=1, validation_size=200, tool_fraction=0.5
+    ),
 }
 """Model presets built here, by name (zoo.models.presets resolves them)."""
 
 
-WARM_START_EVAL_TOKENS = {"arithmetic": 6, "pyfunc": 9, "tool_arithmetic": 16}
+WARM_START_EVAL_TOKENS = {
+    "arithmetic": 6,
+    "pyfunc": 9,
+    "tool_arithmetic": 16,
+    "pyfunc_feedback": 9,
+}
 """Max new tokens of the warm start's greedy evaluation, per task (its longest answer; per
 turn for a multi-turn task, as the run's --max-response-len advised for it)."""
 
@@ -271,34 +291,37 @@ def sft_loss(model: torch.nn.Module, pairs: list[tuple[str, str]]) -> torch.Tens
 
 def tool_mix(env, prompts: list, recipe: TinyRecipe, step: int) -> list:
     """The warm start's episodes for ``prompts``: each one, with probability
-    ``recipe.tool_fraction`` (a seeded draw per step), the env's tool trace, else the
-    direct answer; as (prompt text, [(assistant turn, observation), ...])."""
+    ``recipe.tool_fraction`` (a seeded draw per step), the env's demonstration
+    (``env.warm_start_trace``: a tool episode, or a revision after feedback), else the
+    direct answer; as (prompt text, [(assistant turn, observation, learn), ...])."""
     rng = random.Random(f"tool-mix:{recipe.seed}:{step}")
     return [
-        (p.text, env.tool_trace(p) if rng.random() < recipe.tool_fraction
-         else [(env.reference_answer(p), "")])
+        (p.text, env.warm_start_trace(p, prompts, rng) if rng.random() < recipe.tool_fraction
+         else [(env.reference_answer(p), "", True)])
         for p in prompts
     ]  # fmt: skip
 
 
 def episode_sft_loss(model: torch.nn.Module, episodes: list) -> torch.Tensor:
-    """Cross-entropy on the assistant turns' tokens and their end-of-text tokens only: the
-    prompt and the observations are context, masked out as the RL loop masks them. The
-    tokens are laid out as the loop lays them out: prompt, turn, EOS, observation, turn,
-    EOS, ... (the observation's bytes exactly)."""
+    """Cross-entropy on the learned assistant turns' tokens and their end-of-text tokens
+    only: the prompt, the observations and turns shown as context (a demonstration's
+    mistake) are masked out, as the RL loop masks environment tokens. The tokens are laid
+    out as the loop lays them out: prompt, turn, EOS, observation, turn, EOS, ... (the
+    observation's bytes exactly)."""
     seqs, masks = zip(*(episode_tokens(prompt, turns) for prompt, turns in episodes), strict=True)
     return masked_nll(model, list(seqs), list(masks))
 
 
-def episode_tokens(prompt: str, turns: list[tuple[str, str]]) -> tuple[list[int], list[int]]:
-    """(token ids, loss mask) of one episode: 1 on each turn's bytes and its EOS, 0 on the
-    prompt and the observations."""
+def episode_tokens(prompt: str, turns: list[tuple]) -> tuple[list[int], list[int]]:
+    """(token ids, loss mask) of one episode, from its turns as (assistant turn,
+    observation) or (assistant turn, observation, learn): 1 on each learned turn's bytes
+    and its EOS, 0 on the prompt, the observations and turns with ``learn`` False."""
     seq = encode(prompt)
     mask = [0] * len(seq)
-    for turn, observation in turns:
+    for turn, observation, *learn in turns:
         t, o = [*encode(turn), EOS_ID], encode(observation)
         seq += t + o
-        mask += [1] * len(t) + [0] * len(o)
+        mask += [int(all(learn))] * len(t) + [0] * len(o)
     return seq, mask
 
 
@@ -359,11 +382,13 @@ def greedy_episodes(model: torch.nn.Module, env, prompts: list, max_new_tokens: 
     context) or after ``max_new_tokens``; the observation's bytes follow it exactly; until
     the env says done or ``env.turn_limit()`` turns. Contexts are grouped by length, so
     there is no padding. Returns the mean ``reward``, ``tool_rate`` (the fraction of
-    episodes with a tool call) and ``direct_reward`` (mean reward of the others)."""
+    episodes with a tool call), ``direct_reward`` (mean reward of the others) and
+    ``turns`` (mean assistant turns per episode)."""
     episodes = [env.start(p) for p in prompts]
     contexts = [encode(p.text) for p in prompts]
     rewards: list[float | None] = [None] * len(prompts)
     called = [False] * len(prompts)
+    turns = [0] * len(prompts)
     active = list(range(len(prompts)))
     for _ in range(env.turn_limit()):
         if not active:
@@ -382,6 +407,7 @@ def greedy_episodes(model: torch.nn.Module, env, prompts: list, max_new_tokens: 
         still = []
         for i, reply in zip(active, replies, strict=True):
             called[i] = called[i] or reply.tool_call
+            turns[i] += 1
             if reply.done:
                 rewards[i] = reply.reward
             else:
@@ -394,4 +420,5 @@ def greedy_episodes(model: torch.nn.Module, env, prompts: list, max_new_tokens: 
         "reward": sum(final) / len(final),
         "tool_rate": sum(called) / len(called),
         "direct_reward": sum(direct) / len(direct) if direct else 0.0,
+        "turns": sum(turns) / len(turns),
     }

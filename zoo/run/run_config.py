@@ -359,6 +359,7 @@ Not measured here (no GPU): a starting point."""
 TINY_PRESET_DEFAULTS = {
     "tiny-code": {"max_response_len": 12, "prompts_per_step": 64},
     "tiny-tool": {"max_response_len": 16, "prompts_per_step": 64},
+    "tiny-code-feedback": {"max_response_len": 12, "prompts_per_step": 64},
 }
 """Where the tiny presets other than ``tiny`` differ from RunConfig's defaults: their envs'
 answers are longer (a pyfunc expression takes up to 9 tokens with its end; a tool call up
