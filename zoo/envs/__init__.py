@@ -27,6 +27,7 @@ ENVS = Registry(
         "humaneval_feedback": "zoo.envs.code_feedback:HumanEvalFeedback",
         "mbpp_feedback": "zoo.envs.code_feedback:MBPPFeedback",
         "tool_arithmetic": "zoo.envs.tool_arithmetic:ToolArithmetic",
+        "openenv": "zoo.envs.openenv_env:OpenEnvEnv",
     },
 )
 
