@@ -223,3 +223,36 @@ def test_tiny_code_feedback_preset_revises_and_its_revisions_pay(env):
     assert 1.0 < episodes["turns"] < 3.0
     assert first["turns"] == 1.0
     assert episodes["reward"] > first["reward"] + 0.02
+
+
+def test_dapo_overlong_punishment_spares_every_episode_its_turns_allow(env):
+    """pyfunc_feedback's observations are longer than its answers, so the default episode
+    token limit counts them (``max_observation_tokens``): at 12 tokens a turn, DAPO's length
+    shaping leaves the longest episode 3 turns allow unpunished. At the old limit (2 x 3 x 12
+    = 72) it punished 3-submission episodes, which pushed DAPO's runs to shorter, wrong
+    submissions."""
+    import torch
+
+    from zoo.algorithms import get_algorithm
+    from zoo.envs.code_feedback import _shown_feedback
+    from zoo.run.episodes import episode_budget
+    from zoo.run.run_config import RunConfig
+
+    # The bound holds for every function and the longest wrong value at every shown x.
+    longest_observation = 0
+    for p in env.eval_prompts() + env.train_prompts(0, 639, seed=0):
+        want = shown_values(p)
+        for x in range(5):
+            for wrong in ("-1234", "big", "error", "x"):
+                got = [str(v) for v in want[:x]] + [wrong] * (5 - x)
+                observation = _shown_feedback(want, got, "ok")[0]
+                longest_observation = max(longest_observation, len(observation.encode()))
+    assert longest_observation == env.max_observation_tokens == 25
+    turns, per_turn = env.turn_limit(), 12
+    longest = turns * per_turn + (turns - 1) * env.max_observation_tokens
+    budget = episode_budget(RunConfig(env="pyfunc_feedback", max_response_len=per_turn), env)
+    assert budget == 2 * longest
+    dapo = get_algorithm("dapo")
+    lengths = torch.tensor([[longest, 59, 1]])
+    assert torch.equal(dapo.shape_rewards(torch.ones(1, 3), lengths, budget), torch.ones(1, 3))
+    assert dapo.shape_rewards(torch.ones(1, 3), lengths, 72)[0, 1] < 1  # the old limit

@@ -197,6 +197,7 @@ class PyFuncFeedback(CodeFeedbackEnv):
 
     name = "pyfunc_feedback"
     tiny_model = "tiny-code-feedback"
+    max_observation_tokens = 25  # bytes; see above
     config_class = PyFuncFeedbackConfig
     reward_values = f"{PyFunc.reward_values}, for the final submission"
     base_class = PyFunc

@@ -66,6 +66,10 @@ class MultiTurnEnv(Env):
 
     max_turns: int = 4
     """Assistant turns per episode at most (an env's config may override it)."""
+    max_observation_tokens: int = 0
+    """An upper bound of one observation's length in tokens (bytes bound it), where the env
+    knows one: the default episode token limit then leaves room for every episode its turns
+    allow (``zoo.run.episodes.episode_budget``). 0: unknown."""
 
     @abstractmethod
     def start(self, prompt: Prompt) -> Episode:

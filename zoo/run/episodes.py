@@ -57,7 +57,14 @@ def episode_budget(cfg: RunConfig, env: Env) -> int:
             f"env {env.name!r} is multi-turn, which runs in sync mode only (each turn waits "
             f"for the env's answer to the last); got mode {cfg.mode!r}"
         )
-    return cfg.max_episode_tokens or 2 * env.turn_limit() * cfg.max_response_len
+    if cfg.max_episode_tokens:
+        return cfg.max_episode_tokens
+    turns, observation = env.turn_limit(), env.max_observation_tokens
+    if not observation:  # as much room for the observations as for the turns
+        return 2 * turns * cfg.max_response_len
+    # Twice the longest episode: DAPO's overlong window (the last quarter by default) then
+    # starts after every episode that fits in its turns.
+    return 2 * (turns * cfg.max_response_len + (turns - 1) * observation)
 
 
 def turn_seed(prompt_seed: int, member: int, turn: int) -> int:

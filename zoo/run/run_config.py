@@ -73,8 +73,10 @@ class RunConfig:
     max_episode_tokens: int = 0
     """Multi-turn envs: tokens after the prompt per episode at most, the env's
     observations included (an episode that reaches it ends with finish reason "length");
-    0: 2 x the env's turn limit x max_response_len (the turns, and as much again for
-    observations). Single-turn envs: must stay 0."""
+    0: twice the longest episode, 2 x (turns x max_response_len + (turns - 1) x the env's
+    bound on an observation) where the env declares that bound (pyfunc_feedback: 25), else
+    2 x turns x max_response_len (as much room for observations as for the turns).
+    Single-turn envs: must stay 0."""
     temperature: float = 1.0
     """Sampling temperature T > 0; the trainer, reference and old-log-prob passes score
     tokens at the same T."""
