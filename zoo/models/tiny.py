@@ -231,7 +231,7 @@ def build_tiny_model(recipe: TinyRecipe, path: Path, quiet: bool = False) -> dic
                 )
                 kept = [p for p in prompts if p.text not in set_aside]
                 if multi_turn:
-                    loss = episode_sft_loss(model, tool_mix(env, kept, recipe, step))
+                    loss = episode_sft_loss(model, demonstration_mix(env, kept, recipe, step))
                 else:
                     loss = sft_loss(model, [(p.text, reference(p)) for p in kept])
                 opt.zero_grad(set_to_none=True)
@@ -289,11 +289,12 @@ def sft_loss(model: torch.nn.Module, pairs: list[tuple[str, str]]) -> torch.Tens
     return masked_nll(model, seqs, masks)
 
 
-def tool_mix(env, prompts: list, recipe: TinyRecipe, step: int) -> list:
+def demonstration_mix(env, prompts: list, recipe: TinyRecipe, step: int) -> list:
     """The warm start's episodes for ``prompts``: each one, with probability
     ``recipe.tool_fraction`` (a seeded draw per step), the env's demonstration
     (``env.warm_start_trace``: a tool episode, or a revision after feedback), else the
     direct answer; as (prompt text, [(assistant turn, observation, learn), ...])."""
+    # The seed string predates revisions; it stays, so tiny-tool's data (and key) are as built.
     rng = random.Random(f"tool-mix:{recipe.seed}:{step}")
     return [
         (p.text, env.warm_start_trace(p, prompts, rng) if rng.random() < recipe.tool_fraction
@@ -318,10 +319,11 @@ def episode_tokens(prompt: str, turns: list[tuple]) -> tuple[list[int], list[int
     and its EOS, 0 on the prompt, the observations and turns with ``learn`` False."""
     seq = encode(prompt)
     mask = [0] * len(seq)
-    for turn, observation, *learn in turns:
+    for turn, observation, *flag in turns:
+        learn = flag[0] if flag else True
         t, o = [*encode(turn), EOS_ID], encode(observation)
         seq += t + o
-        mask += [int(all(learn))] * len(t) + [0] * len(o)
+        mask += [int(learn)] * len(t) + [0] * len(o)
     return seq, mask
 
 
