@@ -59,7 +59,7 @@ def model_dir(name: str, root: Path) -> tuple[Path, str]:
     if name == "tiny":
         from zoo.models.tiny import tiny_model_path
 
-        return tiny_model_path(quiet=True), "pretrained"
+        return tiny_model_path(), "pretrained"
     return random_model_dir(name, root), "random"
 
 

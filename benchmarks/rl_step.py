@@ -152,7 +152,7 @@ cores; async overlaps generation of the next batch with training on this one."""
 def measure(system: str, option: Any, setting: StepSetting) -> dict[str, float]:
     from zoo.models.tiny import tiny_model_path
 
-    path = tiny_model_path(quiet=True)
+    path = tiny_model_path()
     if system.startswith("forge-zoo"):
         if system == "forge-zoo":  # option: the generator backend
             run = {"generator_backend": option}

@@ -4,8 +4,8 @@ It takes the flags of ``run`` (the same RunConfig), and checks, for that run:
 
 - sandbox: a program in the code sandbox tries to connect to a port this process listens
   on and to write a file into a folder of this host; both must fail (zoo/envs/sandbox.py);
-- vllm: a vLLM engine starts in this process on the tiny model and generates (it is built
-  and cached on first use, zoo/models/tiny.py); skipped with ``--generator hf``;
+- vllm: a vLLM engine starts in this process on the tiny model (its shipped weights,
+  zoo/models/tiny.py) and generates; skipped with ``--generator hf``;
 - disk: free space where the run writes (``--out``, else ``results/``) against two
   checkpoints of the model (a save writes the new one before it removes the old), plus
   the metrics; how much the cadence (``--checkpoint-every``) writes over the run is shown;
@@ -176,7 +176,7 @@ def check_sandbox() -> Check:
 
 
 def check_vllm(cfg: RunConfig) -> Check:
-    """A vLLM engine starts on the tiny model (building it on first use) and generates."""
+    """A vLLM engine starts on the tiny model (its shipped weights) and generates."""
     if cfg.generator == "hf":
         return Check("vllm", "PASS", "skipped: --generator hf generates with transformers")
     start = time.monotonic()
@@ -185,7 +185,7 @@ def check_vllm(cfg: RunConfig) -> Check:
         from zoo.services.generation.vllm import VLLMGenerator
         from zoo.services.sampling import SamplingConfig
 
-        engine = VLLMGenerator(tiny_model_path(quiet=True), seed=0)
+        engine = VLLMGenerator(tiny_model_path(), seed=0)
         out = engine.generate([encode("12+34=")], n=2, sampling=SamplingConfig(max_tokens=4))
         tokens = sum(len(c.token_ids) for c in out[0])
     except Exception as exc:  # an import error, an engine that does not start

@@ -22,12 +22,13 @@ os.environ["HF_HUB_OFFLINE"] = "1"
 
 @pytest.fixture(scope="session")
 def tiny_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Directory of the warm-started tiny model (Hugging Face format)."""
+    """Directory of the tiny model's shipped start weights (Hugging Face format). The cache
+    (datasets, configs) is a temporary folder unless CI provides $FORGE_ZOO_CACHE."""
     if not os.environ.get("FORGE_ZOO_CACHE"):
         os.environ["FORGE_ZOO_CACHE"] = str(tmp_path_factory.mktemp("forge-zoo-cache"))
     from zoo.models.tiny import tiny_model_path
 
-    return tiny_model_path(quiet=True)
+    return tiny_model_path()
 
 
 @pytest.fixture(scope="session")

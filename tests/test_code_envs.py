@@ -371,7 +371,7 @@ def tiny_code_path(tmp_path_factory):
         os.environ["FORGE_ZOO_CACHE"] = str(tmp_path_factory.mktemp("forge-zoo-cache"))
     from zoo.models.tiny import TINY_PRESETS, tiny_model_path
 
-    return tiny_model_path(TINY_PRESETS["tiny-code"], quiet=True)
+    return tiny_model_path(TINY_PRESETS["tiny-code"])
 
 
 def test_tiny_code_warm_start_reached_its_target_through_the_sandbox(tiny_code_path):

@@ -203,7 +203,7 @@ def test_mbpp_feedback_shows_the_failing_assert(mbpp_files):  # noqa: F811
     assert (reply.done, reply.reward) == (True, 0.0)
 
 
-# --- the tiny-code-feedback preset (minutes: built once per cache) ---------------------
+# --- the tiny-code-feedback preset (its shipped start weights) -------------------------
 
 
 @pytest.mark.slow
@@ -215,7 +215,7 @@ def test_tiny_code_feedback_preset_revises_and_its_revisions_pay(env):
 
     from zoo.models.tiny import TINY_PRESETS, greedy_episodes, tiny_model_path
 
-    path = tiny_model_path(TINY_PRESETS["tiny-code-feedback"], quiet=True)
+    path = tiny_model_path(TINY_PRESETS["tiny-code-feedback"])
     model = Qwen3ForCausalLM.from_pretrained(path).eval()
     held = env.eval_prompts()[:200]
     episodes = greedy_episodes(model, env, held, 12)

@@ -178,7 +178,7 @@ def test_warm_start_tokens_mask_the_prompt_and_observations(env):
     assert mask == [0] * 6 + [1] * 11 + [0] * 6 + [1] * 5
 
 
-# --- the tiny-tool preset (minutes: built once per cache) ------------------------------
+# --- the tiny-tool preset (its shipped start weights) ----------------------------------
 
 
 def test_the_preset_leaves_the_other_keys_alone():
@@ -204,7 +204,7 @@ def test_tiny_tool_preset_uses_the_tool_sometimes(env):
 
     from zoo.models.tiny import TINY_PRESETS, greedy_episodes, tiny_model_path
 
-    path = tiny_model_path(TINY_PRESETS["tiny-tool"], quiet=True)
+    path = tiny_model_path(TINY_PRESETS["tiny-tool"])
     info = json.loads((path / "forge_zoo_recipe.json").read_text())
     assert 0.0 < info["validation_tool_rate"] < 1.0
     model = Qwen3ForCausalLM.from_pretrained(path).eval()

@@ -15,15 +15,17 @@ from pathlib import Path
 from zoo.core.config import ConfigError
 
 TINY_MODELS = {
-    "tiny": "embedded ~476k-parameter Qwen3, warm-started on arithmetic (built here)",
-    "tiny-code": "the tiny model warm-started on the pyfunc code env instead (built here; "
+    "tiny": "embedded ~476k-parameter Qwen3, warm-started on arithmetic (shipped weights)",
+    "tiny-code": "the tiny model warm-started on the pyfunc code env instead (shipped weights; "
     "use --env pyfunc --max-response-len 12)",
     "tiny-tool": "the tiny model warm-started on tool_arithmetic, answering directly or "
-    "through the calculator tool (built here; use --env tool_arithmetic --max-response-len 16)",
+    "through the calculator tool (shipped weights; use --env tool_arithmetic "
+    "--max-response-len 16)",
     "tiny-code-feedback": "the tiny model warm-started on pyfunc and on revisions after "
-    "pyfunc_feedback's feedback (built here; use --env pyfunc_feedback --max-response-len 12)",
+    "pyfunc_feedback's feedback (shipped weights; use --env pyfunc_feedback --max-response-len 12)",
 }
-"""Presets built here, each a recipe in zoo.models.tiny.TINY_PRESETS."""
+"""Presets warm-started by forge-zoo, each a recipe in zoo.models.tiny.TINY_PRESETS whose
+weights ship in zoo/models/start_weights."""
 
 QWEN3_HF_IDS = {
     "qwen3-0.6b": "Qwen/Qwen3-0.6B",
@@ -171,11 +173,9 @@ def missing_weights_message(name: str, hf_id: str, unreachable: str = "") -> str
     )
 
 
-def resolve_model(
-    name: str, quiet: bool = False, model_path: str = "", init: str = "pretrained"
-) -> ModelSpec:
+def resolve_model(name: str, model_path: str = "", init: str = "pretrained") -> ModelSpec:
     """The Hugging Face-format directory of a model: ``model_path`` when given; a tiny
-    preset (built here on first use); a Qwen3 preset, downloaded from the Hub into its
+    preset (its shipped start weights); a Qwen3 preset, downloaded from the Hub into its
     cache when online and missing (zoo.core.hub), else read from the cache (or, with
     ``init="random"`` and no cached weights, its config only; nothing is downloaded for
     ``init="random"``); or a local directory."""
@@ -189,7 +189,7 @@ def resolve_model(
     if name in TINY_MODELS:
         from zoo.models.tiny import TINY_PRESETS, tiny_model_path
 
-        return ModelSpec(name, tiny_model_path(TINY_PRESETS[name], quiet=quiet))
+        return ModelSpec(name, tiny_model_path(TINY_PRESETS[name]))
     if name in QWEN3_HF_IDS:
         from zoo.core import hub
 

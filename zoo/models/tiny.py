@@ -10,8 +10,11 @@ from the env's train stream with a seed of their own (``VALIDATION_SEED``) and n
 trained on; the held-out split, on which runs are evaluated and compared, plays no part in
 building the model (choosing the starting weights on it would select on the test set).
 The result is saved in Hugging Face format (config.json, model.safetensors,
-tokenizer.json) under the cache directory, keyed by a hash of this recipe, and reused.
-Same recipe and thread count give a bit-identical checkpoint.
+tokenizer.json). Same recipe, thread count and CPU give a bit-identical checkpoint; another
+CPU (other vector instructions, so other kernels and rounding) gives other bytes. So the
+presets' start weights ship with the project (``SHIPPED``, checked against the sha256 in
+its manifest when loaded) and runs never build them: ``python -m harness warm-start
+PRESET`` reruns a preset's recipe, on purpose, when the recipe changes.
 
 The ``tiny-code`` preset (``TINY_PRESETS``) is the same recipe with ``task="pyfunc"``:
 the supervised stage uses the pyfunc env's format ("f(0..4)=1,3,5,7,9 f(x)=2*x+1<|endoftext|>",
@@ -137,7 +140,7 @@ TINY_PRESETS = {
         task="pyfunc_feedback", threads=1, validation_size=200, tool_fraction=0.5
     ),
 }
-"""Model presets built here, by name (zoo.models.presets resolves them)."""
+"""Model presets by name (zoo.models.presets resolves them), each with shipped weights (SHIPPED)."""
 
 
 WARM_START_EVAL_TOKENS = {
@@ -192,13 +195,99 @@ def hf_config(recipe: TinyRecipe):
     )
 
 
-def tiny_model_path(recipe: TinyRecipe | None = None, quiet: bool = False) -> Path:
-    """Path of the warm-started tiny model, building it on first use."""
+SHIPPED = Path(__file__).resolve().parent / "start_weights"
+"""The presets' start weights as they ship with the project: one Hugging Face folder per
+preset (config.json, model.safetensors, tokenizer files, forge_zoo_recipe.json) and
+``manifest.json``: for each preset, the recipe key and sha256 of its model.safetensors and
+the machine that built it. The warm start's bytes depend on the CPU's math kernels (two
+CPUs give different weights from one recipe and seed), so runs start from these files,
+never from a local build, and every machine starts from the same weights."""
+
+MANIFEST = SHIPPED / "manifest.json"
+WEIGHTS_FILE = "model.safetensors"
+
+
+def read_manifest() -> dict[str, dict]:
+    """``{preset: {"recipe_key", "sha256", "built_on", ...}}`` of the shipped weights."""
+    return json.loads(MANIFEST.read_text()) if MANIFEST.is_file() else {}
+
+
+def preset_of(recipe: TinyRecipe) -> str | None:
+    """The preset name whose recipe this is, or None."""
+    return next((name for name, r in TINY_PRESETS.items() if r == recipe), None)
+
+
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while chunk := fh.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def tiny_model_path(recipe: TinyRecipe | None = None) -> Path:
+    """The folder of a preset's shipped start weights, after checking its
+    model.safetensors against the sha256 in the manifest. Never builds: a recipe without
+    shipped weights (a new or changed preset) is an error saying how to build them
+    (``python -m harness warm-start PRESET``)."""
+    from zoo.core.config import ConfigError
+
     recipe = recipe or TinyRecipe()
-    path = cache_dir() / "models" / f"tiny-{recipe.key()}"
-    if not (path / "model.safetensors").exists():
-        build_tiny_model(recipe, path, quiet=quiet)
+    name = preset_of(recipe)
+    rebuild = f"`python -m harness warm-start {name or 'PRESET'}`"
+    if name is None:
+        raise ConfigError(
+            f"recipe {recipe.key()} is none of the presets ({', '.join(TINY_PRESETS)}); only "
+            "presets ship start weights. Build a custom recipe with "
+            "zoo.models.tiny.build_tiny_model(recipe, folder) and pass --model-path folder"
+        )
+    entry = read_manifest().get(name)
+    if entry is None or entry["recipe_key"] != recipe.key():
+        shipped = f"weights of recipe {entry['recipe_key']}" if entry else "no weights"
+        raise ConfigError(
+            f"preset {name!r} (recipe {recipe.key()}) has {shipped} in {SHIPPED}: its recipe "
+            f"changed since they were built. Rebuild them with {rebuild} (the bytes depend "
+            "on this machine's CPU) and commit the folder and manifest.json"
+        )
+    path = SHIPPED / name
+    weights = path / WEIGHTS_FILE
+    found = file_sha256(weights) if weights.is_file() else "no file"
+    if found != entry["sha256"]:
+        raise ConfigError(
+            f"the shipped start weights of {name!r} ({weights}) have sha256 {found[:12]}, "
+            f"not {entry['sha256'][:12]} as manifest.json records: the file was modified or "
+            f"not fully checked out (git LFS?). Restore it with `git checkout -- {weights}`, "
+            f"or rebuild them with {rebuild}"
+        )
     return path
+
+
+def rebuild_start_weights(
+    name: str, built_on: dict, out: Path | None = None, quiet: bool = False
+) -> dict:
+    """Run preset ``name``'s warm-start recipe on this machine (described by ``built_on``:
+    CPU, vector instruction sets, torch version, threads) into ``out``, or, when ``out`` is
+    None, over its shipped folder, updating manifest.json. Returns the manifest entry of the
+    new weights."""
+    from zoo.core.config import ConfigError
+
+    if name not in TINY_PRESETS:
+        raise ConfigError(f"unknown tiny preset {name!r}; valid: {', '.join(TINY_PRESETS)}")
+    recipe = TINY_PRESETS[name]
+    path = out if out is not None else SHIPPED / name
+    last = build_tiny_model(recipe, path, quiet=quiet)["history"][-1]  # the stopping point
+    entry = {
+        "recipe_key": recipe.key(),
+        "sha256": file_sha256(path / WEIGHTS_FILE),
+        "built_on": {**built_on, "torch_threads": recipe.threads},
+        "validation_accuracy": round(last["accuracy"], 4),
+        "steps": last["step"],
+    }
+    if out is None:
+        manifest = read_manifest()
+        manifest[name] = entry
+        MANIFEST.write_text(json.dumps(dict(sorted(manifest.items())), indent=1) + "\n")
+    return entry
 
 
 def build_tiny_model(recipe: TinyRecipe, path: Path, quiet: bool = False) -> dict:

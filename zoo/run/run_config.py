@@ -325,8 +325,8 @@ class RunConfig:
             raise ConfigError("--device cuda, but torch sees no CUDA device here; use cpu")
         return self.device
 
-    def model_spec(self, quiet: bool = True) -> ModelSpec:
-        return resolve_model(self.model, quiet=quiet, model_path=self.model_path, init=self.init)
+    def model_spec(self) -> ModelSpec:
+        return resolve_model(self.model, model_path=self.model_path, init=self.init)
 
 
 PREDATES_REGIME = ("mini_batches", "epochs")

@@ -102,7 +102,7 @@ def build_services(
 
     algorithm = get_algorithm(cfg.algorithm, **cfg.algorithm_config)
     env = get_env(cfg.env, **cfg.env_config)
-    spec = cfg.model_spec(quiet=quiet)
+    spec = cfg.model_spec()
     device = cfg.resolved_device()
     torch.manual_seed(cfg.seed)
     tokenizer = AutoTokenizer.from_pretrained(spec.path)
