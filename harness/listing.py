@@ -91,9 +91,8 @@ def family_rank(family: str) -> tuple[int, str]:
 def mechanism_line(cls) -> str:
     """What the algorithm adds, from its declarations (zoo/algorithms/base.py)."""
     parts = []
-    if cls.mechanism:
-        idle = ", ".join(f"{k} (idle {v:g})" for k, v in cls.mechanism.items())
-        parts.append(f"mechanism: {idle}")
+    if cls.mechanism:  # acting shares, each idle at 0
+        parts.append(f"mechanism acting shares: {', '.join(cls.mechanism)}")
     else:
         parts.append("mechanism: none declared")
     if cls.token_selection:

@@ -279,16 +279,21 @@ def test_sapo_gradient_weight_is_4p_1_minus_p_and_1_at_r_equal_1():
     assert grad[0][3] / (-1.5 * math.exp(1.7) / (4 * n_seq)) < 0.05  # r = 5.47: gated off
 
 
+RATIO = {"loss", "ratio_mean", "ratio_max"}
+CLIP = {"clip_low_frac", "clip_high_frac", "clip_low_acting_frac", "clip_high_acting_frac"}
+SEQ_CLIP = {f"seq_{k}" for k in CLIP}
+
+
 @pytest.mark.parametrize(
     ("name", "keys"),
     [
-        ("grpo", {"loss", "ratio_mean", "ratio_max", "clip_low_frac", "clip_high_frac", "kl"}),
-        ("dr_grpo", {"loss", "ratio_mean", "ratio_max", "clip_low_frac", "clip_high_frac"}),
-        ("dapo", {"loss", "ratio_mean", "ratio_max", "clip_low_frac", "clip_high_frac"}),
-        ("cispo", {"loss", "ratio_mean", "ratio_max", "capped_frac"}),
-        ("gspo", {"loss", "ratio_mean", "ratio_max", "clip_low_frac", "clip_high_frac"}),
-        ("sapo", {"loss", "ratio_mean", "ratio_max", "gate_weight_mean"}),
-        ("custom", {"loss", "ratio_mean", "ratio_max", "clip_low_frac", "clip_high_frac", "kl"}),
+        ("grpo", RATIO | CLIP | {"kl"}),
+        ("dr_grpo", RATIO | CLIP),
+        ("dapo", RATIO | CLIP),
+        ("cispo", RATIO | {"capped_frac", "capped_acting_frac"}),
+        ("gspo", RATIO | CLIP | SEQ_CLIP),
+        ("sapo", RATIO | {"gate_weight_mean", "gate_weight_q05", "gate_acting_frac"}),
+        ("custom", RATIO | CLIP | {"kl"}),
     ],
 )
 def test_metrics_each_loss_reports(name, keys):
@@ -302,6 +307,11 @@ def test_metrics_each_loss_reports(name, keys):
     if name == "dapo":  # r > 1.28 at (0,1) (0,3) (1,2) (3,2); r < 0.8 at (1,0) (3,0)
         assert metrics["clip_high_frac"] == pytest.approx(4 / 11)
         assert metrics["clip_low_frac"] == pytest.approx(2 / 11)
+        # acting, where the gradient is zeroed: (1,2) has A < 0 and (3,0) A > 0
+        assert metrics["clip_high_acting_frac"] == pytest.approx(3 / 11)
+        assert metrics["clip_low_acting_frac"] == pytest.approx(1 / 11)
+    if name == "cispo":  # (0,3) at r = 5.47 with A = 1.5: capped and acting
+        assert metrics["capped_frac"] == metrics["capped_acting_frac"] == pytest.approx(1 / 11)
 
 
 def test_kl_is_added_as_beta_times_k3():

@@ -171,6 +171,9 @@ def test_gmpo_matches_the_geometric_mean_with_its_log_space_clip_binding():
     assert [k for k, g in want_grad.items() if g == 0] == [(0, 0), (0, 1), (1, 0)]
     assert metrics["clip_high_frac"] == pytest.approx(3 / N)  # 0.9, 0.5, 0.45 (not padding)
     assert metrics["clip_low_frac"] == pytest.approx(3 / N)  # -0.6, -0.5, -0.45
+    # acting: the zeroed ones; 0.45 has A < 0, -0.6 and -0.45 have A > 0
+    assert metrics["clip_high_acting_frac"] == pytest.approx(2 / N)
+    assert metrics["clip_low_acting_frac"] == pytest.approx(1 / N)
 
 
 def test_gmpo_with_a_wide_clip_is_the_plain_geometric_mean():
@@ -249,6 +252,7 @@ def test_kl_cov_penalises_the_top_k_covariance_tokens():
     assert_grad(grad, want_grad)
     assert metrics["kl_cov_frac"] == pytest.approx(2 / N)
     assert metrics["kl_cov_penalty"] == pytest.approx(penalty)
+    assert metrics["kl_cov_acting_frac"] == pytest.approx(2 / N)  # d = 0.1 and 0.9, not 0
     _, default_grad, default_metrics = run("kl_cov")  # max(floor(0.022), 1) = 1 token
     assert default_metrics["kl_cov_frac"] == pytest.approx(1 / N)
     assert default_grad[1][1] == pytest.approx((-math.exp(0.1) * -2.5 + 1.0) / N)
@@ -258,6 +262,7 @@ def test_kl_cov_penalises_no_token_when_no_covariance_is_positive():
     batch, _ = hand_batch(adv=[0.0, 0.0, 0.0])
     out = get_algorithm("kl_cov").loss(batch)
     assert out.metrics["kl_cov_frac"] == 0 and float(out.loss.detach()) == 0
+    assert out.metrics["kl_cov_acting_frac"] == 0
 
 
 # --- the token_selection relaxations still catch broken plugins ---------------------------

@@ -13,7 +13,7 @@ import torch
 from zoo.algorithms import ALGORITHMS, Algorithm, list_algorithms
 from zoo.algorithms.conformance import CHECKS, run_conformance
 from zoo.algorithms.gspo import GSPO
-from zoo.core.losses import aggregate, clipped_objective, log_ratio
+from zoo.core.losses import aggregate, clipped_objective, log_ratio, ratio_metrics
 from zoo.core.types import LossOutput, TrainBatch
 
 
@@ -104,6 +104,33 @@ class ClaimsSequenceLevel(PPOClip):
     sequence_level = True
 
 
+class DeclaresOutOfRangeShares(PPOClip):
+    """Declares, as its mechanism, shares of tokens merely out of range: with every
+    advantage 0 they are above 0, though no gradient changed."""
+
+    mechanism = {"clip_low_frac": 0.0, "clip_high_frac": 0.0}  # noqa: RUF012
+
+    def loss(self, batch: TrainBatch) -> LossOutput:
+        eps = self.config.eps
+        metrics = ratio_metrics(torch.exp(log_ratio(batch)), batch, 1 - eps, 1 + eps)
+        return LossOutput(aggregate(self.per_token(batch), batch, self.aggregation), metrics)
+
+
+class DeclaresActingShares(DeclaresOutOfRangeShares):
+    """The same clip, declaring the shares whose gradient it changed: passes."""
+
+    mechanism = {"clip_low_acting_frac": 0.0, "clip_high_acting_frac": 0.0}  # noqa: RUF012
+
+    def loss(self, batch: TrainBatch) -> LossOutput:
+        eps, adv = self.config.eps, batch.token_advantages
+        metrics = ratio_metrics(torch.exp(log_ratio(batch)), batch, 1 - eps, 1 + eps, adv)
+        return LossOutput(aggregate(self.per_token(batch), batch, self.aggregation), metrics)
+
+
+class DeclaresAnIdleValueOfOne(DeclaresActingShares):
+    mechanism = {"clip_low_acting_frac": 0.0, "clip_high_acting_frac": 1.0}  # noqa: RUF012
+
+
 class Raises(PPOClip):
     def loss(self, batch: TrainBatch) -> LossOutput:
         raise RuntimeError("boom")
@@ -112,6 +139,12 @@ class Raises(PPOClip):
 def test_the_correct_test_plugin_passes():
     failed = [f"{r.name}: {r.detail}" for r in run_conformance(PPOClip) if r.passed is False]
     assert not failed, failed
+
+
+def test_a_plugin_declaring_its_acting_shares_passes_the_off_policy_check():
+    result = CHECKS["off_policy"](DeclaresActingShares)
+    assert result.passed is True, result.detail
+    assert "with every advantage 0" in CHECKS["off_policy"](DeclaresOutOfRangeShares).detail
 
 
 @pytest.mark.parametrize(
@@ -123,6 +156,8 @@ def test_the_correct_test_plugin_passes():
         (MicroBatchLocalCounts, "micro_batching"),
         (ClaimsClipButDoesNot, "clipping"),
         (ClaimsSequenceLevel, "sequence_level"),
+        (DeclaresOutOfRangeShares, "off_policy"),
+        (DeclaresAnIdleValueOfOne, "off_policy"),
     ],
 )
 def test_suite_catches_a_plugin_broken_in_one_way(plugin, caught_by):

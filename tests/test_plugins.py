@@ -140,7 +140,8 @@ def test_check_plugin_runs_the_conformance_suite_on_an_installed_plugin(plugin_s
     for prop in ("reinforce_on_policy", "zero_advantages", "padding", "micro_batching",
                  "off_policy"):  # fmt: skip
         assert any(prop in line and "PASS" in line for line in result.stdout.splitlines())
-    assert "declares clip_low_frac, clip_high_frac" in result.stdout and "acted" in result.stdout
+    assert "declares clip_low_acting_frac, clip_high_acting_frac" in result.stdout
+    assert "acted" in result.stdout
 
 
 def test_a_plugin_that_breaks_the_loss_contract_is_refused_before_it_trains(

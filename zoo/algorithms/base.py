@@ -71,11 +71,15 @@ class Algorithm(ABC):
     """True when the loss sees a sequence's tokens only through its mean log-ratio
     (GSPO's sequence ratio)."""
     mechanism: ClassVar[dict[str, float]] = {}
-    """What the loss does once the ratio moves away from 1, as the metrics it reports and
-    their values while that mechanism is idle: {"clip_low_frac": 0.0, "clip_high_frac":
-    0.0} for a PPO clip, {"capped_frac": 0.0} for CISPO's cap, {"gate_weight_mean": 1.0}
-    for SAPO's gate. ``check-plugin`` and the compare report say from it whether the
-    mechanism acted; empty: the algorithm declares none."""
+    """What the loss does once the ratio moves away from 1, as its acting shares: metric
+    name -> idle value, always 0.0. An acting share counts the response tokens (or, named
+    ``seq_...``, the sequences) whose gradient the clip, cap or gate changed, not those
+    whose ratio is merely out of range: a token with A = 0, or out of range on the side its
+    advantage does not push, is not counted. {"clip_low_acting_frac": 0.0,
+    "clip_high_acting_frac": 0.0} for a PPO clip, {"capped_acting_frac": 0.0} for CISPO's
+    cap, {"gate_acting_frac": 0.0} for SAPO's gate (docs/algorithms.md). ``check-plugin``
+    and the compare report say from it whether the mechanism acted; empty: the algorithm
+    declares none."""
     token_selection: ClassVar[str] = ""
     """For a loss that treats a few tokens differently, chosen from statistics of the rows
     it is given, whether or not the ratio moved (Clip-Cov's and KL-Cov's covariance
@@ -86,11 +90,11 @@ class Algorithm(ABC):
     to the whole batch. Empty: no such selection."""
 
     @classmethod
-    def mechanism_acted(cls, metrics: dict[str, float], tol: float = 1e-6) -> bool:
-        """True when a metric of ``mechanism`` in ``metrics`` is away from its idle value."""
-        return any(
-            abs(metrics[k] - idle) > tol for k, idle in cls.mechanism.items() if k in metrics
-        )
+    def mechanism_acted(cls, metrics: dict[str, float]) -> bool:
+        """True when an acting share of ``mechanism`` in ``metrics`` is above 0: the
+        mechanism changed at least one token's (or sequence's) gradient. Shares missing
+        from ``metrics`` count as idle."""
+        return any(metrics.get(k, 0.0) > 0.0 for k in cls.mechanism)
 
     def __init__(self, **overrides: Any) -> None:
         overrides = dict(overrides)

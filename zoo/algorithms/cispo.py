@@ -11,8 +11,10 @@ token's gradient. Exactly as docs/algorithms.md defines it:
     loss  = sum_it l_it / sum_i |o_i|                            token_mean
 
 No lower bound on the weight (the paper sets eps_low very large). The loss value contains
-lp, so only its gradient is meaningful; ``capped_frac`` is the fraction of response
-tokens whose weight was capped.
+lp, so only its gradient is meaningful. ``capped_frac`` is the share of response tokens
+whose ratio is above the cap; ``capped_acting_frac`` the share whose gradient the cap
+changed: the weight was lowered (r > 1 + eps_high) and A_i != 0 (with A_i = 0 the token
+has no policy gradient to scale).
 """
 
 from __future__ import annotations
@@ -47,7 +49,7 @@ class CISPO(Algorithm):
     paper = "MiniMax, MiniMax-M1, arXiv 2506.13585 (2025)"
     family = "soft/capped ratio"
     aggregation = "token_mean"
-    mechanism = {"capped_frac": 0.0}
+    mechanism = {"capped_acting_frac": 0.0}
     clip_style = "cap"
 
     def loss(self, batch: TrainBatch) -> LossOutput:
@@ -60,5 +62,8 @@ class CISPO(Algorithm):
         loss = aggregate(per_token, batch, self.aggregation)
 
         metrics = ratio_metrics(ratio, batch, low=None, high=None)
-        metrics["capped_frac"] = masked_mean((ratio > cap).to(ratio.dtype), batch.mask)
+        capped = ratio.detach() > cap
+        acting = capped & (batch.token_advantages != 0)
+        metrics["capped_frac"] = masked_mean(capped.to(ratio.dtype), batch.mask)
+        metrics["capped_acting_frac"] = masked_mean(acting.to(ratio.dtype), batch.mask)
         return LossOutput(loss, {"loss": float(loss.detach()), **metrics, **kl_metrics})

@@ -19,7 +19,9 @@ tokens the PPO clip already binds are not candidates, and the statistics are tho
 rows one loss call sees (a micro-batch, as there). The draw is reproducible: a
 ``torch.Generator`` seeded from ``seed`` and the batch's response tokens (count and
 masked sum of ``old``), so the same rows give the same selection, after a resume too.
-``cov_clip_frac`` reports the fraction of response tokens selected.
+``cov_clip_frac`` reports the fraction of response tokens selected; ``clip_*_frac`` and
+``clip_*_acting_frac`` the PPO clip's shares, out of range and gradient changed (never
+the same tokens as the selection, which excludes PPO-clipped ones).
 """
 
 from __future__ import annotations
@@ -81,7 +83,8 @@ class ClipCov(Algorithm):
     family = "entropy control"
     aggregation = "token_mean"
     # its mechanism, the covariance clip, acts whatever the ratio: declared as a token
-    # selection, not as a ratio mechanism (the PPO clip at (0, 2) reports clip_*_frac)
+    # selection, not as a ratio mechanism. The PPO clip at (0, 2) reports its acting
+    # shares, but is a loose safeguard (the low side can never act: r > 0).
     mechanism: dict[str, float] = {}
     token_selection = "cov_clip_frac"
 
@@ -105,7 +108,7 @@ class ClipCov(Algorithm):
         penalty, kl_metrics = kl_penalty(batch, cfg.beta)
         loss = aggregate(-surrogate * keep + penalty, batch, self.aggregation)
 
-        metrics = ratio_metrics(ratio, batch, low=low, high=high)
+        metrics = ratio_metrics(ratio, batch, low, high, adv)
         tokens = max(float(batch.mask.sum()), 1.0)
         metrics["cov_clip_frac"] = float(((keep == 0) & (batch.mask > 0)).sum()) / tokens
         return LossOutput(loss, {"loss": float(loss.detach()), **metrics, **kl_metrics})

@@ -14,7 +14,7 @@ returns ``passed=None`` with the reason.
 
 What the checks read from the class (zoo/algorithms/base.py): ``aggregation`` (how to
 build the REINFORCE reference), ``clip_style`` ("zero" / "cap" / "none"),
-``sequence_level``, ``mechanism`` (the metrics that show it acting) and
+``sequence_level``, ``mechanism`` (its acting shares, idle at 0) and
 ``token_selection`` (the metric of a selection made from the rows' own statistics, which
 relaxes checks 1 and 4 as base.py says). The upper clip
 is read from the first config field among ``eps_high``, ``eps``, ``clip_range``, ``clip``
@@ -340,15 +340,22 @@ def off_policy_case() -> Case:
 
 
 def check_off_policy(cls: type[Algorithm], overrides: Overrides = NONE) -> CheckResult:
-    """(7) The mechanism the class declares (``Algorithm.mechanism``: metrics and their
-    idle values) is idle on-policy and acts on a batch whose ratios moved, where the
-    gradient differs from that of the unclipped importance-weighted surrogate -r*A (same
-    aggregation): the mechanism changes the update, and its metrics say so."""
+    """(7) The mechanism the class declares (``Algorithm.mechanism``: acting shares, idle
+    at 0) is idle on-policy; stays idle on a batch whose ratios moved but whose advantages
+    are all 0 (no token has a policy gradient for a clip, cap or gate to change, so a
+    share counting tokens merely out of range fails here); and acts on the same batch
+    with its advantages, where the gradient differs from that of the unclipped
+    importance-weighted surrogate -r*A (same aggregation): the mechanism changes the
+    update, and its shares say so."""
     name = "off_policy"
     if not cls.mechanism:
         return CheckResult(name, None, "declares no mechanism (Algorithm.mechanism is empty)")
     algo = build(cls, overrides, beta_zero=True)
     declared = ", ".join(cls.mechanism)
+    not_zero = {k: v for k, v in cls.mechanism.items() if v != 0}
+    if not_zero:
+        return CheckResult(name, False, f"declares idle values other than 0: {not_zero}; "
+                                        "mechanism names acting shares, idle at 0")  # fmt: skip
     on_case = random_case(4, on_policy=True)
     on_metrics = algo.loss(TrainBatch(on_case.lp, on_case.old, None, on_case.adv,
                                       on_case.mask, max_response_len=8)).metrics  # fmt: skip
@@ -358,6 +365,14 @@ def check_off_policy(cls: type[Algorithm], overrides: Overrides = NONE) -> Check
     if cls.mechanism_acted(on_metrics):
         return CheckResult(name, False, f"{declared} not idle on-policy: {on_metrics}")
     case = off_policy_case()
+    no_adv = TrainBatch(case.lp, case.old, None, torch.zeros_like(case.adv), case.mask,
+                        max_response_len=case.max_response_len)  # fmt: skip
+    zero_metrics = algo.loss(no_adv).metrics
+    if cls.mechanism_acted(zero_metrics):
+        shares = ", ".join(f"{m} {zero_metrics.get(m, 0.0):.3g}" for m in cls.mechanism)
+        return CheckResult(name, False, f"with every advantage 0 (no gradient to change) "
+                                        f"the ratios moved and {shares}: an acting share "
+                                        "counts only tokens whose gradient changed")  # fmt: skip
     _, grad = loss_and_grad(algo, case)
     batch = TrainBatch(case.lp.detach(), case.old, None, case.adv, case.mask,
                        max_response_len=case.max_response_len)  # fmt: skip
@@ -407,9 +422,11 @@ FIXES: dict[str, str] = {
     "(clip_style 'zero') or a capped weight ('cap'), as the class declares",
     "sequence_level": "a sequence-level algorithm gives every token of a response the same "
     "ratio (length-normalised), and clips it per sequence",
-    "off_policy": "the metrics in `mechanism` must be idle on-policy and act (and change the "
-    "gradient) when the ratios move: report them from the loss, and make them measure the "
-    "clip, cap or gate the loss applies",
+    "off_policy": "`mechanism` must name acting shares, idle at 0: the share of response "
+    "tokens whose gradient the clip, cap or gate changed (not those merely out of range; a "
+    "token with A = 0 never counts), reported by the loss; they must be 0 on-policy and "
+    "above 0 (with the gradient changed) when the ratios move. For PPO's clip, "
+    "`ratio_metrics(ratio, batch, low, high, advantages)` reports clip_*_acting_frac",
 }
 """How to repair a failed property, as `harness run` says before refusing a plugin."""
 

@@ -15,6 +15,10 @@ Learning", arXiv 1912.09729), off by default (``dual_clip = 0``): with c =
 max(min(r A, clip(r) A), c A), so once its ratio passes c it gets no gradient (a
 negative advantage times a huge ratio cannot dominate the update); A >= 0 is unchanged.
 It reports ``dual_clip_frac``, the fraction of response tokens where the bound binds.
+That is exactly the share whose gradient the dual clip changed: for A < 0 the PPO
+objective is A max(r, 1 - clip_range), so c A binds where r > c, and there the
+objective is the constant c A instead of r A (no gradient instead of -A grad r); a
+token with A = 0 never binds (c A = 0 = the objective).
 
 How to write a plugin
   1. A config dataclass: one field per hyperparameter, each with its paper default and a
@@ -37,10 +41,11 @@ How to write a plugin
      ``kl_penalty``) are read by the base class and checked when the algorithm is built.
      Set the class attributes ``family``, ``aggregation``, ``clip_style``,
      ``sequence_level``, ``mechanism`` and ``token_selection`` (base.py). ``mechanism``
-     names the metrics that show your loss doing something different once the ratio
-     moves away from 1 (each rollout batch trains in several mini-batches, so it does
-     after the first), with their values while it is idle; check-plugin and the compare
-     report read it.
+     names your loss's acting shares, each idle at 0: the share of response tokens whose
+     gradient the clip, cap or gate changed once the ratio moved away from 1 (each
+     rollout batch trains in several mini-batches, so it does after the first), not the
+     share merely out of range; ``ratio_metrics(..., advantages)`` gives them for PPO's
+     clip. check-plugin and the compare report read it.
 
 How to register it
   - In this repository: add ``"name": "zoo.algorithms.<module>:<Class>"`` to ``builtins``
@@ -102,8 +107,8 @@ class Custom(Algorithm):
     paper = "Schulman et al., Proximal Policy Optimization Algorithms, arXiv 1707.06347 (2017)"
     family = "group-relative PPO-clip"  # its heading in `harness list algorithms`
     aggregation = "seq_mean"  # (1/B) sum_i (1/|o_i|) sum_t
-    # the metrics that show its mechanism acting, and their values while it is idle
-    mechanism = {"clip_low_frac": 0.0, "clip_high_frac": 0.0}
+    # the shares of tokens whose gradient its mechanism changed, each idle at 0
+    mechanism = {"clip_low_acting_frac": 0.0, "clip_high_acting_frac": 0.0}
     clip_style = "zero"  # a token whose ratio is clipped gets no policy gradient
 
     def loss(self, batch: TrainBatch) -> LossOutput:
@@ -115,12 +120,15 @@ class Custom(Algorithm):
         dual = {}
         if self.config.dual_clip:  # max(min(r A, clip(r) A), c A) where A < 0
             bounded = dual_clipped_objective(surrogate, advantages, self.config.dual_clip)
+            # where c A binds (A < 0, r > c) the objective is the constant c A: binding is
+            # exactly "gradient zeroed", and never overlaps the PPO clip (r < 1 - eps there)
             binds = (bounded > surrogate).to(ratio.dtype)
             dual = {"dual_clip_frac": masked_mean(binds, batch.mask)}
             surrogate = bounded
         penalty, kl_metrics = kl_penalty(batch, beta, self.config.kl)  # beta * KL, {"kl": ..}
         loss = aggregate(-surrogate + penalty, batch, self.aggregation)  # minus the objective
 
-        metrics = ratio_metrics(ratio, batch, low=1 - eps, high=1 + eps)  # ratio_mean, clip fracs
+        # ratio_mean, ratio_max; clip_*_frac out of range, clip_*_acting_frac gradient changed
+        metrics = ratio_metrics(ratio, batch, 1 - eps, 1 + eps, advantages)
         metrics.update(dual)
         return LossOutput(loss, {"loss": float(loss.detach()), **metrics, **kl_metrics})

@@ -76,7 +76,7 @@ class DAPO(Algorithm):
     paper = "Yu et al., DAPO, arXiv 2503.14476 (2025)"
     family = "group-relative PPO-clip"
     aggregation = "token_mean"
-    mechanism = {"clip_low_frac": 0.0, "clip_high_frac": 0.0}
+    mechanism = {"clip_low_acting_frac": 0.0, "clip_high_acting_frac": 0.0}
 
     def shape_rewards(
         self, rewards: torch.Tensor, lengths: torch.Tensor, max_response_len: int
@@ -107,5 +107,5 @@ class DAPO(Algorithm):
         penalty, kl_metrics = kl_penalty(batch, self.config.beta, self.config.kl)
         loss = aggregate(-surrogate + penalty, batch, self.aggregation)
 
-        metrics = ratio_metrics(ratio, batch, low=low, high=high)
+        metrics = ratio_metrics(ratio, batch, low, high, batch.token_advantages)
         return LossOutput(loss, {"loss": float(loss.detach()), **metrics, **kl_metrics})

@@ -55,7 +55,7 @@ class DrGRPO(Algorithm):
     paper = "Liu et al., Understanding R1-Zero-Like Training, arXiv 2503.20783 (2025)"
     family = "group-relative PPO-clip"
     aggregation = "fixed"
-    mechanism = {"clip_low_frac": 0.0, "clip_high_frac": 0.0}
+    mechanism = {"clip_low_acting_frac": 0.0, "clip_high_acting_frac": 0.0}
 
     def loss(self, batch: TrainBatch) -> LossOutput:
         low, high = self.config.clip_low, self.config.clip_high
@@ -65,5 +65,5 @@ class DrGRPO(Algorithm):
         penalty, kl_metrics = kl_penalty(batch, self.config.beta, self.config.kl)
         loss = aggregate(-surrogate + penalty, batch, self.aggregation)
 
-        metrics = ratio_metrics(ratio, batch, low=low, high=high)
+        metrics = ratio_metrics(ratio, batch, low, high, batch.token_advantages)
         return LossOutput(loss, {"loss": float(loss.detach()), **metrics, **kl_metrics})

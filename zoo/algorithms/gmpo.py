@@ -19,7 +19,13 @@ log clip_low; the other side is left free. Read as the authors' code and verl's
 over o_i (verl's choice).
 
 ``clip_low_frac`` / ``clip_high_frac`` count response tokens whose ratio lies outside
-(clip_low, clip_high), like GRPO's.
+(clip_low, clip_high), like GRPO's, whatever the advantage. ``clip_low_acting_frac`` /
+``clip_high_acting_frac`` count those whose gradient the clip zeroed: c_it is then the
+constant bound, which happens exactly for A_t < 0 with d_it < log clip_low and for
+A_t > 0 with d_it > log clip_high (A_t the token's own advantage, whose sign the clip
+reads), in a response whose A_i is not 0 (otherwise no token has a gradient to lose).
+The clip also lowers exp(mean c) and so rescales the gradient of the response's other
+tokens; those are not counted.
 """
 
 from __future__ import annotations
@@ -30,7 +36,7 @@ from dataclasses import dataclass
 import torch
 
 from zoo.algorithms.base import Algorithm
-from zoo.core.losses import aggregate, kl_penalty, log_ratio, ratio_metrics
+from zoo.core.losses import aggregate, kl_penalty, log_ratio, masked_mean, ratio_metrics
 from zoo.core.types import LossOutput, TrainBatch
 
 
@@ -56,7 +62,7 @@ class GMPO(Algorithm):
     paper = "Zhao et al., Geometric-Mean Policy Optimization, arXiv 2507.20673 (2025)"
     family = "geometric mean"
     aggregation = "seq_mean"
-    mechanism = {"clip_low_frac": 0.0, "clip_high_frac": 0.0}
+    mechanism = {"clip_low_acting_frac": 0.0, "clip_high_acting_frac": 0.0}
 
     def loss(self, batch: TrainBatch) -> LossOutput:
         low, high = self.config.clip_low, self.config.clip_high
@@ -73,4 +79,10 @@ class GMPO(Algorithm):
         loss = aggregate(per_token, batch, self.aggregation)
 
         metrics = ratio_metrics(torch.exp(d), batch, low=low, high=high)
+        # zeroed where c_it is the bound: compared in log space, as the clamp above does
+        live = (batch.mask > 0) & (adv != 0)[:, None]
+        low_acts = (sign < 0) & (d < math.log(low)) & live
+        high_acts = (sign > 0) & (d > math.log(high)) & live
+        metrics["clip_low_acting_frac"] = masked_mean(low_acts.to(d.dtype), batch.mask)
+        metrics["clip_high_acting_frac"] = masked_mean(high_acts.to(d.dtype), batch.mask)
         return LossOutput(loss, {"loss": float(loss.detach()), **metrics, **kl_metrics})

@@ -40,7 +40,7 @@ class GRPO(Algorithm):
     paper = "Shao et al., DeepSeekMath, arXiv 2402.03300 (2024)"
     family = "group-relative PPO-clip"
     aggregation = "seq_mean"
-    mechanism = {"clip_low_frac": 0.0, "clip_high_frac": 0.0}
+    mechanism = {"clip_low_acting_frac": 0.0, "clip_high_acting_frac": 0.0}
 
     def loss(self, batch: TrainBatch) -> LossOutput:
         eps, beta = self.config.eps, self.config.beta
@@ -50,5 +50,5 @@ class GRPO(Algorithm):
         penalty, kl_metrics = kl_penalty(batch, beta, self.config.kl)
         loss = aggregate(-surrogate + penalty, batch, self.aggregation)
 
-        metrics = ratio_metrics(ratio, batch, low=1 - eps, high=1 + eps)
+        metrics = ratio_metrics(ratio, batch, 1 - eps, 1 + eps, batch.token_advantages)
         return LossOutput(loss, {"loss": float(loss.detach()), **metrics, **kl_metrics})

@@ -13,8 +13,15 @@ GSPO-token (``token_level``, Sec. 4.3) uses s_it = sg(s_i) * exp(lp_it - sg(lp_i
 token, clipped per token, seq_mean: its value and gradient equal GSPO's when A is per
 sequence, and it lets an environment give per-token advantages.
 
-``ratio_mean`` and the clip fractions are of s_i, counted per response token (the paper
-reports the fraction of clipped tokens).
+``ratio_mean`` and the clip shares are of s_i. Per response token (the paper reports
+the fraction of clipped tokens): ``clip_*_frac`` out of range, ``clip_*_acting_frac``
+gradient changed (``zoo.core.losses.clip_flags``). Per sequence, since the paper's clip
+is one decision per response: ``seq_clip_low_frac`` / ``seq_clip_high_frac``, the share
+of responses with a response token whose s_i is below / above the range, and
+``seq_clip_low_acting_frac`` / ``seq_clip_high_acting_frac``, of those out of range on
+the side their advantage pushes (A < 0 below, A > 0 above), whose gradient the clip
+zeroed. Sequence shares count only responses with tokens; the trainer combines
+micro-batches weighted by sequences.
 """
 
 from __future__ import annotations
@@ -24,7 +31,15 @@ from dataclasses import dataclass
 import torch
 
 from zoo.algorithms.base import Algorithm
-from zoo.core.losses import aggregate, clipped_objective, kl_penalty, log_ratio, ratio_metrics
+from zoo.core.losses import (
+    aggregate,
+    clip_flags,
+    clipped_objective,
+    kl_penalty,
+    log_ratio,
+    ratio_metrics,
+    sequence_shares,
+)
 from zoo.core.types import LossOutput, TrainBatch
 
 
@@ -57,7 +72,7 @@ class GSPO(Algorithm):
     paper = "Zheng et al., Group Sequence Policy Optimization, arXiv 2507.18071 (2025)"
     family = "sequence-level"
     aggregation = "seq_mean"
-    mechanism = {"clip_low_frac": 0.0, "clip_high_frac": 0.0}
+    mechanism = {"seq_clip_low_acting_frac": 0.0, "seq_clip_high_acting_frac": 0.0}
     sequence_level = True
 
     def loss(self, batch: TrainBatch) -> LossOutput:
@@ -73,5 +88,7 @@ class GSPO(Algorithm):
         # seq_mean of the same l_i on every token of o_i is (1/B) sum_i l_i
         loss = aggregate(-surrogate + penalty, batch, self.aggregation)
 
-        metrics = ratio_metrics(ratio, batch, low=low, high=high)
+        metrics = ratio_metrics(ratio, batch, low, high, batch.token_advantages)
+        flags = clip_flags(ratio, low, high, batch.token_advantages)
+        metrics.update(sequence_shares(flags, batch.mask))
         return LossOutput(loss, {"loss": float(loss.detach()), **metrics, **kl_metrics})

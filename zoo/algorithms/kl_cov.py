@@ -18,7 +18,11 @@ tokens of positive covariance are candidates. The top k of a real batch always a
 without it a batch of all-zero advantages (every cov_t = 0) would still pay a penalty.
 At r = 1 the penalty and its gradient are 0: on-policy KL-Cov is REINFORCE.
 ``kl_cov_frac`` is the fraction of response tokens in I, ``kl_cov_penalty`` the mean
-penalty over response tokens (0 while the ratio is 1).
+penalty over response tokens (0 while the ratio is 1), ``kl_cov_acting_frac`` the share
+of response tokens whose gradient the penalty changed: those in I with lp_t != old_t
+(the gradient of kl_coef |d| is kl_coef sgn(d), full size however small d is, and 0 at
+d = 0). The mean penalty is above 0 exactly when that share is, but a tolerance on it
+would miss a penalty acting on tiny log-ratios; the share does not.
 """
 
 from __future__ import annotations
@@ -51,7 +55,7 @@ class KLCov(Algorithm):
     family = "entropy control"
     aggregation = "token_mean"
     clip_style = "none"
-    mechanism = {"kl_cov_penalty": 0.0}
+    mechanism = {"kl_cov_acting_frac": 0.0}
     token_selection = "kl_cov_frac"
 
     def loss(self, batch: TrainBatch) -> LossOutput:
@@ -75,4 +79,6 @@ class KLCov(Algorithm):
         metrics = ratio_metrics(ratio, batch, low=None, high=None)
         metrics["kl_cov_frac"] = masked_mean(selected, batch.mask)
         metrics["kl_cov_penalty"] = masked_mean(kl_cov.detach(), batch.mask)
+        acting = (cfg.kl_coef * selected != 0) & (d.detach() != 0)  # gradient kl_coef sgn(d)
+        metrics["kl_cov_acting_frac"] = masked_mean(acting.to(d.dtype), batch.mask)
         return LossOutput(loss, {"loss": float(loss.detach()), **metrics, **kl_metrics})

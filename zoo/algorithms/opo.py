@@ -54,7 +54,7 @@ class OPO(Algorithm):
     family = "REINFORCE-style"
     paper = "Hao et al., On-Policy RL with Optimal Reward Baseline, arXiv 2505.23585 (2025)"
     aggregation = "token_mean"
-    mechanism = {"clip_low_frac": 0.0, "clip_high_frac": 0.0}
+    mechanism = {"clip_low_acting_frac": 0.0, "clip_high_acting_frac": 0.0}
 
     def loss(self, batch: TrainBatch) -> LossOutput:
         eps = self.config.eps
@@ -64,5 +64,5 @@ class OPO(Algorithm):
         penalty, kl_metrics = kl_penalty(batch, self.config.beta, self.config.kl)
         loss = aggregate(-surrogate + penalty, batch, self.aggregation)
 
-        metrics = ratio_metrics(ratio, batch, low=1 - eps, high=1 + eps)
+        metrics = ratio_metrics(ratio, batch, 1 - eps, 1 + eps, batch.token_advantages)
         return LossOutput(loss, {"loss": float(loss.detach()), **metrics, **kl_metrics})

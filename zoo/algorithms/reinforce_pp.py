@@ -74,7 +74,7 @@ class ReinforcePP(Algorithm):
     family = "REINFORCE-style"
     paper = "Hu et al., REINFORCE++, arXiv 2501.03262 (2025)"
     aggregation = "token_mean"
-    mechanism = {"clip_low_frac": 0.0, "clip_high_frac": 0.0}
+    mechanism = {"clip_low_acting_frac": 0.0, "clip_high_acting_frac": 0.0}
 
     def loss(self, batch: TrainBatch) -> LossOutput:
         eps, beta, kl = self.config.eps, self.config.beta, self.config.kl
@@ -89,5 +89,6 @@ class ReinforcePP(Algorithm):
         surrogate = clipped_objective(ratio, advantages, 1 - eps, 1 + eps)
         loss = aggregate(-surrogate + penalty, batch, self.aggregation)
 
-        metrics = ratio_metrics(ratio, batch, low=1 - eps, high=1 + eps)
+        # acting shares from A - K, the advantages the clip multiplies
+        metrics = ratio_metrics(ratio, batch, 1 - eps, 1 + eps, advantages)
         return LossOutput(loss, {"loss": float(loss.detach()), **metrics, **kl_metrics})

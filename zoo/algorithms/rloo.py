@@ -49,7 +49,7 @@ class RLOO(Algorithm):
     family = "REINFORCE-style"
     paper = "Ahmadian et al., Back to Basics (RLOO), arXiv 2402.14740 (2024)"
     aggregation = "seq_mean"
-    mechanism = {"clip_low_frac": 0.0, "clip_high_frac": 0.0}
+    mechanism = {"clip_low_acting_frac": 0.0, "clip_high_acting_frac": 0.0}
 
     def loss(self, batch: TrainBatch) -> LossOutput:
         eps = self.config.eps
@@ -59,5 +59,5 @@ class RLOO(Algorithm):
         penalty, kl_metrics = kl_penalty(batch, self.config.beta, self.config.kl)
         loss = aggregate(-surrogate + penalty, batch, self.aggregation)
 
-        metrics = ratio_metrics(ratio, batch, low=1 - eps, high=1 + eps)
+        metrics = ratio_metrics(ratio, batch, 1 - eps, 1 + eps, batch.token_advantages)
         return LossOutput(loss, {"loss": float(loss.detach()), **metrics, **kl_metrics})

@@ -14,7 +14,10 @@ Exactly as docs/algorithms.md defines it:
 
 d l_it / d lp_it = -A_i * r_it * 4 p (1 - p), p = sigmoid(tau (r - 1)): the usual policy
 gradient weighted by 4p(1-p), which is 1 at r = 1 and decays smoothly away from it.
-``gate_weight_mean`` reports that weight's mean over response tokens.
+``gate_weight_mean`` reports that weight's mean over response tokens;
+``gate_weight_q05`` its 5% quantile over the response tokens with A != 0 (1.0 when there
+are none), the tail that a mean of mostly-1 weights hides; ``gate_acting_frac`` the share
+of response tokens with A != 0 whose weight is below ``GATE_ACTING_WEIGHT``.
 """
 
 from __future__ import annotations
@@ -26,6 +29,13 @@ import torch
 from zoo.algorithms.base import Algorithm
 from zoo.core.losses import aggregate, kl_penalty, log_ratio, masked_mean, ratio_metrics
 from zoo.core.types import LossOutput, TrainBatch
+
+GATE_ACTING_WEIGHT = 0.9
+"""A token counts as gated (``gate_acting_frac``) when the gate kept less than this share
+of its gradient. The gate is smooth, so every ratio away from 1 lowers the weight by
+something, float noise in the ratio included (1 - w grows as (tau (r - 1))^2 / 4); the
+gate has acted on a token once it removed at least a tenth of its gradient. At tau = 1
+that takes |r - 1| > 0.65."""
 
 
 @dataclass
@@ -50,7 +60,7 @@ class SAPO(Algorithm):
     paper = "Gao et al., Soft Adaptive Policy Optimization, arXiv 2511.20347 (2025)"
     family = "soft/capped ratio"
     aggregation = "seq_mean"
-    mechanism = {"gate_weight_mean": 1.0}
+    mechanism = {"gate_acting_frac": 0.0}
     clip_style = "none"
 
     def loss(self, batch: TrainBatch) -> LossOutput:
@@ -64,5 +74,11 @@ class SAPO(Algorithm):
 
         metrics = ratio_metrics(ratio, batch, low=None, high=None)
         p = gate.detach()
-        metrics["gate_weight_mean"] = masked_mean(4 * p * (1 - p), batch.mask)
+        weight = 4 * p * (1 - p)
+        metrics["gate_weight_mean"] = masked_mean(weight, batch.mask)
+        live = (batch.mask > 0) & (adv != 0)  # tokens with a gradient for the gate to lower
+        weights = weight[live]
+        metrics["gate_weight_q05"] = float(torch.quantile(weights, 0.05)) if len(weights) else 1.0
+        gated = live & (weight < GATE_ACTING_WEIGHT)
+        metrics["gate_acting_frac"] = masked_mean(gated.to(weight.dtype), batch.mask)
         return LossOutput(loss, {"loss": float(loss.detach()), **metrics, **kl_metrics})

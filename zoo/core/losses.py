@@ -253,16 +253,71 @@ def masked_mean(values: torch.Tensor, mask: torch.Tensor) -> float:
     return float((values * mask).sum() / total) if total > 0 else 0.0
 
 
+def clip_flags(
+    ratio: torch.Tensor,
+    low: float | None,
+    high: float | None,
+    advantages: torch.Tensor | None = None,
+) -> dict[str, torch.Tensor]:
+    """[B, T] bool flags of PPO's clip min(r A, clip(r, low, high) A), by metric stem:
+
+    - ``clip_low`` / ``clip_high``: the ratio is out of range (r < low / r > high),
+      whatever the advantage;
+    - ``clip_low_acting`` / ``clip_high_acting`` (only with ``advantages``, the [B, T]
+      advantages the loss multiplies r by): the clipped branch is strictly the smaller, so
+      the clip replaced r A by a constant and the token's gradient through r is zero where
+      it was not: r < low with A < 0, or r > high with A > 0. A = 0 never acts.
+
+    A bound of None gives no flags for that side. Flags are not masked: pass the results
+    through ``masked_mean`` or ``sequence_shares``."""
+    flags: dict[str, torch.Tensor] = {}
+    ratio = ratio.detach()
+    adv = None if advantages is None else advantages.detach()
+    if low is not None:
+        flags["clip_low"] = ratio < low
+        if adv is not None:
+            flags["clip_low_acting"] = flags["clip_low"] & (adv < 0)
+    if high is not None:
+        flags["clip_high"] = ratio > high
+        if adv is not None:
+            flags["clip_high_acting"] = flags["clip_high"] & (adv > 0)
+    return flags
+
+
 def ratio_metrics(
-    ratio: torch.Tensor, batch: TrainBatch, low: float | None, high: float | None
+    ratio: torch.Tensor,
+    batch: TrainBatch,
+    low: float | None,
+    high: float | None,
+    advantages: torch.Tensor | None = None,
 ) -> dict[str, float]:
-    """Mean and max of the ratio over response tokens, and the fractions of response
-    tokens below ``low`` / above ``high``."""
+    """Mean and max of the ratio over response tokens, and shares of response tokens for
+    PPO's clip at ``low`` / ``high`` (``clip_flags``): ``clip_low_frac`` /
+    ``clip_high_frac``, the ratio out of range whatever the advantage, and, given the
+    [B, T] ``advantages`` the loss uses, ``clip_low_acting_frac`` /
+    ``clip_high_acting_frac``, the tokens whose gradient the clip changed (zeroed)."""
     ratio = ratio.detach()
     on_tokens = torch.where(batch.mask > 0, ratio, 0.0)  # ratios are > 0: padding never wins
     out = {"ratio_mean": masked_mean(ratio, batch.mask), "ratio_max": float(on_tokens.max())}
-    if low is not None:
-        out["clip_low_frac"] = masked_mean((ratio < low).to(ratio.dtype), batch.mask)
-    if high is not None:
-        out["clip_high_frac"] = masked_mean((ratio > high).to(ratio.dtype), batch.mask)
+    for stem, flag in clip_flags(ratio, low, high, advantages).items():
+        out[f"{stem}_frac"] = masked_mean(flag.to(ratio.dtype), batch.mask)
+    return out
+
+
+SEQUENCE_SHARE_PREFIX = "seq_"
+"""Metrics named with this prefix are shares of sequences (those with response tokens),
+not of tokens: the trainer combines them over micro-batches weighted by sequences
+(zoo/services/trainer.py, ``Trainer.step``)."""
+
+
+def sequence_shares(flags: Mapping[str, torch.Tensor], mask: torch.Tensor) -> dict[str, float]:
+    """For each [B, T] bool flag, ``seq_<stem>_frac``: the share of the sequences with
+    response tokens that have at least one flagged response token (0.0 when there are no
+    such sequences)."""
+    has_tokens = mask.sum(-1) > 0
+    count = int(has_tokens.sum())
+    out = {}
+    for stem, flag in flags.items():
+        hit = ((flag & (mask > 0)).any(-1) & has_tokens).sum()
+        out[f"{SEQUENCE_SHARE_PREFIX}{stem}_frac"] = float(hit) / count if count else 0.0
     return out

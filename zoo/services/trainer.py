@@ -43,7 +43,7 @@ import torch
 from torch.distributed.tensor import DTensor
 
 from zoo.core.config import ConfigError
-from zoo.core.losses import k3_kl
+from zoo.core.losses import SEQUENCE_SHARE_PREFIX, k3_kl
 from zoo.core.types import LossOutput, TrainBatch
 from zoo.models import parallelism
 from zoo.models.parallelism import parallelize
@@ -265,10 +265,18 @@ class Trainer:
 
     def step(self, batch: RolloutBatch, loss_fn: Callable[[TrainBatch], LossOutput]) -> dict:
         """One optimizer step on ``batch`` (the policy version is ``train``'s to change);
-        returns the loss metrics (token-weighted over micro-batches; ``*_max`` keys the
-        max), ``policy_kl`` (k3 estimate of KL(pi_old || pi_theta) on its tokens) and the
-        gradient norm. Split: every rank passes the same whole batch, trains on its own
-        rows (``self.parallel.micro_batches``), and gets the whole batch's metrics."""
+        returns the loss metrics, ``policy_kl`` (k3 estimate of KL(pi_old || pi_theta) on
+        its tokens) and the gradient norm. Split: every rank passes the same whole batch,
+        trains on its own rows (``self.parallel.micro_batches``), and gets the whole
+        batch's metrics.
+
+        Combining metrics: a loss reports each metric over the rows of its micro-batch;
+        the batch's value is the sum over micro-batches (and ranks) of the value times
+        the micro-batch's share of the batch's response tokens, or, for ``seq_*`` keys
+        (shares of sequences, ``zoo.core.losses.SEQUENCE_SHARE_PREFIX``), its share of the
+        batch's sequences with response tokens; ``*_max`` keys take the max. Shares of
+        tokens and of sequences thus come out exactly as over the whole batch at once; a
+        quantile only approximately (the weighted mean of the micro-batches' quantiles)."""
         width = batch.mask.shape[1]
         # Counts over the whole batch, on every rank: each micro-batch's loss divides by
         # them, so the losses of all micro-batches of all ranks add up to the batch loss.
@@ -295,6 +303,7 @@ class Trainer:
             out.loss.backward()
             loss_total += float(out.loss.detach())
             weight = float(mb.mask.sum()) / max(num_tokens, 1)
+            seq_weight = int((mb.mask.sum(-1) > 0).sum()) / max(num_sequences, 1)
             # float64: early in a batch the ratio is within float32's resolution of 1
             kl = k3_kl(old.double(), logprobs.detach().double())
             metrics = {
@@ -308,7 +317,8 @@ class Trainer:
                 if k.endswith("_max"):
                     sums[k] = max(sums.get(k, v), v)
                 else:
-                    sums[k] = sums.get(k, 0.0) + weight * v
+                    w = seq_weight if k.startswith(SEQUENCE_SHARE_PREFIX) else weight
+                    sums[k] = sums.get(k, 0.0) + w * v
         sums = self.parallel.sum_metrics({**sums, "loss": loss_total})  # the whole batch's
         loss_total = sums.pop("loss")
         # Over split gradients (DTensors) torch computes the global norm (the per-shard

@@ -37,7 +37,8 @@ class VanillaPG(Algorithm):
     config_class = VanillaPGConfig
     paper = "Williams, Simple Statistical Gradient-Following Algorithms (REINFORCE), 1992"
     aggregation = "seq_mean"
-    mechanism = {"clip_low_frac": 0.0, "clip_high_frac": 0.0}  # noqa: RUF012 (read as ClassVar)
+    # shares of tokens whose gradient the clip changed, idle at 0 (zoo/algorithms/base.py)
+    mechanism = {"clip_low_acting_frac": 0.0, "clip_high_acting_frac": 0.0}  # noqa: RUF012
 
     def advantages(self, rewards: torch.Tensor) -> torch.Tensor:
         check_groups(rewards)
@@ -48,5 +49,5 @@ class VanillaPG(Algorithm):
         ratio = torch.exp(log_ratio(batch))  # exactly 1 on padding
         surrogate = clipped_objective(ratio, adv, 1 - clip, 1 + clip)
         loss = aggregate(-surrogate, batch, self.aggregation)
-        metrics = ratio_metrics(ratio, batch, low=1 - clip, high=1 + clip)
+        metrics = ratio_metrics(ratio, batch, 1 - clip, 1 + clip, adv)  # with the acting shares
         return LossOutput(loss, {"loss": float(loss.detach()), **metrics})
