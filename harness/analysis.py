@@ -15,7 +15,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from harness.fits import bootstrap_fit, extrapolation_check
+from harness.fits import MIN_IDENTIFIED_SHARE, bootstrap_fit, extrapolation_check
 from harness.runner import read_metrics
 from harness.samples import write_samples_pages
 from harness.stats import (
@@ -63,12 +63,56 @@ def load_runs(out: Path) -> list[dict]:
 
 HEADLINE_POINTS = 3
 HEADLINE = (
-    "held-out greedy reward, the mean of each run's last 3 compute checkpoints "
-    "(6/8, 7/8 and 8/8 of the budget with the default 8 points), then the mean over seeds"
+    "held-out greedy reward, the mean of each run's last 3 compute checkpoints after the "
+    "untrained start (all of them when it has fewer), then the mean over seeds"
 )
 """The one number per run the leaderboards rank by, fixed before any run (it is written
 into every experiment.json when the experiment starts). Three checkpoints rather than the
-last alone: one evaluation of 500 problems has a binomial standard error near 2 points."""
+last alone: one evaluation of 500 problems has a binomial standard error near 2 points.
+The start (checkpoint 0) is never averaged: with ``--eval-points`` 1 or 2 it would pull
+the headline halfway back to the untrained model. The rule in words; ``headline_text``
+names the checkpoints one experiment's eval points give."""
+
+
+def headline_checkpoints(points: int) -> list[int]:
+    """The checkpoints k of 1..``points`` (k/points of the budget; 0 is the untrained
+    start) whose held-out reward a run's headline averages: the last HEADLINE_POINTS of
+    them, fewer when the run has fewer, never the start."""
+    return list(range(max(1, points - HEADLINE_POINTS + 1), points + 1))
+
+
+def headline_text(points: int) -> str:
+    """HEADLINE for runs with ``points`` compute checkpoints after the start, naming the
+    ones averaged, e.g. "the last 3 compute checkpoints (6/8, 7/8, 8/8 of the budget)"."""
+    used = headline_checkpoints(points)
+    where = f"({', '.join(f'{k}/{points}' for k in used)} of the budget)"
+    if len(used) == 1:
+        per_run = f"held-out greedy reward at each run's last checkpoint {where}"
+    else:
+        last = f"last {len(used)} compute checkpoints"
+        per_run = f"held-out greedy reward, the mean of each run's {last} {where}"
+    return f"{per_run}, then the mean over seeds"
+
+
+def experiment_headline(out: Path, env: str | None = None) -> str:
+    """``headline_text`` for the runs of an experiment folder (those of ``env`` only, when
+    given), from each run's config.json: one wording, or one per number of eval points
+    when its runs differ; HEADLINE when no config says how many it had."""
+    points = set()
+    for path in (out / "runs").glob("*/config.json"):
+        run = json.loads(path.read_text()).get("run", {})
+        if env is not None and run.get("env", env) != env:
+            continue
+        try:
+            points.add(budget_of({"config": {"run": run}})[2])
+        except KeyError:
+            continue  # a config without its evaluation schedule: only the rule can be said
+    if not points:
+        return HEADLINE
+    if len(points) == 1:
+        return headline_text(points.pop())
+    return "; ".join(f"with {k} eval points: {headline_text(k)}" for k in sorted(points))
+
 
 SAMPLED_METRICS = ("eval_pass_at_1", "eval_pass_at_4", "eval_pass_at_8", "eval_mean_at_8")
 """Sampled held-out metrics (zoo/services/evaluation.py), summarised like the headline."""
@@ -117,16 +161,17 @@ def reward_table(points: pd.DataFrame) -> pd.DataFrame:
 
 
 def run_scores(points: pd.DataFrame) -> pd.DataFrame:
-    """One row per run: the headline (mean reward over its last HEADLINE_POINTS
-    checkpoints), the same for each sampled metric, and the area under its reward curve
-    over the budget fraction. Runs that did not reach the end of the budget are left out."""
+    """One row per run: the headline (mean reward over its checkpoints
+    ``headline_checkpoints``: the last HEADLINE_POINTS, never the start), the same for
+    each sampled metric, and the area under its reward curve over the budget fraction.
+    Runs that did not reach the end of the budget are left out."""
     last = points["point"].max()
     rows = []
     for (env, algo, seed), d in points.groupby(["env", "algorithm", "seed"]):
         d = d.sort_values("point")
         if d["point"].max() < last:
             continue
-        tail = d[d["point"] > last - HEADLINE_POINTS]
+        tail = d[d["point"].isin(headline_checkpoints(last))]
         row = {"env": env, "algorithm": algo, "seed": seed, "headline": tail["reward"].mean(),
                "final": d["reward"].iloc[-1],
                "auc": np.trapezoid(d["reward"], d["budget_fraction"])}  # fmt: skip
@@ -174,9 +219,10 @@ def fit_columns(points: pd.DataFrame) -> dict:
     """The sigmoid compute fit (Khatri et al., arXiv 2510.13786) of one algorithm's
     checkpoints: the start and the first checkpoint are excluded (early, noisy points),
     A, B and C_mid come with 95% bootstrap intervals over seeds, A is blank (with the
-    reason) when C_mid lies beyond the observed compute or a parameter sits on its bound,
-    and a fit on the first half of the budget predicts the last checkpoint (ScaleRL's
-    extrapolation check)."""
+    reason in ``fit_note``) unless the pooled fit is identified, at least
+    MIN_IDENTIFIED_SHARE of the bootstrap refits are too and A's interval stays off its
+    bounds (harness/fits.py bootstrap_fit), and a fit on the first half of the budget
+    predicts the last checkpoint (ScaleRL's extrapolation check)."""
     r0 = float(points[points["point"] == 0]["reward"].mean())
     first = points[points["point"] == 1]["flops"]
     exclude = float(first.max()) if len(first) else 0.0
@@ -281,19 +327,30 @@ def step_frame(runs: list[dict]) -> pd.DataFrame:
 
 
 OFF_POLICY_METRICS = (
-    "ratio_mean", "ratio_max", "clip_low_frac", "clip_high_frac", "capped_frac",
-    "gate_weight_mean", "policy_kl", "staleness_kl", "mismatch_logprob_mean",
+    "ratio_mean", "ratio_max",
+    "clip_low_frac", "clip_low_acting_frac", "clip_high_frac", "clip_high_acting_frac",
+    "seq_clip_low_frac", "seq_clip_low_acting_frac",
+    "seq_clip_high_frac", "seq_clip_high_acting_frac",
+    "capped_frac", "capped_acting_frac",
+    "gate_weight_mean", "gate_weight_q05", "gate_acting_frac",
+    "policy_kl", "staleness_kl", "mismatch_logprob_mean",
     "mismatch_logprob_max", "mismatch_kl", "is_weight_mean", "is_truncated_frac",
-    "is_masked_frac", "cov_clip_frac", "kl_cov_frac", "kl_cov_penalty", "dual_clip_frac",
+    "is_masked_frac", "cov_clip_frac", "kl_cov_frac", "kl_cov_penalty", "kl_cov_acting_frac",
+    "dual_clip_frac",
 )  # fmt: skip
 """Per-step metrics of the training regime (zoo/services/trainer.py, zoo/services/offpolicy.py)
-and the algorithms' mechanisms; a column appears when some run logged it."""
+and the algorithms' mechanisms, each share out of range beside its acting share (the
+tokens or sequences whose gradient the mechanism changed; docs/algorithms.md); a column
+appears when some run logged it."""
 
 
 def off_policy_table(runs: list[dict]) -> pd.DataFrame:
     """The training regime of each algorithm and what its mechanism did: the mean over
-    steps and seeds of each metric (``*_max``: the largest seen), and the share of steps
-    on which the algorithm's declared mechanism acted (zoo/algorithms/base.py)."""
+    steps and seeds of each metric (``*_max``: the largest seen), and
+    ``mechanism_acted_steps``, the share of steps on which an acting share the algorithm
+    declares (``Algorithm.mechanism``, zoo/algorithms/base.py) was above 0. Runs that
+    logged none of those shares (written before they existed) leave it blank: an
+    out-of-range share does not say whether a gradient changed."""
     from zoo.algorithms import ALGORITHMS
     from zoo.core.registry import PluginError
 
@@ -312,14 +369,20 @@ def off_policy_table(runs: list[dict]) -> pd.DataFrame:
             if key in g and g[key].notna().any():
                 row[key] = g[key].max() if key.endswith("_max") else g[key].mean()
         try:
-            idle = ALGORITHMS.load(plugin[algo]).mechanism
+            acting = list(ALGORITHMS.load(plugin[algo]).mechanism)
         except PluginError:
-            idle = {}
-        acted = [g[m] != v for m, v in idle.items() if m in g]
-        if acted:
-            row["mechanism_acted_steps"] = float(pd.concat(acted, axis=1).any(axis=1).mean())
+            acting = []
+        shares = g[[m for m in acting if m in g]]
+        logged = shares.notna().any(axis=1)  # steps of runs that logged acting shares
+        if logged.any():
+            acted = (shares[logged] > 0).any(axis=1)
+            row["mechanism_acted_steps"] = float(acted.mean())
         rows.append(row)
-    return pd.DataFrame(rows)
+    table = pd.DataFrame(rows)
+    # the order of OFF_POLICY_METRICS, whichever row came first: each out-of-range share
+    # beside its acting share
+    order = ["env", "algorithm", "regime", *OFF_POLICY_METRICS, "mechanism_acted_steps"]
+    return table[[c for c in order if c in table.columns]]
 
 
 TOOL_METRICS = (
@@ -539,7 +602,7 @@ def write_report(out: Path, tables: dict[str, str]) -> None:
         "points of the budget (evaluation is not charged). Runs with the same seed share",
         "their prompt stream and evaluation samples, so algorithms are compared seed by seed.",
         "",
-        f"Headline, fixed before the runs: {HEADLINE}.",
+        f"Headline, fixed before the runs: {experiment_headline(out)}.",
         "",
         "## Held-out reward against compute",
         "",
@@ -565,11 +628,13 @@ def write_report(out: Path, tables: dict[str, str]) -> None:
         "at the run's temperature, 8 samples per held-out problem, same last checkpoints.",
         "",
         "Fit: R(C) = R0 + (A - R0) / (1 + (C_mid / C)^B) (Khatri et al., arXiv 2510.13786)",
-        "on every seed's checkpoints after the first, intervals from 200 bootstrap",
-        "resamples of the seeds. A is left blank, with the reason in `fit_note`, when",
-        "C_mid lies beyond the largest compute observed or a parameter sits on its bound:",
-        "the data then do not pin the asymptote down. `half_budget_error`: a fit on the",
-        "first half of the budget predicts the last checkpoint this far off (ScaleRL's",
+        f"on every seed's checkpoints after the first, intervals from {FIT_BOOTSTRAP_REPS}",
+        "bootstrap resamples of the seeds. A is left blank, with the reason in `fit_note`,",
+        "when C_mid lies beyond the largest compute observed or a parameter sits on its",
+        f"bound, when fewer than {MIN_IDENTIFIED_SHARE:.0%} of the bootstrap refits are",
+        "identified (`fit_identified_share`), or when A's interval reaches a bound of its",
+        "range: the data then do not pin the asymptote down. `half_budget_error`: a fit on",
+        "the first half of the budget predicts the last checkpoint this far off (ScaleRL's",
         "extrapolation check).",
         "",
         tables["summary"],
@@ -591,13 +656,21 @@ def write_report(out: Path, tables: dict[str, str]) -> None:
         "",
         "Means over steps and seeds (`*_max`: the largest seen). Each rollout batch trains",
         "in several mini-batches, so the ratio pi_theta / pi_old moves after the first",
-        "update; clip/cap fractions are shares of response tokens (of sequences, counted",
-        "per token, for GSPO), `gate_weight_mean` is SAPO's mean gradient weight (1 =",
-        "inactive), `policy_kl` the k3 KL(old || new) per update, `staleness_kl` the",
+        "update. Each clip/cap share comes in two: `clip_low_frac`, `clip_high_frac`,",
+        "`capped_frac` count response tokens whose ratio is out of range, whatever their",
+        "advantage; the `*_acting_frac` beside them count those whose gradient the",
+        "mechanism changed (a PPO clip: r below the range with A < 0, above it with A > 0;",
+        "A = 0 never). GSPO's `seq_clip_*` are shares of sequences (its clip is one",
+        "decision per response). `gate_weight_mean` is SAPO's mean gradient weight (1 =",
+        "inactive), `gate_weight_q05` its 5% quantile over tokens with A != 0, and",
+        "`gate_acting_frac` the share of tokens with A != 0 whose weight the gate cut",
+        "below 0.9. `policy_kl` is the k3 KL(old || new) per update, `staleness_kl` the",
         "same at the first update (0 unless the batch was sampled by older weights), and",
         "`mismatch_*` compare the sampler's log-probs with the trainer's at the same",
-        "weights. `mechanism_acted_steps`: the share of steps on which the algorithm's",
-        "own mechanism changed at least one token's or sequence's gradient.",
+        "weights. `mechanism_acted_steps`: the share of steps on which one of the",
+        "algorithm's declared acting shares was above 0, i.e. its mechanism changed at",
+        "least one token's or sequence's gradient (blank for runs that predate acting",
+        "shares).",
         "",
         tables["off_policy"],
         "",

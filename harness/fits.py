@@ -1,8 +1,10 @@
 """The compute-performance fit of Khatri et al., "The Art of Scaling Reinforcement Learning
 Compute for LLMs", arXiv 2510.13786: R(C) = R0 + (A - R0) / (1 + (C_mid / C)^B), fitted
 by least squares in reward, with bootstrap intervals over seeds; the asymptote A is only
-reported when the data identify it (C_mid inside the observed compute, no parameter on
-its bound). ScaleRL's half-budget extrapolation check is ``extrapolation_check``.
+reported when the data identify it: the pooled fit has C_mid inside the observed compute
+and no parameter on its bound, at least ``MIN_IDENTIFIED_SHARE`` of the bootstrap refits
+are identified too, and A's interval stays off the bounds of A's search range
+(``bootstrap_fit``). ScaleRL's half-budget extrapolation check is ``extrapolation_check``.
 """
 
 from __future__ import annotations
@@ -42,6 +44,8 @@ class SigmoidFit:
     """Why not identified ('' when identified)."""
     points_used: int = 0
     """Points left after the exclusion."""
+    a_range: tuple[float, float] = (math.nan, math.nan)
+    """The bounds A was searched in, (R0, max(1, max reward)) by default."""
 
 
 # Default search ranges: B (the paper's values are ~1-3) and C_mid from a hundredth of the
@@ -146,7 +150,7 @@ def fit_sigmoid(
         why.insert(0, f"C_mid {c_mid:.3g} beyond the observed compute (max {c.max():.3g})")
     reason = "; ".join(why)
     rmse = float(np.sqrt(best / n))
-    return SigmoidFit(a, b, c_mid, r0, rmse, converged, reason, not why, reason, n)
+    return SigmoidFit(a, b, c_mid, r0, rmse, converged, reason, not why, reason, n, (a_lo, a_hi))
 
 
 def _span(grid: np.ndarray) -> tuple[float, float]:
@@ -196,7 +200,7 @@ class FitSummary:
     c_mid_low: float
     c_mid_high: float
     identified_share: float
-    """Share of bootstrap resamples whose fit was identified."""
+    """Share of bootstrap resamples whose fit was identified (nan without resamples)."""
     fits_ok: int
     """Resamples whose fit gave finite parameters (the intervals are over these)."""
     reps: int
@@ -205,8 +209,34 @@ class FitSummary:
 
     @property
     def a(self) -> float:
-        """A when reported (the point fit is identified), else nan."""
+        """A when reported (``reason`` empty, see ``bootstrap_fit``), else nan."""
         return self.fit.a if not self.reason else math.nan
+
+
+MIN_IDENTIFIED_SHARE = 0.95
+"""Least share of bootstrap refits that must be identified for A to be reported. Below it,
+refits on resampled seeds often put A on its bound or C_mid past the data, so the
+percentile interval of A mixes a few pinned-down fits with arbitrary ones (the committed
+arithmetic board once showed A 0.472 [0.396, 1.000] at 76%): the same seeds do not
+reliably pin A down, whatever the pooled fit says. 95% matches the interval's level."""
+
+
+def share_shortfall(
+    share: float, reps: int | None = None, min_share: float = MIN_IDENTIFIED_SHARE
+) -> str:
+    """Why A is withheld on account of the bootstrap's identified share ('' when
+    ``share >= min_share``); ``reps`` (the number of refits) is named when known. No
+    refits (nan share) count as a shortfall: nothing checked A."""
+    if share >= min_share:
+        return ""
+    if share != share:
+        return "no bootstrap fits"
+    # Rounded down, so that a share just short of the threshold never reads as reaching it.
+    percent = f"{math.floor(share * 100 + 1e-9)}%"
+    need = f"at least {min_share:.0%} needed"
+    if reps is None:
+        return f"only {percent} of bootstrap fits identified ({need})"
+    return f"only {round(share * reps)} of {reps} bootstrap fits identified ({percent}, {need})"
 
 
 def _pool(curves: Sequence[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
@@ -222,6 +252,7 @@ def bootstrap_fit(
     reps: int = 200,
     seed: int = 0,
     confidence: float = 0.95,
+    min_share: float = MIN_IDENTIFIED_SHARE,
 ) -> FitSummary:
     """Fit the sigmoid to all seeds' points pooled and bootstrap it over seeds.
 
@@ -232,11 +263,18 @@ def bootstrap_fit(
     widens the interval rather than disappearing from it). Seeds, not points, are
     resampled because points of one seed share its noise.
 
-    A (and its interval) is reported only when the pooled point fit is identified (see
-    ``fit_sigmoid``); otherwise ``reason`` says why and ``a`` / ``a_low`` / ``a_high``
-    are nan. With few seeds the percentile interval is narrow-biased, so read
-    ``identified_share`` beside it: a share well below 1 means resamples of the same
-    seeds often fail to pin A down.
+    A (and its interval) is reported only when all of these hold, else ``reason`` lists
+    each that fails and ``a`` / ``a_low`` / ``a_high`` are nan:
+
+    - the pooled point fit is identified (see ``fit_sigmoid``);
+    - at least ``min_share`` (default MIN_IDENTIFIED_SHARE) of the ``reps`` refits are
+      identified;
+    - A's interval lies strictly inside A's search range (the pooled fit's
+      ``a_range``, within 1e-6 of its width): an end on a bound means more than the
+      interval's tail of refits had A pinned there, so the bound, not the data, sets it.
+
+    B and C_mid keep their intervals either way. With few seeds a percentile interval is
+    narrow-biased, so ``identified_share`` is reported beside it.
     """
     if not curves:
         raise ValueError("need at least one seed's curve")
@@ -256,7 +294,20 @@ def bootstrap_fit(
         )
     else:
         a_lo = b_lo = c_lo = a_hi = b_hi = c_hi = math.nan
-    reason = "" if point.identified else f"A withheld: {point.reason}"
+    share = identified / reps if reps else math.nan
+    why = [] if point.identified else [point.reason]
+    if shortfall := share_shortfall(share, reps, min_share):
+        why.append(shortfall)
+    lo, hi = point.a_range
+    tol = 1e-6 * (hi - lo)  # the fit clips A exactly to a bound; allow for rounding
+    touched = []  # stays empty when A's range or interval is nan (comparisons are False)
+    if a_lo <= lo + tol:
+        touched.append(f"lower bound {lo:.3g}")
+    if a_hi >= hi - tol:
+        touched.append(f"upper bound {hi:.3g}")
+    if touched:
+        why.append(f"A's interval reaches the {' and '.join(touched)} of A's range")
+    reason = f"A withheld: {'; '.join(why)}" if why else ""
     if reason:
         a_lo = a_hi = math.nan
     return FitSummary(
@@ -267,7 +318,7 @@ def bootstrap_fit(
         b_high=float(b_hi),
         c_mid_low=float(c_lo),
         c_mid_high=float(c_hi),
-        identified_share=identified / reps if reps else math.nan,
+        identified_share=share,
         fits_ok=len(params),
         reps=reps,
         reason=reason,
