@@ -113,11 +113,37 @@ def build_parser() -> argparse.ArgumentParser:
 
     repro = sub.add_parser(
         "reproduce", help="re-run a recorded run (or leaderboard row) and check the numbers",
-        description="TARGET is a run folder (with config.json and metrics.jsonl) or a "
-        "leaderboard row id. Exit 0 when the numbers match, 1 when they do not.",
+        description="TARGET is a leaderboard row id or a run folder (with config.json and "
+        "metrics.jsonl). Where this machine has the run's setup (CPU model and vector "
+        "instruction sets, package versions; the recorded thread count is applied), the "
+        "re-run must match every non-timing number of every step exactly: MATCH or DIFFERS. "
+        "Elsewhere (or with --statistical) float rounding changes the sampled tokens, so the "
+        "lowest --seeds seeds of the row (a run folder: itself first, then its siblings: same "
+        "config, other seeds, same experiment folder) are re-run and their headlines tested "
+        "against the row's per-seed headlines: a Welch two-sample t-test at 5% decides, "
+        "a TOST equivalence test within the row's MDD 80% says how close (AGREES: no "
+        "difference and equivalent; CONSISTENT: no difference, equivalence not shown; "
+        "DIFFERS). Exit 0 when the numbers match or agree, 1 when they do not, 2 for a "
+        "target that cannot be checked (docs/provenance.md).",
     )  # fmt: skip
-    repro.add_argument("target")
-    repro.add_argument("--leaderboards", type=Path, default=Path("leaderboards"))
+    repro.add_argument("target", help="leaderboard row id, or a run folder")
+    repro.add_argument("--leaderboards", type=Path, default=Path("leaderboards"),
+                       help="folder of the leaderboard.json that holds the row id "
+                       "(default: leaderboards)")  # fmt: skip
+    repro.add_argument("--statistical", action="store_true",
+                       help="check statistically even where an exact check is "
+                       "possible")  # fmt: skip
+    repro.add_argument(
+        "--seeds", type=int, default=None, metavar="N",
+        help="how many seeds to re-run, the lowest of the row (at most the row's number). "
+        "Default: a statistical check 3 (the fewest whose own spread the t-test can use "
+        "with 2 degrees of freedom); an exact check every run of a row, or the run folder "
+        "alone",
+    )  # fmt: skip
+    repro.add_argument("--verbose", action="store_true",
+                       help="show other libraries' warnings and logs (vLLM, torch) while the "
+                       "runs re-run; by default they go to a log discarded with the "
+                       "re-run")  # fmt: skip
     repro.add_argument(
         "--model-path", type=Path, default=None,
         help="start from the weights in this folder instead of what the recorded model "
@@ -181,6 +207,27 @@ def build_parser() -> argparse.ArgumentParser:
     )
     worker.add_argument("--address", default="tcp://0.0.0.0:22222",
                         help="where to listen (default: tcp://0.0.0.0:22222)")  # fmt: skip
+
+    warm = sub.add_parser(
+        "warm-start",
+        help="rebuild a tiny preset's start weights from its recipe (they ship built)",
+        description="Run a tiny preset's warm-start recipe (a short supervised stage, about "
+        "a minute on 2 cores) on this machine. The weights ship with forge-zoo "
+        "(zoo/models/start_weights, checked by sha256 when a run loads them) because the "
+        "bytes depend on the CPU: two CPUs with other vector instructions give different "
+        "weights from the same recipe and seed. By default this replaces the shipped folder "
+        "and its manifest entry (for a changed recipe: commit both, and re-run or mark the "
+        "rows made from the old weights); --check only says whether this CPU reproduces "
+        "the shipped bytes.",
+    )  # fmt: skip
+    warm.add_argument("preset", help="tiny preset (see `list models`)")
+    what = warm.add_mutually_exclusive_group()
+    what.add_argument("--out", type=Path, default=None,
+                      help="write the model to this folder instead of the shipped one")  # fmt: skip
+    what.add_argument("--check", action="store_true",
+                      help="build into a temporary folder and compare with the shipped bytes; "
+                      "exit 1 when they differ")  # fmt: skip
+    warm.add_argument("--quiet", action="store_true", help="no progress bar")
     return parser
 
 
@@ -301,6 +348,8 @@ def main(argv: list[str] | None = None) -> int:
             for path in paths:
                 print(f"wrote {path}")
             return 0
+        if args.command == "warm-start":
+            return cmd_warm_start(args)
         if args.command == "reproduce":
             return cmd_reproduce(args)
         if args.command == "bench":
@@ -465,28 +514,47 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 
 def cmd_reproduce(args: argparse.Namespace) -> int:
-    from harness.leaderboard import find_row
-    from harness.reproduce import reproduce_run
+    from harness.reproduce import reproduce
 
-    target = Path(args.target)
-    if (target / "config.json").exists():
-        jobs = [(target, None)]
+    return reproduce(args.target, args.leaderboards, statistical=args.statistical,
+                     seeds=args.seeds, model_path=args.model_path,
+                     verbose=args.verbose)  # fmt: skip
+
+
+def cmd_warm_start(args: argparse.Namespace) -> int:
+    import tempfile
+    from importlib.metadata import version
+
+    from zoo.models.tiny import SHIPPED, read_manifest, rebuild_start_weights
+    from zoo.run.runlog import cpu_model, cpu_vector_flags
+
+    shipped = read_manifest().get(args.preset)
+    here = {"cpu": cpu_model(), "cpu_vector_flags": cpu_vector_flags(), "torch": version("torch")}
+    with tempfile.TemporaryDirectory(prefix="warm-start-") as tmp:
+        out = Path(tmp) / args.preset if args.check else args.out
+        entry = rebuild_start_weights(args.preset, here, out, quiet=args.quiet)
+    print(f"{args.preset}: {entry['steps']} supervised steps, validation accuracy "
+          f"{entry['validation_accuracy']:.1%}, sha256 {entry['sha256']}, built on "
+          f"{machine_text(entry['built_on'])}")  # fmt: skip
+    same = shipped is not None and shipped["sha256"] == entry["sha256"]
+    if shipped is not None:
+        print(f"the shipped weights (sha256 {shipped['sha256'][:12]}, built on "
+              f"{machine_text(shipped['built_on'])}) are "
+              f"{'the same bytes' if same else 'different bytes'}")  # fmt: skip
+    if args.check:
+        return 0 if same else 1
+    if out is None:
+        print(f"wrote {SHIPPED / args.preset} and {SHIPPED / 'manifest.json'}: commit both; "
+              "runs and leaderboard rows made from the previous weights no longer start from "
+              "what the preset resolves to (re-run them, or mark them)")  # fmt: skip
     else:
-        try:
-            row = find_row(args.leaderboards, args.target)
-        except (KeyError, FileNotFoundError) as exc:
-            where = args.leaderboards / "leaderboard.json"
-            raise ConfigError(
-                f"{args.target!r} is neither a run folder (config.json) nor a row id in {where}"
-            ) from exc
-        jobs = [(Path(d), (row["ci_low"], row["ci_high"])) for d in row["runs"]]
-    ok = True
-    for run_dir, interval in jobs:
-        verdict = reproduce_run(run_dir, interval, args.model_path)
-        ok &= verdict.matches
-        mark = "MATCH" if verdict.matches else "DIFFERS"
-        print(f"{mark} {run_dir}: {verdict.detail}")
-    return 0 if ok else 1
+        print(f"wrote {out}")
+    return 0
+
+
+def machine_text(built_on: dict) -> str:
+    return (f"{built_on['cpu']} [{built_on['cpu_vector_flags']}], torch {built_on['torch']}, "
+            f"{built_on['torch_threads']} threads")  # fmt: skip
 
 
 def print_summary(out: Path) -> None:
@@ -494,12 +562,15 @@ def print_summary(out: Path) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from harness.analysis import HEADLINE
+    from harness.analysis import experiment_headline
 
     df = pd.read_csv(out / "tables" / "summary.csv").sort_values(
         ["env", "tie_group", "headline_mean"], ascending=[True, True, False]
     )
-    table = Table(title="held-out reward (mean over seeds, 95% t-interval)", caption=HEADLINE)
+    # The caption names the checkpoints this experiment's eval points give; fit A is "-"
+    # wherever summary.csv withholds it (harness/fits.py bootstrap_fit says when).
+    table = Table(title="held-out reward (mean over seeds, 95% t-interval)",
+                  caption=experiment_headline(out))  # fmt: skip
     for col in ("env", "tie group", "algorithm", "seeds", "headline", "MDD 80%", "pass@1",
                 "pass@8", "AUC", "fit A"):  # fmt: skip
         table.add_column(col)

@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from harness.analysis import HEADLINE, write_analysis
+from harness.analysis import HEADLINE, experiment_headline, write_analysis
+from harness.fits import MIN_IDENTIFIED_SHARE, share_shortfall
 from harness.samples import last_eval_samples, samples_table, write_samples_pages
 from zoo.core.config import ConfigError
 from zoo.run.runlog import SAMPLES, read_sessions
@@ -178,6 +179,12 @@ def fit_cell(r) -> str:
     where = f"C_mid {c_mid} (max observed {_num(r.max_flops, '.2g')})"
     if r.fit_A is None or r.fit_A != r.fit_A:
         return f"A withheld ({(r.fit_note or 'no fit').removeprefix('A withheld: ')}); {where}"
+    # A summary.csv written before the identified-share rule (harness/fits.py) may still
+    # carry A at a low share; experiment_rows reuses such files, so the rule is applied here
+    # too. (The rule's bound test needs A's range, which those files do not hold.)
+    share = r.fit_identified_share
+    if share is not None and (shortfall := share_shortfall(share)):
+        return f"A withheld ({shortfall}); {where}"
     return f"A {_interval(r.fit_A, r.fit_A_low, r.fit_A_high)}; {where}"
 
 
@@ -206,8 +213,47 @@ def commits_cell(row) -> str:
     return ", ".join(cells + ["unknown"] * bool(row.unknown_git_runs))
 
 
-def weights_cell(hashes: list[str]) -> str:
-    return " / ".join(h[:12] for h in hashes) if hashes else "?"
+def weights_cell(hashes: list[str], shipped: str | None = None) -> str:
+    """The start weights' hashes, short; with ``shipped`` (a tiny preset's shipped start),
+    marked as that start or not."""
+    cell = " / ".join(h[:12] for h in hashes) if hashes else "?"
+    if shipped is None:
+        return cell
+    return cell + (" (shipped)" if hashes == [shipped] else " (not shipped)")
+
+
+def shipped_start_weights(model: str) -> str | None:
+    """The hash runs record (zoo/run/runlog.py ``weights_sha256``) of a tiny preset's
+    shipped start weights; None for other models."""
+    from zoo.models.presets import TINY_MODELS
+
+    if model not in TINY_MODELS:
+        return None
+    from zoo.models.tiny import TINY_PRESETS, tiny_model_path
+    from zoo.run.runlog import weights_sha256
+
+    return weights_sha256(tiny_model_path(TINY_PRESETS[model]))
+
+
+def start_weights_lines(g: pd.DataFrame, model: str, shipped: str | None) -> list[str]:
+    """Markdown saying which start the rows of a board (``g``) had: the shipped weights of
+    a tiny preset, or others (made before the weights shipped), which no row may pass for."""
+    if shipped is None:
+        return []
+    text = (f"Start weights: the `{model}` preset's ship with forge-zoo "
+            f"(zoo/models/start_weights/{model}; runs record them as {shipped[:12]}).")  # fmt: skip
+    others = sorted({h for hashes in g.start_weights_sha256 if hashes != [shipped]
+                     for h in hashes})  # fmt: skip
+    if others:
+        text += (
+            f" Rows marked *not shipped* ({sum(h != [shipped] for h in g.start_weights_sha256)}"
+            f" of {len(g)}) started from other weights ({', '.join(h[:12] for h in others)}): "
+            "a warm start an earlier version built on first use on the machine that ran "
+            "them, before the weights shipped. Its bytes followed that machine's CPU, so "
+            "`reproduce` cannot re-make those rows from the shipped start, and their numbers "
+            "do not compare with rows from it."
+        )
+    return [text, ""]
 
 
 def _budget(run: dict) -> str:
@@ -229,9 +275,24 @@ LEGEND = (
     "pass@k: unbiased estimator (Chen et al. 2021) from 8 samples per held-out problem at "
     "the run's temperature, same checkpoints. AUC: area under the reward curve over the "
     "budget. Compute fit: R(C) = R0 + (A - R0) / (1 + (C_mid / C)^B) (arXiv 2510.13786) "
-    "with 95% bootstrap intervals over seeds, A withheld when the data do not identify "
-    "it. Reproduce a row: `python -m harness reproduce ROW_ID`."
+    "with 95% bootstrap intervals over seeds, A withheld, with the reason, unless the "
+    f"pooled fit and at least {MIN_IDENTIFIED_SHARE:.0%} of the bootstrap refits identify it "
+    "and its interval stays off A's bounds. Reproduce a row: `python -m harness reproduce "
+    "ROW_ID`."
 )
+
+
+def headline_legend(experiments: list[str], env: str) -> str:
+    """LEGEND with the headline's checkpoints as the experiments' eval points give them
+    (harness/analysis.py experiment_headline): named once when every experiment of the
+    section used the same, else the general rule with a line per experiment."""
+    texts = {Path(e).name: experiment_headline(Path(e), env) for e in experiments}
+    if len(set(texts.values())) == 1:
+        return LEGEND.format(headline=next(iter(texts.values())))
+    per_experiment = "; ".join(f"{name}: {text}" for name, text in texts.items())
+    return LEGEND.format(headline=HEADLINE) + f"\n\nHeadline by experiment: {per_experiment}."
+
+
 PAIRS_LEGEND = (
     "P(a > b): probability that a's headline beats b's, seed by seed where paired (rliable; "
     "interval from 10 seeds up). p: paired t-test (Welch when unpaired); p (Holm): adjusted "
@@ -259,6 +320,12 @@ def build_leaderboards(results: Path, out: Path, allow_dirty: bool = False) -> l
     rows = [row for e in experiments for row in experiment_rows(e)]
     if not rows:
         raise FileNotFoundError(f"no experiment (experiment.json) under {results}")
+    shipped = {model: shipped_start_weights(model) for model in {r["model"] for r in rows}}
+    for row in rows:
+        start = shipped[row["model"]]
+        row["start_weights_shipped"] = (
+            None if start is None else row["start_weights_sha256"] == [start]
+        )
     out.mkdir(parents=True, exist_ok=True)
     (out / "leaderboard.json").write_text(json.dumps(rows, indent=2))
     frame = pd.DataFrame(rows)
@@ -279,12 +346,13 @@ def build_leaderboards(results: Path, out: Path, allow_dirty: bool = False) -> l
             "gen tok/s": g.generate_tokens_per_s.map(lambda v: f"{v:,.0f}"),
             "train tok/s": g.train_tokens_per_s.map(lambda v: f"{v:,.0f}"),
             "config": g.config_hash, "commits": [commits_cell(r) for r in g.itertuples()],
-            "start weights": g.start_weights_sha256.map(weights_cell),
+            "start weights": [weights_cell(h, shipped[model]) for h in g.start_weights_sha256],
             "date": g.date, "row id": g.id,
         })  # fmt: skip
         pairs = [pairs_markdown(Path(e), env) for e in sorted(set(g.experiment))]
         commands = sorted(set(g.command))
-        md = [f"# {model} on {env}", "", LEGEND.format(headline=HEADLINE), "",
+        md = [f"# {model} on {env}", "", headline_legend(sorted(set(g.experiment)), env), "",
+              *exact_setup_lines(g), "", *start_weights_lines(g, model, shipped[model]),
               table.to_markdown(index=False), ""]  # fmt: skip
         md += ["## Pairs: probability of improvement", "", PAIRS_LEGEND, "",
                *[p + "\n" for p in pairs if p]] if any(pairs) else []  # fmt: skip
@@ -341,6 +409,54 @@ def samples_html(g: pd.DataFrame, out: Path) -> str:
 
 def _relative(target: Path, start: Path) -> str:
     return Path(os.path.relpath(target.resolve(), start.resolve())).as_posix()
+
+
+def setup_class(config: dict) -> tuple[str, str]:
+    """(machine, versions): the setup a run's exact numbers need, from its config.json. The
+    CPU model with its vector instruction sets and the torch thread count (the rounding of
+    the kernels and the order of float reductions follow them), a GPU where one ran it; the
+    package versions `reproduce` compares."""
+    made_on = config.get("machine") or {}
+    flags = made_on.get("cpu_vector_flags")
+    threads = made_on.get("torch_threads")
+    where = (f"{made_on.get('cpu') or 'CPU not recorded'} "
+             f"[{flags if flags is not None else 'vector flags not recorded'}], "
+             f"{threads or '?'} thread{'' if threads == 1 else 's'}")  # fmt: skip
+    if made_on.get("cuda"):
+        where += f", GPU {made_on['cuda']} (no exact check on a GPU)"
+    versions = ", ".join(f"{k} {v}" for k, v in (config.get("versions") or {}).items())
+    return where, versions or "versions not recorded"
+
+
+def exact_setup_lines(g: pd.DataFrame) -> list[str]:
+    """Markdown naming the setup(s) whose exact numbers a board's rows (``g``) are: one line
+    when all runs share one, else one item per setup with the rows made on it (and how many
+    of a row's runs, when not all). Package versions are named once when all runs share
+    them, else as part of each setup."""
+    runs = {(r.Index, run): setup_class(json.loads((Path(run) / "config.json").read_text()))
+            for r in g.itertuples() for run in r.runs}  # fmt: skip
+    shared = len({versions for _, versions in runs.values()}) == 1
+    rows_by_setup: dict[str, list[str]] = {}
+    for r in g.itertuples():
+        counts: dict[str, int] = {}
+        for run in r.runs:
+            where, versions = runs[(r.Index, run)]
+            key = where if shared else f"{where}; {versions}"
+            counts[key] = counts.get(key, 0) + 1
+        for key, n in counts.items():
+            part = "" if n == len(r.runs) else f", {n} of its {len(r.runs)} runs"
+            rows_by_setup.setdefault(key, []).append(
+                f"{r.algorithm} ({Path(r.experiment).name}{part})"
+            )
+    intro = ("Exact numbers: `reproduce ROW_ID` matches every step only on the setup a row "
+             "was made on (CPU model and vector instruction sets, thread count, package "
+             "versions); on any other it re-runs seeds and tests them against the row "
+             "(docs/provenance.md).")  # fmt: skip
+    versions = f" Package versions: {next(iter(runs.values()))[1]}." if shared else ""
+    if len(rows_by_setup) == 1:
+        return [f"{intro} All rows: {next(iter(rows_by_setup))}.{versions}"]
+    return [f"{intro}{versions} Rows of {len(rows_by_setup)} setups:", "",
+            *[f"- {key}: {', '.join(rows)}" for key, rows in rows_by_setup.items()]]  # fmt: skip
 
 
 def provenance_notes(g: pd.DataFrame) -> list[str]:

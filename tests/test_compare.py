@@ -158,6 +158,8 @@ def test_leaderboard_rows_carry_provenance_and_reproduce_matches(experiment):
         assert "torch" in row["versions"] and row["seeds"] == 2
     board = (root / "boards" / "tiny__arithmetic.md").read_text()
     assert "grpo" in board and "dapo" in board
+    here = runlog_machine()  # the board names the setup its exact numbers need: this one
+    assert f"All rows: {here['cpu']} [{here['cpu_vector_flags']}], " in board
     html = (root / "boards" / "index.html").read_text()
     assert "data:image/png;base64," in html
 
@@ -182,25 +184,30 @@ def test_reproduce_detects_a_tampered_result(experiment, tmp_path):
     assert "DIFFERS" in result.stdout and "eval_reward" in result.stdout
 
 
-def test_reproduce_names_the_cpu_when_the_warm_start_differs(experiment, tiny_model_path,
-                                                             tmp_path):  # fmt: skip
-    """A tiny preset is warm-started on first use with the machine's own kernels, so a run
-    made on another CPU starts from other weights: reproduce names both CPUs and the way
-    out (--model-path), and with --model-path the recorded hash is checked against it."""
+def test_reproduce_of_a_run_from_other_start_weights_names_them_and_the_way_out(
+    experiment, tiny_model_path, tmp_path
+):
+    """A run of a tiny preset made from weights other than the shipped ones (a warm start
+    built on first use on its machine, before the weights shipped) cannot be re-made from
+    the shipped start: reproduce says so, naming the machine that built them and the way
+    out (--model-path), and with --model-path the recorded hash is checked against it. (On
+    another CPU the check is statistical, so the run comes with its sibling seed.)"""
     import shutil
 
-    run_dir = tmp_path / "run"
-    shutil.copytree(experiment / "runs" / "grpo__arithmetic__seed0", run_dir)
-    config = json.loads((run_dir / "config.json").read_text())
-    assert config["machine"]["cpu_vector_flags"] == runlog_machine()["cpu_vector_flags"]
-    config["start_weights_sha256"] = "ab" * 32
-    config["machine"]["cpu_vector_flags"] = "avx avx2"
-    (run_dir / "config.json").write_text(json.dumps(config))
+    for seed in (0, 1):
+        sibling = tmp_path / "exp" / "runs" / f"grpo__arithmetic__seed{seed}"
+        shutil.copytree(experiment / "runs" / sibling.name, sibling)
+        config = json.loads((sibling / "config.json").read_text())
+        assert config["machine"]["cpu_vector_flags"] == runlog_machine()["cpu_vector_flags"]
+        config["start_weights_sha256"] = "ab" * 32
+        config["machine"]["cpu_vector_flags"] = "avx avx2"
+        (sibling / "config.json").write_text(json.dumps(config))
+    run_dir = tmp_path / "exp" / "runs" / "grpo__arithmetic__seed0"
 
     result = run_harness("reproduce", str(run_dir), cwd=tmp_path)
     assert result.returncode == 1
-    assert "not reproducible on this CPU" in result.stdout, result.stdout
-    assert "[avx avx2]" in result.stdout and runlog_machine()["cpu_vector_flags"] in result.stdout
+    assert "not reproducible from the shipped start weights" in result.stdout, result.stdout
+    assert "sha256 abababababab" in result.stdout and "[avx avx2]" in result.stdout
     assert "--model-path" in result.stdout
 
     weights = tmp_path / "weights"
@@ -209,6 +216,64 @@ def test_reproduce_names_the_cpu_when_the_warm_start_differs(experiment, tiny_mo
     assert result.returncode == 1
     assert "not reproducible with this version" in result.stdout, result.stdout
     assert str(weights) in result.stdout and "sha256 abababababab" in result.stdout
+
+
+@pytest.mark.slow
+def test_reproduce_on_another_cpu_tests_the_row_statistically(experiment, tmp_path):
+    """Runs recorded on another CPU class cannot match exactly here: `reproduce ROW_ID`
+    re-runs the row's seeds and tests their headlines against the row's, naming its tests.
+    The other CPU is faked by editing the grpo runs' config.json, so this machine in fact
+    re-runs them bit for bit: each new headline must equal its recorded one, which checks
+    that reproduce computes the headline as the leaderboard does."""
+    import shutil
+
+    from harness.reproduce import recorded_headline, row_mdd
+    from zoo.run.runlog import git_state
+
+    shutil.copytree(experiment, tmp_path / "results" / "exp")
+    grpo_runs = sorted((tmp_path / "results" / "exp" / "runs").glob("grpo__*"))
+    for run_dir in grpo_runs:
+        config = json.loads((run_dir / "config.json").read_text())
+        config["machine"].update(cpu="Imaginary CPU 9000", cpu_vector_flags="avx avx2")
+        (run_dir / "config.json").write_text(json.dumps(config))
+    dirty = ["--allow-dirty"] if git_state(REPO).dirty else []  # CI's clone is clean
+    boards = run_harness("leaderboard", "--results", "results", "--out", "boards", *dirty,
+                         cwd=tmp_path)  # fmt: skip
+    assert boards.returncode == 0, boards.stderr[-3000:]
+    board = (tmp_path / "boards" / "tiny__arithmetic.md").read_text()
+    here = runlog_machine()
+    assert "- Imaginary CPU 9000 [avx avx2], 2 threads: grpo (exp)" in board
+    assert f"- {here['cpu']} [{here['cpu_vector_flags']}], " in board  # dapo's, told apart
+    rows = json.loads((tmp_path / "boards" / "leaderboard.json").read_text())
+    grpo = next(r for r in rows if r["algorithm"] == "grpo")
+    recorded = [recorded_headline(tmp_path / d) for d in grpo["runs"]]
+    assert " ".join(f"{v:.3f}" for v in recorded) == grpo["per_seed"]
+    assert row_mdd(recorded) == pytest.approx(grpo["mdd_80"], rel=1e-9)
+
+    result = run_harness("reproduce", grpo["id"], "--leaderboards", "boards", cwd=tmp_path)
+    (tmp_path / "reproduce-row.stdout").write_text(result.stdout)
+    assert result.returncode == 0, result.stdout + result.stderr[-3000:]
+    out = result.stdout
+    assert f"statistical check of row {grpo['id']} (2 recorded seeds)" in out
+    assert "the CPU class differs (made on Imaginary CPU 9000 [avx avx2]" in out
+    assert "re-running seeds 0, 1 on this machine" in out and "MATCH" not in out
+    assert "WARNING" not in out and "WARNING" not in result.stderr  # vLLM's went to a log
+    for seed, value in enumerate(recorded):
+        assert f"seed {seed}: headline {value:.4f} (recorded {value:.4f})" in out
+    assert re.search(rf"^(AGREES|CONSISTENT) row {grpo['id']}$", out, re.M), out
+    assert "Welch two-sample t-test at 5% (decides the exit code)" in out
+    assert "difference +0.0000" in out and "p = 1;" in out
+    assert "TOST equivalence test within the row's MDD 80%" in out
+
+    # A run folder: its sibling (the other seed) completes the row; one new seed.
+    seed1 = "results/exp/runs/grpo__arithmetic__seed1"
+    result = run_harness("reproduce", seed1, "--seeds", "1", cwd=tmp_path)
+    (tmp_path / "reproduce-run.stdout").write_text(result.stdout)
+    assert result.returncode == 0, result.stdout + result.stderr[-3000:]
+    assert f"statistical check of run {seed1} (2 recorded seeds)" in result.stdout
+    assert "re-running seed 1 on this machine" in result.stdout
+    assert "two-sample t-test with the row's spread" in result.stdout
+    assert "one new seed has no spread of its own" in result.stdout
 
 
 def runlog_machine() -> dict:

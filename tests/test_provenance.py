@@ -380,3 +380,30 @@ def test_old_clean_runs_build_without_the_flag(tmp_path):
     config.write_text(json.dumps(record))
     with pytest.raises(ConfigError, match="grpo__arithmetic__seed0: git state unknown"):
         build_leaderboards(results, tmp_path / "boards")
+
+
+def test_the_board_tells_rows_from_the_shipped_start_from_older_ones(tmp_path):
+    """Rows whose runs started from the tiny preset's shipped weights are marked shipped;
+    rows from any other start (a warm start built on first use before the weights shipped)
+    are marked not shipped, and the board names both hashes."""
+    from harness.leaderboard import build_leaderboards
+    from zoo.models.tiny import tiny_model_path
+    from zoo.run.runlog import weights_sha256
+
+    shipped = weights_sha256(tiny_model_path())
+    results = tmp_path / "results"
+    runs = make_experiment(results, dirty_dapo=False) / "runs"
+    for seed in (0, 1):  # grpo from the shipped start; dapo from "e" * 64 and an old run
+        config = runs / f"grpo__arithmetic__seed{seed}" / "config.json"
+        config.write_text(config.read_text().replace(WEIGHTS, shipped))
+    build_leaderboards(results, tmp_path / "boards")
+    rows = {r["algorithm"]: r for r in json.loads((tmp_path / "boards" / "leaderboard.json")
+                                                 .read_text())}  # fmt: skip
+    assert rows["grpo"]["start_weights_shipped"] is True
+    assert rows["dapo"]["start_weights_shipped"] is False
+    board = (tmp_path / "boards" / "tiny__arithmetic.md").read_text()
+    assert f"runs record them as {shipped[:12]}" in board
+    assert "Rows marked *not shipped* (1 of 2)" in board and "e" * 12 in board
+    grpo_line = next(x for x in board.splitlines() if "| grpo " in x)
+    dapo_line = next(x for x in board.splitlines() if "| dapo " in x)
+    assert f"{shipped[:12]} (shipped)" in grpo_line and "(not shipped)" in dapo_line
