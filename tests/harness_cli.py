@@ -17,12 +17,14 @@ def run_harness(
     timeout: float = 600,
     env: dict[str, str] | None = None,
     without: tuple[str, ...] = (),
+    root: Path = REPO,
 ) -> subprocess.CompletedProcess:
     """Exit code, stdout and stderr of ``python -m harness ARGS`` run in ``cwd``, with
     ``extra_path`` (e.g. a site directory of installed plugins) on PYTHONPATH, ``env``
     added to the environment, and the packages named in ``without`` unimportable (as on
-    a machine where they are not installed)."""
-    path = os.pathsep.join(str(p) for p in (REPO, *extra_path))
+    a machine where they are not installed). ``root``: the source tree whose ``harness``
+    and ``zoo`` run (first on PYTHONPATH; another commit's files, for the refactor guard)."""
+    path = os.pathsep.join(str(p) for p in (root, *extra_path))
     env = {**os.environ, "PYTHONPATH": path, "FORGE_ZOO_PROGRESS": "0", **(env or {})}
     command = [sys.executable, "-m", "harness"]
     if without:
