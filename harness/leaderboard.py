@@ -248,10 +248,9 @@ def start_weights_lines(g: pd.DataFrame, model: str, shipped: str | None) -> lis
         text += (
             f" Rows marked *not shipped* ({sum(h != [shipped] for h in g.start_weights_sha256)}"
             f" of {len(g)}) started from other weights ({', '.join(h[:12] for h in others)}): "
-            "a warm start an earlier version built on first use on the machine that ran "
-            "them, before the weights shipped. Its bytes followed that machine's CPU, so "
-            "`reproduce` cannot re-make those rows from the shipped start, and their numbers "
-            "do not compare with rows from it."
+            "a warm start built on first use, before the weights shipped, whose bytes "
+            "followed the CPU that built it. `reproduce` cannot re-make those rows from the "
+            "shipped start, and their numbers do not compare with rows from it."
         )
     return [text, ""]
 

@@ -131,10 +131,11 @@ def weights_mismatch(config: dict[str, Any], cfg: RunConfig, now: str | None,
         made_on = describe_cpu(config.get("machine", {}))
         return (
             f"not reproducible from the shipped start weights: {what}, which ship with "
-            f"forge-zoo. The run started from other weights: a warm start built on first use "
-            f"on the machine that ran it ({made_on}; before the weights shipped) or an older "
-            f"shipped version (its commit is {commit}). Pass those weights with `reproduce "
-            f"--model-path DIR`, or re-run the row from the shipped start"
+            f"forge-zoo. The run (made on {made_on}, at commit {commit}) started from other "
+            f"weights: a warm start built on first use before the weights shipped, whose "
+            f"bytes followed the CPU that built it, or an older shipped version. Pass those "
+            f"weights with `reproduce --model-path DIR`, or re-run the row from the shipped "
+            f"start"
         )
     return (
         f"not reproducible with this version: {what}; check out the commit it records "
