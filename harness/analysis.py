@@ -372,17 +372,40 @@ def off_policy_table(runs: list[dict]) -> pd.DataFrame:
             acting = list(ALGORITHMS.load(plugin[algo]).mechanism)
         except PluginError:
             acting = []
+        if not acting:
+            row["mechanism_unit"] = "none declared"
         shares = g[[m for m in acting if m in g]]
         logged = shares.notna().any(axis=1)  # steps of runs that logged acting shares
         if logged.any():
             acted = (shares[logged] > 0).any(axis=1)
             row["mechanism_acted_steps"] = float(acted.mean())
+            row.update(mechanism_summary(g[logged], acting))
         rows.append(row)
     table = pd.DataFrame(rows)
     # the order of OFF_POLICY_METRICS, whichever row came first: each out-of-range share
     # beside its acting share
-    order = ["env", "algorithm", "regime", *OFF_POLICY_METRICS, "mechanism_acted_steps"]
+    order = ["env", "algorithm", "regime", *OFF_POLICY_METRICS, "mechanism_acted_steps",
+             *MECHANISM_SUMMARY]  # fmt: skip
     return table[[c for c in order if c in table.columns]]
+
+
+MECHANISM_SUMMARY = ("mechanism_acting", "mechanism_out_of_range", "mechanism_unit")
+"""Columns of ``off_policy_table`` that sum an algorithm's declared mechanism over its
+sides (low + high clip): the mean acting share, the mean out-of-range share where the
+mechanism has one (``<stem>_acting_frac`` beside ``<stem>_frac``), and what they count
+("tokens", "sequences"; "none declared" for an algorithm with no mechanism)."""
+
+
+def mechanism_summary(steps: pd.DataFrame, acting: list[str]) -> dict:
+    """``MECHANISM_SUMMARY`` of one algorithm from its steps that logged acting shares."""
+    present = [m for m in acting if m in steps]
+    counterparts = [m.replace("_acting_frac", "_frac") for m in present]
+    out = {"mechanism_acting": float(sum(steps[m].mean() for m in present)),
+           "mechanism_unit": "sequences" if all(m.startswith("seq_") for m in present)
+           else "tokens"}  # fmt: skip
+    if all(c in steps for c in counterparts):
+        out["mechanism_out_of_range"] = float(sum(steps[c].mean() for c in counterparts))
+    return out
 
 
 TOOL_METRICS = (

@@ -132,6 +132,7 @@ def experiment_rows(experiment: Path) -> list[dict]:
     manifest = json.loads((experiment / "experiment.json").read_text())
     summary = pd.read_csv(experiment / "tables" / "summary.csv")
     throughput = pd.read_csv(experiment / "tables" / "throughput.csv")
+    mechanisms = mechanism_cells(experiment / "tables" / "off_policy.csv")
     rows = []
     for r in summary.itertuples():
         run_dirs = sorted((experiment / "runs").glob(f"{r.algorithm}__{r.env}__seed*"))
@@ -149,8 +150,32 @@ def experiment_rows(experiment: Path) -> list[dict]:
             "versions": manifest["versions"], **row_provenance(run_dirs),
             "experiment": str(experiment),
             "runs": [str(d) for d in run_dirs],
+            "mechanism": mechanisms.get((r.env, r.algorithm), "not recorded"),
         })  # fmt: skip
     return rows
+
+
+def mechanism_cells(off_policy_csv: Path) -> dict[tuple[str, str], str]:
+    """Per (env, algorithm), what its mechanism did (harness/analysis.py off_policy_table):
+    the mean share of tokens or sequences whose gradient it changed, beside the share
+    merely out of range, and the share of steps on which it acted. Experiments whose runs
+    logged no acting shares (made before they existed) get none."""
+    if not off_policy_csv.exists():
+        return {}
+    table = pd.read_csv(off_policy_csv)
+    if "mechanism_acting" not in table:
+        return {}
+    cells = {}
+    for r in table.itertuples():
+        if r.mechanism_unit == "none declared":
+            cells[(r.env, r.algorithm)] = "none declared"
+        if pd.isna(r.mechanism_acting):
+            continue
+        text = f"acts on {r.mechanism_acting:.2%} of {r.mechanism_unit}"
+        if not pd.isna(getattr(r, "mechanism_out_of_range", float("nan"))):
+            text += f" ({r.mechanism_out_of_range:.2%} out of range)"
+        cells[(r.env, r.algorithm)] = text + f", {r.mechanism_acted_steps:.0%} of steps"
+    return cells
 
 
 def _plain(value):
@@ -273,7 +298,10 @@ LEGEND = (
     "difference of means these seeds detect with 80% power at this row's seed spread. "
     "pass@k: unbiased estimator (Chen et al. 2021) from 8 samples per held-out problem at "
     "the run's temperature, same checkpoints. AUC: area under the reward curve over the "
-    "budget. Compute fit: R(C) = R0 + (A - R0) / (1 + (C_mid / C)^B) (arXiv 2510.13786) "
+    "budget. Mechanism: the mean share of response tokens (GSPO: sequences) whose gradient "
+    "the algorithm's own clip, cap or gate changed, beside the share merely out of its "
+    "range, and the share of steps on which it acted (docs/algorithms.md). "
+    "Compute fit: R(C) = R0 + (A - R0) / (1 + (C_mid / C)^B) (arXiv 2510.13786) "
     "with 95% bootstrap intervals over seeds, A withheld, with the reason, unless the "
     f"pooled fit and at least {MIN_IDENTIFIED_SHARE:.0%} of the bootstrap refits identify it "
     "and its interval stays off A's bounds. Reproduce a row: `python -m harness reproduce "
@@ -340,7 +368,8 @@ def build_leaderboards(results: Path, out: Path, allow_dirty: bool = False) -> l
                                     for r in g.itertuples()],
             "per seed": g.per_seed, "MDD 80%": g.mdd_80.map(_num),
             "pass@1": g.pass_at_1.map(_num), "pass@8": g.pass_at_8.map(_num),
-            "AUC": g.auc_mean.map(_num), "compute fit": [fit_cell(r) for r in g.itertuples()],
+            "AUC": g.auc_mean.map(_num), "mechanism": g.mechanism,
+            "compute fit": [fit_cell(r) for r in g.itertuples()],
             "B": g.fit_B.map(lambda v: _num(v, ".2f")), "seeds": g.seeds, "budget": g.budget,
             "gen tok/s": g.generate_tokens_per_s.map(lambda v: f"{v:,.0f}"),
             "train tok/s": g.train_tokens_per_s.map(lambda v: f"{v:,.0f}"),

@@ -380,3 +380,25 @@ def test_mechanism_acted_steps_counts_acting_shares_and_is_blank_for_old_runs():
     assert table.loc["gspo", "seq_clip_low_acting_frac"] == pytest.approx(0.025)
     columns = list(table.columns)
     assert columns.index("seq_clip_low_acting_frac") == columns.index("seq_clip_low_frac") + 1
+    # the mechanism summed over its sides, per sequence for gspo, blank for the old run
+    assert table.loc["gspo", "mechanism_acting"] == pytest.approx(0.025 + 0.05)
+    assert table.loc["gspo", "mechanism_out_of_range"] == pytest.approx(0.4 + 0.3)
+    assert table.loc["gspo", "mechanism_unit"] == "sequences"
+    assert math.isnan(table.loc["grpo", "mechanism_acting"])
+
+
+def test_the_leaderboard_cell_says_what_the_mechanism_did(tmp_path):
+    from harness.analysis import off_policy_table
+    from harness.leaderboard import mechanism_cells
+
+    step = {"clip_low_frac": 0.02, "clip_low_acting_frac": 0.01,
+            "clip_high_frac": 0.01, "clip_high_acting_frac": 0.0}  # fmt: skip
+    grpo = fake_run("grpo", [step] * 2)
+    gpg = fake_run("gpg", [{"ratio_mean": 1.0}] * 2)
+    off_policy_table([grpo, gpg]).to_csv(tmp_path / "off_policy.csv", index=False)
+    cells = mechanism_cells(tmp_path / "off_policy.csv")
+    assert cells[("arithmetic", "grpo")] == (
+        "acts on 1.00% of tokens (3.00% out of range), 100% of steps"
+    )
+    assert cells[("arithmetic", "gpg")] == "none declared"
+    assert mechanism_cells(tmp_path / "absent.csv") == {}
