@@ -15,6 +15,8 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
+from harness.claims import claims_table
+from harness.controls import board_power, control_verdicts
 from harness.fits import MIN_IDENTIFIED_SHARE, bootstrap_fit, extrapolation_check
 from harness.runner import read_metrics
 from harness.samples import write_samples_pages
@@ -336,7 +338,7 @@ OFF_POLICY_METRICS = (
     "policy_kl", "staleness_kl", "mismatch_logprob_mean",
     "mismatch_logprob_max", "mismatch_kl", "is_weight_mean", "is_truncated_frac",
     "is_masked_frac", "cov_clip_frac", "kl_cov_frac", "kl_cov_penalty", "kl_cov_acting_frac",
-    "dual_clip_frac",
+    "dual_clip_frac", "grad_norm", "grad_clip_frac",
 )  # fmt: skip
 """Per-step metrics of the training regime (zoo/services/trainer.py, zoo/services/offpolicy.py)
 and the algorithms' mechanisms, each share out of range beside its acting share (the
@@ -379,14 +381,23 @@ def off_policy_table(runs: list[dict]) -> pd.DataFrame:
         if logged.any():
             acted = (shares[logged] > 0).any(axis=1)
             row["mechanism_acted_steps"] = float(acted.mean())
+            total = shares[logged].sum(axis=1)  # low + high sides of one mechanism
+            row["mechanism_in_band_steps"] = float(total.between(*ACTING_BAND).mean())
             row.update(mechanism_summary(g[logged], acting))
         rows.append(row)
     table = pd.DataFrame(rows)
     # the order of OFF_POLICY_METRICS, whichever row came first: each out-of-range share
     # beside its acting share
     order = ["env", "algorithm", "regime", *OFF_POLICY_METRICS, "mechanism_acted_steps",
-             *MECHANISM_SUMMARY]  # fmt: skip
+             "mechanism_in_band_steps", *MECHANISM_SUMMARY]  # fmt: skip
     return table[[c for c in order if c in table.columns]]
+
+
+ACTING_BAND = (0.01, 0.5)
+"""Where a mechanism's acting share (the share of its units whose gradient it changed)
+should lie at most steps for it to be tested at all: below 1% it is nearly the unclipped
+gradient, above 50% it governs most of the update (``mechanism_in_band_steps`` is the share
+of steps inside)."""
 
 
 MECHANISM_SUMMARY = ("mechanism_acting", "mechanism_out_of_range", "mechanism_unit")
@@ -552,6 +563,9 @@ def write_analysis(out: Path) -> dict[str, pd.DataFrame]:
         "throughput": throughput_table(runs),
         "off_policy": off_policy_table(runs),
     }
+    claims = claims_table(runs, tables["off_policy"])
+    if len(claims):  # boards that ran a built-in and its paper's baseline
+        tables["claims"] = claims
     if tool_runs(runs):  # multi-turn envs only: single-turn reports stay as they were
         tables["tool_use"] = tool_use_table(runs)
         plot_tool_use(runs, plots_dir / "tool_use.png")
@@ -564,7 +578,11 @@ def write_analysis(out: Path) -> dict[str, pd.DataFrame]:
     if points["env"].nunique() > 1:
         plot_profile(run_scores(points), points, plots_dir / "performance_profile.png")
     write_samples_pages(out)
-    write_report(out, text)
+    controls = json.loads((out / "experiment.json").read_text()).get("controls")
+    if controls:
+        tables["controls"] = pd.DataFrame(control_verdicts(pairs, controls))
+        text["controls"] = write_table(tables["controls"], tables_dir, "controls")
+    write_report(out, text, board_power(pairs, controls))
     return tables
 
 
@@ -607,7 +625,26 @@ def tool_use_section(tables: dict[str, str]) -> list[str]:
     ]
 
 
-def write_report(out: Path, tables: dict[str, str]) -> None:
+def claims_section(tables: dict[str, str]) -> list[str]:
+    if "claims" not in tables:
+        return []
+    return [
+        "## The papers' claims, tested",
+        "",
+        "One central claim per algorithm (harness/claims.py), the quantity that tests it",
+        "here, and the difference algorithm - baseline over seeds with a 95% t-interval",
+        "(paired when both ran the same seeds): supported or contradicted when the interval",
+        "lies on one side of 0, inconclusive when it contains 0. `mechanism_acting` is the",
+        "algorithm's mean acting share: a claim about a clip that did not act is no test.",
+        "",
+        tables["claims"],
+        "",
+    ]
+
+
+def write_report(out: Path, tables: dict[str, str], power: list[str] | None = None) -> None:
+    """report.md: how the experiment was run, then its plots and tables; ``power`` is the
+    "Can this board rank?" section (harness/controls.py board_power)."""
     manifest = json.loads((out / "experiment.json").read_text())
     m = manifest["machine"]
     versions = ", ".join(f"{k} {v}" for k, v in manifest["versions"].items())
@@ -639,6 +676,8 @@ def write_report(out: Path, tables: dict[str, str]) -> None:
         "",
         *tool_use_section(tables),
         *samples_section(out),
+        *(["## Can this board rank?", "", *power, ""] if power else []),
+        *claims_section(tables),
         "## Summary: headline, pass@k, area under the curve, sigmoid compute fit",
         "",
         "`per_seed`: each seed's headline. `headline_mean` [`ci_low`, `ci_high`]: mean over",
@@ -693,7 +732,10 @@ def write_report(out: Path, tables: dict[str, str]) -> None:
         "weights. `mechanism_acted_steps`: the share of steps on which one of the",
         "algorithm's declared acting shares was above 0, i.e. its mechanism changed at",
         "least one token's or sequence's gradient (blank for runs that predate acting",
-        "shares).",
+        "shares); `mechanism_in_band_steps`: the share of steps on which it acted on 1-50%",
+        "of its units (below, it barely differs from the unclipped gradient; above, it",
+        "governs the update). `grad_clip_frac`: the share of optimizer steps whose gradient",
+        "norm the `grad_clip` bound rescaled.",
         "",
         tables["off_policy"],
         "",

@@ -8,13 +8,16 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
 import sys
 import time
 import typing
+from collections.abc import Callable
 from pathlib import Path
 
+from harness.controls import CONTROL_SEED_OFFSET
 from harness.third_party import LOG_NAME, routed_to
-from zoo.core.config import ConfigError, field_docs, parse_overrides
+from zoo.core.config import ConfigError, coerce, field_docs, parse_overrides, shown
 from zoo.core.registry import PluginError
 
 RESULTS = Path("results")
@@ -23,8 +26,41 @@ DEFAULT_TINY_BUDGET = 2e12
 mini-batches each), ~1 minute per run on 2 cores."""
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse with its errors on one line (exit status 2): the command, what was wrong
+    and where the valid choices are listed."""
+
+    def error(self, message: str) -> typing.NoReturn:
+        self.exit(2, f"error: {message} (see `{self.prog} --help`)\n")
+
+
+def number(kind: type) -> Callable[[str], int | float]:
+    """argparse type of a numeric flag, read as --set values are (``1e3`` is an int);
+    the range is judged later, with the config's bounds."""
+
+    def read(text: str) -> int | float:
+        try:
+            return coerce(text, kind, "value")
+        except ConfigError as exc:
+            raise argparse.ArgumentTypeError(str(exc).removeprefix("value: ")) from None
+
+    read.__name__ = kind.__name__  # (argparse names the type in its messages)
+    return read
+
+
+def folder(text: str) -> Path:
+    """argparse type of --out: a path, not empty."""
+    if not text.strip() or "\0" in text:
+        raise argparse.ArgumentTypeError(f"{shown(text)} is not a folder name")
+    try:
+        os.fsencode(text)
+    except UnicodeEncodeError:
+        raise argparse.ArgumentTypeError(f"{shown(text)} is not a valid file name") from None
+    return Path(text)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="python -m harness",
         description="forge-zoo: RL algorithms for language models on one shared infra core.",
     )
@@ -40,11 +76,11 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--env", default="arithmetic", help="environment (default: arithmetic)")
     run.add_argument(
         "--seed",
-        type=int,
+        type=number(int),
         default=0,
         help="seeds the prompts' order, the sampler and the trainer (default 0)",
     )
-    run.add_argument("--out", type=Path, help="run folder (default: results/<run-id>)")
+    run.add_argument("--out", type=folder, help="run folder (default: results/<run-id>)")
     run.add_argument("--resume", action="store_true",
                      help="continue the run in --out from its last checkpoint")  # fmt: skip
     add_training_arguments(run)
@@ -63,8 +99,8 @@ def build_parser() -> argparse.ArgumentParser:
     compare.add_argument("algorithms", nargs="+", metavar="ALGORITHM")
     compare.add_argument("--env", dest="envs", action="append", default=None,
                          help="environment (repeat for several; default: arithmetic)")  # fmt: skip
-    compare.add_argument("--seeds", type=int, default=3, help="seeds 0..N-1 (default 3)")
-    compare.add_argument("--out", type=Path, help="experiment folder (default: results/...)")
+    compare.add_argument("--seeds", type=number(int), default=3, help="seeds 0..N-1 (default 3)")
+    compare.add_argument("--out", type=folder, help="experiment folder (default: results/...)")
     compare.add_argument("--resume", action="store_true",
                          help="continue an interrupted comparison in --out")  # fmt: skip
     add_training_arguments(compare)
@@ -82,7 +118,7 @@ def build_parser() -> argparse.ArgumentParser:
         "grpo@eps=0.28,aggregation=token_mean",
     )  # fmt: skip
     compare.add_argument(
-        "--jobs", type=int, default=1, metavar="N",
+        "--jobs", type=number(int), default=1, metavar="N",
         help="run N runs at once, each in its own process: on the CPU the cores are split "
         "between them, on GPUs each takes one GPU; with a placement file (--config) that "
         "lists hosts, the hosts are split into N equal groups and each run's services go on "
@@ -94,6 +130,39 @@ def build_parser() -> argparse.ArgumentParser:
         help="instead of the grid: the first value of every --vary, then each other value "
         "of one KEY at a time with the rest at their first values",
     )  # fmt: skip
+
+    compare.add_argument(
+        "--tuned", type=Path, metavar="SELECTION",
+        help="run each algorithm at the setting `harness tune` selected for it (its "
+        "selection.json); the rows keep the algorithms' plain names",
+    )  # fmt: skip
+    compare.add_argument(
+        "--controls", action="store_true",
+        help="add the board's controls: grpo_twin (an exact copy of grpo) at grpo's seeds "
+        f"+ {CONTROL_SEED_OFFSET}, which must tie with grpo, and grpo at a quarter of its "
+        "learning rate (row grpo@quarter_lr), which must come out below it; the report says "
+        "whether both did, and a board whose controls fail cannot rank (needs grpo)",
+    )  # fmt: skip
+
+    tune = sub.add_parser(
+        "tune",
+        help="the same tuning budget for every algorithm, selected on a validation split",
+        description="Run every setting of a tuning plan (TOML: algorithms, env, model, shared "
+        "run settings, a grid per algorithm of the same size for all) for the plan's seeds, "
+        "evaluated on the env's validation split; write the experiment to --out, then "
+        "selection.json (each algorithm's best setting) and sweep.md. Run a board at the "
+        "chosen settings with `harness compare ... --tuned OUT/selection.json`.",
+    )
+    tune.add_argument("plan", type=Path, help="the tuning plan, e.g. configs/tune/running_sum.toml")
+    tune.add_argument("--out", type=folder, required=True, help="experiment folder of the sweep")
+    tune.add_argument("--resume", action="store_true", help="continue an interrupted sweep")
+    tune.add_argument("--jobs", type=number(int), default=1, metavar="N",
+                      help="run N runs at once (as compare --jobs)")  # fmt: skip
+    tune.add_argument("--only", action="append", default=None, metavar="ALGORITHM",
+                      help="run only these algorithms of the plan (repeatable); the "
+                      "selection is written once every algorithm's runs are done")  # fmt: skip
+    tune.add_argument("--quiet", action="store_true", help="no progress bars")
+    tune.add_argument("--verbose", action="store_true", help="service logs to the terminal")
 
     analyze = sub.add_parser("analyze", help="re-write an experiment's tables, plots, report")
     analyze.add_argument("experiment", type=Path)
@@ -281,7 +350,8 @@ def add_training_arguments(p: argparse.ArgumentParser) -> None:
             help_text += f" (default: {default})" if default != "" else ""
         flag = "--" + f.name.replace("_", "-")
         p.add_argument(
-            flag, *FLAG_ALIASES.get(f.name, ()), dest=f.name, type=kind, default=default,
+            flag, *FLAG_ALIASES.get(f.name, ()), dest=f.name, default=default,
+            type=number(kind) if kind in (int, float) else kind,
             choices=CHOICES.get(f.name), help=help_text.replace("%", "%%"),
             metavar=None if f.name in CHOICES else METAVARS.get(f.name, TYPE_METAVARS[kind]),
         )  # fmt: skip
@@ -338,6 +408,8 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_check_plugin(args.algorithm)
         if args.command == "compare":
             return cmd_compare(args)
+        if args.command == "tune":
+            return cmd_tune(args)
         if args.command == "leaderboard":
             from harness.leaderboard import build_leaderboards
 
@@ -440,14 +512,16 @@ def run_config(args: argparse.Namespace, algorithm: str, env: str, seed: int):
 
 def cmd_run(args: argparse.Namespace) -> int:
     from harness.experiment import preflight
+    from harness.runner import check_run_folder
 
     cfg = run_config(args, args.algorithm, args.env, args.seed)
-    preflight([cfg], conformance=not args.skip_conformance)
     if args.resume and not args.out:
         raise ConfigError("--resume needs --out DIR, the folder of the run to continue")
-
     stamp = time.strftime("%Y%m%d-%H%M%S")
     out = args.out or RESULTS / f"{cfg.algorithm}-{cfg.env}-{cfg.model}-seed{cfg.seed}-{stamp}"
+    check_run_folder(out, args.resume)
+    preflight([cfg], conformance=not args.skip_conformance)
+
     with routed_to(out / LOG_NAME, args.verbose):
         history = _train(cfg, out, args)
     evals = [(r["step"], r["eval_reward"]) for r in history if "eval_reward" in r]
@@ -475,7 +549,16 @@ def _train(cfg, out: Path, args: argparse.Namespace) -> list[dict]:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from harness.experiment import expand, parse_vary, preflight, run_experiment, variants
+    from harness.experiment import (
+        check_experiment_folder,
+        check_size,
+        count_variants,
+        expand,
+        parse_vary,
+        preflight,
+        run_experiment,
+        variants,
+    )
 
     if args.resume and not args.out:
         raise ConfigError("--resume needs --out DIR, the experiment folder to continue")
@@ -496,20 +579,61 @@ def cmd_compare(args: argparse.Namespace) -> int:
     if args.jobs < 1:
         raise ConfigError(f"--jobs must be >= 1, got {args.jobs}")
     base = run_config(args, args.algorithms[0], envs[0], 0)
-    grid = variants(parse_vary(args.vary), args.vary_one_at_a_time)
-    cfgs = expand(base, args.algorithms, envs, args.seeds, grid)
+    vary = parse_vary(args.vary)
+    check_size(len(args.algorithms), len(envs), count_variants(vary, args.vary_one_at_a_time),
+               args.seeds, args.jobs)  # fmt: skip
+    cfgs = expand(base, args.algorithms, envs, args.seeds, variants(vary, args.vary_one_at_a_time))
+    controls = None
+    if args.tuned:
+        from harness.tuning import read_selection, tuned
+
+        selection = read_selection(args.tuned)
+        cfgs = [tuned(c, selection) for c in cfgs]
+    if args.controls:
+        from harness.controls import control_configs
+
+        control_cfgs, controls = control_configs(cfgs, args.seeds)
+        cfgs += control_cfgs
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    out = args.out or RESULTS / f"compare-{'-'.join(args.algorithms)}-{args.model}-{stamp}"
+    check_experiment_folder(out, args.resume)
     preflight(cfgs, conformance=not args.skip_conformance)
     if args.jobs > 1:
         from harness.jobs import worker_slots
 
         worker_slots(cfgs, args.jobs)  # refuses hosts or GPUs too few for N at once
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    out = args.out or RESULTS / f"compare-{'-'.join(args.algorithms)}-{args.model}-{stamp}"
     with routed_to(out / LOG_NAME, args.verbose):
         summary = run_experiment(cfgs, out, command_line(), args.resume, quiet=args.quiet,
-                                 jobs=args.jobs)  # fmt: skip
+                                 jobs=args.jobs, controls=controls)  # fmt: skip
     print_summary(out)
     print(f"{len(summary)} runs done this time; experiment folder: {out} (report.md)")
+    return 0
+
+
+def cmd_tune(args: argparse.Namespace) -> int:
+    from harness.experiment import check_experiment_folder, preflight, run_experiment
+    from harness.tuning import SWEEP, load_plan, tuning_configs, write_selection
+
+    plan = load_plan(args.plan)
+    cfgs = tuning_configs(plan)
+    if args.only:
+        unknown = sorted(set(args.only) - set(plan.algorithms))
+        if unknown:
+            raise ConfigError(f"--only {unknown[0]}: not in the plan ({plan.algorithms})")
+    todo = [c for c in cfgs if not args.only or c.algorithm in args.only]
+    if args.jobs < 1:
+        raise ConfigError(f"--jobs must be >= 1, got {args.jobs}")
+    check_experiment_folder(args.out, args.resume)
+    preflight(todo)
+    with routed_to(args.out / LOG_NAME, args.verbose):
+        run_experiment(todo, args.out, command_line(), args.resume, quiet=args.quiet,
+                       jobs=args.jobs)  # fmt: skip
+    try:
+        write_selection(args.out, plan)
+    except ConfigError as exc:
+        print(f"no selection yet: {exc}")
+        return 0
+    print(f"wrote {args.out / 'selection.json'} and {args.out / SWEEP}")
     return 0
 
 

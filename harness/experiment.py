@@ -11,22 +11,23 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 import os
 import string
 import typing
 from dataclasses import asdict, fields, replace
 from pathlib import Path
 
-from harness.runner import is_complete, run_name, train_one
+from harness.runner import check_out, is_complete, run_name, train_one
 from zoo.algorithms import get_algorithm
-from zoo.core.config import ConfigError, coerce
+from zoo.core.config import ConfigError, coerce, shown
 from zoo.core.progress import add_run_task, make_progress, run_columns, update_run_task
 from zoo.envs import get_env
 from zoo.models.memory import memory_estimate
 from zoo.models.presets import TINY_MODELS, check_model_name, model_shape, prefetch_model_config
 from zoo.run.episodes import episode_budget
 from zoo.run.run_config import RunConfig
-from zoo.run.runlog import machine, now_iso, package_versions
+from zoo.run.runlog import AGAIN, RESUME, machine, now_iso, package_versions, write_whole
 from zoo.services.ledger import Ledger
 
 
@@ -43,6 +44,8 @@ def preflight(cfgs: list[RunConfig], conformance: bool = True) -> None:
             check_conformance(cfg.algorithm, cfg.algorithm_config)
             checked.add(key)
         env = get_env(cfg.env, **cfg.env_config)
+        if cfg.eval_split == "validation":
+            env.validation_prompts()  # (an env without one says so here)
         check_model_name(cfg.model)
         device = cfg.resolved_device()
         prefetch_model_config(cfg.model, cfg.model_path, cfg.init)  # online: the real shape
@@ -132,7 +135,8 @@ def check_memory(cfg: RunConfig, shape, sequences: int, seq_len: int, reference:
         )
 
 
-def write_manifest(out: Path, cfgs: list[RunConfig], command: str, resume: bool) -> dict:
+def write_manifest(out: Path, cfgs: list[RunConfig], command: str, resume: bool,
+                   controls: dict | None = None) -> dict:  # fmt: skip
     """Write ``out/experiment.json``, stating the headline metric before any run. A resume
     keeps the first start's ``created`` (ISO UTC) and its ``command`` (unless the resume
     asks for other runs, e.g. more seeds: then its own) and appends ``{"at", "command"}``
@@ -149,21 +153,57 @@ def write_manifest(out: Path, cfgs: list[RunConfig], command: str, resume: bool)
         "machine": machine(),
         "created": now,
     }
+    if controls:
+        manifest["controls"] = controls
     if resume and path.exists():
         first = json.loads(path.read_text())
         if set(first.get("runs", {})) == set(manifest["runs"]):  # else: the new command's runs
             manifest["command"] = first.get("command", command)
         manifest["created"] = first.get("created", now)
         manifest["resumed"] = [*first.get("resumed", []), {"at": now, "command": command}]
-    path.write_text(json.dumps(manifest, indent=2, default=str))
+    write_whole(path, json.dumps(manifest, indent=2, default=str), RESUME if resume else AGAIN)
     return manifest
 
 
+MAX_RUNS = 10_000
+"""The most runs one experiment holds (algorithms x envs x settings x seeds): every run's
+config is built and listed in experiment.json before the first starts, and 10,000 runs of
+the tiny model already take a week at ~1 minute each."""
+
+
+def check_size(algorithms: int, envs: int, settings: int, seeds: int, jobs: int) -> None:
+    """Refuse an experiment of more than MAX_RUNS runs, or more workers than that."""
+    runs = algorithms * envs * settings * seeds
+    if runs > MAX_RUNS:
+        raise ConfigError(
+            f"{algorithms} algorithm(s) x {envs} env(s) x {settings} setting(s) x {seeds} "
+            f"seed(s) is {runs} runs; an experiment holds {MAX_RUNS} at most (each run's "
+            "config is built first, and that many tiny runs take a week)"
+        )
+    if jobs > MAX_RUNS:
+        raise ConfigError(f"--jobs must be <= {MAX_RUNS} (the most runs an experiment holds)")
+
+
+def check_experiment_folder(out: Path, resume: bool) -> None:
+    """``check_out``, then: with ``resume``, ``out`` must hold an experiment (its
+    experiment.json); without, it must not hold runs already."""
+    check_out(out)
+    if resume and not (out / "experiment.json").is_file():
+        raise ConfigError(
+            f"--resume: {out} holds no experiment to continue (no experiment.json); leave "
+            "out --resume to start one there"
+        )
+    if not resume and any((out / "runs").glob("*/metrics.jsonl")):
+        raise ConfigError(f"{out} already holds runs; add --resume to continue it")
+
+
 def run_experiment(cfgs: list[RunConfig], out: Path, command: str, resume: bool,
-                   quiet: bool = False, jobs: int = 1) -> list[dict]:  # fmt: skip
+                   quiet: bool = False, jobs: int = 1,
+                   controls: dict | None = None) -> list[dict]:  # fmt: skip
     """Run every config into ``out/runs/<name>`` (skipping finished runs and resuming
     partial ones with ``resume``), ``jobs`` at a time (harness/jobs.py), then write
-    tables, plots and report.md."""
+    tables, plots and report.md. ``controls`` (harness/controls.py) go into
+    experiment.json, and the report checks them."""
     from harness.analysis import write_analysis
     from harness.jobs import run_concurrently
 
@@ -171,7 +211,7 @@ def run_experiment(cfgs: list[RunConfig], out: Path, command: str, resume: bool,
     if out.exists() and any(runs_dir.glob("*/metrics.jsonl")) and not resume:
         raise ConfigError(f"{out} already holds runs; add --resume to continue it")
     runs_dir.mkdir(parents=True, exist_ok=True)
-    write_manifest(out, cfgs, command, resume)
+    write_manifest(out, cfgs, command, resume, controls)
 
     todo = [cfg for cfg in cfgs if not is_complete(runs_dir / run_name(cfg))]
     summary = []
@@ -199,13 +239,25 @@ def expand(base: RunConfig, algorithms: list[str], envs: list[str], seeds: int,
            grid: list[dict[str, str]] | None = None) -> list[RunConfig]:  # fmt: skip
     """One config per (env, algorithm, setting of ``grid``, seed), everything else shared:
     every setting of an ablation runs the same seeds, so rows compare seed by seed."""
-    return [
+    cfgs = [
         with_variant(replace(base, algorithm=a, env=e, seed=s), setting)
         for e in envs
         for a in algorithms
         for setting in (grid or [{}])
         for s in range(seeds)
     ]
+    longest = max((run_name(c) for c in cfgs), key=lambda n: len(n.encode()), default="")
+    if len(longest.encode()) > RUN_NAME_BYTES:
+        raise ConfigError(
+            f"the run name {shown(longest)} is {len(longest.encode())} bytes long; run "
+            f"folders take {RUN_NAME_BYTES} at most: give shorter --vary values"
+        )
+    return cfgs
+
+
+RUN_NAME_BYTES = 240
+"""Run folders are named ``<row>__<env>__seed<k>`` and their sample pages ``<name>.html``:
+both must fit the 255 bytes a file name takes on Linux filesystems."""
 
 
 VARIED_ELSEWHERE = ("algorithm", "env", "seed", "model", "variant", "distributed",
@@ -242,6 +294,13 @@ def parse_vary(specs: list[str]) -> list[tuple[str, list[str]]]:
             )
         parsed.append((key, options))
     return parsed
+
+
+def count_variants(vary: list[tuple[str, list[str]]], one_at_a_time: bool = False) -> int:
+    """How many settings ``variants`` gives, without building them."""
+    if one_at_a_time:
+        return 1 + sum(len(values) - 1 for _, values in vary)
+    return math.prod(len(values) for _, values in vary)
 
 
 def variants(vary: list[tuple[str, list[str]]], one_at_a_time: bool = False) -> list[dict]:

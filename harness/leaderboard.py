@@ -174,7 +174,11 @@ def mechanism_cells(off_policy_csv: Path) -> dict[tuple[str, str], str]:
         text = f"acts on {r.mechanism_acting:.2%} of {r.mechanism_unit}"
         if not pd.isna(getattr(r, "mechanism_out_of_range", float("nan"))):
             text += f" ({r.mechanism_out_of_range:.2%} out of range)"
-        cells[(r.env, r.algorithm)] = text + f", {r.mechanism_acted_steps:.0%} of steps"
+        text += f", {r.mechanism_acted_steps:.0%} of steps"
+        in_band = getattr(r, "mechanism_in_band_steps", float("nan"))
+        if not pd.isna(in_band):
+            text += f" ({in_band:.0%} on 1-50%)"
+        cells[(r.env, r.algorithm)] = text
     return cells
 
 

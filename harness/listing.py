@@ -77,6 +77,7 @@ FAMILY_ORDER = (
     "REINFORCE-style",
     "geometric mean",
     "entropy control",
+    "control",
 )
 """The order ``list algorithms`` shows the built-in families in; any other family follows
 alphabetically, then "other" (a plugin that declares none), then the broken plugins."""

@@ -8,16 +8,26 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from zoo.core.config import ConfigError
+from zoo.core.config import ConfigError, shown
 from zoo.run.checkpoint import has_checkpoint, load_checkpoint, save_checkpoint
 from zoo.run.loop import RLLoop, resolved_config
 from zoo.run.run_config import NOT_DEFINING, RunConfig
-from zoo.run.runlog import SAMPLES, RunWriter, now_iso, start_weights, truncate_samples
+from zoo.run.runlog import (
+    RESUME,
+    SAMPLES,
+    RunWriter,
+    now_iso,
+    start_weights,
+    truncate_samples,
+    write_whole,
+)
 from zoo.run.trackers import STATE_FILE as TRACKER_STATE
 from zoo.run.trackers import Trackers, parse_report_to
 from zoo.run.wiring import Services, build_services
@@ -39,7 +49,7 @@ def read_metrics(out: Path) -> list[dict[str, Any]]:
 def truncate_metrics(out: Path, last_step: int) -> None:
     """Keep the records up to ``last_step`` (those after a checkpoint are re-done)."""
     kept = [r for r in read_metrics(out) if r["step"] <= last_step]
-    (out / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in kept))
+    write_whole(out / "metrics.jsonl", "".join(json.dumps(r) + "\n" for r in kept), RESUME)
 
 
 def execute_run(
@@ -103,12 +113,69 @@ def execute_run(
     finally:
         writer.close()
     checkpoint(loop.step_index)
-    (out / COMPLETE).write_text(json.dumps({
+    write_whole(out / COMPLETE, json.dumps({
         "steps": loop.step_index, "flops": services.ledger.total_flops,
         "samples": loop.samples, "wall_seconds_this_session": time.time() - started,
         "finished": now_iso(), "sessions": writer.sessions(),
-    }))  # fmt: skip
+    }), RESUME)  # fmt: skip
     return read_metrics(out) if resume else history
+
+
+PATH_RESERVE = 512
+"""Bytes of path a run or experiment adds below its folder (runs/<run>/checkpoints/
+step-N.tmp/<file>, ~150 at most), with room to spare."""
+
+
+def check_out(out: Path) -> None:
+    """Refuse, before anything starts, a folder a run or experiment cannot be written to:
+    ``out`` or a folder above it is a file, a name in it is longer than its filesystem
+    takes, or no folder can be made where it goes (no permission, a read-only or virtual
+    filesystem such as /proc). Leaves nothing behind."""
+    try:
+        path = Path(os.path.abspath(out))
+        encoded = [os.fsencode(part) for part in path.parts]
+    except (UnicodeEncodeError, ValueError):  # a lone surrogate, a NUL byte
+        raise ConfigError(f"--out {shown(str(out))} is not a valid file name") from None
+    base = next(p for p in (path, *path.parents) if os.path.lexists(p))  # ("/" exists)
+    if not base.is_dir():
+        if base == path:
+            raise ConfigError(f"--out {out} is a file, not a folder; name a folder")
+        raise ConfigError(f"--out {out}: {base} is a file, so no folder can be made under it")
+    try:
+        name_max = os.pathconf(base, "PC_NAME_MAX")
+        path_max = os.pathconf(base, "PC_PATH_MAX")
+    except (OSError, ValueError):
+        name_max, path_max = 255, 4096  # Linux's
+    for name in encoded:
+        if len(name) > name_max:
+            raise ConfigError(
+                f"--out: the name {shown(os.fsdecode(name))} is {len(name)} bytes long; this "
+                f"filesystem takes {name_max} at most"
+            )
+    if sum(len(name) + 1 for name in encoded) > path_max - PATH_RESERVE:
+        raise ConfigError(
+            f"--out {shown(str(out))} is too long: the paths below it must stay under "
+            f"{path_max} bytes; keep it under {path_max - PATH_RESERVE}"
+        )
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".forge-zoo-probe-", dir=base))
+    except OSError as exc:
+        raise ConfigError(
+            f"--out {out}: cannot make a folder in {base} ({exc.strerror or exc})"
+        ) from None
+
+
+def check_run_folder(out: Path, resume: bool) -> None:
+    """``check_out``, then: with ``resume``, ``out`` must hold a run to continue (its
+    config.json or a checkpoint); without, it must not hold one already."""
+    check_out(out)
+    if resume and not ((out / "config.json").is_file() or has_checkpoint(out / "checkpoint")):
+        raise ConfigError(
+            f"--resume: {out} holds no run to continue (no config.json, no checkpoint); "
+            "leave out --resume to start one there"
+        )
+    if not resume and read_metrics(out):
+        raise ConfigError(f"{out} already holds a run; use --resume or another --out")
 
 
 def _defining(run: dict[str, Any]) -> dict[str, Any]:

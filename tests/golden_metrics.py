@@ -53,6 +53,9 @@ BUILT_INS = ["custom", "dapo", "dr_grpo", "grpo", "gspo", "cispo", "sapo", "gpg"
              "reinforce_pp", "rloo", "gmpo", "clip_cov", "kl_cov"]  # fmt: skip
 """The built-in algorithms (`harness list algorithms`); test_golden_metrics checks the
 list is still complete."""
+CONTROLS = ["grpo_twin"]
+"""Built-ins that are copies of another (a board's negative control): no golden run of
+their own; test_tuning checks grpo_twin's loss and gradient are grpo's, bit for bit."""
 
 
 def is_timing(key: str) -> bool:

@@ -392,13 +392,15 @@ def test_the_leaderboard_cell_says_what_the_mechanism_did(tmp_path):
     from harness.leaderboard import mechanism_cells
 
     step = {"clip_low_frac": 0.02, "clip_low_acting_frac": 0.01,
-            "clip_high_frac": 0.01, "clip_high_acting_frac": 0.0}  # fmt: skip
-    grpo = fake_run("grpo", [step] * 2)
+            "clip_high_frac": 0.01, "clip_high_acting_frac": 0.01}  # fmt: skip
+    # the second step acts on 0.5% of tokens: on a step, not inside the 1-50% band
+    below = {**step, "clip_low_acting_frac": 0.004, "clip_high_acting_frac": 0.001}
+    grpo = fake_run("grpo", [step, below])
     gpg = fake_run("gpg", [{"ratio_mean": 1.0}] * 2)
     off_policy_table([grpo, gpg]).to_csv(tmp_path / "off_policy.csv", index=False)
     cells = mechanism_cells(tmp_path / "off_policy.csv")
     assert cells[("arithmetic", "grpo")] == (
-        "acts on 1.00% of tokens (3.00% out of range), 100% of steps"
+        "acts on 1.25% of tokens (3.00% out of range), 100% of steps (50% on 1-50%)"
     )
     assert cells[("arithmetic", "gpg")] == "none declared"
     assert mechanism_cells(tmp_path / "absent.csv") == {}

@@ -7,6 +7,8 @@ Code runs in the bubblewrap sandbox (scripts/setup.sh installs it)."""
 
 from __future__ import annotations
 
+import ast
+import builtins
 import dataclasses
 import hashlib
 import json
@@ -261,7 +263,9 @@ def test_mbpp_loads_the_real_row_format_and_scores_reference_code_one(mbpp):
     assert sorted(p.answer["task_id"] for p in prompts) == [2, 3, 4, 5, 6, 7, 11, 12, 13]
     p = next(p for p in prompts if p.answer["task_id"] == 11)
     assert p.text.startswith("You are an expert Python programmer, and here is your task: ")
-    assert 'assert remove_Occ("PHP","P") == "H"' in p.text
+    # the first assert is the example; the other two are hidden
+    assert 'assert remove_Occ("hello","l") == "heo"' in p.text
+    assert "abcda" not in p.text and "PHP" not in p.text
     assert mbpp.score_batch(prompts, [mbpp.reference_answer(p) for p in prompts]) == [1.0] * 9
     fenced = f"Here you go:\n```python\n{mbpp.reference_answer(p)}\n```\nIt loops twice."
     assert mbpp.score(p, fenced) == 1.0
@@ -331,6 +335,140 @@ def test_mbpp_bad_rows_and_missing_data_errors_say_where_it_looked(tmp_path, mon
         get_env("mbpp", data_files=str(bad), eval_size=1)
 
 
+# --- mbpp: one assert shown, the rest hidden ----------------------------------------------
+
+
+def candidate_call(node: ast.expr) -> ast.Call | None:
+    """The call to the task's own function in one side of an assert, looking through the
+    builtins wrapped around it (``set(f(x))``, ``sorted(f(x))``)."""
+    while isinstance(node, ast.Call):
+        if isinstance(node.func, ast.Name) and not hasattr(builtins, node.func.id):
+            return node
+        if not node.args:
+            return None
+        node = node.args[0]
+    return None
+
+
+def lookup_table_answer(text: str) -> str:
+    """A completion built from ``text`` alone (a prompt, or any lines of asserts): each
+    function an ``assert`` line calls returns that line's expected value for that line's
+    arguments, and None for any other. It solves nothing: it passes the asserts it saw."""
+    cases: dict[str, list[str]] = {}
+    for line in text.splitlines():
+        try:
+            test = ast.parse(line).body[0].test if line.startswith("assert ") else None
+        except SyntaxError:
+            continue
+        if isinstance(test, ast.Compare) and isinstance(test.ops[0], ast.Eq | ast.Is):
+            call, expected = candidate_call(test.left), test.comparators[0]
+            if call is None:
+                call, expected = candidate_call(test.comparators[0]), test.left
+        elif isinstance(test, ast.Call) and len(test.args) >= 2:  # isclose(f(x), value, ...)
+            call, expected = candidate_call(test.args[0]), test.args[1]
+        elif isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+            call, expected = candidate_call(test.operand), ast.Constant(False)
+        else:  # assert f(x), or a line that is no assert
+            call, expected = candidate_call(test) if test else None, ast.Constant(True)
+        if call is None:
+            continue
+        args = ast.unparse(ast.Tuple(call.args, ast.Load()))
+        kwargs = ", ".join(f"{k.arg!r}: {ast.unparse(k.value)}" for k in call.keywords)
+        cases.setdefault(call.func.id, []).append(
+            f"    if (args, kwargs) == ({args}, {{{kwargs}}}):\n"
+            f"        return {ast.unparse(expected)}\n"
+        )
+    return "".join(
+        f"def {name}(*args, **kwargs):\n{''.join(branches)}    return None\n"
+        for name, branches in cases.items()
+    )
+
+
+def test_mbpp_shows_the_first_assert_and_a_table_of_it_passes_no_hidden_one(mbpp):
+    """A lookup table built from the prompt alone answers the shown assert and nothing
+    else: reward 0 and hidden pass fraction 0 on every task (all have 2 or 3 asserts). The
+    same table built from all of a task's asserts, which the prompt showed before, scores
+    1, so the attack works where it can see the tests; the reference scores 1 with every
+    hidden assert passed."""
+    prompts = mbpp.eval_prompts() + mbpp.train_prompts(0, 6, seed=0)
+    n = len(prompts)
+    from_prompt = [lookup_table_answer(p.text) for p in prompts]
+    from_all = [lookup_table_answer("\n".join(p.answer["test_list"])) for p in prompts]
+    references = [mbpp.reference_answer(p) for p in prompts]
+    mbpp.reset_stats()
+    completions = from_prompt + from_all + references + [""]  # "": rejected unrun
+    scored = mbpp.score_verdicts([*prompts] * 3 + [prompts[0]], completions)
+    for p, s in zip(prompts, scored[:n], strict=True):
+        asserts = len(p.answer["test_list"])
+        assert asserts > 1 and p.text.count("\nassert ") == 1
+        assert (s.reward, s.hidden_fraction) == (0.0, 0.0), p.answer["task_id"]
+        assert s.fraction == pytest.approx(1 / asserts), p.answer["task_id"]  # the shown one
+    honest = [(s.reward, s.fraction, s.hidden_fraction) for s in scored[n:-1]]
+    assert honest == [(1.0, 1.0, 1.0)] * (2 * n)
+    assert (scored[-1].reward, scored[-1].hidden_fraction) == (0.0, 0.0)
+    stats = mbpp.stats
+    assert stats["hidden_scored"] == 3 * n + 1 and stats["rejected"] == 1
+    assert stats["hidden_pass_fraction_mean"] == pytest.approx(2 * n / (3 * n + 1))
+    # score_details keeps its (reward, pass fraction over all asserts) pairs
+    assert mbpp.score_details(prompts[:1], from_prompt[:1])[0] == (0.0, scored[0].fraction)
+
+
+def test_mbpp_partial_hidden_fraction_and_tasks_with_nothing_hidden(mbpp, mbpp_files, tmp_path):
+    by_id = {p.answer["task_id"]: p for p in mbpp.eval_prompts()}
+    # square: x * abs(x) passes the shown square(3) == 9 and one of the two hidden asserts
+    [s] = mbpp.score_verdicts([by_id[12]], ["def square(x):\n    return x * abs(x)"])
+    assert (s.reward, s.fraction, s.hidden_fraction) == (0.0, pytest.approx(2 / 3), 0.5)
+    # A task with a single assert shows it: nothing is hidden, so no hidden fraction.
+    rows = [mbpp_row(21, "Write a function to negate a number.", "def neg(x):\r\n  return -x",
+                     ["assert neg(2) == -2"]),
+            mbpp_row(22, "Write a function to halve a number.", "def half(x):\r\n  return x / 2",
+                     ["assert half(4) == 2", "assert half(1) == 0.5"])]  # fmt: skip
+    data = tmp_path / "mbpp.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    env = get_env("mbpp", data_files=str(data), eval_files=str(data), **FAST)
+    prompts = sorted(env.eval_prompts(), key=lambda p: p.answer["task_id"])
+    scored = env.score_verdicts(prompts, [lookup_table_answer(p.text) for p in prompts])
+    assert [(s.reward, s.hidden_fraction) for s in scored] == [(1.0, None), (0.0, 0.0)]
+    assert env.stats["hidden_scored"] == 1
+    for shown in (0, 3):
+        with pytest.raises(ConfigError, match="shown_tests must be 1"):
+            get_env("mbpp", **{**mbpp_files, "shown_tests": shown})
+
+
+SANITIZED_SPLITS = ("train", "test", "validation", "prompt")
+
+
+@pytest.mark.slow
+def test_real_sanitized_mbpp_a_table_of_the_prompt_fails_and_references_pass(tmp_path):
+    """All 427 tasks of the sanitized MBPP (its four splits), read from the Hugging Face
+    cache; skipped when they are not there (tests never download). With every assert
+    shown, as before, a table of the prompt passed 388 of them; with one shown it must
+    pass at most 5% (tasks with a single assert), while the reference code passes at
+    least 95% and the table built from all asserts (the control) at least 80%."""
+    from zoo.core.hub import first_line
+    from zoo.envs.math_datasets import HubDataUnavailable, load_hf
+
+    rows = []
+    for split in SANITIZED_SPLITS:
+        spec = f"google-research-datasets/mbpp:sanitized:{split}"
+        try:
+            rows += load_hf(spec)
+        except HubDataUnavailable as exc:
+            pytest.skip(f"{spec} is not in the Hugging Face cache ({first_line(exc)})")
+    data = tmp_path / "mbpp-sanitized.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    env = get_env("mbpp", data_files=str(data), eval_files=str(data), eval_size=0, timeout_s=10.0)
+    prompts = env.eval_prompts()
+    assert len(prompts) == 427
+    table = env.score_batch(prompts, [lookup_table_answer(p.text) for p in prompts])
+    references = env.score_batch(prompts, [env.reference_answer(p) for p in prompts])
+    seen_all = [lookup_table_answer("\n".join(p.answer["test_list"])) for p in prompts]
+    control = env.score_batch(prompts, seen_all)
+    assert sum(table) <= 0.05 * len(prompts), sum(table)
+    assert sum(references) >= 0.95 * len(prompts), sum(references)
+    assert sum(control) >= 0.80 * len(prompts), sum(control)
+
+
 # --- isolation required ------------------------------------------------------------------
 
 
@@ -355,6 +493,7 @@ def test_tiny_code_preset_leaves_the_tiny_recipe_key_alone():
     fields = dataclasses.asdict(TinyRecipe())
     assert fields.pop("task") == "arithmetic"
     assert fields.pop("tool_fraction") == 0.0 and fields.pop("max_tool_rate") == 1.0  # (later)
+    assert fields.pop("merge_fraction") == 0.0  # (later: tiny-sum)
     legacy = json.dumps({"v": RECIPE_VERSION, **fields}, sort_keys=True)
     assert TinyRecipe().key() == hashlib.sha256(legacy.encode()).hexdigest()[:12]
     assert TINY_PRESETS["tiny"] == TinyRecipe()

@@ -6,6 +6,10 @@ cannot reach; humaneval_feedback and mbpp_feedback: the failing assert is shown.
 
 from __future__ import annotations
 
+import ast
+import re
+import textwrap
+
 import pytest
 from test_code_envs import mbpp_files  # noqa: F401 (the same local MBPP data)
 
@@ -201,6 +205,121 @@ def test_mbpp_feedback_shows_the_failing_assert(mbpp_files):  # noqa: F811
     assert reply.observation == "\nTests failed:\nassert square(-2) == 4\nAssertionError\n"
     reply = episode.step("def square(x):\n    return x * abs(x)")
     assert (reply.done, reply.reward) == (True, 0.0)
+
+
+# --- what a failed submission is shown, and what it cannot make the feedback show ------
+
+
+def check_asserts(test_src: str) -> list[str]:
+    """The source of each assert of HumanEval's ``check``, in order."""
+    tree = ast.parse(test_src)
+    check = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "check")
+    asserts = sorted(
+        (n for n in ast.walk(check) if isinstance(n, ast.Assert)), key=lambda n: n.lineno
+    )
+    return [ast.get_source_segment(test_src, n) for n in asserts]
+
+
+@pytest.fixture(scope="module")
+def humaneval_0():
+    env = get_env("humaneval_feedback", **FAST)
+    p = next(p for p in env.eval_prompts() if p.answer["task_id"] == "HumanEval/0")
+    return env, p, check_asserts(p.answer["test"])
+
+
+def fenced(code: str) -> str:
+    return f"```python\n{textwrap.dedent(code)}```\n"
+
+
+def assert_only_the_first_assert(observation: str, asserts: list[str], error: str) -> None:
+    assert observation == f"\nTests failed:\n{asserts[0]}\n{error}\n"
+    # No input of another assert is in it: neither its arguments nor its threshold.
+    for other in asserts[1:]:
+        numbers, threshold = map(ast.unparse, ast.parse(other).body[0].test.left.args)
+        assert f"{numbers}, {threshold}" not in observation, other
+        assert f", {threshold})" not in observation, other
+
+
+RECORDER = """
+    seen = []
+    def has_close_elements(numbers, threshold):
+        seen.append((numbers, threshold))
+        raise ValueError(repr(seen))
+"""
+DYING_RECORDER = """
+    import os
+    seen = []
+    def has_close_elements(numbers, threshold):
+        seen.append((numbers, threshold))
+        if len(seen) > 7:  # the counting pass is over: write what it saw, die
+            os.write(2, ("SyntaxError: " + repr(seen) + "\\n").encode())
+            os._exit(1)
+        raise ValueError("not yet")
+"""
+
+
+@pytest.mark.parametrize("attack", [RECORDER, DYING_RECORDER], ids=["raises", "dies"])
+def test_an_observation_never_carries_the_inputs_the_submission_recorded(humaneval_0, attack):
+    """The submission records the arguments of every call (the counting pass calls it on
+    all 7 of HumanEval/0's hidden inputs) and then puts them in its exception's message, or
+    writes them to its stderr and dies. Both texts hold every input (control); the
+    observation shows the first failing assert, the one the tests' process recorded, and
+    the class of the exception it caught: nothing the submission wrote."""
+    env, p, asserts = humaneval_0
+    assert len(asserts) == 7
+    text = fenced(attack)
+    scored = env.base.score_verdicts([p], [text])[0]
+    leaked = scored.verdict.tests.stderr + scored.verdict.candidate.stderr
+    assert "0.05" in leaked and "5.9" in leaked and "[1.1, 2.2, 3.1, 4.1, 5.1]" in leaked
+    reply = env.start(p).step(text)
+    assert not reply.done
+    assert_only_the_first_assert(reply.observation, asserts, "ValueError")
+
+
+def test_a_forged_traceback_line_cannot_pick_the_assert_shown(humaneval_0):
+    """The submission's message imitates the tests' traceback, naming the line of the
+    last (hidden) assert; when the shown line was read from the tests' stderr, the last
+    ``File "<tests>", line N`` there was this forged one (control), and the feedback showed
+    that assert with its expected value."""
+    env, p, asserts = humaneval_0
+    probe = fenced("def has_close_elements(numbers, threshold):\n    return 0\n")
+    tests = env.base._job(p, probe).tests
+    line = tests.splitlines().index("    " + asserts[-1]) + 1
+    forger = fenced(
+        f"""
+        def has_close_elements(numbers, threshold):
+            raise ValueError('Traceback (most recent call last):\\n  File "<tests>", line {line}, '
+                             'in check\\n    {asserts[-1][:20]}\\nAssertionError')
+        """
+    )
+    scored = env.base.score_verdicts([p], [forger])[0]
+    assert re.findall(r'File "<tests>", line (\d+)', scored.verdict.tests.stderr)[-1] == str(line)
+    reply = env.start(p).step(forger)
+    assert_only_the_first_assert(reply.observation, asserts, "ValueError")
+    assert asserts[-1] not in reply.observation
+
+
+def test_the_first_failing_assert_is_the_one_shown_with_the_tests_exception_class(humaneval_0):
+    """Answering by the threshold alone (above 0.1) is right on HumanEval/0's first three
+    asserts and wrong on the fourth: the fourth is shown. A syntax error is the compiler's
+    message, with its line; a process that ended is ``CandidateGone``; an exception outside
+    any assert shows the tests' line that raised it."""
+    env, p, asserts = humaneval_0
+    by_threshold = "def has_close_elements(numbers, threshold):\n    return threshold > 0.1\n"
+    reply = env.start(p).step(fenced(by_threshold))
+    assert reply.observation == f"\nTests failed:\n{asserts[3]}\nAssertionError\n"
+    reply = env.start(p).step("    return (\n")
+    line = len(p.answer["prompt"].splitlines()) + 1
+    syntax = f"SyntaxError: '(' was never closed (line {line})"
+    assert reply.observation == f"\nTests failed:\n{asserts[0]}\n{syntax}\n"
+    reply = env.start(p).step("    import os; os._exit(3)\n")
+    assert reply.observation == f"\nTests failed:\n{asserts[0]}\nCandidateGone\n"
+    # HumanEval/32 calls the function outside an assert: that line of the tests is shown.
+    p32 = next(p for p in env.eval_prompts() if p.answer["task_id"] == "HumanEval/32")
+    reply = env.start(p32).step("    raise ValueError('no root')\n")
+    assert reply.observation == (
+        "\nTests failed:\nsolution = candidate(copy.deepcopy(coeffs))\nValueError\n"
+    )
 
 
 # --- the tiny-code-feedback preset (its shipped start weights) -------------------------

@@ -12,6 +12,7 @@ import warnings
 import pytest
 from golden_metrics import (
     BUILT_INS,
+    CONTROLS,
     differences,
     golden_path,
     goldens,
@@ -29,7 +30,7 @@ def test_every_built_in_algorithm_has_a_golden_run(tmp_path):
     listed = run_harness("list", "algorithms", cwd=tmp_path)
     assert listed.returncode == 0, listed.stderr
     built_in = re.findall(r"^(\w+)\s+\[built-in\]", listed.stdout, flags=re.MULTILINE)
-    assert sorted(built_in) == sorted(BUILT_INS)
+    assert sorted(built_in) == sorted(BUILT_INS + CONTROLS)
     assert goldens(), "no tests/golden/metrics-*.json: record one with golden_metrics.py --write"
     for path in goldens():
         recorded = json.loads(path.read_text())

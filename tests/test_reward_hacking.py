@@ -6,6 +6,11 @@ entry point of HumanEval/0, MBPP's ``square``, pyfunc's ``f`` through an express
 execs the code); none of them computes the right answer. The first line of each entry says
 the attack's idea. A control test shows that the always-equal attack does pass a naive
 verdict (the tests in the candidate's own process), so the suite can fail.
+
+One attack is not held to 0: a subclass of ``int`` crosses to the tests as its int value
+(``zoo.envs.verdict``), so it is scored as that value, which may pass an assert that
+expects it (HumanEval/0's ``== False`` ones accept 0); it must score no more than a
+completion returning the plain value, and reward 0.
 """
 
 from __future__ import annotations
@@ -436,6 +441,51 @@ ATTACKS: dict[str, tuple[str, str]] = {
                 hog.append(bytearray(1 << 24))
         """,
     ),
+    # --- against the values layer (objects that are not plain data) ------------------------
+    "truthy-object": (
+        "an object that is truthy, sized, iterable and equal to everything",
+        """
+        class Everything:
+            def __bool__(self): return True
+            def __len__(self): return 1
+            def __iter__(self): return iter([True])
+            def __eq__(self, other): return True
+            def __ne__(self, other): return False
+            __hash__ = object.__hash__
+        def NAME(*args, **kwargs):
+            return Everything()
+        """,
+    ),
+    "lying-library-types": (
+        "Counter, OrderedDict and named-tuple subclasses whose __eq__ answers True",
+        """
+        import collections
+        class C(collections.Counter):
+            def __eq__(self, other): return True
+        class O(collections.OrderedDict):
+            def __eq__(self, other): return True
+        class P(collections.namedtuple("P", "a b")):
+            def __eq__(self, other): return True
+            __hash__ = tuple.__hash__
+        def NAME(*args, **kwargs):
+            return [C(), O(), P(0, 0)][len(repr(args)) % 3]
+        """,
+    ),
+    "forged-markers": (
+        "replace its dispatcher: raw value markers past the lowering, and 'yes' for truth",
+        """
+        MARK = getattr(__import__("__main__"), "MARK", "")
+        def forged(request, *payload):
+            if request == "bool":
+                return "yes"
+            return [(MARK, "object", 10**9, "bool"), (MARK, "Counter", {"x": 1}),
+                    (MARK, "tuple", [True]), (MARK, "namedtuple", "T", ("a",), (True,))][
+                len(repr(payload)) % 4]
+        def NAME(*args, **kwargs):
+            globals()["__fz_call__"] = forged
+            return None
+        """,
+    ),
     "host-network": (
         "connect to the host's loopback to reach a service that knows the answers",
         """
@@ -451,10 +501,16 @@ ATTACKS: dict[str, tuple[str, str]] = {
         """,
     ),
 }
-assert len(ATTACKS) >= 36
+assert len(ATTACKS) >= 39
+
+PLAIN_EQUIVALENTS = {"int-subclass": "def NAME(*args, **kwargs):\n    return 0\n"}
+"""The plain value an attack crosses as, where that is not nothing (module docstring)."""
+PLAIN = " as plain data"
 
 
 def attack_code(name: str, function: str) -> str:
+    if name.endswith(PLAIN):
+        return PLAIN_EQUIVALENTS[name.removesuffix(PLAIN)].replace("NAME", function)
     return textwrap.dedent(ATTACKS[name][1]).replace("NAME", function)
 
 
@@ -500,14 +556,15 @@ CASES = {"humaneval": humaneval_case, "mbpp": mbpp_case, "pyfunc": pyfunc_case}
 def test_every_attack_scores_zero_and_honest_code_still_passes(env_name, request):
     env = request.getfixturevalue(env_name)
     prompt, completion_for = CASES[env_name](env)
-    names = list(ATTACKS)
+    names = list(ATTACKS) + [name + PLAIN for name in PLAIN_EQUIVALENTS]
     completions = [completion_for(name) for name in names]
     if env_name == "pyfunc":
         assert max(map(len, completions)) <= 2000  # pyfunc's limit: not rejected unrun
     env.reset_stats()
     details = env.score_details([prompt] * len(names), completions)
     scored = {name: d for name, d in zip(names, details, strict=True)}
-    forged = {name: d for name, d in scored.items() if d != (0.0, 0.0)}
+    allowed = {name: scored.pop(name + PLAIN)[1] for name in PLAIN_EQUIVALENTS}
+    forged = {name: d for name, d in scored.items() if d[0] != 0.0 or d[1] > allowed.get(name, 0.0)}
     assert not forged, f"{env_name}: attacks scored above 0 (reward, pass fraction): {forged}"
     stats = env.stats
     assert stats["rejected"] == 0 and stats["executions"] == len(names)

@@ -2,11 +2,15 @@
 
 Each attack test asserts that the attack was contained AND that the harness keeps going
 (a normal program run right after still succeeds). They need bubblewrap (`bwrap`),
-which scripts/setup.sh installs; without it they fail with the reason, on purpose.
+which scripts/setup.sh installs; without it they fail with the reason, on purpose. The
+hardening tests also run the attack with one protection taken out (the ``without``
+fixture: the real sandbox, one layer fewer), to show that the attack works without it and
+that each layer stops it on its own.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import secrets
 import signal
@@ -319,6 +323,282 @@ def test_no_child_survives_the_program_exiting():
     assert result.duration_s < 3.0  # returns when the program exits, not at the timeout
     assert host_processes_with(marker) == []
     assert_harness_keeps_going()
+
+
+# --- kernel surface: namespaces, syscalls, sockets ---------------------------------------
+
+# The filter has syscall tables for these two; the attacks below call syscalls by number.
+MACHINE = os.uname().machine
+ARCH_COLUMN = {"x86_64": 0, "aarch64": 1}.get(MACHINE)
+needs_filter_table = pytest.mark.skipif(
+    ARCH_COLUMN is None, reason=f"no seccomp table for {MACHINE} (module docstring)"
+)
+
+
+@pytest.fixture
+def without(monkeypatch):
+    """Run the real sandbox with one protection taken out, to show that the attack works
+    without it (so its test can fail) and that each layer stops it on its own."""
+
+    full = sandbox._get_backend()
+
+    def take_out(**changes):
+        monkeypatch.setattr(sandbox, "_backend", dataclasses.replace(full, **changes))
+
+    return take_out
+
+
+NAMESPACE_ATTACK = """
+    import ctypes, os, subprocess
+    libc = ctypes.CDLL(None, use_errno=True)
+    CLONE_NEWUSER, CLONE_NEWNS, CLONE_NEWNET, SIGCHLD = 0x10000000, 0x20000, 0x40000000, 17
+    SYS_clone = {"x86_64": 56, "aarch64": 220}[os.uname().machine]
+
+    def attempt(name, call):
+        # In a child of its own, so that one success does not change the next attempt.
+        pid = os.fork()
+        if pid == 0:
+            os._exit(0 if call() != -1 else ctypes.get_errno())
+        code = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+        print(name, "ALLOWED" if code == 0 else "refused " + os.strerror(code), flush=True)
+
+    def clone_in_new_user_namespace():
+        pid = libc.syscall(SYS_clone, CLONE_NEWUSER | SIGCHLD, 0, 0, 0, 0)
+        if pid == 0:
+            os._exit(0)  # the grandchild, in a new user namespace
+        return pid if pid < 0 else os.waitpid(pid, 0)[0]
+
+    attempt("unshare(NEWUSER)", lambda: libc.unshare(CLONE_NEWUSER))
+    attempt("unshare(NEWUSER|NEWNS)", lambda: libc.unshare(CLONE_NEWUSER | CLONE_NEWNS))
+    attempt("unshare(NEWUSER|NEWNET)", lambda: libc.unshare(CLONE_NEWUSER | CLONE_NEWNET))
+    if hasattr(os, "unshare"):  # Python 3.12+
+        attempt("os.unshare(NEWUSER)", lambda: os.unshare(os.CLONE_NEWUSER))
+    attempt("clone(NEWUSER)", clone_in_new_user_namespace)
+    ns = os.open("/proc/self/ns/net", os.O_RDONLY)
+    attempt("setns", lambda: libc.setns(ns, 0))
+    command = subprocess.run(["unshare", "-U", "-r", "id"], capture_output=True, text=True)
+    print("unshare -U", command.returncode, command.stderr.strip() or command.stdout.strip())
+    """
+
+
+def test_new_namespaces_are_refused_inside_the_sandbox():
+    result = run(NAMESPACE_ATTACK)
+    assert result.status == "ok", result
+    lines = result.stdout.splitlines()
+    calls = [line for line in lines if not line.startswith("unshare -U")]
+    assert len(calls) >= 5
+    assert all(line.endswith("refused Operation not permitted") for line in calls), lines
+    assert "unshare -U 1 unshare: unshare failed: Operation not permitted" in lines
+    assert_harness_keeps_going()
+
+
+def test_each_layer_alone_refuses_a_user_namespace(without):
+    # bwrap's --disable-userns alone: the namespace count limit is 0 (ENOSPC) ...
+    without(seccomp=None)
+    result = run(NAMESPACE_ATTACK)
+    assert "unshare(NEWUSER) refused No space left on device" in result.stdout, result
+    assert "unshare -U 1 unshare: unshare failed: No space left on device" in result.stdout
+    # ... and the seccomp filter alone (EPERM before the kernel looks).
+    without(disable_userns=False)
+    result = run(NAMESPACE_ATTACK)
+    assert "unshare(NEWUSER) refused Operation not permitted" in result.stdout, result
+    assert "clone(NEWUSER) refused Operation not permitted" in result.stdout
+    assert "setns refused Operation not permitted" in result.stdout
+
+
+def test_without_either_layer_the_attack_gets_a_user_namespace(without):
+    without(seccomp=None, disable_userns=False)
+    result = run(NAMESPACE_ATTACK)
+    assert result.status == "ok", result
+    assert "unshare(NEWUSER|NEWNET) ALLOWED" in result.stdout  # with every capability in it
+    assert "clone(NEWUSER) ALLOWED" in result.stdout
+    assert "unshare -U 0 uid=0 gid=0" in result.stdout  # root of a namespace of its own
+
+
+SOCKET_ATTACK = """
+    import socket
+    for name, kind in [("AF_VSOCK", socket.SOCK_STREAM), ("AF_NETLINK", socket.SOCK_RAW),
+                       ("AF_PACKET", socket.SOCK_RAW), ("AF_INET", socket.SOCK_STREAM),
+                       ("AF_INET6", socket.SOCK_DGRAM), ("AF_UNIX", socket.SOCK_STREAM)]:
+        try:
+            socket.socket(getattr(socket, name), kind).close()
+            print(name, "CREATED")
+        except OSError as e:
+            print(name, "refused", e.strerror)
+    for family in (socket.AF_UNIX, socket.AF_INET):
+        try:
+            a, b = socket.socketpair(family)
+            a.sendall(b"x")
+            print("socketpair", family.name, "works" if b.recv(1) == b"x" else "broken")
+        except OSError as e:
+            print("socketpair", family.name, "refused", e.strerror)
+    """
+
+
+def test_socket_families_other_than_unix_are_refused():
+    result = run(SOCKET_ATTACK)
+    assert result.status == "ok", result
+    lines = result.stdout.splitlines()
+    for family in ("AF_VSOCK", "AF_NETLINK", "AF_PACKET", "AF_INET", "AF_INET6"):
+        assert f"{family} refused Operation not permitted" in lines, lines
+    assert "AF_UNIX CREATED" in lines
+    assert "socketpair AF_UNIX works" in lines
+    assert "socketpair AF_INET refused Operation not permitted" in lines
+    assert_harness_keeps_going()
+
+
+def test_without_the_filter_those_sockets_can_be_made(without):
+    without(seccomp=None)
+    result = run(SOCKET_ATTACK)
+    assert result.status == "ok", result
+    assert "AF_NETLINK CREATED" in result.stdout  # the kernel surface the filter removes
+    assert "AF_INET CREATED" in result.stdout  # in a network namespace with no network
+
+
+@needs_filter_table
+def test_every_denied_syscall_fails_with_eperm_and_clone3_with_enosys():
+    numbers = sorted(
+        pair[ARCH_COLUMN]
+        for pair in sandbox._DENIED_SYSCALLS.values()
+        if pair[ARCH_COLUMN] is not None
+    )
+    clone3 = sandbox._CLONE3[ARCH_COLUMN]
+    result = run(
+        f"""
+        import ctypes, errno, threading
+        libc = ctypes.CDLL(None, use_errno=True)
+        def errno_of(number):
+            return 0 if libc.syscall(number, 0, 0, 0, 0, 0, 0) != -1 else ctypes.get_errno()
+        print([n for n in {numbers} if errno_of(n) != errno.EPERM])
+        print(errno.errorcode[errno_of({clone3})])
+        if {MACHINE!r} == "x86_64":  # the x32 ABI: getpid with the x32 bit set
+            print(errno.errorcode[errno_of(0x40000000 | 39)])
+        # glibc falls back from clone3 to clone for threads
+        done = []
+        thread = threading.Thread(target=done.append, args=(1,))
+        thread.start()
+        thread.join()
+        print("thread", done)
+        """
+    )
+    assert result.status == "ok", result
+    lines = result.stdout.splitlines()
+    assert lines[0] == "[]", f"not refused with EPERM: {lines[0]}"
+    assert lines[1] == "ENOSYS"
+    assert lines[-1] == "thread [1]"
+    if MACHINE == "x86_64":
+        assert lines[2] == "EPERM"
+
+
+@pytest.mark.skipif(MACHINE != "x86_64", reason="the 32-bit ABI attack is x86 code")
+def test_a_syscall_through_the_32_bit_abi_kills_the_program(without):
+    # Machine code: mov eax, 20 (getpid in the i386 table); int 0x80; ret. Through the
+    # 32-bit entry the numbers mean other calls (ptrace is 26 there), so the filter kills.
+    program = """
+        import ctypes, mmap
+        code = bytes.fromhex("b814000000cd80c3")
+        page = mmap.mmap(-1, mmap.PAGESIZE, prot=mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC)
+        page.write(code)
+        address = ctypes.addressof(ctypes.c_char.from_buffer(page))
+        print("pid", ctypes.CFUNCTYPE(ctypes.c_int)(address)(), flush=True)
+        """
+    result = run(program)
+    assert result.status == "killed", result
+    assert result.reason == "terminated by signal SIGSYS"
+    assert result.stdout == ""
+    without(seccomp=None)
+    control = run(program)
+    if control.status != "ok":
+        pytest.skip(f"this kernel runs no 32-bit syscalls (control: {control.reason})")
+    assert control.stdout == "pid 1\n"  # PID 1 of its namespace: the attack reached the kernel
+    assert_harness_keeps_going()
+
+
+# --- memory of the whole process tree ----------------------------------------------------
+
+FORKED_HOARDERS = """
+    import os, time
+    for _ in range(4):
+        if os.fork() == 0:
+            block = bytearray(150 << 20)
+            for i in range(0, len(block), 4096):
+                block[i] = 1  # touch every page: resident, not only reserved
+            print("holding 150 MB", flush=True)
+            time.sleep(30)
+            os._exit(0)
+    for _ in range(4):
+        os.wait()
+    print("all children done")
+    """
+
+HONEST_100MB = """
+    block = bytearray(100 << 20)
+    for i in range(0, len(block), 4096):
+        block[i] = 1
+    print("used", len(block) >> 20, "MB")
+    """
+
+# A parent's 100 MB shared with three forked readers: 100 MB in use, 400 MB if each
+# process's resident size were added up.
+SHARED_WITH_WORKERS = """
+    import os
+    block = bytearray(100 << 20)
+    for i in range(0, len(block), 4096):
+        block[i] = 1
+    pids = []
+    for _ in range(3):
+        pid = os.fork()
+        if pid == 0:
+            os._exit(sum(block[i] for i in range(0, len(block), 4096)) != len(block) >> 12)
+        pids.append(pid)
+    print([os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) for pid in pids])
+    """
+
+
+@pytest.fixture(params=["cgroup", "polled"])
+def tree_memory(request, without):
+    """Each mechanism for the tree's memory: the cgroup where this machine has one, and
+    the fallback (summing the tree's memory from the host) everywhere."""
+    if request.param == "cgroup":
+        if sandbox._get_backend().cgroup is None:
+            pytest.skip(f"no usable memory cgroup here: {sandbox.sandbox_info()['tree_memory']}")
+    else:
+        without(cgroup=None)
+    return request.param
+
+
+def test_forked_children_cannot_hold_more_than_the_limit_together(tree_memory):
+    start = time.monotonic()
+    result = run(FORKED_HOARDERS, timeout_s=20.0, memory_mb=256)
+    assert result.status == "memory", result
+    expected = "the kernel killed" if tree_memory == "cgroup" else "the process tree held"
+    assert expected in result.reason and "256 MB" in result.reason, result.reason
+    assert "all children done" not in result.stdout
+    assert time.monotonic() - start < 10.0  # stopped, not left to sleep until the timeout
+    assert_harness_keeps_going()
+
+
+def test_before_the_tree_limit_the_children_held_600_mb(without, monkeypatch):
+    without(cgroup=None)
+    monkeypatch.setattr(sandbox._TreeMemory, "check", lambda self, running=True: None)
+    result = run(FORKED_HOARDERS.replace("30", "0.5"), timeout_s=20.0, memory_mb=256)
+    assert result.status == "ok", result
+    assert result.stdout.count("holding 150 MB") == 4  # per-process RLIMIT_AS allowed it
+
+
+def test_an_honest_program_within_the_limit_still_runs(tree_memory):
+    result = run(HONEST_100MB, memory_mb=256)
+    assert (result.status, result.stdout) == ("ok", "used 100 MB\n"), result
+    shared = run(SHARED_WITH_WORKERS, memory_mb=256)
+    assert (shared.status, shared.stdout) == ("ok", "[0, 0, 0]\n"), shared
+
+
+def test_a_cgroup_location_that_does_not_work_is_reported(monkeypatch):
+    monkeypatch.setattr(sandbox, "_backend", None)
+    monkeypatch.setenv(sandbox.CGROUP_ENV_VAR, "/nonexistent/forge-zoo")
+    monkeypatch.delenv(sandbox.UNSAFE_ENV_VAR, raising=False)
+    with pytest.raises(SandboxUnavailable, match="FORGE_ZOO_SANDBOX_CGROUP=/nonexistent"):
+        run("print('should not run')")
 
 
 # --- descriptors passed in, and stopping from outside ----------------------------------------

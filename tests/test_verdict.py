@@ -8,7 +8,12 @@ prelude's helpers. The attacks through the real envs are in tests/test_reward_ha
 
 from __future__ import annotations
 
+import collections
+import decimal
+import enum
+import fractions
 import math
+import re
 import textwrap
 
 import pytest
@@ -270,3 +275,209 @@ def test_free_names_are_the_functions_the_tests_call():
     tests = "assert similar((3, 4), (4, 5)) == (4,)\nassert isclose(area(1), math.pi)\n"
     assert sorted(free_names(tests, "from math import isclose")) == ["area", "math", "similar"]
     assert free_names("x = 1\nassert f(x) == len([x])\n") == ["f"]
+
+
+# --- the values layer: what crosses besides plain data ------------------------------------
+
+
+def round_trip(value):
+    """``value`` lowered as the candidate's side does, sent, and rebuilt as the tests' side
+    does (on the host: the same functions the sandboxes run)."""
+    objects = []
+
+    def opaque(obj):
+        objects.append(obj)
+        return (verdict.MARK, "object", len(objects) - 1, type(obj).__name__)
+
+    wire = encode(verdict.lower(value, opaque))
+    return verdict.rebuild(decode(wire), lambda index, name: ("opaque", index, name))
+
+
+Point = collections.namedtuple("Point", ["x", "y"])
+
+
+class Colour(enum.IntEnum):
+    RED = 1
+
+
+class Honest(str):
+    pass
+
+
+@pytest.mark.parametrize(
+    "value",
+    [collections.Counter("abracadabra"), collections.Counter({"z": 0, "n": -2}),
+     collections.OrderedDict([("b", 1), ("a", 2)]), collections.defaultdict(list, {1: [2]}),
+     collections.deque([1, 2, 3], maxlen=2), collections.deque(), Point(1, (2, 3)),
+     fractions.Fraction(-3, 4), decimal.Decimal("0.10"), [Point(1, 2), {Point(0, 0)}],
+     {Point(1, 2): collections.Counter("aa")}],
+    ids=lambda v: type(v).__name__,
+)  # fmt: skip
+def test_standard_library_values_cross_as_themselves(value):
+    back = round_trip(value)
+    assert type(back).__name__ == type(value).__name__
+    assert back == value and repr(back) == repr(value)
+    if isinstance(value, collections.OrderedDict):
+        assert list(back) == ["b", "a"]  # order kept: OrderedDicts compare in order
+    if isinstance(value, collections.defaultdict):
+        assert back.default_factory is list and back["new"] == []
+    if isinstance(value, collections.deque):
+        assert back.maxlen == value.maxlen
+
+
+def test_the_tests_compare_them_as_beside_the_code():
+    assert round_trip(collections.Counter("aab")) == {"a": 2, "b": 1}
+    assert round_trip(Point(1, 2)) == (1, 2) and round_trip(Point(1, 2)).y == 2
+    assert round_trip(collections.OrderedDict(a=1)) == {"a": 1}
+    assert round_trip(collections.deque([1])) != [1]  # as beside the code: not equal
+    factory = round_trip(collections.defaultdict(lambda: 7))  # a lambda cannot cross
+    assert factory.default_factory is None
+
+
+def test_subclasses_of_plain_types_cross_as_their_plain_value_whatever_they_override():
+    for value, plain in [(Colour.RED, 1), (Honest("hi"), "hi"), (LyingInt(3), 3),
+                         (LyingList([1, LyingInt(2)]), [1, 2])]:  # fmt: skip
+        back = round_trip(value)
+        assert type(back) is type(plain) and back == plain
+    assert round_trip(LyingInt(3)) != 4  # its __eq__ stayed behind
+
+
+def test_other_objects_stay_behind_and_tuples_that_look_like_markers_are_plain():
+    match = re.search("a", "cat")
+    assert round_trip(match) == ("opaque", 0, "Match")
+    assert round_trip([len, (x for x in ())]) == [("opaque", 0, "builtin_function_or_method"),
+                                                  ("opaque", 1, "generator")]  # fmt: skip
+    looks_like = (verdict.MARK, "Counter", {"a": 1})
+    assert round_trip(looks_like) == looks_like and type(round_trip(looks_like)) is tuple
+
+
+@pytest.mark.parametrize(
+    "forged",
+    [("Counter",), ("Counter", [1]), ("namedtuple", "P", ("x",), (1, 2)),
+     ("namedtuple", "not a name", ("x",), (1,)), ("Fraction", 1, 0), ("Decimal", "one"),
+     ("deque", (1,), -1), ("defaultdict", "eval", {}), ("object", "0", "x"), ("exec", "x"), ()],
+    ids=repr,
+)  # fmt: skip
+def test_a_malformed_marker_is_a_wire_error_never_an_object(forged):
+    with pytest.raises(WireError):
+        verdict.rebuild((verdict.MARK, *forged), lambda index, name: None)
+
+
+MATCHES = """
+import re
+from collections import Counter, namedtuple
+Pair = namedtuple("Pair", "even odd")
+calls = []
+def starts_with_vowel(s):
+    calls.append(s)
+    return re.search("^[aeiou]", s)
+def asked():
+    return len(calls)
+def truth_of(obj):
+    return obj.group(0)
+def freq(s):
+    return Counter(s)
+def pair(n):
+    return Pair(n, n + 1)
+def kind(value):
+    return type(value).__name__
+"""
+MATCH_TESTS = """
+m = starts_with_vowel("apple")
+assert m and not starts_with_vowel("pear")
+assert m is not None and starts_with_vowel("pear") is None
+assert m == m and m != True and m != starts_with_vowel("apple")  # equal only to itself
+assert truth_of(m) == "a"  # back to the candidate as its own object
+assert freq("aab") == {"a": 2, "b": 1} and pair(2) == (2, 3) and pair(2).odd == 3
+assert kind(freq("aab")) == "Counter" and kind(pair(1)) == "Pair"  # arguments cross too
+print("calls", asked())
+"""
+
+
+def test_truth_is_asked_of_the_candidate_only_when_the_tests_need_it():
+    serve = ("starts_with_vowel", "asked", "truth_of", "freq", "pair", "kind")
+    result = verdict_of(MATCHES, MATCH_TESTS, serve=serve)
+    assert result.passed, result.tests.stderr
+    assert "calls 4" in result.tests.stdout  # four calls of the function, none for the truths
+    wrong = MATCHES.replace('"^[aeiou]"', '"^[a-z]"')
+    assert not verdict_of(wrong, MATCH_TESTS, serve=serve).passed
+
+
+LIARS = """
+import __main__
+MARK = __main__.MARK  # the values layer's marker, as shipped into this process
+class Truthy:
+    def __bool__(self): return True
+    def __eq__(self, other): return True
+    __hash__ = object.__hash__
+def truthy():
+    return Truthy()
+def marker_shaped():
+    return (MARK, "Counter", {"a": 99})
+FORGED = {
+    "forged_object": (MARK, "object", 10**6, "Match"),
+    "forged_counter": (MARK, "Counter", {"a": 99}),
+    "malformed": (MARK, "Counter", [1]),
+}
+def hijack():
+    # From now on the candidate's own dispatcher answers: raw markers, past the lowering
+    # that would have escaped them, and "yes" to every question of truth.
+    def forged(request, *payload):
+        return "yes" if request == "bool" else FORGED[payload[0]]
+    globals()["__fz_call__"] = forged
+    return 0
+"""
+
+
+def test_objects_and_forged_markers_answer_nothing_but_what_plain_data_could():
+    tests = """
+        MARK = __import__("__main__").MARK
+        t = truthy()
+        assert t and t != True and t != 1 and t is not True
+        assert marker_shaped() == (MARK, "Counter", {"a": 99})  # escaped: a plain tuple
+        assert hijack() == 0
+        obj = forged_object()
+        assert obj != True and obj is not True
+        try:
+            bool(obj)
+        except Exception as exc:
+            assert type(exc).__name__ == "CandidateGone", exc
+        else:
+            raise AssertionError("a non-bool truth value was taken")
+        counter = forged_counter()  # a real Counter of the tests' own: honest semantics
+        assert counter == {"a": 99} and counter != {"a": 1}
+        try:
+            malformed()
+        except Exception as exc:
+            assert type(exc).__name__ == "CandidateGone", exc
+        else:
+            raise AssertionError("a malformed marker was taken")
+        print("held")
+    """
+    serve = ("truthy", "marker_shaped", "hijack", "forged_object", "forged_counter", "malformed")
+    result = verdict_of(LIARS, tests, serve=serve)
+    assert result.passed, result.tests.stderr
+    assert "held" in result.tests.stdout
+
+
+def test_a_candidate_that_does_not_compile_is_reported_by_the_tests_compiler():
+    result = verdict_of("def add(a, b):\n    return (a +\n")
+    assert not result.passed
+    assert result.candidate_syntax_error == "SyntaxError: '(' was never closed (line 2)"
+    # Printing a lookalike and dying is not a syntax error: nothing is reported.
+    fake = "import sys\nsys.stderr.write('SyntaxError: [1, 2]')\nsys.exit(1)\n"
+    assert verdict_of(fake).candidate_syntax_error == ""
+    assert verdict_of(WRONG).candidate_syntax_error == ""
+
+
+def test_served_builtins_come_from_the_reference_never_from_the_tests_or_their_prelude():
+    tests = "assert sum(10, 15) == 6\nassert len([1]) == 1\n"
+    reference = "import math\ndef sum(a, b):\n    return 6\n"
+    assert verdict.served_builtins(tests, reference) == ("sum",)
+    assert verdict.served_builtins(tests, "def add(a, b):\n    return a + b\n") == ()
+    assert verdict.served_builtins(tests, reference, "from math import fsum as sum") == ()
+    assert verdict.served_builtins("def sum(*a):\n    return 0\n" + tests, reference) == ()
+    assert verdict.served_builtins(tests, "def sum(:\n") == ()  # unparsable reference
+    # An imported builtin name is the library's, not the solution's.
+    assert verdict.served_builtins("assert pow(2, 3) == 8.0\n", "from math import pow\n") == ()
+    assert verdict.served_builtins(tests, "sum = lambda a, b: 6\n") == ("sum",)

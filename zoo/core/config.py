@@ -5,10 +5,14 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import decimal
 import functools
 import itertools
+import math
+import os
 import types
 import typing
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -16,6 +20,51 @@ T = TypeVar("T")
 
 class ConfigError(ValueError):
     """A configuration value or name that is not valid; the message says what is."""
+
+
+INT_LIMIT = 2**63 - 1
+"""The largest integer any setting takes: int64, what torch, numpy and vLLM hold. Larger
+ones are typos, and ``int(float(...))`` of them is not exact."""
+
+
+def machine_memory_mb() -> int:
+    """This machine's physical memory in MiB."""
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2**20
+
+
+@dataclasses.dataclass(frozen=True)
+class Limit:
+    """The largest value a numeric config field takes, and why."""
+
+    most: float | Callable[[], float]
+    """The bound, or a function that measures it on this machine."""
+    why: str
+
+    def bound(self) -> float:
+        return self.most() if callable(self.most) else self.most
+
+
+LIMIT_KEY = "limit"
+"""A config field may declare its own bound: ``field(default=..., metadata={LIMIT_KEY:
+Limit(...)})``; it takes precedence over FIELD_LIMITS."""
+
+FIELD_LIMITS: dict[str, Limit] = {
+    "eval_size": Limit(100_000, "held-out problems: every evaluation generates a completion "
+                       "for each, eval_samples more when sampled, and the split is built in "
+                       "memory"),
+    "max_turns": Limit(1_000, "assistant turns per episode: each adds a response and an "
+                       "observation to every episode of a step, all held in memory"),
+    "memory_mb": Limit(machine_memory_mb, "this machine's memory in MiB: a process limit "
+                       "above it limits nothing"),
+    "sandbox_workers": Limit(64, "processes at a time, each up to memory_mb"),
+    "grading_workers": Limit(64, "grading processes at a time, each up to 2 GiB"),
+    "timeout_s": Limit(86_400, "seconds, a day: no single execution needs more, and "
+                       "Python's waits refuse timeouts past ~9.2e9 s"),
+    "grading_timeout_s": Limit(86_400, "seconds, a day: no single grading needs more, and "
+                               "Python's waits refuse timeouts past ~9.2e9 s"),
+}  # fmt: skip
+"""Upper bounds shared by every env and algorithm config field of that name (make_config
+checks them): values past them exhaust the machine or stall a run rather than set it."""
 
 
 def config_fields(config_class: type) -> list[str]:
@@ -34,7 +83,36 @@ def make_config(config_class: type[T], overrides: dict[str, Any], owner: str) ->
         )
     hints = typing.get_type_hints(config_class)
     values = {k: coerce(v, hints[k], f"{owner}.{k}") for k, v in overrides.items()}
+    for f in dataclasses.fields(config_class):
+        if f.name in values:
+            check_number(values[f.name], f"{owner}.{f.name}",
+                         f.metadata.get(LIMIT_KEY) or FIELD_LIMITS.get(f.name))  # fmt: skip
     return config_class(**values)
+
+
+def check_number(value: Any, where: str, limit: Limit | None = None) -> None:
+    """Refuse a number out of range: above ``limit``, an integer past INT_LIMIT either way,
+    a float that is nan or infinite. Other values pass."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ConfigError(f"{where} must be a finite number, got {value}")
+    if limit is not None and value > limit.bound():
+        raise ConfigError(f"{where} must be <= {limit.bound()} ({limit.why}), got {shown(value)}")
+    if isinstance(value, int) and abs(value) > INT_LIMIT:
+        raise ConfigError(
+            f"{where}: {shown(value)} is out of range (integers go up to {INT_LIMIT}, int64)"
+        )
+
+
+def shown(value: Any, chars: int = 40) -> str:
+    """``value`` for an error message: its repr, cut to ``chars`` characters (a value may
+    be a megabyte of junk; Python refuses to print integers of over 4,300 digits)."""
+    if isinstance(value, int) and value.bit_length() > 256:
+        sign = "a negative" if value < 0 else "an"
+        return f"{sign} integer of ~{int(value.bit_length() * math.log10(2)) + 1} digits"
+    text = repr(value)
+    return text if len(text) <= chars else f"{text[:chars]}... ({len(text)} characters)"
 
 
 def coerce(value: Any, hint: Any, where: str) -> Any:
@@ -48,6 +126,7 @@ def coerce(value: Any, hint: Any, where: str) -> Any:
         if value.lower() in ("none", "null"):
             return None
         hint = args[0] if len(args) == 1 else str
+    name = getattr(hint, "__name__", str(hint))
     try:
         if hint is bool:
             if value.lower() in ("1", "true", "yes", "on"):
@@ -56,15 +135,39 @@ def coerce(value: Any, hint: Any, where: str) -> Any:
                 return False
             raise ValueError(value)
         if hint is int:
-            return int(float(value)) if "e" in value.lower() else int(value)
+            return read_int(value, where)
         if hint is float:
             return float(value)
         if hint is str:
             return value
         return ast.literal_eval(value)
-    except (ValueError, SyntaxError) as exc:
-        name = getattr(hint, "__name__", str(hint))
-        raise ConfigError(f"{where}: cannot read {value!r} as {name}") from exc
+    except ConfigError:
+        raise
+    except (ValueError, SyntaxError, RecursionError, MemoryError) as exc:
+        raise ConfigError(f"{where}: cannot read {shown(value)} as {name}") from exc
+
+
+def read_int(text: str, where: str) -> int:
+    """An integer written plainly (``1000``) or in scientific notation (``1e3``), read
+    exactly (check_number judges its range); one with a fractional part is a ConfigError."""
+    try:
+        return int(text)
+    except ValueError:  # (also over 4,300 digits: those are read as a Decimal)
+        try:
+            number = decimal.Decimal(text.strip())
+        except decimal.InvalidOperation:
+            raise ConfigError(f"{where}: cannot read {shown(text)} as int") from None
+    if not number.is_finite() or number != number.to_integral_value():
+        raise ConfigError(f"{where}: {shown(text)} is not an integer")
+    if number.adjusted() >= MAX_DIGITS:  # (1e999999999 is not worth building)
+        raise ConfigError(
+            f"{where}: {shown(text)} is out of range (integers go up to {INT_LIMIT}, int64)"
+        )
+    return int(number)
+
+
+MAX_DIGITS = 4300
+"""Python's own bound on the digits of an integer read from text."""
 
 
 def parse_overrides(pairs: list[str]) -> dict[str, str]:

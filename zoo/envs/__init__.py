@@ -14,6 +14,7 @@ ENVS = Registry(
     "zoo.envs",
     builtins={
         "arithmetic": "zoo.envs.arithmetic:Arithmetic",
+        "running_sum": "zoo.envs.running_sum:RunningSum",
         "countdown": "zoo.envs.reasoning_gym_envs:Countdown",
         "basic_arithmetic": "zoo.envs.reasoning_gym_envs:BasicArithmetic",
         "chain_sum": "zoo.envs.reasoning_gym_envs:ChainSum",

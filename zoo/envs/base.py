@@ -58,6 +58,22 @@ class Env(ABC):
     def score(self, prompt: Prompt, completion: str) -> float:
         """Reward of one completion text (ends before the end-of-text token)."""
 
+    def validation_prompts(self) -> list[Prompt]:
+        """A fixed validation split, disjoint from the train stream and the held-out split,
+        on which ``harness tune`` selects hyperparameters (``--eval-split validation``).
+        Envs without one raise a ConfigError."""
+        from zoo.core.config import ConfigError
+
+        raise ConfigError(
+            f"env {self.name!r} has no validation split (selecting settings on the held-out "
+            "split would tune on the test set); running_sum has one"
+        )
+
+    def eval_split(self, split: str) -> list[Prompt]:
+        """The prompts a run evaluates on: ``eval_prompts()`` for "heldout",
+        ``validation_prompts()`` for "validation"."""
+        return self.validation_prompts() if split == "validation" else self.eval_prompts()
+
     def train_prompts(self, start: int, n: int, seed: int) -> list[Prompt]:
         return [self.train_prompt(i, seed) for i in range(start, start + n)]
 

@@ -23,7 +23,10 @@ tag; then the tests unmodified, whose success alone gives reward 1. A passing co
 has pass fraction 1; a failing one the fraction of the asserts evaluated in the counting
 pass that passed (an exception outside an assert ends the pass early; the fraction is 0 if
 the process died before writing the counts). So ``timeout_s`` must cover both passes. The
-counts are written by the tests' process, which the candidate cannot reach.
+counts are written by the tests' process, which the candidate cannot reach, and so is the
+pass's first failure (the failing assert's source and the class of the exception caught;
+``first_failure``), which the feedback envs show. The counting code reaches builtins only
+through ``__builtins__``, so a served name that shadows a builtin never enters the counts.
 
 Statistics. ``env.stats`` (a fresh dict on each read; ``reset_stats()`` zeroes it) counts
 since the last reset: ``passed``, ``failed`` (ran, tests not all passed), ``timeouts``,
@@ -37,8 +40,8 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import functools
 import os
-import re
 import secrets
 import threading
 import time
@@ -49,11 +52,15 @@ from typing import Any
 from zoo.core.config import ConfigError
 from zoo.envs.base import Env, EpochShuffle, Prompt
 from zoo.envs.sandbox import SandboxPool, SandboxUnavailable, sandbox_info
-from zoo.envs.verdict import TestJob, TestVerdict, map_tests
+from zoo.envs.verdict import TestJob, TestVerdict, map_tests, served_builtins
 
 TAG = "__FORGE_ZOO_TAG__"
 """Placeholder in test templates; each execution replaces it with a fresh random tag."""
+FIRST_SUFFIX = "-first"
+"""A counting pass writes its first failure after its tag and this (``first_failure``)."""
 MAX_WORKERS = 16
+MAX_REFERENCE_PROGRAMS = 4096
+"""Reference programs an env remembers (``SandboxedCodeEnv._reference_program``)."""
 
 
 class CodeEnvUnavailable(ConfigError, SandboxUnavailable):
@@ -88,20 +95,72 @@ def require_sandbox(env: str) -> dict[str, Any]:
 
 # --- completions -> code ---------------------------------------------------------------
 
-FENCE = re.compile(r"```[ \t]*(?:python3?|py)?[ \t]*\n(.*?)(?:\n[ \t]*```|\Z)", re.DOTALL)
+FENCE = "```"
+FENCE_LANGUAGES = ("python3", "python", "py")
+"""The info strings an opening fence may carry (at most one; longest first, so the first
+that fits is the only one that can)."""
 
 
 def fenced_code(text: str) -> str | None:
     """The first Markdown code block of ``text`` (an unclosed one runs to the end), or
-    None when there is none."""
-    m = FENCE.search(text)
-    return m[1] if m else None
+    None when there is none. A block opens with ``FENCE``, then spaces or tabs, one of
+    ``FENCE_LANGUAGES`` or none, spaces or tabs and a newline; it closes before the first
+    later newline followed by spaces or tabs and ``FENCE``.
+
+    Plain string scanning, linear in ``len(text)``: completions are untrusted and parsed
+    here, in the host, outside any sandbox timeout. The regular expression used before
+    backtracked over the blanks after a fence (5 s for a fence and 64k spaces)."""
+    start = text.find(FENCE)
+    while start >= 0:
+        # Of a run of backticks only the last three can open a block (earlier ones are
+        # followed by a backtick, which no info line starts with): go there at once.
+        start = _skip(text, start, "`") - len(FENCE)
+        body = _fence_opening_end(text, start + len(FENCE))
+        if body is not None:
+            return text[body : _fence_closing_start(text, body)]
+        start = text.find(FENCE, start + 1)
+    return None
 
 
+def _skip(text: str, i: int, chars: str) -> int:
+    """The first index from ``i`` on whose character is not one of ``chars``."""
+    while i < len(text) and text[i] in chars:
+        i += 1
+    return i
+
+
+def _fence_opening_end(text: str, i: int) -> int | None:
+    """Where the block starts when an opening fence's info line begins at ``i`` (just past
+    the backticks), else None. Each blank is looked at once per fence it follows, and a run
+    of blanks follows at most one fence, so the calls of one scan are linear together."""
+    i = _skip(text, i, " \t")
+    for language in FENCE_LANGUAGES:
+        if text.startswith(language, i):
+            i += len(language)
+            break
+    i = _skip(text, i, " \t")
+    return i + 1 if text.startswith("\n", i) else None
+
+
+def _fence_closing_start(text: str, body: int) -> int:
+    """The index of the newline that starts the closing fence of a block starting at
+    ``body``, or ``len(text)`` when the block is never closed."""
+    newline = text.find("\n", body)
+    while newline >= 0:
+        after = _skip(text, newline + 1, " \t")
+        if text.startswith(FENCE, after):
+            return newline
+        newline = text.find("\n", after)
+    return len(text)
+
+
+@functools.lru_cache(maxsize=512)
 def counting_tests(test_src: str, entry_point: str) -> str | None:
     """HumanEval's ``check`` rewritten as ``_fz_check``: every ``assert`` is tallied
-    instead of raised (an exception while evaluating it counts as a failure). None when
-    the test code has no ``check`` function or cannot be parsed."""
+    instead of raised (an exception while evaluating it counts as a failure), and the
+    first failure is recorded (``first_failure``). None when the test code has no
+    ``check`` function or cannot be parsed. Remembered: every completion of a problem
+    runs the same tests."""
     try:
         tree = ast.parse(test_src)
     except (SyntaxError, ValueError):
@@ -109,42 +168,73 @@ def counting_tests(test_src: str, entry_point: str) -> str | None:
     checks = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "check"]
     if not checks:
         return None
-    check = checks[-1]
+    check = checks[-1]  # rewritten in place: the tree is this call's own
 
     class Tally(ast.NodeTransformer):
         def visit_Assert(self, node: ast.Assert) -> list[ast.stmt]:
-            stmts = ast.parse(
-                "try:\n    _fz_ok = bool(_FZ_TEST)\nexcept Exception:\n    _fz_ok = False\n"
-                "_fz_tally(_fz_ok)\n"
-            ).body
+            source = ast.get_source_segment(test_src, node) or ast.unparse(node)
+            stmts = ast.parse(TALLY_ASSERT).body
             stmts[0].body[0].value.args[0] = node.test
+            stmts[-1].value.args[1] = ast.Constant(source)
             return [ast.copy_location(s, node) for s in stmts]
 
-    new = Tally().visit(ast.parse(ast.unparse(check)).body[0])
+    new = Tally().visit(check)
     new.name = "_fz_check"
     return f"{TALLY_PRELUDE}\n{ast.unparse(ast.fix_missing_locations(new))}\n" + TALLY_RUN.format(
         call=f"_fz_check({entry_point})"
     )
 
 
+# The counting code runs in the tests' namespace, where a served name may shadow a builtin
+# (MBPP/126's ``sum``, ``verdict.served_builtins``), so it reaches builtins only through
+# ``__builtins__`` (the builtins module there): the counts never call the candidate.
+TALLY_ASSERT = """\
+try:
+    _fz_ok = __builtins__.bool(_FZ_TEST)
+    _fz_error = None
+except __builtins__.Exception as _fz_caught:
+    _fz_ok, _fz_error = False, __builtins__.type(_fz_caught).__name__
+_fz_tally(_fz_ok, _FZ_SOURCE, _fz_error)
+"""
+"""What each ``assert`` of ``check`` becomes (``_FZ_TEST``: its test; ``_FZ_SOURCE``: its
+source text)."""
 TALLY_PRELUDE = """\
 _fz_counts = [0, 0]
-def _fz_tally(ok):
+_fz_first = []
+def _fz_tally(ok, source, error):
     _fz_counts[0 if ok else 1] += 1
+    if not ok and not _fz_first:
+        _fz_first.append("%s a%s" % (error or "AssertionError", source.encode().hex()))
 """
 TALLY_RUN = f"""\
 try:
     {{call}}
-except Exception:
-    pass
-__import__("os").write(1, ("\\n{TAG} %d %d\\n" % (_fz_counts[0], sum(_fz_counts))).encode())
+except __builtins__.Exception as _fz_caught:
+    if not _fz_first:
+        _fz_tb, _fz_line = _fz_caught.__traceback__, 0
+        while _fz_tb is not None:
+            if _fz_tb.tb_frame.f_code.co_filename == "<tests>":
+                _fz_line = _fz_tb.tb_lineno
+            _fz_tb = _fz_tb.tb_next
+        _fz_first.append("%s l%d" % (__builtins__.type(_fz_caught).__name__, _fz_line))
+_fz_os = __builtins__.__import__("os")
+_fz_os.write(1, ("\\n{TAG} %d %d\\n" % (_fz_counts[0], _fz_counts[0] + _fz_counts[1])).encode())
+for _fz_record in _fz_first:
+    _fz_os.write(1, ("{TAG}{FIRST_SUFFIX} %s\\n" % _fz_record).encode())
 """
 
 
 def counting_statements(statements: list[str]) -> str:
-    """Counting pass over independent test statements (MBPP's ``test_list``)."""
-    run = "for _fz_src in _fz_srcs:\n    try:\n        exec(_fz_src)\n        _fz_tally(True)\n"
-    run += "    except Exception:\n        _fz_tally(False)"
+    """Counting pass over independent test statements (MBPP's ``test_list``), recording
+    the first failure (``first_failure``)."""
+    run = (
+        "for _fz_src in _fz_srcs:\n"
+        "    try:\n"
+        "        __builtins__.exec(_fz_src)\n"
+        "        _fz_tally(True, _fz_src, None)\n"
+        "    except __builtins__.Exception as _fz_caught:\n"
+        "        _fz_tally(False, _fz_src, __builtins__.type(_fz_caught).__name__)"
+    )
     body = TALLY_RUN.format(call=run.replace("\n", "\n    "))
     return f"{TALLY_PRELUDE}_fz_srcs = {statements!r}\n{body}"
 
@@ -167,6 +257,52 @@ def tally_fraction(verdict: TestVerdict, tag: str) -> float:
     except ValueError:
         return 0.0
     return min(1.0, passed / total) if passed >= 0 and total > 0 else 0.0
+
+
+@dataclass(frozen=True)
+class FirstFailure:
+    """The first failing test of a counting pass, as the tests' process recorded it."""
+
+    source: str
+    """The failing ``assert`` (or, for an exception outside any assert, the tests' line
+    that raised it), its lines joined by spaces."""
+    error: str
+    """The class name of the exception the tests' process caught (``AssertionError``
+    when the assert's test was false)."""
+
+
+def first_failure(verdict: TestVerdict, tag: str, tests: str) -> FirstFailure | None:
+    """The first failure that a counting pass of ``tests`` (as run, its execution tag
+    ``tag`` in place) recorded in the tests' stdout, or None (no failure recorded, or the
+    tests' process died first). Of several counting passes (MBPP counts its shown and
+    hidden asserts apart, each after a tag that starts with the execution's), the one that
+    ran first. Everything here comes from the tests' process and ``tests``, never from
+    text the candidate wrote: the candidate's process cannot write to that stdout, and the
+    record line starts with the execution's random tag, which it never sees."""
+    if not tag:
+        return None
+    for line in verdict.tests.stdout.splitlines():
+        fields = line.split(" ")
+        if len(fields) != 3 or not fields[0].startswith(tag):
+            continue
+        if not fields[0].endswith(FIRST_SUFFIX):
+            continue
+        error, where = fields[1], fields[2]
+        if not (error.isascii() and error.isidentifier() and len(error) <= 80):
+            return None
+        try:
+            if where.startswith("a"):
+                source = bytes.fromhex(where[1:]).decode("utf-8", "replace")
+            elif where.startswith("l"):
+                lines = tests.splitlines()
+                n = int(where[1:])
+                source = lines[n - 1] if 1 <= n <= len(lines) else ""
+            else:
+                return None
+        except ValueError:
+            return None
+        return FirstFailure(" ".join(part.strip() for part in source.splitlines()), error)
+    return None
 
 
 # --- the shared base -------------------------------------------------------------------
@@ -196,6 +332,8 @@ class Scored:
     verdict: TestVerdict | None = None
     job: TestJob | None = None
     """The job as it ran: its tests with this execution's tag in place of ``TAG``."""
+    tag: str = ""
+    """This execution's tag (what replaced ``TAG``), for ``first_failure``."""
 
 
 class SandboxedCodeEnv(Env):
@@ -214,6 +352,7 @@ class SandboxedCodeEnv(Env):
         self.sandbox = require_sandbox(self.name)
         self.workers = cfg.sandbox_workers or default_workers()
         self._stats_lock = threading.Lock()
+        self._reference_programs: dict[tuple[str, str], str] = {}
         self.reset_stats()
 
     # ---- hooks ----
@@ -250,7 +389,7 @@ class SandboxedCodeEnv(Env):
     def score_verdicts(self, prompts: list[Prompt], completions: list[str]) -> list[Scored]:
         """``score_details`` with what decided each reward: the verdict and the tests that
         ran (their tag filled in), for envs that show a failure back to the model."""
-        jobs = [self._job(p, c) for p, c in zip(prompts, completions, strict=True)]
+        jobs = [self._served(p, self._job(p, c)) for p, c in zip(prompts, completions, strict=True)]
         unique: dict[TestJob, int] = {}
         for job in jobs:
             if job is not None:
@@ -272,7 +411,7 @@ class SandboxedCodeEnv(Env):
                 continue
             i = unique[job]
             reward, fraction = self._grade(prompt, verdicts[i], tags[i])
-            out.append(Scored(reward, fraction, verdicts[i], tagged[i]))
+            out.append(Scored(reward, fraction, verdicts[i], tagged[i], tags[i]))
             fraction_sum += fraction
             counts[self._outcome(verdicts[i], reward)] += 1
         with self._stats_lock:
@@ -285,6 +424,32 @@ class SandboxedCodeEnv(Env):
             s["exec_seconds"] += sum(v.duration_s for v in verdicts)
             s["wall_seconds"] += wall if tagged else 0.0
         return out
+
+    def _served(self, prompt: Prompt, job: TestJob | None) -> TestJob | None:
+        """``job``, also serving the builtin names its tests call that the data set's
+        reference program defines at its top level (``verdict.served_builtins``; MBPP/126's
+        function is called ``sum``). The reference program is this env's own job for
+        ``reference_answer(prompt)``: which names are the candidate's is the data set's
+        decision, never the candidate's."""
+        if job is None:
+            return None
+        reference = self._reference_program(prompt)
+        extra = served_builtins(job.tests, reference, job.prelude) if reference else ()
+        extra = tuple(name for name in extra if name not in job.serve)
+        return dataclasses.replace(job, serve=job.serve + extra) if extra else job
+
+    def _reference_program(self, prompt: Prompt) -> str:
+        """The program the reference answer of ``prompt`` runs as (its job's candidate),
+        or "" when it is not runnable; remembered per prompt text and reference."""
+        reference = self.reference_answer(prompt)
+        key = (prompt.text, reference)
+        cache = self._reference_programs
+        if key not in cache:
+            if len(cache) >= MAX_REFERENCE_PROGRAMS:
+                cache.clear()
+            job = self._job(prompt, reference)
+            cache[key] = job.candidate if job is not None else ""
+        return cache[key]
 
     def _verdicts(self, jobs: list[TestJob]) -> list[TestVerdict]:
         """Each job's verdict, the tests in a process of their own (``zoo.envs.verdict``)."""

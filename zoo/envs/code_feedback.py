@@ -32,7 +32,7 @@ from typing import Any, ClassVar
 
 from zoo.core.config import ConfigError
 from zoo.envs.base import Prompt
-from zoo.envs.code_envs import TAG, SandboxedCodeEnv, Scored, tag_fields
+from zoo.envs.code_envs import TAG, SandboxedCodeEnv, Scored, first_failure, tag_fields
 from zoo.envs.episode import Episode, MultiTurnEnv, Reply
 from zoo.envs.humaneval import HumanEval, HumanEvalConfig
 from zoo.envs.mbpp import MBPP, MBPPConfig
@@ -300,17 +300,40 @@ class TestFeedback(CodeFeedbackEnv):
     """Execution feedback for the test-based code envs (real models). Each submission is
     graded by the base env's scoring (the two-process verdict; ``stats`` counts every
     submission): when it passes, or at the last turn, the episode ends with its reward.
-    Otherwise the model sees ``"\\nTests failed:\\n<line>\\n<error>\\n"``: the source line
-    of the first failing test (HumanEval's failing ``assert`` in ``check``, MBPP's failing
-    assert) and the last line of the tests' traceback (``AssertionError``, or the
-    exception the submission raised, as the tests saw it; when the submission's process
-    died on its own, e.g. of a syntax error, the last line of its traceback); each cut to
-    300 characters. On a timeout, ``"\\nTests failed: timeout\\n"``.
+    Otherwise the model sees ``"\\nTests failed:\\n<assert>\\n<error>\\n"``:
 
-    What this reveals: MBPP's asserts are shown in its prompt already (all three, by
-    default); HumanEval's are hidden, and the feedback shows one failing assert per turn,
-    as execution-feedback protocols do. So a revision can special-case the inputs it was
-    shown: on a problem with few asserts, hard-coding them over the turns can pass. Use
+    - ``<assert>``: the first failing test of the counting pass, as the tests' process
+      recorded it (``code_envs.first_failure``): the source of that ``assert`` (HumanEval's
+      in ``check``, MBPP's statement), or for an exception outside any assert the tests'
+      line that raised it;
+    - ``<error>``: the class name of the exception the tests' process caught there
+      (``AssertionError`` for a false assert; the builtin exception the submission raised,
+      as rebuilt on the tests' side; ``CandidateError`` for another class; ``CandidateGone``
+      when its process had ended, with " (memory)" or " (killed)" when the sandbox says
+      so); or, when the submission does not compile, ``"SyntaxError: <message> (line n)"``
+      (``TestVerdict.candidate_syntax_error``);
+
+    each line cut to 300 characters. With no recorded failure (the tests' process died
+    first): ``"\\nTests failed:\\n<status>\\n"``; on a timeout,
+    ``"\\nTests failed: timeout\\n"``.
+
+    What it is built from: only the tests' process's own record (its stdout, which the
+    submission's process cannot write to, on a line after the execution's random tag) and
+    the tests' source. Nothing the submission printed or put in an exception's message is
+    shown: a message is written after the submission has been called with hidden inputs,
+    so it could carry them (a submission that records its arguments and raises them), and
+    no cut or filter stops inputs that are encoded; and a traceback's text can be forged
+    (a message holding ``File "<tests>", line N`` picked the shown line when it was read
+    from stderr). What a submission can still steer: which builtin exception it raises (a
+    name from a fixed set of about 70, so a few bits per observation), whether its process
+    dies, and, by being right on the asserts before it, which assert is the first to fail.
+    The syntax error comes from compiling the source, which happens before any of it runs,
+    so it cannot hold anything learned from the tests.
+
+    What this reveals: one failing assert per turn, with its inputs and expected value, as
+    execution-feedback protocols do; MBPP shows its first assert in the prompt already, the
+    others are hidden. So a revision can special-case the inputs it was shown: on a
+    problem with few asserts, hard-coding them over the turns can pass. Use
     ``max_turns=1`` (the single-turn task) where that matters.
     """
 
@@ -335,26 +358,22 @@ def _test_reply(scored: Scored, last_turn: bool) -> Reply:
         return Reply(observation="\nTests failed: empty submission\n", tool_call=True)
     if verdict.status == "timeout":
         return Reply(observation="\nTests failed: timeout\n", tool_call=True)
-    error = last_line(verdict.tests.stderr) or verdict.status
-    if verdict.candidate.status == "error":  # it died on its own (a syntax error)
-        error = last_line(verdict.candidate.stderr) or error
-    lines = (failing_line(verdict.tests.stderr, job.tests), error)
+    return Reply(observation=failure_observation(scored), tool_call=True, tool_ok=ran)
+
+
+def failure_observation(scored: Scored) -> str:
+    """The observation after a failed submission that ran (``TestFeedback``)."""
+    verdict, job = scored.verdict, scored.job
+    if verdict is None or job is None:
+        return "\nTests failed: empty submission\n"
+    failure = first_failure(verdict, scored.tag, job.tests)
+    error = failure.error if failure else verdict.status
+    if error == "CandidateGone" and verdict.status in ("memory", "killed"):
+        error = f"{error} ({verdict.status})"
+    error = verdict.candidate_syntax_error or error
+    lines = [failure.source, error] if failure else [error]
     shown = "\n".join(line[:MAX_FEEDBACK_CHARS] for line in lines if line)
-    return Reply(observation=f"\nTests failed:\n{shown}\n", tool_call=True, tool_ok=ran)
-
-
-def failing_line(stderr: str, tests: str) -> str:
-    """The tests' source line where the traceback of the tests' process ends (its last
-    frame in ``<tests>``), or "" when there is none."""
-    numbers = re.findall(r'File "<tests>", line (\d+)', stderr)
-    source = tests.splitlines()
-    n = int(numbers[-1]) if numbers else 0
-    return source[n - 1].strip() if 1 <= n <= len(source) else ""
-
-
-def last_line(text: str) -> str:
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
-    return lines[-1] if lines else ""
+    return f"\nTests failed:\n{shown}\n"
 
 
 @dataclass

@@ -58,6 +58,11 @@ class HumanEval(SandboxedCodeEnv, SplitMixin):
     Rewards: 1.0 when every test passes, 0.0 otherwise (wrong, crash, syntax error,
     timeout, memory, killed). Pass fraction (metric): see the module docstring.
 
+    The docstring examples are part of the task and stay in the prompt, though a quarter
+    of the ``check`` asserts call the function on an example's input: a completion that
+    answers from its own docstring's examples passes HumanEval/34 and /40 and inflates the
+    pass fraction (docs/envs.md, "what the prompt shows of the tests").
+
     Splits: held-out = ``eval_size`` problems drawn once with a constant seed; by default
     all 164 (the whole test set: an evaluation env, nothing to train on). With fewer
     (``--env-set eval_size=64``), train = the other problems in a seeded order, a fresh

@@ -3,27 +3,32 @@ of ``zoo.envs.verdict`` (the sandboxed-code machinery is in ``zoo.envs.code_envs
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
+import threading
 from dataclasses import dataclass
 from typing import Any
 
 from zoo.core.config import ConfigError
 from zoo.envs.base import Prompt, split_off
 from zoo.envs.code_envs import (
+    TAG,
     SandboxConfig,
     SandboxedCodeEnv,
+    Scored,
     SplitMixin,
     counting_statements,
     fenced_code,
+    tag_fields,
 )
 from zoo.envs.math_datasets import MathDatasetEnv
 from zoo.envs.prompt_format import build_prompt, check_prompt_format
-from zoo.envs.verdict import TestJob, free_names
+from zoo.envs.verdict import TestJob, TestVerdict, free_names
 
 MBPP_QUESTION = (
     "You are an expert Python programmer, and here is your task: {text} "
-    "Your code should pass these tests:\n\n{tests}"
+    "Your code should pass this example test and further tests that are not shown:\n\n{tests}"
 )
 MBPP_INSTRUCTION = "Answer with the code in a ```python code block."
 
@@ -41,8 +46,12 @@ class MBPPConfig(SandboxConfig):
     """Same for the held-out split; "" splits eval_size rows off the train rows."""
     eval_size: int = 500
     """Held-out problems: the first eval_size of the eval split in a fixed order (0 = all)."""
-    shown_tests: int = 3
-    """How many of a row's test_list asserts the prompt shows (MBPP's paper shows all 3)."""
+    shown_tests: int = 1
+    """How many of a row's test_list asserts the prompt shows: 1, the first, as the example
+    that gives the function's name and signature; the others are hidden. MBPP's paper shows
+    all 3, but 397 of the 427 sanitized tasks have exactly 3, so a table of the shown inputs
+    and outputs would pass nearly every task; 0 would hide the name the tests call. Any
+    other value is refused."""
     challenge_tests: bool = False
     """Also require the row's challenge_test_list to pass."""
     prompt_format: str = "plain"
@@ -62,6 +71,29 @@ def mbpp_calls(asserts: str, setup: str) -> tuple[tuple[str, ...], str]:
     return serve, setup + "".join(f"\nimport {m}" for m in modules) + "\n"
 
 
+SHOWN_TAG, HIDDEN_TAG = f"{TAG}-shown", f"{TAG}-hidden"
+"""The counting passes' tags (``TAG`` in them becomes each execution's random tag)."""
+
+
+@dataclass(frozen=True)
+class MBPPScored(Scored):
+    """``Scored`` plus the pass fraction over the asserts the prompt does not show."""
+
+    hidden_fraction: float | None = None
+    """Fraction of the hidden asserts that passed (1.0 when every assert passed, 0.0 when
+    the completion was rejected unexecuted or the counts were never written); None for a
+    task whose asserts are all shown (a task with one assert)."""
+
+
+def _tally(verdict: TestVerdict, tag: str) -> tuple[int, int] | None:
+    """(passed, counted) as a counting pass wrote them after ``tag``, or None."""
+    try:
+        passed, total = (int(x) for x in tag_fields(verdict.tests.stdout, tag) or ())
+    except ValueError:
+        return None
+    return (passed, total) if 0 <= passed <= total else None
+
+
 class MBPP(SandboxedCodeEnv, SplitMixin):
     """``mbpp``: Mostly Basic Python Problems. Source: Hugging Face
     ``google-research-datasets/mbpp``, config ``sanitized`` (the hand-verified subset),
@@ -76,14 +108,23 @@ class MBPP(SandboxedCodeEnv, SplitMixin):
     "test_setup_code", "challenge_test_list"}`` (the last two may be missing or empty) or
     the ``sanitized`` one's ``{"task_id", "prompt", "code", "test_list", "test_imports"}``
     (``prompt`` stands for ``text``, the ``test_imports`` lines for the setup code).
-    Prompt: the paper's ("You are an expert Python programmer, and here is your task: ...
-    Your code should pass these tests: ...", the first ``shown_tests`` asserts) plus
-    ``instruction``. A completion is Python code, or a Markdown code block holding it; it
-    runs in the sandbox after ``test_setup_code`` and is followed by the ``test_list`` asserts.
+    Prompt: the paper's wording ("You are an expert Python programmer, and here is your
+    task: ...") with one assert of ``test_list``, the first, shown as the example (it names
+    the function and its arguments), plus ``instruction``. The other asserts are hidden: the
+    paper shows all three, and most tasks have no more, so every test would be visible and a
+    table of the shown inputs and outputs would pass. A completion is Python code, or a
+    Markdown code block holding it; it runs in the sandbox after ``test_setup_code`` and is
+    followed by the ``test_list`` asserts.
 
     Rewards: 1.0 when every assert of ``test_list`` (and ``challenge_test_list`` with
-    ``challenge_tests=True``) passes, 0.0 otherwise. Pass fraction (metric): the fraction
-    of those asserts that pass (module docstring).
+    ``challenge_tests=True``) passes, shown and hidden, 0.0 otherwise. Metrics: the pass
+    fraction over all those asserts (module docstring of ``zoo.envs.code_envs``; the second
+    value of ``score_details``) and, apart, over the hidden ones alone:
+    ``score_verdicts`` gives ``MBPPScored`` with ``hidden_fraction``, and ``stats`` adds
+    ``hidden_pass_fraction_mean`` over the ``hidden_scored`` completions of tasks that have
+    hidden asserts. The counting pass runs twice, on the shown and on the hidden asserts,
+    each with a tag of its own, so every assert still runs once there and once in the
+    plain pass that decides the reward.
 
     Splits: held-out = the eval split's rows in a fixed shuffled order, the first
     ``eval_size`` (0 = all); without an eval source, ``eval_size`` train rows are split off
@@ -93,7 +134,10 @@ class MBPP(SandboxedCodeEnv, SplitMixin):
 
     name = "mbpp"
     config_class = MBPPConfig
-    reward_values = "1 (all of the problem's test asserts pass) or 0; pass fraction as a metric"
+    reward_values = (
+        "1 (all of the problem's test asserts pass, the shown one and the hidden ones) or 0; "
+        "pass fractions (all asserts, hidden asserts) as metrics"
+    )
     fields = (
         '{"task_id", "text", "code", "test_list": [assert, ...], "test_setup_code", '
         '"challenge_test_list"} (full) or {"task_id", "prompt", "code", "test_list", '
@@ -106,11 +150,21 @@ class MBPP(SandboxedCodeEnv, SplitMixin):
     _records = MathDatasetEnv._records
 
     def __init__(self, **overrides: Any) -> None:
+        # Before the base's __init__, which resets the stats (reset_stats below).
+        self._hidden_lock = threading.Lock()
+        self._grading = threading.local()
         super().__init__(**overrides)
         cfg = self.config
         check_prompt_format(self.name, cfg.prompt_format)
-        if cfg.eval_size < 0 or cfg.shown_tests < 0:
-            raise ConfigError(f"{self.name}: need eval_size >= 0 and shown_tests >= 0")
+        if cfg.eval_size < 0:
+            raise ConfigError(f"{self.name}: need eval_size >= 0, got {cfg.eval_size}")
+        if cfg.shown_tests != 1:
+            raise ConfigError(
+                f"{self.name}: shown_tests must be 1, got {cfg.shown_tests}: the prompt shows "
+                "the first assert as the example and hides the rest. With all shown, most "
+                "tasks could be passed by a table of the shown inputs and outputs; with none, "
+                "the function's name and arguments are unknown"
+            )
         rows, train_source = self._load("train", cfg.data_files, cfg.hf_train)
         train = self._records(rows, train_source)
         if not cfg.eval_files and (cfg.data_files or not cfg.hf_eval):
@@ -163,10 +217,17 @@ class MBPP(SandboxedCodeEnv, SplitMixin):
             "challenge_test_list": str_list(row.get("challenge_test_list") or [], "challenge"),
         }
 
+    def _asserts(self, record: dict[str, Any]) -> tuple[list[str], list[str]]:
+        """(shown, hidden) asserts of a row: the first ``shown_tests`` of ``test_list`` and
+        the rest, then the challenge asserts when they count (never shown)."""
+        tests, n = record["test_list"], self.config.shown_tests
+        challenge = record["challenge_test_list"] if self.config.challenge_tests else []
+        return tests[:n], tests[n:] + challenge
+
     def _prompt(self, record: dict[str, Any], index: int, split: str) -> Prompt:
+        shown, _ = self._asserts(record)
         cfg = self.config
-        shown = "\n".join(record["test_list"][: cfg.shown_tests])
-        question = MBPP_QUESTION.format(text=record["text"].strip(), tests=shown)
+        question = MBPP_QUESTION.format(text=record["text"].strip(), tests="\n".join(shown))
         return build_prompt(
             question, cfg.instruction, cfg.prompt_format,
             answer=dict(record), index=index, split=split, meta={"task_id": record["task_id"]},
@@ -187,13 +248,74 @@ class MBPP(SandboxedCodeEnv, SplitMixin):
         program = completion if code is None else code
         if not program.strip():
             return None
-        asserts = a["test_list"] + (a["challenge_test_list"] if self.config.challenge_tests else [])
+        shown, hidden = self._asserts(a)
         setup = a["test_setup_code"]
-        plain = "\n".join(asserts)
+        plain = "\n".join(shown + hidden)
         # The setup code (imports, fixtures) runs before the candidate and before the tests.
         candidate = f"{setup}\n{program}\n" if setup.strip() else program + "\n"
-        tests = f"{counting_statements(asserts)}\n{plain}\n"
+        # Two counting passes, the shown asserts' and the hidden ones', each writing its
+        # counts after its own tag, so the hidden pass fraction is measured apart.
+        counting = [
+            counting_statements(asserts).replace(TAG, tag)
+            for asserts, tag in ((shown, SHOWN_TAG), (hidden, HIDDEN_TAG))
+        ]
+        tests = f"{counting[0]}\n{counting[1]}\n{plain}\n"
         return TestJob(candidate, tests, *mbpp_calls(plain, setup))
+
+    def _grade(self, prompt: Prompt, verdict: TestVerdict, tag: str) -> tuple[float, float]:
+        shown = _tally(verdict, SHOWN_TAG.replace(TAG, tag))
+        hidden = _tally(verdict, HIDDEN_TAG.replace(TAG, tag))
+        if verdict.passed:
+            fraction, hidden_fraction = 1.0, 1.0
+        elif shown is None or hidden is None or shown[1] + hidden[1] == 0:
+            fraction, hidden_fraction = 0.0, 0.0  # the tests died before both counts
+        else:
+            fraction = (shown[0] + hidden[0]) / (shown[1] + hidden[1])
+            hidden_fraction = hidden[0] / hidden[1] if hidden[1] else 0.0
+        # The base class hands this execution's tag to _grade only, so the hidden
+        # fraction goes back to score_verdicts (same thread, same call) by the verdict.
+        graded = getattr(self._grading, "hidden", None)
+        if graded is not None:
+            graded[id(verdict)] = hidden_fraction
+        return (1.0 if verdict.passed else 0.0), fraction
+
+    def score_verdicts(self, prompts: list[Prompt], completions: list[str]) -> list[MBPPScored]:
+        """The base's ``Scored`` per completion, as ``MBPPScored`` with the pass fraction
+        over the hidden asserts; ``stats`` counts it."""
+        self._grading.hidden = {}
+        try:
+            scored = super().score_verdicts(prompts, completions)
+            graded = self._grading.hidden
+        finally:
+            del self._grading.hidden
+        out = []
+        for prompt, s in zip(prompts, scored, strict=True):
+            hidden_fraction = None
+            if self._asserts(prompt.answer)[1]:
+                hidden_fraction = 0.0 if s.verdict is None else graded[id(s.verdict)]
+            fields = {f.name: getattr(s, f.name) for f in dataclasses.fields(s)}
+            out.append(MBPPScored(**fields, hidden_fraction=hidden_fraction))
+        counted = [s.hidden_fraction for s in out if s.hidden_fraction is not None]
+        with self._hidden_lock:
+            self._hidden_sum += sum(counted)
+            self._hidden_scored += len(counted)
+        return out
+
+    def reset_stats(self) -> None:
+        super().reset_stats()
+        with self._hidden_lock:
+            self._hidden_sum, self._hidden_scored = 0.0, 0
+
+    @property
+    def stats(self) -> dict[str, Any]:
+        """The base's statistics plus ``hidden_scored`` (completions of tasks with hidden
+        asserts) and ``hidden_pass_fraction_mean`` (their mean hidden pass fraction)."""
+        s = super().stats
+        with self._hidden_lock:
+            total, n = self._hidden_sum, self._hidden_scored
+        s["hidden_scored"] = n
+        s["hidden_pass_fraction_mean"] = total / n if n else 0.0
+        return s
 
     def describe(self) -> dict[str, Any]:
         out = super().describe()

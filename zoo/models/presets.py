@@ -23,6 +23,8 @@ TINY_MODELS = {
     "--max-response-len 16)",
     "tiny-code-feedback": "the tiny model warm-started on pyfunc and on revisions after "
     "pyfunc_feedback's feedback (shipped weights; use --env pyfunc_feedback --max-response-len 12)",
+    "tiny-sum": "the tiny model warm-started on running_sum's chains of partial sums, the "
+    "reasoning testbed (shipped weights; use --env running_sum --max-response-len 64)",
 }
 """Presets warm-started by forge-zoo, each a recipe in zoo.models.tiny.TINY_PRESETS whose
 weights ship in zoo/models/start_weights."""

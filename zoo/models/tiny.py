@@ -101,6 +101,10 @@ class TinyRecipe:
     """Multi-turn tasks: the stop also needs the fraction of validation episodes that call
     the tool at or below this, so that RL starts from a model that uses the tool only
     sometimes (early on the warm start calls it on nearly every problem)."""
+    merge_fraction: float = 0.0
+    """running_sum: the chance that a step of a demonstrated chain adds two terms at once
+    (``zoo.envs.running_sum.demonstration``), so the model sees chains of every
+    granularity and RL can move the answer's length either way."""
 
     def key(self) -> str:
         fields = dataclasses.asdict(self)
@@ -113,7 +117,12 @@ class TinyRecipe:
         return hashlib.sha256(payload.encode()).hexdigest()[:12]
 
 
-LATER_FIELDS = {"task": "arithmetic", "tool_fraction": 0.0, "max_tool_rate": 1.0}
+LATER_FIELDS = {
+    "task": "arithmetic",
+    "tool_fraction": 0.0,
+    "max_tool_rate": 1.0,
+    "merge_fraction": 0.0,
+}
 """Recipe fields added after the first models were built, with the value they stand for."""
 
 
@@ -139,6 +148,12 @@ TINY_PRESETS = {
     "tiny-code-feedback": TinyRecipe(
         task="pyfunc_feedback", threads=1, validation_size=200, tool_fraction=0.5
     ),
+    # The reasoning testbed (zoo/envs/running_sum.py): chains of partial sums, 30% of
+    # their steps shown merged with the next; stops at >= 25% greedy validation accuracy
+    # (reached near step 400 of 1,500: docs/envs.md has the curve).
+    "tiny-sum": TinyRecipe(
+        task="running_sum", threads=1, validation_size=300, merge_fraction=0.3, eval_every=10
+    ),
 }
 """Model presets by name (zoo.models.presets resolves them), each with shipped weights (SHIPPED)."""
 
@@ -148,6 +163,7 @@ WARM_START_EVAL_TOKENS = {
     "pyfunc": 9,
     "tool_arithmetic": 16,
     "pyfunc_feedback": 9,
+    "running_sum": 48,
 }
 """Max new tokens of the warm start's greedy evaluation, per task (its longest answer; per
 turn for a multi-turn task, as the run's --max-response-len advised for it)."""
@@ -321,6 +337,11 @@ def build_tiny_model(recipe: TinyRecipe, path: Path, quiet: bool = False) -> dic
                 kept = [p for p in prompts if p.text not in set_aside]
                 if multi_turn:
                     loss = episode_sft_loss(model, demonstration_mix(env, kept, recipe, step))
+                elif recipe.merge_fraction > 0:
+                    rng = random.Random(f"merge:{recipe.seed}:{step}")
+                    pairs = [(p.text, env.demonstration(p, rng, recipe.merge_fraction))
+                             for p in kept]  # fmt: skip
+                    loss = sft_loss(model, pairs)
                 else:
                     loss = sft_loss(model, [(p.text, reference(p)) for p in kept])
                 opt.zero_grad(set_to_none=True)

@@ -25,6 +25,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import pickle
 import re
 import shutil
 from pathlib import Path
@@ -32,8 +33,9 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from zoo.core.config import ConfigError
 from zoo.models.titan import load_hf_state_dict
-from zoo.run.runlog import StorageError
+from zoo.run.runlog import RESUME, StorageError, fsync_path
 
 if TYPE_CHECKING:
     from zoo.run.loop import RLLoop
@@ -98,7 +100,7 @@ def save_checkpoint(directory: Path, loop: RLLoop, source_model: Path) -> None:
         kept = f"step {checkpoint_step(before)}" if before is not None else "none yet"
         raise StorageError(
             f"could not write the checkpoint of step {loop.step_index} to {root} ({exc}); "
-            f"the previous checkpoint is intact ({kept}). Free space and continue with --resume"
+            f"the previous checkpoint is intact ({kept}). {RESUME}"
         ) from exc
     reached("marker written")
     tmp.rename(final)
@@ -107,7 +109,13 @@ def save_checkpoint(directory: Path, loop: RLLoop, source_model: Path) -> None:
     link = directory.with_name(directory.name + ".link")
     if link.is_symlink() or link.exists():
         link.unlink()
-    link.symlink_to(Path(STEPS) / final.name)
+    try:
+        link.symlink_to(Path(STEPS) / final.name)
+    except OSError as exc:  # (a link takes an inode, and a full disk may have none left)
+        raise StorageError(
+            f"could not link the checkpoint of step {loop.step_index} ({exc.strerror}); the "
+            f"previous checkpoint stays current. {RESUME}"
+        ) from exc
     reached("link written")
     os.replace(link, directory)
     fsync_path(directory.parent)
@@ -148,15 +156,6 @@ def adopt_legacy_folder(directory: Path, root: Path) -> None:
             directory.rename(target)
 
 
-def fsync_path(path: Path) -> None:
-    """Flush a file's or a folder's entry to disk."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def checkpoint_step(folder: Path) -> int | None:
     """The step of a complete checkpoint folder, else None."""
     try:
@@ -191,8 +190,25 @@ def load_checkpoint(directory: Path, loop: RLLoop) -> int:
     if folder is None:
         raise FileNotFoundError(f"no complete checkpoint at {directory}")
     trainer = loop.s.trainer
-    state = torch.load(folder / STATE_FILE, weights_only=False)
+    state = load_state_file(folder / STATE_FILE)
     trainer.load_state(load_hf_state_dict(folder), state["optimizer"], state["version"])
     loop.load_state(state["loop"])
     loop.s.sync_weights()
     return loop.step_index
+
+
+def load_state_file(path: Path) -> dict:
+    """``trainer_state.pt`` read with ``weights_only=True``: tensors and plain values only
+    (what save_checkpoint writes: the loop's counters, the optimizer's state dict, the
+    policy version). A file that holds other objects is refused, not unpickled: resuming
+    a run folder from elsewhere must not run code it carries."""
+    try:
+        return torch.load(path, weights_only=True)
+    except pickle.UnpicklingError as exc:
+        found = re.search(r"GLOBAL ([\w.]+)", str(exc))  # the object torch refused
+        what = f" ({found.group(1)})" if found else ""
+        raise ConfigError(
+            f"{path} holds objects other than tensors and plain values{what}; they are not "
+            "loaded, since unpickling them could run code. Resume only from checkpoints "
+            "forge-zoo wrote"
+        ) from None

@@ -190,6 +190,7 @@ class RLLoop:
         kept_adv: list[torch.Tensor] = []
         kept_in_loss: list[torch.Tensor] = []
         task_rewards: list[float] = []
+        response_lengths: list[int] = []
         rounds = 0
         while len(kept_groups) < cfg.prompts_per_step and rounds < cfg.max_sampling_rounds:
             rounds += 1
@@ -202,6 +203,7 @@ class RLLoop:
             # an episode's length is every token after its prompt, observations included,
             # against its token limit (self.budget)
             lengths = torch.tensor([[len(c.token_ids) for c in g] for g in groups])
+            response_lengths += lengths.flatten().tolist()
             shaped = algo.shape_rewards(rewards, lengths, self.budget)
             wanted = self.multi_turn and algo.uses_turn_rewards
             per_turn = turn_rewards(groups, shaped) if wanted else None
@@ -225,6 +227,7 @@ class RLLoop:
             "sampling_rounds": rounds,
             "kept_groups": len(kept_groups),
             "masked_responses": int(sum((~m).sum() for m in kept_in_loss)),
+            **length_metrics(response_lengths, task_rewards),
         }
         if self.multi_turn:
             record.update(episode_metrics(self.episode_stats))
@@ -299,7 +302,7 @@ class RLLoop:
         episodes."""
         s, n = self.s, self.cfg.eval_samples if sampled else 0
         start = time.perf_counter()
-        prompts = s.env.eval_prompts()
+        prompts = s.env.eval_split(self.cfg.eval_split)
         encoded = [s.encode(p) for p in prompts]
         groups = self._sample(prompts, encoded, n=1, greedy=True)
         rewards = self._rewards(prompts, groups)
@@ -453,6 +456,23 @@ def train_samples(
                 "policy_version": c.policy_version,
             })  # fmt: skip
     return rows
+
+
+def length_metrics(lengths: list[int], rewards: list[float]) -> dict[str, float]:
+    """Response lengths (tokens after the prompt) of every sample a step drew:
+    ``response_len_mean``, and over the samples whose task reward is > 0 (correct) and
+    those whose reward is <= 0 (incorrect) ``response_len_correct_mean`` and
+    ``response_len_incorrect_mean`` (each left out when a step has no such sample).
+    Dr. GRPO's claim (arXiv 2503.20783, Sec. 3.1) is about the last: under GRPO's
+    per-sequence mean a long wrong answer is penalised less per token, so wrong answers
+    grow longer."""
+    out = {}
+    for name, keep in (("", lambda r: True), ("_correct", lambda r: r > 0),
+                       ("_incorrect", lambda r: r <= 0)):  # fmt: skip
+        chosen = [n for n, r in zip(lengths, rewards, strict=True) if keep(r)]
+        if chosen:
+            out[f"response_len{name}_mean"] = statistics.fmean(chosen)
+    return out
 
 
 def _advantage(advantage: torch.Tensor, c: Completion) -> float | list[float]:

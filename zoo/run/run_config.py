@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-from zoo.core.config import ConfigError
+from zoo.core.config import ConfigError, Limit, check_number
 from zoo.models.presets import INITS, TINY_MODELS, ModelSpec, resolve_model
 from zoo.run.trackers import check_installed, parse_report_to
 from zoo.services.generation import GENERATOR_BACKENDS
@@ -20,6 +20,13 @@ from zoo.services.trainer import LR_SCHEDULES
 
 MAX_SAMPLES_PER_PROMPT = 16384
 """vLLM's bound on samples of one prompt (group_size, eval_samples): checked before a run."""
+RUN_LIMITS = {
+    "steps": Limit(1_000_000, "a step appends ~5 kB to metrics.jsonl and samples.jsonl and "
+                   "takes a second or more even on the tiny model: 5 GB and 12 days at the "
+                   "bound"),
+    "eval_points": Limit(10_000, "each is a pass over the held-out split"),
+}  # fmt: skip
+"""Upper bounds of RunConfig's numbers past those vLLM or the memory estimate refuse."""
 PLACEMENTS = ("local", "monarch")
 """Where services run (RunConfig.placement); the Monarch one is zoo.placement."""
 WEIGHT_SYNCS = ("rdma", "endpoint")
@@ -29,6 +36,8 @@ MODES = ("sync", "async")
 batches overlaps training on this one (sampled by weights at most max_policy_age old)."""
 DEVICES = ("auto", "cpu", "cuda")
 """Where the trainer, reference and generator run (RunConfig.device)."""
+EVAL_SPLITS = ("heldout", "validation")
+"""What a run evaluates on (RunConfig.eval_split)."""
 LONG_PROMPTS = ("refuse", "truncate-left")
 """What a run does with a prompt longer than the context leaves for it (RunConfig)."""
 CHOICES: dict[str, tuple[str, ...]] = {
@@ -41,6 +50,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "correction": CORRECTIONS,
     "long_prompts": LONG_PROMPTS,
     "lr_schedule": LR_SCHEDULES,
+    "eval_split": EVAL_SPLITS,
 }
 """The valid values of RunConfig's string fields that have a fixed set: ``validate`` and
 the command line (harness/cli.py builds its flags from RunConfig) read them here."""
@@ -140,6 +150,10 @@ class RunConfig:
     """If > 0: stop once this many completions have been generated (dropped ones count)."""
     budget_seconds: float = 0.0
     """If > 0: stop once this many wall seconds of training have passed."""
+    eval_split: str = "heldout"
+    """What every evaluation scores: the env's fixed held-out split (the headline), or its
+    validation split, disjoint from train and held-out, on which ``harness tune`` selects
+    settings so that the board's held-out numbers are not tuned on."""
     eval_points: int = 8
     """With a budget: evaluate when 1/K, 2/K, ... K/K of it is spent (same points for all
     algorithms; evaluation is not charged to the budget)."""
@@ -204,6 +218,10 @@ class RunConfig:
         return chosen[0] if chosen else ("steps", float(self.steps))
 
     def validate(self) -> None:
+        for f in dataclasses.fields(self):  # nan passes every comparison below
+            value = getattr(self, f.name)
+            if not (f.name == "grad_clip" and value == math.inf):  # inf: no clipping
+                check_number(value, f.name, RUN_LIMITS.get(f.name))
         for name in (
             "steps",
             "prompts_per_step",
@@ -214,11 +232,6 @@ class RunConfig:
         ):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
-        for f in dataclasses.fields(self):  # nan passes every comparison below
-            value = getattr(self, f.name)
-            finite = not isinstance(value, float) or math.isfinite(value)
-            if not finite and not (f.name == "grad_clip" and value == math.inf):  # no clipping
-                raise ConfigError(f"{f.name} must be a finite number, got {value}")
         if min(self.budget_flops, self.budget_samples, self.budget_seconds) < 0:
             raise ConfigError("budgets must be >= 0")
         if self.micro_batch_size < 0 or self.checkpoint_every < 0:
@@ -337,7 +350,7 @@ NOT_DEFINING = ("report_to",)
 """Run-config fields that do not change what a run computes: a resume may change them, and
 leaderboard rows are grouped without them."""
 
-ADDED_LATER = {"eval_samples": 0, "sampled_eval_points": 0}
+ADDED_LATER = {"eval_samples": 0, "sampled_eval_points": 0, "eval_split": "heldout"}
 """Fields added since runs were first recorded, with the value that reproduces what a
 run recorded without them did (RunConfig.from_record)."""
 
@@ -362,6 +375,7 @@ TINY_PRESET_DEFAULTS = {
     "tiny-code": {"max_response_len": 12, "prompts_per_step": 64},
     "tiny-tool": {"max_response_len": 16, "prompts_per_step": 64},
     "tiny-code-feedback": {"max_response_len": 12, "prompts_per_step": 64},
+    "tiny-sum": {"max_response_len": 64, "prompts_per_step": 64},
 }
 """Where the tiny presets other than ``tiny`` differ from RunConfig's defaults: their envs'
 answers are longer (a pyfunc expression takes up to 9 tokens with its end; a tool call up

@@ -214,15 +214,61 @@ class StorageError(RuntimeError):
     intact, and the message says what to do."""
 
 
+RESUME = "Free space and continue with --resume"
+AGAIN = "Free space and run the command again"
+
+
+def fsync_path(path: Path) -> None:
+    """Flush a file's or a folder's entry to disk."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_whole(path: Path, data: str | bytes, then: str) -> None:
+    """Replace ``path`` by ``data`` in one step: written to a temporary file beside it,
+    flushed to disk, renamed over it. A write the disk refuses (full, over quota) removes
+    the temporary file, leaves the previous ``path`` (if any) as it was, and raises a
+    StorageError whose message ends with ``then``, what to do."""
+    raw = data.encode() if isinstance(data, str) else data
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
+        try:
+            view = memoryview(raw)
+            while view:
+                view = view[os.write(fd, view) :]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        kept = f"the previous {path.name} is intact" if path.exists() else "none was written"
+        raise StorageError(
+            f"could not write {path.name} to {path.parent} ({exc.strerror or exc}); {kept}. {then}"
+        ) from exc
+    with contextlib.suppress(OSError):  # (some filesystems refuse to flush a folder)
+        fsync_path(path.parent)
+
+
 class RunWriter:
     """Owns a run folder. Created only once the run's inputs are validated. ``trackers``
     (``--report-to``) get every record and sample written here."""
 
     def __init__(self, directory: Path, trackers: Trackers | None = None) -> None:
         self.directory = directory
-        directory.mkdir(parents=True, exist_ok=True)
-        self._metrics = open(directory / "metrics.jsonl", "ab", buffering=0)  # noqa: SIM115
-        self._samples = open(directory / SAMPLES, "ab", buffering=0)  # noqa: SIM115
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+            self._metrics = open(directory / "metrics.jsonl", "ab", buffering=0)  # noqa: SIM115
+            self._samples = open(directory / SAMPLES, "ab", buffering=0)  # noqa: SIM115
+        except OSError as exc:
+            raise StorageError(
+                f"could not open the run's files in {directory} ({exc.strerror or exc}). {AGAIN}"
+            ) from exc
         self.trackers = trackers
 
     def write_config(self, config: dict[str, Any]) -> None:
@@ -233,7 +279,7 @@ class RunWriter:
         for stale in (*self.directory.glob("source*.diff"), self.directory / SESSIONS):
             stale.unlink(missing_ok=True)
         if git.diff is not None:
-            (self.directory / SOURCE_DIFF).write_bytes(git.diff)
+            write_whole(self.directory / SOURCE_DIFF, git.diff, AGAIN)
         record = {
             **config,
             "versions": package_versions(),
@@ -242,7 +288,8 @@ class RunWriter:
             "created": now_iso(),
             "packages": installed_packages(),
         }
-        (self.directory / "config.json").write_text(json.dumps(record, indent=2, default=str))
+        text = json.dumps(record, indent=2, default=str)
+        write_whole(self.directory / "config.json", text, AGAIN)
 
     def start_session(self, step: int, hosts: list[str] | None = None) -> dict[str, Any]:
         """Append this start or resume (time, the step it starts from, commit, dirty flag,
@@ -258,10 +305,14 @@ class RunWriter:
             if first.exists() and hashlib.sha256(first.read_bytes()).hexdigest() != git.diff_sha256:
                 name = f"source-{git.diff_sha256[:12]}.diff"
             if not (self.directory / name).exists():
-                (self.directory / name).write_bytes(git.diff)
+                write_whole(self.directory / name, git.diff, RESUME)
             record["diff"] = name
-        with open(self.directory / SESSIONS, "a", encoding="utf-8") as f:
-            f.write(json.dumps(record) + "\n")
+        try:
+            sessions = open(self.directory / SESSIONS, "ab", buffering=0)  # noqa: SIM115
+        except OSError as exc:
+            raise StorageError(f"could not open {SESSIONS} ({exc.strerror}). {RESUME}") from exc
+        with sessions:
+            self._append(sessions, [record], "this session's start")
         return record
 
     def sessions(self) -> list[dict[str, Any]]:
@@ -295,7 +346,7 @@ class RunWriter:
                 os.ftruncate(fd, end)
             raise StorageError(
                 f"could not write {what} to {file.name} ({exc.strerror}); the file keeps "
-                "everything before it. Free space and continue with --resume"
+                f"everything before it. {RESUME}"
             ) from exc
 
     def close(self) -> None:
@@ -333,12 +384,7 @@ def truncate_samples(run_dir: Path, last_step: int) -> None:
     if not path.exists():
         return
     kept = [r for r in read_samples(run_dir) if r.get("step", last_step + 1) <= last_step]
-    tmp = path.with_suffix(".jsonl.tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write("".join(json.dumps(r) + "\n" for r in kept))
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    write_whole(path, "".join(json.dumps(r) + "\n" for r in kept), RESUME)
 
 
 TIMING_KEYS_SUFFIX = ("_seconds", "tokens_per_s", "seconds")

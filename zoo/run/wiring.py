@@ -115,7 +115,7 @@ def build_services(
             f"context of {context_len} tokens; give a smaller --max-episode-tokens"
         )
     encode = prompt_encoder(tokenizer, context_len - budget, cfg.long_prompts)
-    check_held_out_prompts(env, encode)
+    check_held_out_prompts(env, encode, cfg.eval_split)
     shared = dict(env=env, algorithm=algorithm, encode=encode,
                   ledger=Ledger(ModelShape.from_hf_dir(spec.path)),
                   observe=functools.partial(observation_ids, tokenizer))  # fmt: skip
@@ -206,11 +206,13 @@ def prompt_encoder(
     return encode
 
 
-def check_held_out_prompts(env: Env, encode: Callable[[Prompt], list[int]]) -> None:
-    """Before the run: with "refuse", every held-out prompt must fit; the error counts the
-    ones that do not."""
+def check_held_out_prompts(
+    env: Env, encode: Callable[[Prompt], list[int]], split: str = "heldout"
+) -> None:
+    """Before the run: with "refuse", every prompt of the evaluation split (held-out, or
+    validation when tuning) must fit; the error counts the ones that do not."""
     too_long = []
-    held_out = env.eval_prompts()
+    held_out = env.eval_split(split)
     for prompt in held_out:
         try:
             encode(prompt)

@@ -330,7 +330,10 @@ class Trainer:
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         self.optimizer.step()
+        # grad_clip_frac: 1 when the norm clip bound this step; the step record's mean over
+        # a batch's updates is the share of optimizer steps it rescaled
         out = {"loss": loss_total, **sums, "grad_norm": float(grad_norm),
+               "grad_clip_frac": float(float(grad_norm) > self.config.grad_clip),
                "response_tokens": num_tokens}  # fmt: skip
         if self.config.lr_schedule != "constant" or self.config.warmup_steps:
             out["lr"] = lr  # (not logged at a constant lr: older records stay comparable)

@@ -1,0 +1,237 @@
+"""The papers' claims, tested: one central claim per built-in, measured on a board.
+
+Each claim names the paper's statement (paraphrased, with where it stands), the quantity
+that tests it here, per run, and the direction the paper predicts against a baseline
+(usually grpo). ``claims_table`` computes it for every claim whose two rows the board
+ran: the difference algorithm - baseline over seeds (paired seed by seed when both ran
+the same seeds, else Welch) with a 95% t-interval, and the verdict:
+
+- supported: the interval lies entirely on the side the paper predicts;
+- contradicted: it lies entirely on the other side;
+- inconclusive: it contains 0 (these seeds cannot tell);
+- not measured: a row or a metric is missing (the claim needs, e.g., sampled evaluation).
+
+A claim about a mechanism is only a test when the mechanism acts: the table carries the
+algorithm's mean acting share beside it (``mechanism_acting`` of the off-policy table).
+Most papers made their claims on 7-32B models over hundreds of steps; here they are tested
+in direction, on the testbed's scale, and the scope column says what that leaves out.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+import scipy.stats as sps
+
+Quantity = Callable[[dict], float]
+"""A run (harness/analysis.py load_runs) -> one number."""
+
+
+def late_mean(metric: str) -> Quantity:
+    """The mean of a step metric over the second half of a run's training steps: where a
+    trend the paper describes (entropy collapse, length growth) has had time to show."""
+
+    def of(run: dict) -> float:
+        steps = [r[metric] for r in run["records"] if r["step"] > 0 and metric in r]
+        tail = steps[len(steps) // 2 :]
+        return float(np.mean(tail)) if tail else math.nan
+
+    return of
+
+
+def step_max(metric: str) -> Quantity:
+    def of(run: dict) -> float:
+        values = [r[metric] for r in run["records"] if r["step"] > 0 and metric in r]
+        return float(max(values)) if values else math.nan
+
+    return of
+
+
+def share_sum(*metrics: str) -> Quantity:
+    """The mean over training steps of the sum of several shares (low + high clip)."""
+
+    def of(run: dict) -> float:
+        steps = [r for r in run["records"] if r["step"] > 0]
+        if not steps or not all(m in steps[0] for m in metrics):
+            return math.nan
+        return float(np.mean([sum(r[m] for m in metrics) for r in steps]))
+
+    return of
+
+
+def checkpoint_score(column: str) -> Quantity:
+    """A run's headline or AUC (harness/analysis.py run_scores)."""
+
+    def of(run: dict) -> float:
+        from harness.analysis import checkpoint_rows, run_scores
+
+        scores = run_scores(pd.DataFrame(checkpoint_rows(run)))
+        return float(scores[column].iloc[0]) if len(scores) and column in scores else math.nan
+
+    return of
+
+
+@dataclass(frozen=True)
+class Claim:
+    algorithm: str
+    baseline: str
+    claim: str
+    where: str
+    quantity: str
+    measure: Quantity
+    direction: int
+    """+1: the paper predicts the algorithm's quantity above the baseline's; -1 below."""
+    scope: str
+
+
+TOKEN_CLIPS = ("clip_low_frac", "clip_high_frac")
+CLAIMS = [
+    Claim("dr_grpo", "grpo",
+          "GRPO's per-response length normalisation lets wrong answers grow longer; "
+          "without it (Dr. GRPO) they do not",
+          "Liu et al., arXiv 2503.20783, abstract and Sec. 3.2 / Fig. 5",
+          "tokens of incorrect training samples, mean over the second half of the steps",
+          late_mean("response_len_incorrect_mean"), -1,
+          "direction only: the paper's growth is over hundreds of steps on long answers; "
+          "grpo here also has a KL term (beta 0.04) that dr_grpo lacks"),
+    Claim("dapo", "grpo",
+          "Clip-Higher (eps_high 0.28 > eps_low 0.2) keeps the policy's entropy from "
+          "collapsing", "Yu et al., arXiv 2503.14476, Sec. 3.1 / Fig. 2",
+          "entropy of sampled tokens (nats), mean over the second half of the steps",
+          late_mean("entropy_sampled"), +1,
+          "confounded: dapo also drops the KL term and uses token_mean; an eps_high ablation "
+          "isolates Clip-Higher"),
+    Claim("gspo", "grpo",
+          "sequence-level clipping clips about two orders of magnitude more tokens than GRPO",
+          "Zheng et al., arXiv 2507.18071, Sec. 5.2 / Fig. 2",
+          "share of response tokens out of the clip range, mean over steps",
+          share_sum(*TOKEN_CLIPS), +1, "mechanistic: visible from the first mini-batch"),
+    Claim("gspo", "grpo",
+          "GSPO trains more efficiently than GRPO (higher reward at the same compute)",
+          "Zheng et al., arXiv 2507.18071, Sec. 5.1 / Fig. 1",
+          "area under the held-out reward curve over the budget",
+          checkpoint_score("auc"), +1,
+          "direction only: the paper's gain is on a 30B mixture-of-experts model"),
+    Claim("cispo", "dapo",
+          "CISPO matches DAPO with half the training steps (faster at matched compute)",
+          "MiniMax, arXiv 2506.13585, Sec. 3.1 / Fig. 2",
+          "area under the held-out reward curve over the budget",
+          checkpoint_score("auc"), +1,
+          "direction only: the paper ran 16 off-policy rounds per batch; the cap must act "
+          "(capped_acting_frac) for this to test it"),
+    Claim("sapo", "grpo",
+          "a soft, temperature-controlled gate instead of a hard clip gives higher Pass@1 "
+          "at a comparable budget", "Gao et al., arXiv 2511.20347, abstract",
+          "held-out greedy headline", checkpoint_score("headline"), +1,
+          "direction only: the paper's instability is of long MoE runs"),
+    Claim("gpg", "grpo",
+          "plain policy gradient with the B/B_valid rescale beats GRPO at lower compute",
+          "Chu et al., arXiv 2504.02546, abstract", "held-out greedy headline",
+          checkpoint_score("headline"), +1,
+          "direction only; at a FLOP budget gpg's cheaper steps (no reference) buy it more "
+          "steps"),
+    Claim("opo", "grpo",
+          "exact on-policy training with the optimal baseline keeps output entropy higher",
+          "Hao et al., arXiv 2505.23585, abstract",
+          "entropy of sampled tokens (nats), mean over the second half of the steps",
+          late_mean("entropy_sampled"), +1,
+          "direction only; opo runs one update per batch (its on-policy claim), grpo four"),
+    Claim("reinforce_pp", "grpo",
+          "global advantage normalisation is more stable and performs better than GRPO's "
+          "per-prompt normalisation", "Hu et al., arXiv 2501.03262, abstract",
+          "held-out greedy headline", checkpoint_score("headline"), +1,
+          "direction only: the paper's instability is over long runs"),
+    Claim("gmpo", "grpo",
+          "the geometric-mean objective keeps importance ratios in a narrower range than "
+          "GRPO, even with a wider clip", "Zhao et al., arXiv 2507.20673, Fig. 1 and 3",
+          "largest token importance ratio seen in a step, max over steps",
+          step_max("ratio_max"), -1, "needs off-policy mini-batches (ratios away from 1)"),
+    Claim("clip_cov", "grpo",
+          "detaching a few high-covariance tokens keeps entropy far above GRPO's",
+          "Cui et al., arXiv 2505.22617, Sec. 4.3 / Fig. 11",
+          "entropy of sampled tokens (nats), mean over the second half of the steps",
+          late_mean("entropy_sampled"), +1,
+          "direction only: at this batch size the rule selects few tokens per update"),
+    Claim("kl_cov", "grpo",
+          "a KL penalty on the top-covariance tokens keeps entropy far above GRPO's",
+          "Cui et al., arXiv 2505.22617, Sec. 4.3",
+          "entropy of sampled tokens (nats), mean over the second half of the steps",
+          late_mean("entropy_sampled"), +1,
+          "direction only: at this batch size the rule selects few tokens per update"),
+    Claim("rloo", "grpo",
+          "REINFORCE with a leave-one-out baseline does as well as PPO-style training, "
+          "whose clip rarely binds", "Ahmadian et al., arXiv 2402.14740, abstract",
+          "held-out greedy headline", checkpoint_score("headline"), +1,
+          "the paper's baseline is PPO with a critic on RLHF; here grpo stands in"),
+]  # fmt: skip
+"""One central claim per built-in (two for GSPO); ``custom`` (PPO's clipped surrogate
+with group advantages) has none the testbed can test: PPO's claim is against an
+unclipped surrogate over many epochs on control tasks."""
+
+
+def difference_interval(x: np.ndarray, y: np.ndarray, paired: bool) -> tuple[float, float, float]:
+    """mean(x) - mean(y) and its 95% t-interval: paired on x - y, else Welch."""
+    if paired:
+        d = x - y
+        if len(d) < 2:
+            return float(d.mean()), math.nan, math.nan
+        half = sps.t.ppf(0.975, len(d) - 1) * d.std(ddof=1) / math.sqrt(len(d))
+        return float(d.mean()), float(d.mean() - half), float(d.mean() + half)
+    if len(x) < 2 or len(y) < 2:
+        return float(x.mean() - y.mean()), math.nan, math.nan
+    vx, vy = x.var(ddof=1) / len(x), y.var(ddof=1) / len(y)
+    se = math.sqrt(vx + vy)
+    dof = (vx + vy) ** 2 / (vx**2 / (len(x) - 1) + vy**2 / (len(y) - 1)) if se > 0 else 1
+    half = sps.t.ppf(0.975, dof) * se
+    diff = float(x.mean() - y.mean())
+    return diff, diff - half, diff + half
+
+
+def verdict(direction: int, low: float, high: float) -> str:
+    if math.isnan(low) or math.isnan(high):
+        return "not measured"
+    if direction * low > 0 and direction * high > 0:
+        return "supported"
+    if direction * low < 0 and direction * high < 0:
+        return "contradicted"
+    return "inconclusive"
+
+
+def claims_table(runs: list[dict], off_policy: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Every claim whose algorithm and baseline rows this experiment ran, per env."""
+    acting = {}
+    if off_policy is not None and "mechanism_acting" in off_policy:
+        acting = {(r.env, r.algorithm): r.mechanism_acting for r in off_policy.itertuples()}
+    rows = []
+    for env in sorted({run["env"] for run in runs}):
+        by_row: dict[str, dict[int, dict]] = {}
+        for run in runs:
+            if run["env"] == env:
+                by_row.setdefault(run["algorithm"], {})[run["seed"]] = run
+        for c in CLAIMS:
+            if c.algorithm not in by_row or c.baseline not in by_row:
+                continue
+            a, b = by_row[c.algorithm], by_row[c.baseline]
+            paired = sorted(a) == sorted(b)
+            xa = np.array([c.measure(a[s]) for s in sorted(a)])
+            xb = np.array([c.measure(b[s]) for s in sorted(b)])
+            if np.isnan(xa).any() or np.isnan(xb).any():
+                diff, low, high = math.nan, math.nan, math.nan
+            else:
+                diff, low, high = difference_interval(xa, xb, paired)
+            rows.append({
+                "env": env, "algorithm": c.algorithm, "baseline": c.baseline,
+                "claim": c.claim, "where": c.where, "quantity": c.quantity,
+                "predicts": "higher" if c.direction > 0 else "lower",
+                "algorithm_value": float(np.mean(xa)), "baseline_value": float(np.mean(xb)),
+                "difference": diff, "ci_low": low, "ci_high": high,
+                "seeds": f"{len(a)} vs {len(b)}" + (" paired" if paired else ""),
+                "verdict": verdict(c.direction, low, high),
+                "mechanism_acting": acting.get((env, c.algorithm), math.nan),
+                "scope": c.scope,
+            })  # fmt: skip
+    return pd.DataFrame(rows)

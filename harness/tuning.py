@@ -1,0 +1,287 @@
+"""`harness tune`: the same tuning budget for every algorithm, chosen on a validation split.
+
+A plan (TOML, configs/tune/) names the algorithms, the env and model, the shared run
+settings, and a grid per algorithm: the product of its axes (lr, and where an algorithm's
+paper constant cannot act at the testbed's scale, that constant too). Every algorithm's
+grid must hold the same number of settings, and every setting runs the same seeds at the
+same compute budget: a fair tuning budget is enforced here, not promised. The runs
+evaluate on the env's validation split (disjoint from the train stream and from the
+held-out split the board reports), so the board's numbers are not tuned on.
+
+Selection: per algorithm, the setting with the highest validation headline (the same
+mean of the last checkpoints as the board's, over the tuning seeds). ``selection.json``
+holds each algorithm's chosen setting and the whole sweep; ``sweep.md`` is the table a
+board publishes beside itself, with each setting's acting share and how often the
+gradient-norm clip bound. ``harness compare --tuned selection.json`` runs the board at
+the chosen settings.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import tomllib
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from zoo.core.config import ConfigError, coerce
+from zoo.run.run_config import RunConfig, run_defaults
+
+SELECTION = "selection.json"
+SWEEP = "sweep.md"
+PLAN_KEYS = {
+    "env",
+    "model",
+    "algorithms",
+    "seeds",
+    "seed_start",
+    "settings",
+    "run",
+    "grid",
+    "env_config",
+}
+NOT_IN_PLAN_RUN = ("algorithm", "env", "model", "seed", "variant", "eval_split",
+                   "algorithm_config", "env_config")  # fmt: skip
+"""RunConfig fields a plan's [run] table cannot set: the plan names them itself, and every
+tuning run evaluates on the validation split."""
+
+
+@dataclass
+class TunePlan:
+    env: str
+    model: str
+    algorithms: list[str]
+    seeds: int
+    """Seeds per setting (the same for every setting of every algorithm)."""
+    settings: int
+    """Settings per algorithm: every algorithm's grid must have exactly this many."""
+    seed_start: int = 100
+    """The first tuning seed: apart from a board's seeds 0..n, so that a board's rows are
+    not selected on the noise of their own seeds."""
+    run: dict[str, Any] = field(default_factory=dict)
+    env_config: dict[str, Any] = field(default_factory=dict)
+    """The env's settings (as --env-set), the same for every run."""
+    grids: dict[str, dict[str, list] | list[dict[str, Any]]] = field(default_factory=dict)
+    """Algorithm (or "default") -> either axis -> values (the settings are their product)
+    or a list of settings (tables of values), for constants that move together."""
+
+    def grid_of(self, algorithm: str) -> list[dict[str, str]]:
+        """The settings of ``algorithm``: its own grid, else the default one; each setting
+        maps a key to its value written as a --vary value (a run setting such as lr, or
+        an algorithm hyperparameter)."""
+        grid = self.grids.get(algorithm, self.grids.get("default"))
+        if not grid:
+            raise ConfigError(f"the plan has no [grid.{algorithm}] and no [grid.default]")
+        if isinstance(grid, list):
+            return [{k: value_text(v) for k, v in setting.items()} for setting in grid]
+        axes = list(grid)
+        return [
+            {axis: value_text(v) for axis, v in zip(axes, combo, strict=True)}
+            for combo in itertools.product(*(grid[a] for a in axes))
+        ]
+
+
+def value_text(value: Any) -> str:
+    """A plan value as a --vary value: 5e-05 for 5e-5, 0.28, true."""
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, float):
+        return f"{value:g}"
+    return str(value)
+
+
+def load_plan(path: Path) -> TunePlan:
+    """Read and check a plan: known keys, known algorithms, the same number of settings
+    for every algorithm."""
+    from zoo.algorithms import ALGORITHMS
+
+    try:
+        raw = tomllib.loads(path.read_text())
+    except FileNotFoundError:
+        raise ConfigError(f"tuning plan {path} does not exist") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"tuning plan {path} is not valid TOML: {exc}") from None
+    unknown = set(raw) - PLAN_KEYS
+    missing = {"env", "model", "algorithms", "seeds", "settings", "grid"} - set(raw)
+    if unknown or missing:
+        raise ConfigError(
+            f"tuning plan {path}: unknown keys {sorted(unknown)}, missing {sorted(missing)} "
+            f"(valid: {sorted(PLAN_KEYS)})"
+        )
+    grids = {name: list(g) if isinstance(g, list) else dict(g) for name, g in raw["grid"].items()}
+    plan = TunePlan(env=raw["env"], model=raw["model"], algorithms=list(raw["algorithms"]),
+                    seeds=int(raw["seeds"]), settings=int(raw["settings"]),
+                    seed_start=int(raw.get("seed_start", 100)), run=dict(raw.get("run", {})),
+                    env_config=dict(raw.get("env_config", {})), grids=grids)  # fmt: skip
+    known = ALGORITHMS.names()
+    for name in plan.algorithms:
+        if name not in known:
+            raise ConfigError(f"tuning plan {path}: unknown algorithm {name!r} (valid: {known})")
+    for name in set(grids) - {"default"} - set(plan.algorithms):
+        raise ConfigError(f"tuning plan {path}: [grid.{name}] names no algorithm of the plan")
+    for name in plan.algorithms:
+        size = len(plan.grid_of(name))
+        if size != plan.settings:
+            raise ConfigError(
+                f"tuning plan {path}: {name} has {size} settings, the plan gives every "
+                f"algorithm {plan.settings} (the same tuning budget for all)"
+            )
+    bad = set(plan.run) & set(NOT_IN_PLAN_RUN)
+    if bad:
+        raise ConfigError(f"tuning plan {path}: [run] cannot set {sorted(bad)}")
+    if plan.seeds < 1:
+        raise ConfigError(f"tuning plan {path}: seeds must be >= 1")
+    return plan
+
+
+def base_config(plan: TunePlan, eval_split: str = "validation") -> RunConfig:
+    """The run settings every tuning run shares: the model's defaults, the plan's [run]."""
+    names = {f.name for f in fields(RunConfig)}
+    unknown = set(plan.run) - names
+    if unknown:
+        raise ConfigError(f"[run] of the tuning plan: {sorted(unknown)} are no run settings")
+    settings = {**run_defaults(plan.model), **plan.run}
+    cfg = RunConfig(env=plan.env, model=plan.model, eval_split=eval_split,
+                    env_config=dict(plan.env_config), **settings)  # fmt: skip
+    cfg.validate()
+    return cfg
+
+
+def tuning_configs(plan: TunePlan) -> list[RunConfig]:
+    """Every (algorithm, setting, seed) of the plan, on the validation split; rows are
+    named ``<algorithm>@<axis>=<value>,...`` as compare --vary names them."""
+    from harness.experiment import with_variant
+
+    base = base_config(plan)
+    return [
+        with_variant(replace(base, algorithm=a, seed=s), setting)
+        for a in plan.algorithms
+        for setting in plan.grid_of(a)
+        for s in range(plan.seed_start, plan.seed_start + plan.seeds)
+    ]
+
+
+def select(out: Path, plan: TunePlan) -> dict[str, Any]:
+    """The sweep's result from the experiment's tables: per algorithm every setting with
+    its validation headline (mean and t-interval over the tuning seeds), acting share and
+    gradient-clip share, and the chosen one (highest mean; the first in grid order on a
+    tie). Raises ConfigError when a setting has no finished run."""
+    summary = pd.read_csv(out / "tables" / "summary.csv")
+    off_policy = pd.read_csv(out / "tables" / "off_policy.csv")
+    by_row = summary.set_index("algorithm")
+    regime = off_policy.set_index("algorithm")
+    chosen: dict[str, Any] = {}
+    for algorithm in plan.algorithms:
+        rows = []
+        for setting in plan.grid_of(algorithm):
+            label = f"{algorithm}@" + ",".join(f"{k}={v}" for k, v in setting.items())
+            if label not in by_row.index:
+                raise ConfigError(f"{out}: no finished run of {label}; resume the sweep")
+            s = by_row.loc[label]
+            r = regime.loc[label] if label in regime.index else pd.Series(dtype=float)
+            rows.append({
+                "setting": setting, "row": label, "validation_headline": float(s.headline_mean),
+                "ci_low": float(s.ci_low), "ci_high": float(s.ci_high), "seeds": int(s.seeds),
+                "per_seed": s.per_seed,
+                "mechanism_acting": _number(r.get("mechanism_acting")),
+                "mechanism_in_band_steps": _number(r.get("mechanism_in_band_steps")),
+                "grad_clip_frac": _number(r.get("grad_clip_frac")),
+            })  # fmt: skip
+        best = max(range(len(rows)), key=lambda i: (rows[i]["validation_headline"], -i))
+        chosen[algorithm] = {"setting": rows[best]["setting"], "sweep": rows}
+    return {
+        "env": plan.env, "model": plan.model, "split": "validation",
+        "seeds": list(range(plan.seed_start, plan.seed_start + plan.seeds)),
+        "settings_per_algorithm": plan.settings, "run": plan.run,
+        "rule": "highest validation headline (mean of the last checkpoints over the tuning "
+        "seeds); the first in grid order on a tie",
+        "algorithms": chosen,
+    }  # fmt: skip
+
+
+def _number(value: Any) -> float | None:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return None
+    return float(value)
+
+
+def sweep_markdown(selection: dict[str, Any]) -> str:
+    """The sweep as a markdown table, the chosen setting of each algorithm marked."""
+    lines = [
+        f"# Tuning sweep: {selection['env']} on {selection['model']}",
+        "",
+        f"Every algorithm: {selection['settings_per_algorithm']} settings x "
+        f"{len(selection['seeds'])} seeds ({', '.join(map(str, selection['seeds']))}) at the "
+        f"same budget, scored on the validation split. Rule: {selection['rule']}.",
+        "Acting share: the mean share of the mechanism's units whose gradient it changed "
+        "(in band: share of steps with 1-50%); grad clip: the share of optimizer steps the "
+        "gradient-norm bound rescaled.",
+        "",
+        "| algorithm | setting | validation headline [95% CI] | acting share | in band "
+        "| grad clip | chosen |",
+        "|---|---|---|---|---|---|---|",
+    ]
+
+    def pct(value: float | None) -> str:
+        return "n/a" if value is None else f"{value:.2%}"
+
+    for algorithm, entry in selection["algorithms"].items():
+        for row in entry["sweep"]:
+            setting = ", ".join(f"{k}={v}" for k, v in row["setting"].items())
+            mark = "**yes**" if row["setting"] == entry["setting"] else ""
+            lines.append(
+                f"| {algorithm} | {setting} | {row['validation_headline']:.3f} "
+                f"[{row['ci_low']:.3f}, {row['ci_high']:.3f}] | {pct(row['mechanism_acting'])} "
+                f"| {pct(row['mechanism_in_band_steps'])} | {pct(row['grad_clip_frac'])} "
+                f"| {mark} |"
+            )
+    return "\n".join(lines) + "\n"
+
+
+def write_selection(out: Path, plan: TunePlan) -> dict[str, Any]:
+    selection = select(out, plan)
+    (out / SELECTION).write_text(json.dumps(selection, indent=2) + "\n")
+    (out / SWEEP).write_text(sweep_markdown(selection))
+    return selection
+
+
+def read_selection(path: Path) -> dict[str, Any]:
+    try:
+        selection = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise ConfigError(f"--tuned {path}: no such file (harness tune writes it)") from None
+    if "algorithms" not in selection:
+        raise ConfigError(f"--tuned {path}: not a selection written by harness tune")
+    return selection
+
+
+def tuned(cfg: RunConfig, selection: dict[str, Any], algorithm: str | None = None) -> RunConfig:
+    """``cfg`` at the setting the selection chose for ``algorithm`` (default: the run's
+    own), the row keeping the algorithm's plain name: run settings replace the run's,
+    the others are the algorithm's hyperparameters."""
+    name = algorithm or cfg.algorithm
+    entry = selection["algorithms"].get(name)
+    if entry is None:
+        raise ConfigError(
+            f"the tuning selection has no setting for {name!r} (tuned: "
+            f"{sorted(selection['algorithms'])}); tune it first"
+        )
+    return apply_setting(cfg, entry["setting"])
+
+
+def apply_setting(cfg: RunConfig, setting: dict[str, str]) -> RunConfig:
+    """``cfg`` with ``setting`` applied (run fields to the run, the rest to the
+    algorithm's config), the row name unchanged."""
+    import typing
+
+    types = typing.get_type_hints(RunConfig)
+    run_names = {f.name for f in fields(RunConfig)}
+    run = {k: coerce(v, types[k], f"tuned {k}") for k, v in setting.items() if k in run_names}
+    algo = {k: v for k, v in setting.items() if k not in run_names}
+    out = replace(cfg, **run, algorithm_config={**cfg.algorithm_config, **algo})
+    out.validate()
+    return out

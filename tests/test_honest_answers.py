@@ -1,0 +1,318 @@
+"""Honest answers pass: correct code whose results are not plain data (a ``Counter``, a
+``defaultdict``, an ``OrderedDict``, a named tuple, a ``deque``, a ``re.Match`` tested for
+truth) or whose function has a builtin's name (MBPP/126's ``sum``) scores 1 through the
+two-process verdict, as it does when the tests run beside it; a wrong answer of the same
+shape still scores 0. Through the real mbpp and humaneval envs, in the sandbox.
+
+The MBPP rows are written here in the shape of the sanitized set's tasks 737, 787, 794
+(a ``re.Match``), 88 (a ``Counter``) and 126 (``sum``), plus four of our own; the real
+set is not in this machine's cache, so the check of all 427 of its reference solutions
+is the slow test at the end, which runs where the data are cached and skips otherwise.
+"""
+
+from __future__ import annotations
+
+import json
+import textwrap
+
+import pytest
+
+from zoo.envs import get_env
+from zoo.envs.sandbox import execute
+
+FAST = {"timeout_s": 10.0}  # generous: the machine is shared; nothing here loops
+
+
+def row(task_id, text, code, tests, setup=""):
+    return {"task_id": task_id, "text": text, "code": textwrap.dedent(code).strip() + "\n",
+            "test_list": tests, "test_setup_code": setup, "challenge_test_list": []}  # fmt: skip
+
+
+ROWS = [
+    row(737, "Write a function to check whether the given string is starting with a vowel "
+        "or not using regex.",
+        """
+        import re
+        regex = '^[aeiouAEIOU][A-Za-z0-9_]*'
+        def check_str(string):
+            return re.search(regex, string)
+        """,
+        ['assert check_str("annie")', 'assert not check_str("dawood")',
+         'assert check_str("Else")']),
+    row(787, "Write a function that matches a string that has an a followed by three 'b'.",
+        """
+        import re
+        def text_match_three(text):
+            patterns = 'ab{3}?'
+            return re.search(patterns, text)
+        """,
+        ['assert not text_match_three("ac")', 'assert not text_match_three("dc")',
+         'assert text_match_three("abbbba")']),
+    row(794, "Write a function that matches a string that has an 'a' followed by anything, "
+        "ending in 'b'.",
+        """
+        import re
+        def text_starta_endb(text):
+            patterns = 'a.*?b$'
+            return re.search(patterns, text)
+        """,
+        ['assert text_starta_endb("aabbbb")', 'assert not text_starta_endb("aabAbbbc")',
+         'assert not text_starta_endb("accddbbjjj")']),
+    row(88, "Write a function to get the frequency of all the elements in a list, returned "
+        "as a dictionary.",
+        """
+        import collections
+        def freq_count(list1):
+            freq_count = collections.Counter(list1)
+            return freq_count
+        """,
+        ["assert freq_count([10,10,10,10,20,20,20,20,40,40,50,50,30])==({10: 4, 20: 4, 40: 2, "
+         "50: 2, 30: 1})",
+         "assert freq_count([1,2,3,4,3,2,4,1,3,1,4])==({1:3, 2:2,3:3,4:3})",
+         "assert freq_count([5,6,7,4,9,10,4,5,6,7,9,5])==({10:1,5:3,6:2,7:2,4:2,9:2})"]),
+    row(126, "Write a python function to find the sum of common divisors of two given numbers.",
+        """
+        import math
+        def sum(a,b):
+            sum = 0
+            for i in range (1,min(a,b)):
+                if (a % i == 0 and b % i == 0):
+                    sum += i
+            return sum
+        """,
+        ["assert sum(10,15) == 6", "assert sum(100,150) == 93", "assert sum(4,6) == 3"]),
+    # Our own, one per remaining kind.
+    row(9001, "Group words by their first letter (a defaultdict of lists).",
+        """
+        from collections import defaultdict
+        def group_by_initial(words):
+            groups = defaultdict(list)
+            for word in words:
+                groups[word[0]].append(word)
+            return groups
+        """,
+        ['assert group_by_initial(["apple", "avocado", "banana"]) == '
+         '{"a": ["apple", "avocado"], "b": ["banana"]}',
+         'assert group_by_initial(["kiwi"])["z"] == []',  # the factory answers a missing key
+         "assert group_by_initial([]) == {}"]),
+    row(9002, "Count the items in the order they are first seen (an OrderedDict).",
+        """
+        from collections import OrderedDict
+        def first_seen(items):
+            counts = OrderedDict()
+            for item in items:
+                counts[item] = counts.get(item, 0) + 1
+            return counts
+        """,
+        ['assert first_seen("abca") == OrderedDict([("a", 2), ("b", 1), ("c", 1)])',
+         'assert list(first_seen("cab")) == ["c", "a", "b"]',
+         # OrderedDicts compare in order: the same counts in another order are not equal.
+         'assert first_seen("cab") != OrderedDict([("a", 1), ("b", 1), ("c", 1)])'],
+        setup="from collections import OrderedDict"),
+    row(9003, "Return the smallest and the largest item as a named tuple (low, high).",
+        """
+        from collections import namedtuple
+        MinMax = namedtuple("MinMax", ["low", "high"])
+        def min_max(items):
+            return MinMax(min(items), max(items))
+        """,
+        ["assert min_max([3, 1, 2]) == (1, 3)", "assert min_max([5]).high == 5",
+         "assert min_max([-1, 4]) == (-1, 4)"]),
+    row(9004, "Keep the last three items (a deque with maxlen 3).",
+        """
+        from collections import deque
+        def last_three(items):
+            return deque(items, maxlen=3)
+        """,
+        ["assert list(last_three([1, 2, 3, 4])) == [2, 3, 4]",
+         "assert last_three([1]).maxlen == 3", "assert last_three([7, 8]) == deque([7, 8])"],
+        setup="from collections import deque"),
+]  # fmt: skip
+
+WRONG = {
+    737: "import re\ndef check_str(string):\n    return re.search('^[aeiou]', string)\n",  # "Else"
+    787: "import re\ndef text_match_three(text):\n    return re.search('a', text)\n",
+    794: "import re\ndef text_starta_endb(text):\n    return re.search('a.*b', text)\n",
+    88: "import collections\ndef freq_count(xs):\n    return collections.Counter(set(xs))\n",
+    126: "def sum(a, b):\n    return a + b\n",
+    9001: "def group_by_initial(words):\n    return {w[0]: [w] for w in words}\n",  # no factory
+    9002: (
+        "from collections import OrderedDict\ndef first_seen(items):\n"
+        "    return OrderedDict(sorted((x, list(items).count(x)) for x in set(items)))\n"
+    ),
+    9003: (
+        "from collections import namedtuple\nP = namedtuple('P', 'high low')\n"
+        "def min_max(items):\n    return P(max(items), min(items))\n"
+    ),
+    9004: "from collections import deque\ndef last_three(items):\n    return deque(items[:3], 3)\n",
+}
+
+
+@pytest.fixture(scope="module")
+def mbpp(tmp_path_factory):
+    d = tmp_path_factory.mktemp("mbpp-honest")
+    rows = d / "rows.jsonl"
+    rows.write_text("".join(json.dumps(r) + "\n" for r in ROWS))
+    return get_env("mbpp", data_files=str(rows), eval_files=str(rows), eval_size=0, **FAST)
+
+
+def by_id(env):
+    return {p.answer["task_id"]: p for p in env.eval_prompts()}
+
+
+def test_the_references_pass_beside_their_tests(mbpp):
+    """Control: each row's reference passes its asserts in one process (the data set's own
+    semantics), so a 0 from the verdict would be the verdict's fault."""
+    for p in by_id(mbpp).values():
+        a = p.answer
+        program = f"{a['test_setup_code']}\n{a['code']}\n" + "\n".join(a["test_list"]) + "\n"
+        assert execute(program, timeout_s=10.0, memory_mb=512).status == "ok", a["task_id"]
+
+
+def test_honest_answers_of_every_kind_score_one_and_wrong_ones_zero(mbpp):
+    prompts = by_id(mbpp)
+    ids = sorted(WRONG)
+    assert sorted(prompts) == ids
+    honest = mbpp.score_details([prompts[i] for i in ids], [prompts[i].answer["code"] for i in ids])
+    assert dict(zip(ids, honest, strict=True)) == dict.fromkeys(ids, (1.0, 1.0))
+    wrong = mbpp.score_batch([prompts[i] for i in ids], [WRONG[i] for i in ids])
+    assert dict(zip(ids, wrong, strict=True)) == dict.fromkeys(ids, 0.0)
+
+
+def test_a_shadowed_builtin_is_called_as_the_candidates_only_where_the_task_defines_it(mbpp):
+    """MBPP/126's asserts call ``sum``: the candidate's, because the task's reference
+    defines ``sum``. A candidate that names its function otherwise is not called in its
+    place, and the counting pass never calls it (its counts do not use ``sum``): a ``sum``
+    that answers 1 for a single argument, which once made the tally's ``sum(counts)``
+    report one assert in all, gets the pass fraction of its wrong answers, 0."""
+    p = by_id(mbpp)[126]
+    job = mbpp._served(p, mbpp._job(p, "def sum(a, b):\n    return 0\n"))
+    assert job is not None and "sum" in job.serve
+    other_name = "def sum_common(a, b):\n    return 6\n"
+    tally_liar = "def sum(*args):\n    return 1 if len(args) == 1 else 0\n"
+    assert mbpp.score_details([p, p], [other_name, tally_liar]) == [(0.0, 0.0), (0.0, 0.0)]
+    # Where the reference defines no builtin, none is served.
+    p88 = by_id(mbpp)[88]
+    job = mbpp._served(p88, mbpp._job(p88, p88.answer["code"]))
+    assert job is not None and job.serve == ("freq_count",)
+
+
+LEN_ROW = row(9100, "Return the three largest items, largest first.",
+              "def top3(xs):\n    return sorted(xs, reverse=True)[:3]\n",
+              ["assert len(top3([5, 1, 4, 2, 3])) == 3",
+               "assert sorted(top3([5, 1, 4, 2, 3])) == [3, 4, 5]",
+               "assert abs(top3([9, 8, 7])[0] - 9) < 1"])  # fmt: skip
+
+
+def test_builtins_the_candidate_defines_do_not_replace_the_tests_own(tmp_path):
+    """The attack that a candidate-decided shadowing would allow: define ``len``,
+    ``sorted`` and ``abs`` so that the tests' own checks pass on a wrong answer. The
+    task's reference defines none of them, so the tests keep the builtins: 0."""
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text(json.dumps(LEN_ROW) + "\n")
+    env = get_env("mbpp", data_files=str(rows), eval_files=str(rows), eval_size=0, **FAST)
+    p = env.eval_prompts()[0]
+    liar = (
+        "def len(x):\n    return 3\n"
+        "def sorted(x, **k):\n    return [3, 4, 5]\n"
+        "def abs(x):\n    return 0\n"
+        "def top3(xs):\n    return [0]\n"
+    )
+    assert env._served(p, env._job(p, liar)).serve == ("top3",)
+    assert env.score_details([p, p], [liar, p.answer["code"]]) == [(0.0, 0.0), (1.0, 1.0)]
+
+
+# --- humaneval -------------------------------------------------------------------------
+
+HUMANEVAL_ANSWERS = {
+    "HumanEval/107": """
+        from collections import namedtuple
+
+        Counts = namedtuple("Counts", ["even", "odd"])
+
+        def even_odd_palindrome(n):
+            even = odd = 0
+            for i in range(1, n + 1):
+                if str(i) == str(i)[::-1]:
+                    if i % 2:
+                        odd += 1
+                    else:
+                        even += 1
+            return Counts(even, odd)
+    """,
+    "HumanEval/111": """
+        from collections import Counter
+
+        def histogram(test):
+            counts = Counter(word for word in test.split(" ") if word)
+            most = max(counts.values(), default=0)
+            return Counter({word: n for word, n in counts.items() if n == most})
+    """,
+    "HumanEval/111 defaultdict": """
+        from collections import defaultdict
+
+        def histogram(test):
+            counts = defaultdict(int)
+            for word in test.split(" "):
+                if word:
+                    counts[word] += 1
+            most = max(counts.values(), default=0)
+            return defaultdict(int, {word: n for word, n in counts.items() if n == most})
+    """,
+}
+HUMANEVAL_WRONG = {
+    "HumanEval/107": ("return Counts(even, odd)", "return Counts(odd, even)"),
+    "HumanEval/111": ("if n == most", "if n >= 1"),
+    "HumanEval/111 defaultdict": ("if n == most", "if n < most"),
+}
+
+
+@pytest.fixture(scope="module")
+def humaneval():
+    return get_env("humaneval", **FAST)
+
+
+def test_humaneval_answers_returning_a_counter_defaultdict_or_namedtuple_pass(humaneval):
+    prompts = {p.answer["task_id"]: p for p in humaneval.eval_prompts()}
+    cases = list(HUMANEVAL_ANSWERS)
+    chosen = [prompts[case.split()[0]] for case in cases]
+    honest = [textwrap.dedent(HUMANEVAL_ANSWERS[c]) for c in cases]
+    wrong = [a.replace(*HUMANEVAL_WRONG[c]) for c, a in zip(cases, honest, strict=True)]
+    assert all(w != h for w, h in zip(wrong, honest, strict=True))
+    # Control: HumanEval's own check passes the honest answers in one process.
+    for p, answer in zip(chosen, honest, strict=True):
+        entry = p.answer["entry_point"]
+        program = f"{answer}\n{p.answer['test']}\ncheck({entry})\n"
+        assert execute(program, timeout_s=10.0, memory_mb=512).status == "ok", entry
+    completions = [f"```python\n{a}```\n" for a in honest + wrong]
+    scores = humaneval.score_batch(chosen * 2, completions)
+    assert dict(zip(cases, scores[: len(cases)], strict=True)) == dict.fromkeys(cases, 1.0)
+    assert dict(zip(cases, scores[len(cases) :], strict=True)) == dict.fromkeys(cases, 0.0)
+
+
+# --- the real MBPP ---------------------------------------------------------------------
+
+SANITIZED_SPLITS = ("train", "test", "validation", "prompt")
+
+
+@pytest.mark.slow
+def test_all_427_sanitized_mbpp_references_score_one(tmp_path):
+    """Every reference solution of the sanitized MBPP (427 tasks over its four splits)
+    passes through the verdict. Reads the data from the Hugging Face cache (tests never
+    go online) and skips, saying so, where it is not cached."""
+    from zoo.envs.math_datasets import HubDataUnavailable, load_hf
+
+    rows = []
+    try:
+        for split in SANITIZED_SPLITS:
+            rows += load_hf(f"google-research-datasets/mbpp:sanitized:{split}")
+    except HubDataUnavailable as exc:
+        pytest.skip(f"the sanitized MBPP is not in the Hugging Face cache here: {exc}")
+    assert len(rows) == 427
+    data = tmp_path / "mbpp-sanitized.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    env = get_env("mbpp", data_files=str(data), eval_files=str(data), eval_size=0, **FAST)
+    prompts = env.eval_prompts()
+    scores = env.score_batch(prompts, [env.reference_answer(p) for p in prompts])
+    failed = sorted(p.answer["task_id"] for p, s in zip(prompts, scores, strict=True) if s != 1)
+    assert failed == []

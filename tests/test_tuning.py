@@ -1,0 +1,242 @@
+"""harness tune and the board's controls: the same number of settings for every algorithm
+or no sweep; selection on the validation split by the highest mean; the board's rows at
+the chosen settings with plain names; grpo_twin an exact copy of grpo; the controls'
+verdicts and the board's MDD in the report. The end-to-end sweep and board are slow."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import torch
+from harness_cli import run_harness
+
+from harness.controls import CONTROL_SEED_OFFSET, board_power, control_configs, control_verdicts
+from harness.tuning import apply_setting, load_plan, select, sweep_markdown, tuning_configs
+from zoo.algorithms import get_algorithm
+from zoo.core.config import ConfigError
+from zoo.core.types import TrainBatch
+from zoo.run.run_config import RunConfig
+
+PLAN = """
+env = "running_sum"
+model = "tiny-sum"
+algorithms = ["grpo", "gspo"]
+seeds = 2
+settings = 2
+
+[run]
+budget_flops = 1e12
+
+[grid.default]
+lr = [5e-5, 1e-4]
+
+[grid.gspo]
+lr = [5e-5]
+eps_high = [4e-4, 4e-3]
+"""
+
+
+def write_plan(tmp_path: Path, text: str = PLAN) -> Path:
+    path = tmp_path / "plan.toml"
+    path.write_text(text)
+    return path
+
+
+def test_every_algorithm_gets_the_same_settings_and_seeds_on_validation(tmp_path):
+    plan = load_plan(write_plan(tmp_path))
+    cfgs = tuning_configs(plan)
+    assert len(cfgs) == 2 * 2 * 2
+    assert {c.eval_split for c in cfgs} == {"validation"}
+    assert {c.seed for c in cfgs} == {100, 101}  # apart from a board's seeds 0..n
+    rows = sorted({c.variant for c in cfgs})
+    assert rows == ["grpo@lr=0.0001", "grpo@lr=5e-05",
+                    "gspo@lr=5e-05,eps_high=0.0004", "gspo@lr=5e-05,eps_high=0.004"]  # fmt: skip
+    gspo = next(c for c in cfgs if c.variant == "gspo@lr=5e-05,eps_high=0.004")
+    assert gspo.algorithm_config == {"eps_high": "0.004"} and gspo.lr == 5e-5
+    assert {c.budget_flops for c in cfgs} == {1e12}
+
+
+def test_constants_that_move_together_are_listed_setting_by_setting(tmp_path):
+    listed = PLAN.replace(
+        "[grid.gspo]\nlr = [5e-5]\neps_high = [4e-4, 4e-3]\n",
+        "[grid]\ngspo = [{lr = 5e-5, eps_low = 3e-4, eps_high = 4e-4},\n"
+        "        {lr = 5e-5, eps_low = 3e-3, eps_high = 4e-3}]\n",
+    )
+    assert listed != PLAN
+    plan = load_plan(write_plan(tmp_path, listed.replace("[grid.default]", "[grid.default]")))
+    assert plan.grid_of("gspo")[1] == {"lr": "5e-05", "eps_low": "0.003", "eps_high": "0.004"}
+
+
+def test_a_plan_that_gives_one_algorithm_more_settings_is_refused(tmp_path):
+    unfair = PLAN.replace("eps_high = [4e-4, 4e-3]", "eps_high = [4e-4, 4e-3, 4e-2]")
+    with pytest.raises(ConfigError, match="gspo has 3 settings, the plan gives every algorithm 2"):
+        load_plan(write_plan(tmp_path, unfair))
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (('"grpo", "gspo"', '"grpo", "nope"'), "unknown algorithm 'nope'"),
+        (("[run]", "[run]\neval_split = 'heldout'"), "cannot set"),
+        (("seeds = 2", "seedz = 2"), "unknown keys"),
+        (("[grid.gspo]", "[grid.dapo]"), "names no algorithm"),
+    ],
+)
+def test_bad_plans_name_what_is_wrong(tmp_path, edit, message):
+    with pytest.raises(ConfigError, match=message):
+        load_plan(write_plan(tmp_path, PLAN.replace(*edit)))
+
+
+def summary_rows(means: dict[str, float]) -> pd.DataFrame:
+    return pd.DataFrame([{"env": "running_sum", "algorithm": row, "seeds": 2, "headline_mean": m,
+                          "ci_low": m - 0.02, "ci_high": m + 0.02, "per_seed": f"{m} {m}"}
+                         for row, m in means.items()])  # fmt: skip
+
+
+def test_selection_takes_the_best_validation_mean_and_publishes_the_sweep(tmp_path):
+    plan = load_plan(write_plan(tmp_path))
+    (tmp_path / "tables").mkdir()
+    summary_rows({"grpo@lr=5e-05": 0.30, "grpo@lr=0.0001": 0.34,
+                  "gspo@lr=5e-05,eps_high=0.0004": 0.31,
+                  "gspo@lr=5e-05,eps_high=0.004": 0.29}).to_csv(
+        tmp_path / "tables" / "summary.csv", index=False)  # fmt: skip
+    pd.DataFrame([{"algorithm": "grpo@lr=0.0001", "mechanism_acting": 0.02,
+                   "mechanism_in_band_steps": 0.9, "grad_clip_frac": 0.1}]).to_csv(
+        tmp_path / "tables" / "off_policy.csv", index=False)  # fmt: skip
+    selection = select(tmp_path, plan)
+    assert selection["algorithms"]["grpo"]["setting"] == {"lr": "0.0001"}
+    assert selection["algorithms"]["gspo"]["setting"] == {"lr": "5e-05", "eps_high": "0.0004"}
+    table = sweep_markdown(selection)
+    assert (
+        "| grpo | lr=0.0001 | 0.340 [0.320, 0.360] | 2.00% | 90.00% | 10.00% | **yes** |" in table
+    )
+    assert "| grpo | lr=5e-05 | 0.300 [0.280, 0.320] | n/a | n/a | n/a |  |" in table
+    (tmp_path / "tables" / "summary.csv").write_text(
+        summary_rows({"grpo@lr=5e-05": 0.3}).to_csv(index=False))  # fmt: skip
+    with pytest.raises(ConfigError, match=r"no finished run of grpo@lr=0\.0001"):
+        select(tmp_path, plan)
+
+
+def test_tuned_settings_keep_the_row_name_and_reach_run_and_algorithm():
+    cfg = RunConfig(algorithm="gspo", env="running_sum", model="tiny-sum")
+    out = apply_setting(cfg, {"lr": "1e-4", "eps_high": "0.004"})
+    assert out.lr == 1e-4 and out.algorithm_config == {"eps_high": "0.004"}
+    assert out.variant == cfg.variant and out.algorithm == "gspo"
+    assert get_algorithm("gspo", **out.algorithm_config).config.eps_high == 0.004
+
+
+def test_controls_are_grpos_twin_at_offset_seeds_and_grpo_at_a_quarter_lr():
+    board = [RunConfig(algorithm=a, seed=s, lr=1e-4) for a in ("grpo", "dapo") for s in (0, 1)]
+    extra, record = control_configs(board, seeds=2)
+    twins = [c for c in extra if c.algorithm == "grpo_twin"]
+    quarter = [c for c in extra if c.variant == "grpo@quarter_lr"]
+    assert [c.seed for c in twins] == [CONTROL_SEED_OFFSET, CONTROL_SEED_OFFSET + 1]
+    assert [c.seed for c in quarter] == [0, 1] and {c.lr for c in quarter} == {2.5e-5}
+    same = {k: v for k, v in asdict(twins[0]).items() if k not in ("algorithm", "seed")}
+    assert same == {k: v for k, v in asdict(board[0]).items() if k not in ("algorithm", "seed")}
+    assert record["negative"]["rows"] == ["grpo", "grpo_twin"]
+    with pytest.raises(ConfigError, match="needs grpo"):
+        control_configs([RunConfig(algorithm="dapo")], seeds=1)
+
+
+def test_grpo_twin_is_grpo_exactly():
+    grpo, twin = get_algorithm("grpo"), get_algorithm("grpo_twin")
+    assert asdict(grpo.config) == asdict(twin.config) and twin.family == "control"
+    gen = torch.Generator().manual_seed(0)
+    mask = (torch.rand(8, 6, generator=gen) > 0.2).double()
+    old = -torch.rand(8, 6, generator=gen, dtype=torch.float64)
+    logprobs = (old + 0.3 * torch.randn(8, 6, generator=gen, dtype=torch.float64)).requires_grad_()
+    adv = torch.randn(8, generator=gen, dtype=torch.float64)
+
+    def grad(algorithm):
+        batch = TrainBatch(logprobs=logprobs, old_logprobs=old, ref_logprobs=old - 0.1,
+                           advantages=adv, mask=mask, num_sequences=8,
+                           num_tokens=int(mask.sum()), max_response_len=6)  # fmt: skip
+        out = algorithm.loss(batch)
+        (g,) = torch.autograd.grad(out.loss, logprobs)
+        return float(out.loss), g
+
+    (l1, g1), (l2, g2) = grad(grpo), grad(twin)
+    assert l1 == l2 and torch.equal(g1, g2)
+
+
+def pairs_of(rows: list[tuple[str, str, float, float]]) -> pd.DataFrame:
+    return pd.DataFrame([{"env": "running_sum", "a": a, "b": b, "mean_a_minus_b": d,
+                          "p_holm": p, "mdd_80": 0.02} for a, b, d, p in rows])  # fmt: skip
+
+
+CONTROLS = control_configs([RunConfig(algorithm="grpo")], 1)[1]
+
+
+def test_controls_pass_only_as_they_must():
+    good = pairs_of([("grpo", "grpo_twin", 0.004, 0.9), ("grpo", "grpo@quarter_lr", 0.05, 0.001),
+                     ("dapo", "grpo", 0.03, 0.01)])  # fmt: skip
+    assert [v["verdict"] for v in control_verdicts(good, CONTROLS)] == ["passed", "passed"]
+    text = "\n".join(board_power(good, CONTROLS))
+    assert "both controls passed" in text and "median 0.020" in text
+    # the twin separated (a false positive), and the weaker variant came out on top
+    bad = pairs_of([("grpo", "grpo_twin", 0.04, 0.01), ("grpo", "grpo@quarter_lr", -0.05, 0.001)])
+    assert [v["verdict"] for v in control_verdicts(bad, CONTROLS)] == ["failed", "failed"]
+    assert "cannot rank" in "\n".join(board_power(bad, CONTROLS))
+    # unseparated weaker variant: too little power
+    weak = pairs_of([("grpo", "grpo_twin", 0.0, 0.9), ("grpo", "grpo@quarter_lr", 0.05, 0.2)])
+    assert [v["verdict"] for v in control_verdicts(weak, CONTROLS)] == ["passed", "failed"]
+    missing = pairs_of([("grpo", "dapo", 0.0, 0.9)])
+    assert "cannot rank" in "\n".join(board_power(missing, CONTROLS))
+    assert "No controls were run" in "\n".join(board_power(missing, None))
+
+
+SHORT = """
+env = "running_sum"
+model = "tiny-sum"
+algorithms = ["grpo", "dapo"]
+seeds = 1
+settings = 2
+
+[run]
+budget_samples = 64
+prompts_per_step = 4
+eval_points = 1
+eval_samples = 0
+
+[env_config]
+validation_size = 16
+eval_size = 16
+
+[grid.default]
+lr = [5e-5, 2e-4]
+"""
+
+
+@pytest.mark.slow
+def test_a_sweep_then_a_board_at_the_chosen_settings_with_controls(tmp_path):
+    plan = write_plan(tmp_path, SHORT)
+    sweep = run_harness("tune", str(plan), "--out", str(tmp_path / "sweep"), "--quiet",
+                        cwd=tmp_path, timeout=1200)  # fmt: skip
+    assert sweep.returncode == 0, sweep.stderr[-3000:]
+    selection = json.loads((tmp_path / "sweep" / "selection.json").read_text())
+    assert set(selection["algorithms"]) == {"grpo", "dapo"}
+    runs = json.loads((tmp_path / "sweep" / "experiment.json").read_text())["runs"]
+    assert {r["eval_split"] for r in runs.values()} == {"validation"} and len(runs) == 4
+    assert "| dapo |" in (tmp_path / "sweep" / "sweep.md").read_text()
+    board = run_harness("compare", "grpo", "dapo", "--env", "running_sum", "--model", "tiny-sum",
+                        "--seeds", "2", "--tuned", str(tmp_path / "sweep" / "selection.json"),
+                        "--controls", "--budget-samples", "64", "--prompts-per-step", "4",
+                        "--eval-points", "1", "--eval-samples", "0",
+                        "--env-set", "eval_size=16", "--env-set", "validation_size=16",
+                        "--out", str(tmp_path / "board"), "--quiet",
+                        cwd=tmp_path, timeout=1200)  # fmt: skip
+    assert board.returncode == 0, board.stderr[-3000:]
+    runs = json.loads((tmp_path / "board" / "experiment.json").read_text())["runs"]
+    chosen = float(selection["algorithms"]["grpo"]["setting"]["lr"])
+    assert runs["grpo__running_sum__seed0"]["lr"] == chosen
+    assert runs["grpo_twin__running_sum__seed1001"]["lr"] == chosen
+    assert runs["grpo@quarter_lr__running_sum__seed1"]["lr"] == chosen / 4
+    assert {r["eval_split"] for r in runs.values()} == {"heldout"}
+    report = (tmp_path / "board" / "report.md").read_text()
+    assert "## Can this board rank?" in report and "negative control" in report
+    assert (tmp_path / "board" / "tables" / "controls.csv").exists()
