@@ -9,7 +9,7 @@ the same seeds, else Welch) with a 95% t-interval, and the verdict:
 - supported: the interval lies entirely on the side the paper predicts;
 - contradicted: it lies entirely on the other side;
 - inconclusive: it contains 0 (these seeds cannot tell);
-- not measured: a row or a metric is missing (the claim needs, e.g., sampled evaluation).
+- no interval: one seed, or a metric the runs did not log.
 
 A claim about a mechanism is only a test when the mechanism acts: the table carries the
 algorithm's mean acting share beside it (``mechanism_acting`` of the off-policy table).
@@ -193,7 +193,7 @@ def difference_interval(x: np.ndarray, y: np.ndarray, paired: bool) -> tuple[flo
 
 def verdict(direction: int, low: float, high: float) -> str:
     if math.isnan(low) or math.isnan(high):
-        return "not measured"
+        return "no interval"  # (one seed, or a quantity not measured)
     if direction * low > 0 and direction * high > 0:
         return "supported"
     if direction * low < 0 and direction * high < 0:

@@ -572,7 +572,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
                 f"give a compute budget for {args.model!r}: --budget FLOPS (or "
                 "--budget-samples / --budget-seconds); runs stop at the budget, not a step count"
             )
-        args.budget_flops = DEFAULT_TINY_BUDGET
+        from zoo.run.run_config import TINY_BUDGETS
+
+        args.budget_flops = TINY_BUDGETS.get(args.model, DEFAULT_TINY_BUDGET)
     envs = args.envs or ["arithmetic"]
     if len(set(args.algorithms)) != len(args.algorithms) or args.seeds < 1:
         raise ConfigError("name each algorithm once, and give --seeds >= 1")

@@ -331,11 +331,19 @@ PAIRS_LEGEND = (
 )
 
 
+def is_tuning_sweep(experiment: Path) -> bool:
+    """An experiment of ``harness tune``: scored on the validation split, its rows are
+    settings to choose from, not a board (its sweep.md is published beside the board)."""
+    runs = json.loads((experiment / "experiment.json").read_text()).get("runs", {})
+    return any(r.get("eval_split") == "validation" for r in runs.values())
+
+
 def build_leaderboards(results: Path, out: Path, allow_dirty: bool = False) -> list[Path]:
     """Rows from a modified tree (or an unrecorded git state) raise ConfigError naming
     each such run, unless ``allow_dirty``: then they are built, their commits marked
     ``+dirty``. Nothing is written when refused."""
-    experiments = sorted(p.parent for p in results.glob("*/experiment.json"))
+    experiments = [e for e in sorted(p.parent for p in results.glob("*/experiment.json"))
+                   if not is_tuning_sweep(e)]  # fmt: skip
     unclean = {e: runs for e in experiments if (runs := unclean_runs(e))}
     if unclean and not allow_dirty:
         lines = [f"  {run}" for runs in unclean.values() for run in runs]

@@ -230,9 +230,12 @@ def sweep_markdown(selection: dict[str, Any]) -> str:
         return "n/a" if value is None else f"{value:.2%}"
 
     for algorithm, entry in selection["algorithms"].items():
+        edges = grid_edges(entry)
         for row in entry["sweep"]:
             setting = ", ".join(f"{k}={v}" for k, v in row["setting"].items())
             mark = "**yes**" if row["setting"] == entry["setting"] else ""
+            if mark and edges:
+                mark += f" (at the grid's edge in {', '.join(edges)})"
             lines.append(
                 f"| {algorithm} | {setting} | {row['validation_headline']:.3f} "
                 f"[{row['ci_low']:.3f}, {row['ci_high']:.3f}] | {pct(row['mechanism_acting'])} "
@@ -240,6 +243,21 @@ def sweep_markdown(selection: dict[str, Any]) -> str:
                 f"| {mark} |"
             )
     return "\n".join(lines) + "\n"
+
+
+def grid_edges(entry: dict[str, Any]) -> list[str]:
+    """The numeric keys whose chosen value is the smallest or largest of the algorithm's
+    grid: its best setting may lie beyond what was tried."""
+    edges = []
+    for key, chosen in entry["setting"].items():
+        try:
+            values = {float(row["setting"][key]) for row in entry["sweep"]}
+            value = float(chosen)
+        except (KeyError, ValueError):
+            continue
+        if len(values) > 1 and value in (min(values), max(values)):
+            edges.append(key)
+    return edges
 
 
 def write_selection(out: Path, plan: TunePlan) -> dict[str, Any]:

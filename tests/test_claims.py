@@ -24,7 +24,7 @@ def test_verdicts_follow_the_interval_and_the_predicted_side():
     assert verdict(+1, 0.01, 0.05) == "supported"
     assert verdict(-1, 0.01, 0.05) == "contradicted"
     assert verdict(+1, -0.01, 0.05) == "inconclusive"
-    assert verdict(+1, math.nan, math.nan) == "not measured"
+    assert verdict(+1, math.nan, math.nan) == "no interval"
 
 
 def test_paired_and_welch_intervals():

@@ -112,7 +112,8 @@ def test_selection_takes_the_best_validation_mean_and_publishes_the_sweep(tmp_pa
     assert selection["algorithms"]["gspo"]["setting"] == {"lr": "5e-05", "eps_high": "0.0004"}
     table = sweep_markdown(selection)
     assert (
-        "| grpo | lr=0.0001 | 0.340 [0.320, 0.360] | 2.00% | 90.00% | 10.00% | **yes** |" in table
+        "| grpo | lr=0.0001 | 0.340 [0.320, 0.360] | 2.00% | 90.00% | 10.00% | **yes** "
+        "(at the grid's edge in lr) |" in table
     )
     assert "| grpo | lr=5e-05 | 0.300 [0.280, 0.320] | n/a | n/a | n/a |  |" in table
     (tmp_path / "tables" / "summary.csv").write_text(
@@ -240,3 +241,13 @@ def test_a_sweep_then_a_board_at_the_chosen_settings_with_controls(tmp_path):
     report = (tmp_path / "board" / "report.md").read_text()
     assert "## Can this board rank?" in report and "negative control" in report
     assert (tmp_path / "board" / "tables" / "controls.csv").exists()
+
+
+def test_a_sweep_is_no_board(tmp_path):
+    from harness.leaderboard import is_tuning_sweep
+
+    for name, split in (("sweep", "validation"), ("board", "heldout")):
+        (tmp_path / name).mkdir()
+        runs = {"grpo__running_sum__seed0": {"eval_split": split}}
+        (tmp_path / name / "experiment.json").write_text(json.dumps({"runs": runs}))
+    assert is_tuning_sweep(tmp_path / "sweep") and not is_tuning_sweep(tmp_path / "board")

@@ -383,6 +383,12 @@ to 11, and DAPO's overlong window must stay clear of both), and 64 prompts per s
 step's sandbox executions in check."""
 
 
+TINY_BUDGETS = {"tiny-sum": 4e12}
+"""Where a tiny preset's compare budget (ledger FLOPs per run) is not the default 2e12: a
+running_sum step costs ~1.1e11 (answers of ~30 tokens), so 4e12 is ~36 GRPO steps, within
+which its learning curves flatten (docs/envs.md)."""
+
+
 def run_defaults(model: str) -> dict[str, Any]:
     """Batch, lengths and learning rate for ``model``: docs/training.md's recipe
     (RunConfig's defaults, TINY_PRESET_DEFAULTS on top) for the tiny presets,
