@@ -563,7 +563,7 @@ def write_analysis(out: Path) -> dict[str, pd.DataFrame]:
         "throughput": throughput_table(runs),
         "off_policy": off_policy_table(runs),
     }
-    claims = claims_table(runs, tables["off_policy"])
+    claims = claims_table(runs, run_scores(points), tables["off_policy"])
     if len(claims):  # boards that ran a built-in and its paper's baseline
         tables["claims"] = claims
     if tool_runs(runs):  # multi-turn envs only: single-turn reports stay as they were

@@ -64,13 +64,11 @@ def share_sum(*metrics: str) -> Quantity:
 
 
 def checkpoint_score(column: str) -> Quantity:
-    """A run's headline or AUC (harness/analysis.py run_scores)."""
+    """A run's headline or AUC: ``run["scores"]``, its row of harness/analysis.py's
+    run_scores, which ``claims_table`` attaches."""
 
     def of(run: dict) -> float:
-        from harness.analysis import checkpoint_rows, run_scores
-
-        scores = run_scores(pd.DataFrame(checkpoint_rows(run)))
-        return float(scores[column].iloc[0]) if len(scores) and column in scores else math.nan
+        return float(run.get("scores", {}).get(column, math.nan))
 
     return of
 
@@ -201,8 +199,16 @@ def verdict(direction: int, low: float, high: float) -> str:
     return "inconclusive"
 
 
-def claims_table(runs: list[dict], off_policy: pd.DataFrame | None = None) -> pd.DataFrame:
-    """Every claim whose algorithm and baseline rows this experiment ran, per env."""
+def claims_table(runs: list[dict], scores: pd.DataFrame | None = None,
+                 off_policy: pd.DataFrame | None = None) -> pd.DataFrame:  # fmt: skip
+    """Every claim whose algorithm and baseline rows this experiment ran, per env;
+    ``scores`` holds each run's headline and AUC (harness/analysis.py run_scores)."""
+    by_run = {}
+    if scores is not None and len(scores):
+        by_run = {(r["env"], r["algorithm"], r["seed"]): r
+                  for r in scores.to_dict("records")}  # fmt: skip
+    runs = [{**run, "scores": by_run.get((run["env"], run["algorithm"], run["seed"]), {})}
+            for run in runs]  # fmt: skip
     acting = {}
     if off_policy is not None and "mechanism_acting" in off_policy:
         acting = {(r.env, r.algorithm): r.mechanism_acting for r in off_policy.itertuples()}

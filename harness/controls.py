@@ -88,8 +88,10 @@ def board_power(pairs: pd.DataFrame, controls: dict[str, Any] | None) -> list[st
     control_rows = {NEGATIVE, POSITIVE} if controls else set()
     for env, e in pairs.groupby("env"):
         real = e[~e.a.isin(control_rows) & ~e.b.isin(control_rows)]
-        if len(real):
-            mdd = real["mdd_80"].to_numpy(dtype=float)
+        mdd = real["mdd_80"].to_numpy(dtype=float)
+        if len(real) and np.isnan(mdd).all():
+            lines.append(f"- {env}: no minimum detectable difference (one seed per row).")
+        elif len(real):
             lines.append(
                 f"- {env}: minimum detectable difference (80% power, 5% two-sided) over "
                 f"{len(real)} pairs: median {np.nanmedian(mdd):.3f}, range "

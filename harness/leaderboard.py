@@ -331,6 +331,26 @@ PAIRS_LEGEND = (
 )
 
 
+BOARD_CAVEATS = {
+    "arithmetic": "What this board can rank: little. Answers are at most ~6 tokens, so GSPO's "
+    "range is left by nearly every sequence, CISPO's cap and SAPO's gate never bind and length "
+    "normalisation has nothing to normalise; every algorithm ran at one learning rate tuned for "
+    "GRPO and no controls were run. Mechanisms are ranked on running_sum.",
+    "pyfunc": "What this board can rank: little. Its training functions are those the tiny-code "
+    "warm start was fine-tuned on, so training reward mostly pays for memorised functions "
+    "(0.68 -> 0.78 on them, held-out 0.19 -> 0.21-0.22); one learning rate, no controls.",
+    "tool_arithmetic": "What this board can rank: little. Every algorithm saturates within the "
+    "first eighth of the budget (held-out 0.21 -> 0.83-0.84), so the headline measures the "
+    "plateau, not the climb; one learning rate, no controls.",
+}
+"""The first lines of a board whose design limits what it can rank (as measured on its
+committed runs), so that a reader meets them before its table."""
+
+
+def caveat_lines(env: str) -> list[str]:
+    return [BOARD_CAVEATS[env], ""] if env in BOARD_CAVEATS else []
+
+
 def is_tuning_sweep(experiment: Path) -> bool:
     """An experiment of ``harness tune``: scored on the validation split, its rows are
     settings to choose from, not a board (its sweep.md is published beside the board)."""
@@ -391,7 +411,8 @@ def build_leaderboards(results: Path, out: Path, allow_dirty: bool = False) -> l
         })  # fmt: skip
         pairs = [pairs_markdown(Path(e), env) for e in sorted(set(g.experiment))]
         commands = sorted(set(g.command))
-        md = [f"# {model} on {env}", "", headline_legend(sorted(set(g.experiment)), env), "",
+        md = [f"# {model} on {env}", "", *caveat_lines(env),
+              headline_legend(sorted(set(g.experiment)), env), "",
               *exact_setup_lines(g), "", *start_weights_lines(g, model, shipped[model]),
               table.to_markdown(index=False), ""]  # fmt: skip
         md += ["## Pairs: probability of improvement", "", PAIRS_LEGEND, "",
@@ -406,7 +427,9 @@ def build_leaderboards(results: Path, out: Path, allow_dirty: bool = False) -> l
         written.append(path)
         images = "".join(_img(Path(e) / "plots" / "reward_vs_flops.png")
                          for e in sorted(set(g.experiment)))  # fmt: skip
-        sections.append(f"<h2>{model} on {env}</h2>{table.to_html(index=False)}"
+        caveat = "".join(f"<p><b>{escape(line)}</b></p>" for line in caveat_lines(env)
+                         if line)  # fmt: skip
+        sections.append(f"<h2>{model} on {env}</h2>{caveat}{table.to_html(index=False)}"
                         f"<p>Commands: {'<br>'.join(f'<code>{c}</code>' for c in commands)}</p>"
                         + (f"<p>Provenance:<br>{'<br>'.join(escape(n) for n in notes)}"
                            "</p>" if notes else "")

@@ -43,6 +43,7 @@ PLAN_KEYS = {
     "run",
     "grid",
     "env_config",
+    "arms",
 }
 NOT_IN_PLAN_RUN = ("algorithm", "env", "model", "seed", "variant", "eval_split",
                    "algorithm_config", "env_config")  # fmt: skip
@@ -65,6 +66,10 @@ class TunePlan:
     run: dict[str, Any] = field(default_factory=dict)
     env_config: dict[str, Any] = field(default_factory=dict)
     """The env's settings (as --env-set), the same for every run."""
+    arms: list[str] = field(default_factory=list)
+    """Keys that make separate arms of an ablation (e.g. mini_batches): every value
+    combination of them is tuned on its own, with ``settings`` settings, and selected on
+    its own (selection key ``<algorithm>@<arm>=<value>``, compare --vary's row name)."""
     grids: dict[str, dict[str, list] | list[dict[str, Any]]] = field(default_factory=dict)
     """Algorithm (or "default") -> either axis -> values (the settings are their product)
     or a list of settings (tables of values), for constants that move together."""
@@ -83,6 +88,19 @@ class TunePlan:
             {axis: value_text(v) for axis, v in zip(axes, combo, strict=True)}
             for combo in itertools.product(*(grid[a] for a in axes))
         ]
+
+    def arm_of(self, algorithm: str, setting: dict[str, str]) -> str:
+        """The selection key of a setting: the algorithm, with its arm values if any."""
+        if not self.arms:
+            return algorithm
+        return f"{algorithm}@" + ",".join(f"{k}={setting[k]}" for k in self.arms)
+
+    def arms_of(self, algorithm: str) -> dict[str, list[dict[str, str]]]:
+        """Selection key -> its settings, in grid order."""
+        out: dict[str, list[dict[str, str]]] = {}
+        for setting in self.grid_of(algorithm):
+            out.setdefault(self.arm_of(algorithm, setting), []).append(setting)
+        return out
 
 
 def value_text(value: Any) -> str:
@@ -116,7 +134,8 @@ def load_plan(path: Path) -> TunePlan:
     plan = TunePlan(env=raw["env"], model=raw["model"], algorithms=list(raw["algorithms"]),
                     seeds=int(raw["seeds"]), settings=int(raw["settings"]),
                     seed_start=int(raw.get("seed_start", 100)), run=dict(raw.get("run", {})),
-                    env_config=dict(raw.get("env_config", {})), grids=grids)  # fmt: skip
+                    env_config=dict(raw.get("env_config", {})), grids=grids,
+                    arms=list(raw.get("arms", [])))  # fmt: skip
     known = ALGORITHMS.names()
     for name in plan.algorithms:
         if name not in known:
@@ -124,12 +143,16 @@ def load_plan(path: Path) -> TunePlan:
     for name in set(grids) - {"default"} - set(plan.algorithms):
         raise ConfigError(f"tuning plan {path}: [grid.{name}] names no algorithm of the plan")
     for name in plan.algorithms:
-        size = len(plan.grid_of(name))
-        if size != plan.settings:
-            raise ConfigError(
-                f"tuning plan {path}: {name} has {size} settings, the plan gives every "
-                f"algorithm {plan.settings} (the same tuning budget for all)"
-            )
+        lacking = [s for s in plan.grid_of(name) if not set(plan.arms) <= set(s)]
+        if lacking:
+            raise ConfigError(f"tuning plan {path}: a setting of {name} lacks an arm key "
+                              f"{plan.arms}: {lacking[0]}")  # fmt: skip
+        for arm, settings in plan.arms_of(name).items():
+            if len(settings) != plan.settings:
+                raise ConfigError(
+                    f"tuning plan {path}: {arm} has {len(settings)} settings, the plan gives "
+                    f"every algorithm {plan.settings} (the same tuning budget for all)"
+                )
     bad = set(plan.run) & set(NOT_IN_PLAN_RUN)
     if bad:
         raise ConfigError(f"tuning plan {path}: [run] cannot set {sorted(bad)}")
@@ -175,10 +198,11 @@ def select(out: Path, plan: TunePlan) -> dict[str, Any]:
     by_row = summary.set_index("algorithm")
     regime = off_policy.set_index("algorithm")
     chosen: dict[str, Any] = {}
-    for algorithm in plan.algorithms:
+    arms = {arm: settings for a in plan.algorithms for arm, settings in plan.arms_of(a).items()}
+    for algorithm, settings in arms.items():
         rows = []
-        for setting in plan.grid_of(algorithm):
-            label = f"{algorithm}@" + ",".join(f"{k}={v}" for k, v in setting.items())
+        for setting in settings:
+            label = f"{algorithm.split('@')[0]}@" + ",".join(f"{k}={v}" for k, v in setting.items())
             if label not in by_row.index:
                 raise ConfigError(f"{out}: no finished run of {label}; resume the sweep")
             s = by_row.loc[label]
@@ -196,7 +220,7 @@ def select(out: Path, plan: TunePlan) -> dict[str, Any]:
     return {
         "env": plan.env, "model": plan.model, "split": "validation",
         "seeds": list(range(plan.seed_start, plan.seed_start + plan.seeds)),
-        "settings_per_algorithm": plan.settings, "run": plan.run,
+        "settings_per_algorithm": plan.settings, "run": plan.run, "arms": plan.arms,
         "rule": "highest validation headline (mean of the last checkpoints over the tuning "
         "seeds); the first in grid order on a tie",
         "algorithms": chosen,
@@ -279,10 +303,12 @@ def read_selection(path: Path) -> dict[str, Any]:
 
 def tuned(cfg: RunConfig, selection: dict[str, Any], algorithm: str | None = None) -> RunConfig:
     """``cfg`` at the setting the selection chose for ``algorithm`` (default: the run's
-    own), the row keeping the algorithm's plain name: run settings replace the run's,
-    the others are the algorithm's hyperparameters."""
-    name = algorithm or cfg.algorithm
-    entry = selection["algorithms"].get(name)
+    row, ``grpo@mini_batches=1`` for an arm of an ablation, else its algorithm), the row
+    keeping its name: run settings replace the run's, the others are the algorithm's
+    hyperparameters."""
+    chosen = selection["algorithms"]
+    name = algorithm or (cfg.variant if cfg.variant in chosen else cfg.algorithm)
+    entry = chosen.get(name)
     if entry is None:
         raise ConfigError(
             f"the tuning selection has no setting for {name!r} (tuned: "

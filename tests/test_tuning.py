@@ -12,7 +12,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import torch
-from harness_cli import run_harness
+from harness_cli import REPO, run_harness
 
 from harness.controls import CONTROL_SEED_OFFSET, board_power, control_configs, control_verdicts
 from harness.tuning import apply_setting, load_plan, select, sweep_markdown, tuning_configs
@@ -251,3 +251,32 @@ def test_a_sweep_is_no_board(tmp_path):
         runs = {"grpo__running_sum__seed0": {"eval_split": split}}
         (tmp_path / name / "experiment.json").write_text(json.dumps({"runs": runs}))
     assert is_tuning_sweep(tmp_path / "sweep") and not is_tuning_sweep(tmp_path / "board")
+
+
+def test_each_arm_of_an_ablation_is_tuned_and_selected_on_its_own(tmp_path):
+    plan = load_plan(REPO / "configs" / "tune" / "running_sum-on-policy.toml")
+    assert sorted(plan.arms_of("grpo")) == ["grpo@mini_batches=1", "grpo@mini_batches=4"]
+    assert {len(s) for s in plan.arms_of("opo").values()} == {plan.settings}
+    (tmp_path / "tables").mkdir()
+    grid = {"1": ["5e-05", "0.0001", "0.0002", "0.0004"],
+            "4": ["1.25e-05", "2.5e-05", "5e-05", "0.0001"]}  # fmt: skip
+    means = {f"{a}@mini_batches={m},lr={lr}": 0.3 + (0.05 if lr in ("0.0002", "2.5e-05") else 0)
+             for a in ("grpo", "opo") for m, lrs in grid.items() for lr in lrs}  # fmt: skip
+    summary_rows(means).to_csv(tmp_path / "tables" / "summary.csv", index=False)
+    pd.DataFrame({"algorithm": list(means)}).to_csv(tmp_path / "tables" / "off_policy.csv")
+    selection = select(tmp_path, plan)
+    assert selection["algorithms"]["grpo@mini_batches=1"]["setting"]["lr"] == "0.0002"
+    assert selection["algorithms"]["opo@mini_batches=4"]["setting"]["lr"] == "2.5e-05"
+    from harness.experiment import with_variant
+    from harness.tuning import tuned
+
+    arm = with_variant(RunConfig(algorithm="grpo"), {"mini_batches": "1"})
+    out = tuned(arm, selection)
+    assert (out.variant, out.mini_batches, out.lr) == ("grpo@mini_batches=1", 1, 2e-4)
+    unfair = (
+        (REPO / "configs" / "tune" / "running_sum-on-policy.toml")
+        .read_text()
+        .replace("{mini_batches = 4, lr = 1e-4},", "")
+    )
+    with pytest.raises(ConfigError, match="grpo@mini_batches=4 has 3 settings"):
+        load_plan(write_plan(tmp_path, unfair))
