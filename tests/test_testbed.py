@@ -19,7 +19,7 @@ PLAN = REPO / "configs" / "tune" / "running_sum.toml"
 SATURATED = 0.5
 
 
-INERT_AT_PAPER = {"cispo": ["eps_high=0.28"], "sapo": ["tau_pos=10", "tau_neg=10.5"]}
+INERT_AT_PAPER = {"cispo": ["eps_high=0.02"], "sapo": ["tau_pos=32", "tau_neg=33.6"]}
 """Mechanisms whose paper constant acts on no token of the testbed at its default settings
 (measured: CISPO's cap at eps_high 4, ratios stay below 5; SAPO's gate at tau 1 cuts
 0.04% of tokens), run at the constant the tuning plan tries instead."""
