@@ -100,20 +100,24 @@ def experiment_headline(out: Path, env: str | None = None) -> str:
     """``headline_text`` for the runs of an experiment folder (those of ``env`` only, when
     given), from each run's config.json: one wording, or one per number of eval points
     when its runs differ; HEADLINE when no config says how many it had."""
-    points = set()
+    points, splits = set(), set()
     for path in (out / "runs").glob("*/config.json"):
         run = json.loads(path.read_text()).get("run", {})
         if env is not None and run.get("env", env) != env:
             continue
+        splits.add(run.get("eval_split", "heldout"))
         try:
             points.add(budget_of({"config": {"run": run}})[2])
         except KeyError:
             continue  # a config without its evaluation schedule: only the rule can be said
     if not points:
-        return HEADLINE
-    if len(points) == 1:
-        return headline_text(points.pop())
-    return "; ".join(f"with {k} eval points: {headline_text(k)}" for k in sorted(points))
+        text = HEADLINE
+    elif len(points) == 1:
+        text = headline_text(points.pop())
+    else:
+        text = "; ".join(f"with {k} eval points: {headline_text(k)}" for k in sorted(points))
+    # a tuning sweep (harness tune) scores the validation split, never the held-out one
+    return text.replace("held-out", "validation") if splits == {"validation"} else text
 
 
 SAMPLED_METRICS = ("eval_pass_at_1", "eval_pass_at_4", "eval_pass_at_8", "eval_mean_at_8")

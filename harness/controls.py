@@ -60,6 +60,8 @@ def control_verdicts(pairs: pd.DataFrame, controls: dict[str, Any]) -> list[dict
     """Per env and control: the pair's difference, Holm-adjusted p and MDD, and whether
     it came out as it must ("passed"), "failed", or "missing" (a row without runs)."""
     out = []
+    if pairs.empty:
+        return out
     for env, e in pairs.groupby("env"):
         for kind, spec in controls.items():
             a, b = spec["rows"]
@@ -83,9 +85,13 @@ def board_power(pairs: pd.DataFrame, controls: dict[str, Any] | None) -> list[st
     """The report's "Can this board rank?" lines: the MDD over the pairs of the
     algorithms (controls left out), then each control's verdict."""
     import numpy as np
+    import pandas as pd
 
     lines = []
     control_rows = {NEGATIVE, POSITIVE} if controls else set()
+    if pairs.empty:  # one row per env: no pair to compare
+        pairs = pd.DataFrame(columns=["env", "a", "b", "mdd_80", "mean_a_minus_b", "p_holm"])
+        lines.append("- One row per env: no pair to compare, no minimum detectable difference.")
     for env, e in pairs.groupby("env"):
         real = e[~e.a.isin(control_rows) & ~e.b.isin(control_rows)]
         mdd = real["mdd_80"].to_numpy(dtype=float)

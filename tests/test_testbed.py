@@ -53,7 +53,7 @@ def test_every_mechanism_acts_on_some_units_and_governs_none_entirely(tmp_path):
         metrics = folder / f"{name}__running_sum__seed0" / "metrics.jsonl"
         records = [json.loads(line) for line in metrics.read_text().splitlines()]
         steps = [r for r in records if r["step"] > 0]
-        assert len(steps) >= 3, name
+        assert len(steps) >= 2, name  # (dapo: dynamic sampling spends the budget sooner)
         lengths = [r["response_len_mean"] for r in steps]
         assert 10 < statistics.fmean(lengths) < 64, (name, lengths)
         cls = ALGORITHMS.load(name)

@@ -189,6 +189,8 @@ def test_controls_pass_only_as_they_must():
     missing = pairs_of([("grpo", "dapo", 0.0, 0.9)])
     assert "cannot rank" in "\n".join(board_power(missing, CONTROLS))
     assert "No controls were run" in "\n".join(board_power(missing, None))
+    lone = "\n".join(board_power(pd.DataFrame(), CONTROLS))  # a compare of one algorithm
+    assert "no pair to compare" in lone and "cannot rank" not in lone
 
 
 SHORT = """
@@ -224,6 +226,7 @@ def test_a_sweep_then_a_board_at_the_chosen_settings_with_controls(tmp_path):
     runs = json.loads((tmp_path / "sweep" / "experiment.json").read_text())["runs"]
     assert {r["eval_split"] for r in runs.values()} == {"validation"} and len(runs) == 4
     assert "| dapo |" in (tmp_path / "sweep" / "sweep.md").read_text()
+    assert "validation greedy reward" in (tmp_path / "sweep" / "report.md").read_text()
     board = run_harness("compare", "grpo", "dapo", "--env", "running_sum", "--model", "tiny-sum",
                         "--seeds", "2", "--tuned", str(tmp_path / "sweep" / "selection.json"),
                         "--controls", "--budget-samples", "64", "--prompts-per-step", "4",
