@@ -574,6 +574,8 @@ def write_analysis(out: Path) -> dict[str, pd.DataFrame]:
         tables["tool_use"] = tool_use_table(runs)
         plot_tool_use(runs, plots_dir / "tool_use.png")
     text = {name: write_table(df, tables_dir, name) for name, df in tables.items()}
+    if "claims" in tables:  # the report's view: one line per claim (the CSV has it all)
+        text["claims"] = claims_markdown(tables["claims"])
     plot_curves(tables["reward_at_checkpoints"], "flops", "model FLOPs (ledger)",
                 plots_dir / "reward_vs_flops.png")  # fmt: skip
     plot_curves(tables["reward_at_checkpoints"], "seconds", "wall seconds of training",
@@ -629,6 +631,24 @@ def tool_use_section(tables: dict[str, str]) -> list[str]:
     ]
 
 
+def claims_markdown(claims: pd.DataFrame) -> str:
+    """The claims table as the report shows it: the claim, its source, what was measured,
+    the difference with its interval, the verdict and the acting share."""
+    view = pd.DataFrame({
+        "env": claims.env, "algorithm vs baseline": claims.algorithm + " vs " + claims.baseline,
+        "claim (source)": claims.claim + " (" + claims["where"] + ")",
+        "quantity (predicted)": claims.quantity + " (" + claims.predicts + ")",
+        "algorithm - baseline [95% CI]": [
+            f"{r.difference:+.4g} [{r.ci_low:+.4g}, {r.ci_high:+.4g}]" for r in claims.itertuples()
+        ],
+        "seeds": claims.seeds, "verdict": claims.verdict,
+        "acting share": claims.mechanism_acting.map(
+            lambda v: "n/a" if pd.isna(v) else f"{v:.2%}"),
+        "scope": claims.scope,
+    })  # fmt: skip
+    return view.to_markdown(index=False)
+
+
 def claims_section(tables: dict[str, str]) -> list[str]:
     if "claims" not in tables:
         return []
@@ -638,8 +658,8 @@ def claims_section(tables: dict[str, str]) -> list[str]:
         "One central claim per algorithm (harness/claims.py), the quantity that tests it",
         "here, and the difference algorithm - baseline over seeds with a 95% t-interval",
         "(paired when both ran the same seeds): supported or contradicted when the interval",
-        "lies on one side of 0, inconclusive when it contains 0. `mechanism_acting` is the",
-        "algorithm's mean acting share: a claim about a clip that did not act is no test.",
+        "lies on one side of 0, inconclusive when it contains 0. The acting share is the",
+        "algorithm's mean (its mechanism's): a claim about a clip that did not act is no test.",
         "",
         tables["claims"],
         "",

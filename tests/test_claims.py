@@ -49,6 +49,10 @@ def test_the_table_tests_only_claims_whose_rows_ran():
     # second half: (0.28 + 0.27 + 0.002 s) / 2 - (0.20 + 0.18 + 0.001 s) / 2, mean over s
     assert table.loc["dapo", "difference"] == pytest.approx(0.085 + 0.0005 * 1.5)
     assert table.loc["dapo", "seeds"] == "4 vs 4 paired"
+    from harness.analysis import claims_markdown
+
+    shown = claims_markdown(table.reset_index())
+    assert "dapo vs grpo" in shown and "| supported" in shown and "+0.08" in shown
     # dr_grpo's wrong answers are longer than grpo's (20 + s vs 20): the claim says shorter
     assert table.loc["dr_grpo", "verdict"] in ("contradicted", "inconclusive")
 
