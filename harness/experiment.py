@@ -318,17 +318,23 @@ def variants(vary: list[tuple[str, list[str]]], one_at_a_time: bool = False) -> 
 
 
 def with_variant(cfg: RunConfig, setting: dict[str, str]) -> RunConfig:
-    """``cfg`` with one ablation setting applied: keys that are RunConfig fields set the
-    run, the others go to the algorithm as --set does (its config refuses unknown ones).
-    The row is named ``<algorithm>@k=v,...`` in the order of the --vary flags."""
+    """``cfg`` with one ablation setting applied (``harness.tuning.apply_setting``: keys
+    that are RunConfig fields set the run, the others go to the algorithm as --set does,
+    its config refusing unknown ones). The row is named ``<algorithm>@k=v,...`` in the
+    order of the --vary flags."""
     if not setting:
         return cfg
-    types = typing.get_type_hints(RunConfig)
-    run_fields = {f.name for f in fields(RunConfig)} - set(VARIED_ELSEWHERE)
-    run_updates = {k: coerce(v, types[k], f"--vary {k}")
-                   for k, v in setting.items() if k in run_fields}  # fmt: skip
-    algo = {**cfg.algorithm_config, **{k: v for k, v in setting.items() if k not in run_fields}}
     label = f"{cfg.algorithm}@" + ",".join(f"{k}={v}" for k, v in setting.items())
-    varied = replace(cfg, **run_updates, algorithm_config=algo, variant=label)
-    varied.validate()
-    return varied
+    return apply_setting(replace(cfg, variant=label), setting)
+
+
+def apply_setting(cfg: RunConfig, setting: dict[str, str]) -> RunConfig:
+    """``cfg`` with ``setting`` applied (run fields to the run, the rest to the
+    algorithm's config), the row name unchanged."""
+    types = typing.get_type_hints(RunConfig)
+    run_names = {f.name for f in fields(RunConfig)} - set(VARIED_ELSEWHERE)
+    run = {k: coerce(v, types[k], f"--vary {k}") for k, v in setting.items() if k in run_names}
+    algo = {k: v for k, v in setting.items() if k not in run_names}
+    out = replace(cfg, **run, algorithm_config={**cfg.algorithm_config, **algo})
+    out.validate()
+    return out

@@ -28,7 +28,8 @@ from typing import Any
 
 import pandas as pd
 
-from zoo.core.config import ConfigError, coerce
+from harness.experiment import apply_setting, with_variant
+from zoo.core.config import ConfigError
 from zoo.run.run_config import RunConfig, run_defaults
 
 SELECTION = "selection.json"
@@ -177,8 +178,6 @@ def base_config(plan: TunePlan, eval_split: str = "validation") -> RunConfig:
 def tuning_configs(plan: TunePlan) -> list[RunConfig]:
     """Every (algorithm, setting, seed) of the plan, on the validation split; rows are
     named ``<algorithm>@<axis>=<value>,...`` as compare --vary names them."""
-    from harness.experiment import with_variant
-
     base = base_config(plan)
     return [
         with_variant(replace(base, algorithm=a, seed=s), setting)
@@ -315,17 +314,3 @@ def tuned(cfg: RunConfig, selection: dict[str, Any], algorithm: str | None = Non
             f"{sorted(selection['algorithms'])}); tune it first"
         )
     return apply_setting(cfg, entry["setting"])
-
-
-def apply_setting(cfg: RunConfig, setting: dict[str, str]) -> RunConfig:
-    """``cfg`` with ``setting`` applied (run fields to the run, the rest to the
-    algorithm's config), the row name unchanged."""
-    import typing
-
-    types = typing.get_type_hints(RunConfig)
-    run_names = {f.name for f in fields(RunConfig)}
-    run = {k: coerce(v, types[k], f"tuned {k}") for k, v in setting.items() if k in run_names}
-    algo = {k: v for k, v in setting.items() if k not in run_names}
-    out = replace(cfg, **run, algorithm_config={**cfg.algorithm_config, **algo})
-    out.validate()
-    return out
