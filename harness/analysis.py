@@ -354,7 +354,7 @@ def off_policy_table(runs: list[dict]) -> pd.DataFrame:
     """The training regime of each algorithm and what its mechanism did: the mean over
     steps and seeds of each metric (``*_max``: the largest seen), and
     ``mechanism_acted_steps``, the share of steps on which an acting share the algorithm
-    declares (``Algorithm.mechanism``, zoo/algorithms/base.py) was above 0. Runs that
+    declares (``Algorithm.acting_shares``, zoo/algorithms/base.py) was above 0. Runs that
     logged none of those shares (written before they existed) leave it blank: an
     out-of-range share does not say whether a gradient changed."""
     from zoo.algorithms import ALGORITHMS
@@ -375,7 +375,7 @@ def off_policy_table(runs: list[dict]) -> pd.DataFrame:
             if key in g and g[key].notna().any():
                 row[key] = g[key].max() if key.endswith("_max") else g[key].mean()
         try:
-            acting = list(ALGORITHMS.load(plugin[algo]).mechanism)
+            acting = ALGORITHMS.load(plugin[algo]).acting_shares()
         except PluginError:
             acting = []
         if not acting:
@@ -414,11 +414,13 @@ mechanism has one (``<stem>_acting_frac`` beside ``<stem>_frac``), and what they
 def mechanism_summary(steps: pd.DataFrame, acting: list[str]) -> dict:
     """``MECHANISM_SUMMARY`` of one algorithm from its steps that logged acting shares."""
     present = [m for m in acting if m in steps]
-    counterparts = [m.replace("_acting_frac", "_frac") for m in present]
+    # a ratio mechanism's out-of-range share sits beside its acting share; a selection's
+    # (Clip-Cov's cov_clip_frac) has none
+    counterparts = [m.replace("_acting_frac", "_frac") for m in present if "_acting_" in m]
     out = {"mechanism_acting": float(sum(steps[m].mean() for m in present)),
            "mechanism_unit": "sequences" if all(m.startswith("seq_") for m in present)
            else "tokens"}  # fmt: skip
-    if all(c in steps for c in counterparts):
+    if counterparts and len(counterparts) == len(present) and all(c in steps for c in counterparts):
         out["mechanism_out_of_range"] = float(sum(steps[c].mean() for c in counterparts))
     return out
 

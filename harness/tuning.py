@@ -45,7 +45,11 @@ PLAN_KEYS = {
     "grid",
     "env_config",
     "arms",
+    "require_acting",
 }
+IN_BAND_MOST_STEPS = 0.5
+"""A setting's mechanism acts when its acting share lies in the band (1-50% of its units,
+``harness.analysis.ACTING_BAND``) on at least this share of its steps."""
 NOT_IN_PLAN_RUN = ("algorithm", "env", "model", "seed", "variant", "eval_split",
                    "algorithm_config", "env_config")  # fmt: skip
 """RunConfig fields a plan's [run] table cannot set: the plan names them itself, and every
@@ -71,6 +75,10 @@ class TunePlan:
     """Keys that make separate arms of an ablation (e.g. mini_batches): every value
     combination of them is tuned on its own, with ``settings`` settings, and selected on
     its own (selection key ``<algorithm>@<arm>=<value>``, compare --vary's row name)."""
+    require_acting: bool = False
+    """Select among the settings whose mechanism acts (``IN_BAND_MOST_STEPS``); an
+    algorithm with no such setting, or no mechanism, selects among all, and sweep.md says
+    so. A board whose rows must show their mechanisms at work sets it."""
     grids: dict[str, dict[str, list] | list[dict[str, Any]]] = field(default_factory=dict)
     """Algorithm (or "default") -> either axis -> values (the settings are their product)
     or a list of settings (tables of values), for constants that move together."""
@@ -136,7 +144,8 @@ def load_plan(path: Path) -> TunePlan:
                     seeds=int(raw["seeds"]), settings=int(raw["settings"]),
                     seed_start=int(raw.get("seed_start", 100)), run=dict(raw.get("run", {})),
                     env_config=dict(raw.get("env_config", {})), grids=grids,
-                    arms=list(raw.get("arms", [])))  # fmt: skip
+                    arms=list(raw.get("arms", [])),
+                    require_acting=bool(raw.get("require_acting", False)))  # fmt: skip
     known = ALGORITHMS.names()
     for name in plan.algorithms:
         if name not in known:
@@ -191,7 +200,8 @@ def select(out: Path, plan: TunePlan) -> dict[str, Any]:
     """The sweep's result from the experiment's tables: per algorithm every setting with
     its validation headline (mean and t-interval over the tuning seeds), acting share and
     gradient-clip share, and the chosen one (highest mean; the first in grid order on a
-    tie). Raises ConfigError when a setting has no finished run."""
+    tie; with ``require_acting``, among the settings whose mechanism acts where there are
+    any). Raises ConfigError when a setting has no finished run."""
     summary = pd.read_csv(out / "tables" / "summary.csv")
     off_policy = pd.read_csv(out / "tables" / "off_policy.csv")
     by_row = summary.set_index("algorithm")
@@ -214,14 +224,24 @@ def select(out: Path, plan: TunePlan) -> dict[str, Any]:
                 "mechanism_in_band_steps": _number(r.get("mechanism_in_band_steps")),
                 "grad_clip_frac": _number(r.get("grad_clip_frac")),
             })  # fmt: skip
-        best = max(range(len(rows)), key=lambda i: (rows[i]["validation_headline"], -i))
-        chosen[algorithm] = {"setting": rows[best]["setting"], "sweep": rows}
+        for row in rows:
+            in_band = row["mechanism_in_band_steps"]
+            row["acts"] = in_band is not None and in_band >= IN_BAND_MOST_STEPS
+        eligible = [i for i, row in enumerate(rows) if row["acts"] or not plan.require_acting]
+        pool = eligible or list(range(len(rows)))
+        best = max(pool, key=lambda i: (rows[i]["validation_headline"], -i))
+        chosen[algorithm] = {"setting": rows[best]["setting"], "sweep": rows,
+                             "acts": rows[best]["acts"]}  # fmt: skip
     return {
         "env": plan.env, "model": plan.model, "split": "validation",
         "seeds": list(range(plan.seed_start, plan.seed_start + plan.seeds)),
         "settings_per_algorithm": plan.settings, "run": plan.run, "arms": plan.arms,
         "rule": "highest validation headline (mean of the last checkpoints over the tuning "
-        "seeds); the first in grid order on a tie",
+        "seeds)"
+        + (f" among the settings whose mechanism acts in band on >= {IN_BAND_MOST_STEPS:.0%} "
+           "of their steps (all settings where none does)" if plan.require_acting else "")
+        + "; the first in grid order on a tie",
+        "require_acting": plan.require_acting,
         "algorithms": chosen,
     }  # fmt: skip
 
@@ -259,6 +279,8 @@ def sweep_markdown(selection: dict[str, Any]) -> str:
             mark = "**yes**" if row["setting"] == entry["setting"] else ""
             if mark and edges:
                 mark += f" (at the grid's edge in {', '.join(edges)})"
+            if row.get("mechanism_in_band_steps") is not None and not row.get("acts", True):
+                mark = (mark + " " if mark else "") + "(mechanism not in band)"
             lines.append(
                 f"| {algorithm} | {setting} | {row['validation_headline']:.3f} "
                 f"[{row['ci_low']:.3f}, {row['ci_high']:.3f}] | {pct(row['mechanism_acting'])} "

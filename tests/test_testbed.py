@@ -19,7 +19,7 @@ PLAN = REPO / "configs" / "tune" / "running_sum.toml"
 SATURATED = 0.5
 
 
-INERT_AT_PAPER = {"cispo": ["eps_high=0.02"], "sapo": ["tau_pos=32", "tau_neg=33.6"]}
+INERT_AT_PAPER = {"cispo": ["eps_high=0.006"], "sapo": ["tau_pos=100", "tau_neg=105"]}
 """Mechanisms whose paper constant acts on no token of the testbed at its default settings
 (measured: CISPO's cap at eps_high 4, ratios stay below 5; SAPO's gate at tau 1 cuts
 0.04% of tokens), run at the constant the tuning plan tries instead."""
@@ -57,7 +57,7 @@ def test_every_mechanism_acts_on_some_units_and_governs_none_entirely(tmp_path):
         lengths = [r["response_len_mean"] for r in steps]
         assert 10 < statistics.fmean(lengths) < 64, (name, lengths)
         cls = ALGORITHMS.load(name)
-        shares = list(cls.mechanism) or ([cls.token_selection] if cls.token_selection else [])
+        shares = cls.acting_shares()
         if not shares:  # gpg: no ratio, no clip, nothing declared
             assert name == "gpg"
             continue

@@ -122,6 +122,33 @@ def test_selection_takes_the_best_validation_mean_and_publishes_the_sweep(tmp_pa
         select(tmp_path, plan)
 
 
+def test_with_require_acting_the_best_acting_setting_wins_over_an_idle_better_one(tmp_path):
+    plan = load_plan(write_plan(tmp_path, "require_acting = true\n" + PLAN))
+    (tmp_path / "tables").mkdir()
+    summary_rows({"grpo@lr=5e-05": 0.30, "grpo@lr=0.0001": 0.34,
+                  "gspo@lr=5e-05,eps_high=0.0004": 0.31,
+                  "gspo@lr=5e-05,eps_high=0.004": 0.29}).to_csv(
+        tmp_path / "tables" / "summary.csv", index=False)  # fmt: skip
+    # grpo's better setting acts in band on 40% of its steps (idle on the rest), its other
+    # on 80%; neither gspo setting acts in band: it selects among both
+    pd.DataFrame([{"algorithm": "grpo@lr=0.0001", "mechanism_in_band_steps": 0.4},
+                  {"algorithm": "grpo@lr=5e-05", "mechanism_in_band_steps": 0.8},
+                  {"algorithm": "gspo@lr=5e-05,eps_high=0.0004", "mechanism_in_band_steps": 0.0},
+                  {"algorithm": "gspo@lr=5e-05,eps_high=0.004", "mechanism_in_band_steps": 0.1},
+                  ]).to_csv(tmp_path / "tables" / "off_policy.csv", index=False)  # fmt: skip
+    selection = select(tmp_path, plan)
+    assert selection["algorithms"]["grpo"]["setting"] == {"lr": "5e-05"}
+    assert selection["algorithms"]["grpo"]["acts"] is True
+    assert selection["algorithms"]["gspo"]["setting"] == {"lr": "5e-05", "eps_high": "0.0004"}
+    assert selection["algorithms"]["gspo"]["acts"] is False
+    table = sweep_markdown(selection)
+    assert "| grpo | lr=0.0001 | 0.340 [0.320, 0.360] | n/a | 40.00% | n/a | (mechanism " in table
+    assert "acts in band on >= 50% of their steps" in table
+    # without the rule the idle better setting wins
+    plain = load_plan(write_plan(tmp_path))
+    assert select(tmp_path, plain)["algorithms"]["grpo"]["setting"] == {"lr": "0.0001"}
+
+
 def test_tuned_settings_keep_the_row_name_and_reach_run_and_algorithm():
     cfg = RunConfig(algorithm="gspo", env="running_sum", model="tiny-sum")
     out = apply_setting(cfg, {"lr": "1e-4", "eps_high": "0.004"})

@@ -90,6 +90,16 @@ class Algorithm(ABC):
     to the whole batch. Empty: no such selection."""
 
     @classmethod
+    def acting_shares(cls) -> list[str]:
+        """The metrics that say on what share of its units the algorithm's own mechanism
+        changed the gradient: its ``mechanism``, else its ``token_selection`` (Clip-Cov
+        detaches the tokens it selects, ratio or not), else none (gpg). Boards and the
+        tuning selection read these."""
+        if cls.mechanism:
+            return list(cls.mechanism)
+        return [cls.token_selection] if cls.token_selection else []
+
+    @classmethod
     def mechanism_acted(cls, metrics: dict[str, float]) -> bool:
         """True when an acting share of ``mechanism`` in ``metrics`` is above 0: the
         mechanism changed at least one token's (or sequence's) gradient. Shares missing
