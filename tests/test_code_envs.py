@@ -48,7 +48,7 @@ def pyfunc():
 
 def test_code_envs_are_registered_and_describe_their_splits(humaneval, pyfunc, mbpp):
     assert {"humaneval", "mbpp", "pyfunc"} <= set(list_envs())
-    for env, sizes in ((humaneval, (100, 64)), (pyfunc, (639, 500)), (mbpp, (6, 3))):
+    for env, sizes in ((humaneval, (100, 64)), (pyfunc, (239, 500)), (mbpp, (6, 3))):
         d = env.describe()
         assert (d["sizes"]["train"], d["sizes"]["eval"]) == sizes
         assert d["sources"]["train"] and d["sources"]["eval"]
@@ -494,12 +494,31 @@ def test_tiny_code_preset_leaves_the_tiny_recipe_key_alone():
     assert fields.pop("task") == "arithmetic"
     assert fields.pop("tool_fraction") == 0.0 and fields.pop("max_tool_rate") == 1.0  # (later)
     assert fields.pop("merge_fraction") == 0.0  # (later: tiny-sum)
+    assert fields.pop("data") == "train"  # (later: pyfunc's warm-start split)
     legacy = json.dumps({"v": RECIPE_VERSION, **fields}, sort_keys=True)
     assert TinyRecipe().key() == hashlib.sha256(legacy.encode()).hexdigest()[:12]
     assert TINY_PRESETS["tiny"] == TinyRecipe()
     assert TINY_PRESETS["tiny-code"].key() != TinyRecipe().key()
     assert "tiny-code" in MODEL_PRESETS
     assert model_shape("tiny-code") == model_shape("tiny")
+
+
+def test_pyfunc_warm_start_train_and_held_out_share_no_function(pyfunc):
+    def functions(prompts):
+        return {p.answer["expr"] for p in prompts}
+
+    train = functions(pyfunc.train_prompts(0, 239, seed=3))
+    warm = functions(pyfunc.warm_start_prompts(0, 400, seed=3))
+    held_out = functions(pyfunc.eval_prompts())
+    assert (len(train), len(warm), len(held_out)) == (239, 400, 500)  # one epoch each
+    assert not train & warm and not train & held_out and not warm & held_out
+    assert {p.split for p in pyfunc.warm_start_prompts(0, 5, seed=0)} == {"warm_start"}
+    # without a warm-start split the warm start draws from train (the other envs' way)
+    shared = get_env("pyfunc", warm_start_size=0)
+    assert len(shared._train) == 639
+    assert shared.warm_start_prompts(0, 3, seed=1) == shared.train_prompts(0, 3, seed=1)
+    with pytest.raises(ConfigError, match=r"warm_start_size must be in 0\.\.638"):
+        get_env("pyfunc", warm_start_size=639)
 
 
 @pytest.fixture(scope="module")

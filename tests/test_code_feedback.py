@@ -359,7 +359,8 @@ def test_dapo_overlong_punishment_spares_every_episode_its_turns_allow(env):
 
     # The bound holds for every function and the longest wrong value at every shown x.
     longest_observation = 0
-    for p in env.eval_prompts() + env.train_prompts(0, 639, seed=0):
+    every = env.eval_prompts() + env.train_prompts(0, 239, seed=0)
+    for p in every + env.warm_start_prompts(0, 400, seed=0):
         want = shown_values(p)
         for x in range(5):
             for wrong in ("-1234", "big", "error", "x"):

@@ -69,6 +69,16 @@ class Env(ABC):
             "split would tune on the test set); running_sum has one"
         )
 
+    def warm_start_prompts(self, start: int, n: int, seed: int) -> list[Prompt]:
+        """Prompts of a split set apart for a tiny preset's supervised warm start
+        (``TinyRecipe.data == "warm_start"``), disjoint from the train stream and the
+        held-out split, so that RL does not train on what the warm start memorised. Envs
+        with a small, fixed pool of problems have one (pyfunc); the others raise a
+        ConfigError."""
+        from zoo.core.config import ConfigError
+
+        raise ConfigError(f"env {self.name!r} has no warm-start split; pyfunc has one")
+
     def eval_split(self, split: str) -> list[Prompt]:
         """The prompts a run evaluates on: ``eval_prompts()`` for "heldout",
         ``validation_prompts()`` for "validation"."""

@@ -103,6 +103,9 @@ class CodeFeedbackEnv(MultiTurnEnv):
     def train_prompt(self, index: int, seed: int) -> Prompt:
         return self.base.train_prompt(index, seed)
 
+    def warm_start_prompts(self, start: int, n: int, seed: int) -> list[Prompt]:
+        return self.base.warm_start_prompts(start, n, seed)
+
     def eval_prompts(self) -> list[Prompt]:
         return self.base.eval_prompts()
 

@@ -27,8 +27,12 @@ execution that does not run to its end scores 0). ``env.stats`` as for every cod
 (``zoo.envs.code_envs``); the pass fraction there equals the reward.
 
 Splits: held-out = ``eval_size`` functions drawn once with a constant seed from the
-families in ``families``; train = all the other functions in a seeded order, a fresh
-permutation per epoch (train never serves a held-out function).
+families in ``families``; warm start = ``warm_start_size`` of the others, drawn the same
+way, which only the ``tiny-code`` presets' supervised warm start sees (its data and its
+own validation); train = the rest in a seeded order, a fresh permutation per epoch. The
+three never share a function, so RL's training reward is earned on functions the warm
+start never saw (when the warm start trained on RL's functions, RL's training reward
+rose 0.68 -> 0.78 while held-out rose 0.19 -> 0.22: memorised, not learned).
 
 With the tiny model (``--model tiny-code``, warm-started on this format), use
 ``--max-response-len 12``: answers take up to 8 characters plus the end-of-text token
@@ -45,7 +49,7 @@ from functools import cached_property
 from typing import Any
 
 from zoo.core.config import ConfigError
-from zoo.envs.base import Prompt, split_off
+from zoo.envs.base import EpochShuffle, Prompt, split_off
 from zoo.envs.code_envs import (
     TAG,
     SandboxConfig,
@@ -102,6 +106,9 @@ class PyFuncConfig(SandboxConfig):
     eval_size: int = 500
     """Held-out functions (>= 500 keeps the binomial noise of an accuracy near +-2 points;
     each evaluation runs up to this many sandboxed executions per completion drawn)."""
+    warm_start_size: int = 400
+    """Functions set apart for the tiny-code presets' warm start (never served by the
+    train stream or the held-out split); 0: none (the warm start draws from train)."""
     timeout_s: float = 2.0
     memory_mb: int = 256
 
@@ -113,8 +120,9 @@ class PyFunc(SandboxedCodeEnv, SplitMixin):
 
     Rewards: k/10 for the k of the 10 hidden inputs where the expression's value, computed
     in the sandbox, is right: 1.0 for an equivalent function, 0.0 for a wrong, malformed or
-    timed-out one. Splits: ``eval_size`` (500) held-out functions; train = the other 639
-    in a seeded order. With ``--model tiny-code`` use ``--max-response-len 12``.
+    timed-out one. Splits: ``eval_size`` (500) held-out functions, ``warm_start_size``
+    (400) for the tiny-code warm start alone; train = the other 239 in a seeded order.
+    With ``--model tiny-code`` use ``--max-response-len 12``.
     """
 
     name = "pyfunc"
@@ -139,8 +147,15 @@ class PyFunc(SandboxedCodeEnv, SplitMixin):
                 f"pyfunc: eval_size must be in 1..{len(functions) // 2} for families "
                 f"{cfg.families!r} ({len(functions)} functions), got {cfg.eval_size}"
             )
-        self._train, self._eval = split_off(functions, cfg.eval_size, self.name)
+        rest, self._eval = split_off(functions, cfg.eval_size, self.name)
+        if not 0 <= cfg.warm_start_size < len(rest):
+            raise ConfigError(
+                f"pyfunc: warm_start_size must be in 0..{len(rest) - 1} (the {len(rest)} "
+                f"functions not held out, one left to train on), got {cfg.warm_start_size}"
+            )
+        self._train, self._warm = split_off(rest, cfg.warm_start_size, f"{self.name}:warm-start")
         self._init_orders()
+        self._warm_stream = EpochShuffle(f"{self.name}:warm-start", len(self._warm) or 1)
 
     @staticmethod
     def _prompt(function: tuple, index: int, split: str) -> Prompt:
@@ -151,6 +166,12 @@ class PyFunc(SandboxedCodeEnv, SplitMixin):
 
     def train_prompt(self, index: int, seed: int) -> Prompt:
         return self._prompt(self._train_item(index, seed), index, "train")
+
+    def warm_start_prompts(self, start: int, n: int, seed: int) -> list[Prompt]:
+        if not self._warm:
+            return self.train_prompts(start, n, seed)  # warm_start_size 0: none set apart
+        return [self._prompt(self._warm[self._warm_stream(i, seed)], i, "warm_start")
+                for i in range(start, start + n)]  # fmt: skip
 
     @cached_property
     def _eval_prompts(self) -> list[Prompt]:
@@ -210,6 +231,7 @@ class PyFunc(SandboxedCodeEnv, SplitMixin):
         out = super().describe()
         source = f"procedural: families {self.config.families}, shown x {list(SHOWN_XS)}"
         out["sources"] = {"train": source, "eval": f"{source} (constant seed)"}
-        out["sizes"] = {"train": len(self._train), "eval": len(self._eval)}
+        out["sizes"] = {"train": len(self._train), "eval": len(self._eval),
+                        "warm_start": len(self._warm)}  # fmt: skip
         out["hidden_xs"] = list(HIDDEN_XS)
         return out

@@ -18,10 +18,11 @@ PRESET`` reruns a preset's recipe, on purpose, when the recipe changes.
 
 The ``tiny-code`` preset (``TINY_PRESETS``) is the same recipe with ``task="pyfunc"``:
 the supervised stage uses the pyfunc env's format ("f(0..4)=1,3,5,7,9 f(x)=2*x+1<|endoftext|>",
-its reference answers) and stops at the first evaluation whose validation reward (200
-train functions set aside, greedy, scored by running the model's expressions in the
-sandbox) reaches ``target_accuracy``. Only non-default tasks enter the cache key, so the ``tiny``
-model's key and checkpoint are unchanged.
+its reference answers) and stops at the first evaluation whose validation reward (100
+functions set aside, greedy, scored by running the model's expressions in the sandbox)
+reaches ``target_accuracy``. Both come from pyfunc's warm-start split (``data``), 400
+functions that RL never trains or is evaluated on. Only non-default fields enter the
+cache key, so the ``tiny`` model's key and checkpoint are unchanged.
 
 The ``tiny-tool`` preset warm-starts on the multi-turn ``tool_arithmetic`` env: a fraction
 ``tool_fraction`` of its train problems are shown as calculator episodes (the env's
@@ -101,6 +102,12 @@ class TinyRecipe:
     """Multi-turn tasks: the stop also needs the fraction of validation episodes that call
     the tool at or below this, so that RL starts from a model that uses the tool only
     sometimes (early on the warm start calls it on nearly every problem)."""
+    data: str = "train"
+    """Where the supervised data and the validation problems come from: "train", the env's
+    train stream (RL later trains on the same problems; harmless where the problem space
+    is vast, as arithmetic's), or "warm_start", the env's warm-start split
+    (``Env.warm_start_prompts``), disjoint from what RL trains and is evaluated on
+    (pyfunc's 1,139 functions are few enough to memorise)."""
     merge_fraction: float = 0.0
     """running_sum: the chance that a step of a demonstrated chain adds two terms at once
     (``zoo.envs.running_sum.demonstration``), so the model sees chains of every
@@ -122,6 +129,7 @@ LATER_FIELDS = {
     "tool_fraction": 0.0,
     "max_tool_rate": 1.0,
     "merge_fraction": 0.0,
+    "data": "train",
 }
 """Recipe fields added after the first models were built, with the value they stand for."""
 
@@ -129,7 +137,13 @@ LATER_FIELDS = {
 TINY_PRESETS = {
     "tiny": TinyRecipe(),
     # One torch thread: as fast as two at this size, and unharmed by a busy machine.
-    "tiny-code": TinyRecipe(task="pyfunc", threads=1, validation_size=200),
+    # Warm-starts on pyfunc's warm-start split alone (400 functions: 100 to stop on, 300
+    # to train on), so RL's 239 train functions are new to it. On 300 functions it
+    # memorises (loss 0.004 by step 400) and its validation reward plateaus at 0.16-0.19
+    # from step 120 on, so it stops at 15%, not 25%.
+    "tiny-code": TinyRecipe(
+        task="pyfunc", threads=1, validation_size=100, data="warm_start", target_accuracy=0.15
+    ),
     # Stops at validation reward >= 20% with the tool called in <= 40% of episodes: the
     # direct answers are nearly all wrong (~1%) and the calls mostly right, so RL can gain
     # by calling more often and more accurately.
@@ -146,7 +160,12 @@ TINY_PRESETS = {
     # pyfunc and revisions after pyfunc_feedback's feedback: half of the train functions
     # are shown as a near miss (context, not learned), its feedback and the right answer.
     "tiny-code-feedback": TinyRecipe(
-        task="pyfunc_feedback", threads=1, validation_size=200, tool_fraction=0.5
+        task="pyfunc_feedback",
+        threads=1,
+        validation_size=100,
+        tool_fraction=0.5,
+        data="warm_start",
+        target_accuracy=0.15,
     ),
     # The reasoning testbed (zoo/envs/running_sum.py): chains of partial sums, 30% of
     # their steps shown merged with the next; stops at >= 25% greedy validation accuracy
@@ -315,7 +334,8 @@ def build_tiny_model(recipe: TinyRecipe, path: Path, quiet: bool = False) -> dic
 
     env, reference, max_new_tokens = warm_start_task(recipe)
     multi_turn = is_multi_turn(env)
-    validation = env.train_prompts(0, recipe.validation_size, seed=VALIDATION_SEED)
+    draw = env.warm_start_prompts if recipe.data == "warm_start" else env.train_prompts
+    validation = draw(0, recipe.validation_size, seed=VALIDATION_SEED)
     set_aside = {p.text for p in validation}
     threads = torch.get_num_threads()
     torch.set_num_threads(recipe.threads)
@@ -331,9 +351,7 @@ def build_tiny_model(recipe: TinyRecipe, path: Path, quiet: bool = False) -> dic
             label = f"warm-starting tiny model on {recipe.task}"
             task = progress.add_task(label, total=recipe.max_steps)
             for step in range(1, recipe.max_steps + 1):
-                prompts = env.train_prompts(
-                    (step - 1) * recipe.batch_size, recipe.batch_size, seed=recipe.seed
-                )
+                prompts = draw((step - 1) * recipe.batch_size, recipe.batch_size, seed=recipe.seed)
                 kept = [p for p in prompts if p.text not in set_aside]
                 if multi_turn:
                     loss = episode_sft_loss(model, demonstration_mix(env, kept, recipe, step))
