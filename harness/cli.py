@@ -367,7 +367,7 @@ def add_training_arguments(p: argparse.ArgumentParser) -> None:
         type=Path,
         metavar="FILE",
         help="placement file (YAML, torchforge's shape): processes per service, generator "
-        "replicas, FSDP2 degree; implies --placement monarch (see README, Placement)",
+        "replicas, FSDP2 degree; implies --placement monarch (see docs/placement.md)",
     )
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.add_argument(

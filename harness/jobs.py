@@ -104,7 +104,7 @@ def worker_slots(cfgs: list[RunConfig], jobs: int) -> list[Slot]:
             raise ConfigError(
                 "--jobs > 1 with the Monarch placement spreads the runs over the hosts of "
                 "the placement file (--config), and it lists none; add hosts: [...] to it "
-                "(see README, Several hosts) or use --jobs 1"
+                "(see docs/placement.md, Several hosts) or use --jobs 1"
             )
         import torch
 

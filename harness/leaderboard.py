@@ -336,9 +336,14 @@ BOARD_CAVEATS = {
     "range is left by nearly every sequence, CISPO's cap and SAPO's gate never bind and length "
     "normalisation has nothing to normalise; every algorithm ran at one learning rate tuned for "
     "GRPO and no controls were run. Mechanisms are ranked on running_sum.",
-    "pyfunc": "What this board can rank: little. Its training functions are those the tiny-code "
-    "warm start was fine-tuned on, so training reward mostly pays for memorised functions "
-    "(0.68 -> 0.78 on them, held-out 0.19 -> 0.21-0.22); one learning rate, no controls.",
+    "pyfunc": "What this board can rank: little. Its rows started from a tiny-code warm start "
+    "fine-tuned on their own training functions, so training reward mostly paid for memorised "
+    "functions (0.68 -> 0.78 on them, held-out 0.19 -> 0.21-0.22); one learning rate, no "
+    "controls. pyfunc now sets 400 functions apart for the warm start and tiny-code ships "
+    "rebuilt on them; this board predates that and is not yet re-made.",
+    "pyfunc_feedback": "What this board can rank: nothing yet. Two algorithms at 2 seeds, a "
+    "short run that shows learning; its rows started from a tiny-code-feedback built before "
+    "pyfunc set its warm-start functions apart.",
     "tool_arithmetic": "What this board can rank: little. Every algorithm saturates within the "
     "first eighth of the budget (held-out 0.21 -> 0.83-0.84), so the headline measures the "
     "plateau, not the climb; one learning rate, no controls.",

@@ -463,7 +463,7 @@ def reference_lengths(env_name: str) -> torch.Tensor:
     return torch.tensor([[len(env.reference_answer(p).encode()) + 1 for p in prompts]])
 
 
-# (env, the generation budget its tiny-model commands use: README, leaderboards)
+# (env, the generation budget its tiny-model commands use: docs/running.md, leaderboards)
 DOCUMENTED_BUDGETS = [("arithmetic", 6), ("pyfunc", 12)]
 
 

@@ -232,7 +232,7 @@ def test_same_seed_gives_identical_metrics(tiny_model_path, tmp_path):
 @pytest.mark.slow
 def test_grpo_raises_heldout_accuracy_by_15_points(tiny_model_path, tmp_path):
     """With the defaults (128 prompts x 8 in 4 mini-batches, lr 5e-5), seed 0 measured
-    25.8% -> 51.4% held-out by step 100 (README)."""
+    25.8% -> 51.4% held-out by step 100 (docs/running.md)."""
     result = harness(
         "run",
         "grpo",

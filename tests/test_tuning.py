@@ -290,7 +290,8 @@ def test_each_arm_of_an_ablation_is_tuned_and_selected_on_its_own(tmp_path):
     (tmp_path / "tables").mkdir()
     grid = {"1": ["5e-05", "0.0001", "0.0002", "0.0004"],
             "4": ["1.25e-05", "2.5e-05", "5e-05", "0.0001"]}  # fmt: skip
-    means = {f"{a}@mini_batches={m},lr={lr}": 0.3 + (0.05 if lr in ("0.0002", "2.5e-05") else 0)
+    best = ("0.0002", "2.5e-05")
+    means = {f"{a}@mini_batches={m},lr={lr},eps=0.006": 0.3 + (0.05 if lr in best else 0)
              for a in ("grpo", "opo") for m, lrs in grid.items() for lr in lrs}  # fmt: skip
     summary_rows(means).to_csv(tmp_path / "tables" / "summary.csv", index=False)
     pd.DataFrame({"algorithm": list(means)}).to_csv(tmp_path / "tables" / "off_policy.csv")
@@ -303,10 +304,11 @@ def test_each_arm_of_an_ablation_is_tuned_and_selected_on_its_own(tmp_path):
     arm = with_variant(RunConfig(algorithm="grpo"), {"mini_batches": "1"})
     out = tuned(arm, selection)
     assert (out.variant, out.mini_batches, out.lr) == ("grpo@mini_batches=1", 1, 2e-4)
+    assert out.algorithm_config["eps"] == "0.006"
     unfair = (
         (REPO / "configs" / "tune" / "running_sum-on-policy.toml")
         .read_text()
-        .replace("{mini_batches = 4, lr = 1e-4},", "")
+        .replace("{mini_batches = 4, lr = 1e-4, eps = 0.006},", "")
     )
     with pytest.raises(ConfigError, match="grpo@mini_batches=4 has 3 settings"):
         load_plan(write_plan(tmp_path, unfair))

@@ -30,7 +30,7 @@ RUN_LIMITS = {
 PLACEMENTS = ("local", "monarch")
 """Where services run (RunConfig.placement); the Monarch one is zoo.placement."""
 WEIGHT_SYNCS = ("rdma", "endpoint")
-"""Monarch weight-sync backends (TorchStore is not one: docs/stack.md, README)."""
+"""Monarch weight-sync backends (TorchStore is not one: docs/stack.md, docs/placement.md)."""
 MODES = ("sync", "async")
 """sync: sample with the current weights, then train. async: generation of the next
 batches overlaps training on this one (sampled by weights at most max_policy_age old)."""
@@ -59,7 +59,7 @@ the command line (harness/cli.py builds its flags from RunConfig) read them here
 @dataclass
 class RunConfig:
     """Everything that defines a run. Defaults: the tiny model's recipe, calibrated on this
-    project's CPU machines (README, "Training regime"): 128 prompts x 8 samples per
+    project's CPU machines (docs/training.md): 128 prompts x 8 samples per
     rollout batch, trained in 4 mini-batches at lr 5e-5, temperature 1, grad clip 1. There
     GRPO's clip acts on ~0.8% of tokens (papers: 0.1-1%) and the model learns as fast as
     the earlier on-policy recipe (one update per batch at lr 2e-4), in which no clip acts."""
