@@ -12,6 +12,7 @@ import base64
 import hashlib
 import json
 import os
+import sys
 from html import escape
 from pathlib import Path
 
@@ -54,6 +55,13 @@ def run_provenance(run_dir: Path) -> dict:
         "created": config.get("created"),
         "finished": finished,
     }
+
+
+def unfinished_runs(experiment: Path) -> list[str]:
+    """The runs ``experiment.json`` lists whose folder holds no ``complete.json``: a board
+    still running (or stopped) between sittings. Its rows would rank part of its seeds."""
+    runs = json.loads((experiment / "experiment.json").read_text()).get("runs", {})
+    return [name for name in runs if not (experiment / "runs" / name / "complete.json").exists()]
 
 
 def unclean_runs(experiment: Path) -> list[str]:
@@ -366,9 +374,16 @@ def is_tuning_sweep(experiment: Path) -> bool:
 def build_leaderboards(results: Path, out: Path, allow_dirty: bool = False) -> list[Path]:
     """Rows from a modified tree (or an unrecorded git state) raise ConfigError naming
     each such run, unless ``allow_dirty``: then they are built, their commits marked
-    ``+dirty``. Nothing is written when refused."""
+    ``+dirty``. Nothing is written when refused. An experiment with unfinished runs is
+    skipped, with a line on stderr."""
     experiments = [e for e in sorted(p.parent for p in results.glob("*/experiment.json"))
                    if not is_tuning_sweep(e)]  # fmt: skip
+    for e in [e for e in experiments if unfinished_runs(e)]:
+        total = len(json.loads((e / "experiment.json").read_text()).get("runs", {}))
+        print(f"skipped {e}: {total - len(unfinished_runs(e))} of {total} runs finished; a "
+              f"board enters the leaderboard whole (continue it with compare --resume)",
+              file=sys.stderr)  # fmt: skip
+        experiments.remove(e)
     unclean = {e: runs for e in experiments if (runs := unclean_runs(e))}
     if unclean and not allow_dirty:
         lines = [f"  {run}" for runs in unclean.values() for run in runs]

@@ -316,6 +316,28 @@ def make_experiment(results: Path, dirty_dapo: bool) -> Path:
     return exp
 
 
+def test_a_board_with_unfinished_runs_stays_off_the_leaderboard_until_whole(tmp_path, capsys):
+    from harness.leaderboard import build_leaderboards
+
+    results, boards = tmp_path / "results", tmp_path / "boards"
+    whole = make_experiment(results, dirty_dapo=False)
+    partial = results / "partial"
+    shutil.copytree(whole, partial)
+    manifest = json.loads((partial / "experiment.json").read_text())
+    names = [d.name for d in (partial / "runs").iterdir()]
+    manifest["runs"] = {name: {} for name in [*names, "dapo__arithmetic__seed2"]}
+    (partial / "experiment.json").write_text(json.dumps(manifest))
+    build_leaderboards(results, boards)
+    rows = json.loads((boards / "leaderboard.json").read_text())
+    assert {Path(r["experiment"]).name for r in rows} == {"exp"}
+    assert f"skipped {partial}: 4 of 5 runs finished" in capsys.readouterr().err
+    (partial / "runs" / "dapo__arithmetic__seed1" / "complete.json").unlink()
+    manifest["runs"].pop("dapo__arithmetic__seed2")
+    (partial / "experiment.json").write_text(json.dumps(manifest))
+    build_leaderboards(results, boards)
+    assert "3 of 4 runs finished" in capsys.readouterr().err
+
+
 def test_the_leaderboard_refuses_runs_from_a_modified_tree_unless_allowed(tmp_path, capsys):
     from harness.cli import main
     from harness.leaderboard import build_leaderboards
