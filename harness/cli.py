@@ -83,7 +83,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--out", type=folder, help="run folder (default: results/<run-id>)")
     run.add_argument("--resume", action="store_true",
                      help="continue the run in --out from its last checkpoint")  # fmt: skip
-    add_training_arguments(run)
+    add_training_arguments(run, "run")
     run.add_argument(
         "--set", dest="algo_set", action="append", default=[], metavar="KEY=VALUE",
         help="algorithm hyperparameter override, e.g. --set eps=0.3 (repeatable)",
@@ -103,7 +103,7 @@ def build_parser() -> argparse.ArgumentParser:
     compare.add_argument("--out", type=folder, help="experiment folder (default: results/...)")
     compare.add_argument("--resume", action="store_true",
                          help="continue an interrupted comparison in --out")  # fmt: skip
-    add_training_arguments(compare)
+    add_training_arguments(compare, "compare")
     compare.add_argument(
         "--set", dest="algo_set", action="append", default=[], metavar="KEY=VALUE",
         help="algorithm hyperparameter override for every algorithm, e.g. --set beta=0 "
@@ -264,7 +264,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="where the run would write (default: results/)")  # fmt: skip
     doctor.add_argument("--only", action="append", choices=("sandbox", "vllm", "disk", "memory"),
                         help="run only these checks (repeatable; default: all)")  # fmt: skip
-    add_training_arguments(doctor)
+    add_training_arguments(doctor, "doctor")
 
     worker = sub.add_parser(
         "worker",
@@ -311,10 +311,69 @@ METAVARS = {"budget_flops": "FLOPS", "budget_seconds": "S", "model_path": "DIR",
 TYPE_METAVARS = {int: "N", float: "X", str: "NAME"}
 
 
-def add_training_arguments(p: argparse.ArgumentParser) -> None:
-    """Options shared by `run` and `compare`: one flag per RunConfig field (its docstring
-    is the help, its type the parser, ``zoo.run.run_config.CHOICES`` its valid values), so the
-    command line cannot drift from the config."""
+BUDGET_FLAGS = {
+    "steps": "--steps",
+    "budget_flops": "--budget",
+    "budget_samples": "--budget-samples",
+    "budget_seconds": "--budget-seconds",
+}
+"""What ends a run, by RunConfig field: the flag that sets each (one per run)."""
+BUDGET_CHOICE = "--steps, --budget (FLOPs), --budget-samples or --budget-seconds"
+RUN_DEFAULT_STEPS = 150
+"""`run` and `doctor` without a budget: this many rollout batches (RunConfig.steps)."""
+
+
+def budget_default(command: str) -> str:
+    """What a command runs for when no budget flag is given, in words (for --help)."""
+    if command != "compare":
+        return f"default: --steps {RUN_DEFAULT_STEPS}"
+    from zoo.run.run_config import TINY_BUDGETS
+
+    own = ", ".join(f"{v:.0e} for {m}" for m, v in TINY_BUDGETS.items())
+    return (f"default on the tiny presets: --budget {DEFAULT_TINY_BUDGET:.0e} ({own}), "
+            "so that every algorithm gets the same compute; real models need one")  # fmt: skip
+
+
+def resolve_budget(args: argparse.Namespace, command: str) -> str:
+    """Fill in the budget fields of ``args`` the same way for every command: at most one of
+    BUDGET_FLAGS may be given (more exit 2), each > 0; with none, `run` and `doctor` train
+    RUN_DEFAULT_STEPS steps and `compare` spends its tiny preset's FLOPs budget (a real
+    model needs one). Returns the budget in words, printed when the command starts."""
+    given = {name: getattr(args, name) for name in BUDGET_FLAGS if getattr(args, name) is not None}
+    if len(given) > 1:
+        raise ConfigError(f"give one budget, not {' and '.join(BUDGET_FLAGS[n] for n in given)} "
+                          f"(choose one of {BUDGET_CHOICE})")  # fmt: skip
+    for name, value in given.items():
+        if not value > 0:
+            raise ConfigError(f"{BUDGET_FLAGS[name]} must be > 0, got {value}")
+    how = f"set by {BUDGET_FLAGS[next(iter(given))]}" if given else f"{command}'s default"
+    if not given and command == "compare":
+        from zoo.models.presets import TINY_MODELS
+        from zoo.run.run_config import TINY_BUDGETS
+
+        if args.model not in TINY_MODELS:
+            raise ConfigError(
+                f"give a compute budget for {args.model!r}: {BUDGET_CHOICE}; on a real model "
+                "compare has no default budget"
+            )
+        given = {"budget_flops": TINY_BUDGETS.get(args.model, DEFAULT_TINY_BUDGET)}
+        how += f" for {args.model}"
+    for name in BUDGET_FLAGS:
+        setattr(args, name, given.get(name, 0))
+    if not args.steps:
+        args.steps = RUN_DEFAULT_STEPS  # (RunConfig.steps; unused when another budget is set)
+    unit = next(iter(given), "steps")
+    amount = {"steps": f"{args.steps} steps", "budget_flops": f"{args.budget_flops:.3g} FLOPs",
+              "budget_samples": f"{args.budget_samples} samples",
+              "budget_seconds": f"{args.budget_seconds:g} seconds of training"}[unit]  # fmt: skip
+    return f"budget: {amount} per run ({how}; one of {BUDGET_CHOICE} changes it)"
+
+
+def add_training_arguments(p: argparse.ArgumentParser, command: str) -> None:
+    """Options shared by `run`, `compare` and `doctor`: one flag per RunConfig field (its
+    docstring is the help, its type the parser, ``zoo.run.run_config.CHOICES`` its valid
+    values), so the command line cannot drift from the config. The budget flags are read
+    the same way by every command (``resolve_budget``); only the default differs."""
     from zoo.run.run_config import (
         CHOICES,
         REAL_MODEL_DEFAULTS,
@@ -346,6 +405,11 @@ def add_training_arguments(p: argparse.ArgumentParser) -> None:
             help_text += (" (default: the placement file's model, else the tiny preset "
                           "built for the env: tiny, tiny-code for pyfunc, tiny-tool for "
                           "tool_arithmetic, tiny-code-feedback for pyfunc_feedback)")  # fmt: skip
+        elif f.name in BUDGET_FLAGS:
+            default = None  # unset: resolve_budget tells a chosen budget from the default
+            help_text += (f" (one budget per run: {BUDGET_CHOICE}; {budget_default(command)})"
+                          if f.name == "steps" else " (exclusive with --steps, whose help gives "
+                          "the default)")  # fmt: skip
         else:
             help_text += f" (default: {default})" if default != "" else ""
         flag = "--" + f.name.replace("_", "-")
@@ -487,6 +551,8 @@ def default_model(envs: list[str]) -> str:
 def run_config(args: argparse.Namespace, algorithm: str, env: str, seed: int):
     from zoo.run.run_config import RunConfig, run_defaults
 
+    if getattr(args, "budget_line", None) is None:  # (once per command)
+        args.budget_line = resolve_budget(args, args.command)
     defaults = run_defaults(args.model)
     for name, value in defaults.items():  # options left unset take the model's defaults
         if getattr(args, name) is None:
@@ -497,6 +563,10 @@ def run_config(args: argparse.Namespace, algorithm: str, env: str, seed: int):
         for f in dataclasses.fields(RunConfig)
         if f.name not in CLI_OWN_FIELDS
     }
+    from zoo.models.presets import check_weights_available
+
+    # Offline with an empty cache, the missing weights come first: no other fix helps
+    check_weights_available(args.model, args.model_path, args.init)
     cfg = RunConfig(
         algorithm=algorithm,
         env=env,
@@ -517,6 +587,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     cfg = run_config(args, args.algorithm, args.env, args.seed)
     if args.resume and not args.out:
         raise ConfigError("--resume needs --out DIR, the folder of the run to continue")
+    print(args.budget_line, flush=True)
     stamp = time.strftime("%Y%m%d-%H%M%S")
     out = args.out or RESULTS / f"{cfg.algorithm}-{cfg.env}-{cfg.model}-seed{cfg.seed}-{stamp}"
     check_run_folder(out, args.resume)
@@ -564,23 +635,13 @@ def cmd_compare(args: argparse.Namespace) -> int:
         raise ConfigError("--resume needs --out DIR, the experiment folder to continue")
     if args.vary_one_at_a_time and not args.vary:
         raise ConfigError("--vary-one-at-a-time needs at least one --vary KEY=V1,V2")
-    if not (args.budget_flops or args.budget_samples or args.budget_seconds):
-        from zoo.models.presets import TINY_MODELS
-
-        if args.model not in TINY_MODELS:
-            raise ConfigError(
-                f"give a compute budget for {args.model!r}: --budget FLOPS (or "
-                "--budget-samples / --budget-seconds); runs stop at the budget, not a step count"
-            )
-        from zoo.run.run_config import TINY_BUDGETS
-
-        args.budget_flops = TINY_BUDGETS.get(args.model, DEFAULT_TINY_BUDGET)
     envs = args.envs or ["arithmetic"]
     if len(set(args.algorithms)) != len(args.algorithms) or args.seeds < 1:
         raise ConfigError("name each algorithm once, and give --seeds >= 1")
     if args.jobs < 1:
         raise ConfigError(f"--jobs must be >= 1, got {args.jobs}")
     base = run_config(args, args.algorithms[0], envs[0], 0)
+    print(args.budget_line, flush=True)
     vary = parse_vary(args.vary)
     check_size(len(args.algorithms), len(envs), count_variants(vary, args.vary_one_at_a_time),
                args.seeds, args.jobs)  # fmt: skip
@@ -684,6 +745,8 @@ def machine_text(built_on: dict) -> str:
 
 
 def print_summary(out: Path) -> None:
+    """The experiment's summary table: a rich table on a terminal; plain, complete lines
+    elsewhere (a batch job's log is as wide as its rows, not cut at 80 columns)."""
     import pandas as pd
     from rich.console import Console
     from rich.table import Table
@@ -695,20 +758,28 @@ def print_summary(out: Path) -> None:
     )
     # The caption names the checkpoints this experiment's eval points give; fit A is "-"
     # wherever summary.csv withholds it (harness/fits.py bootstrap_fit says when).
-    table = Table(title="held-out reward (mean over seeds, 95% t-interval)",
-                  caption=experiment_headline(out))  # fmt: skip
-    for col in ("env", "tie group", "algorithm", "seeds", "headline", "MDD 80%", "pass@1",
-                "pass@8", "AUC", "fit A"):  # fmt: skip
+    title = "held-out reward (mean over seeds, 95% t-interval)"
+    rows = pd.DataFrame({
+        "env": df.env, "tie group": df.tie_group.astype(str), "algorithm": df.algorithm,
+        "seeds": df.seeds.astype(str),
+        "headline": [f"{m:.3f} [{lo:.3f}, {hi:.3f}]"
+                     for m, lo, hi in zip(df.headline_mean, df.ci_low, df.ci_high, strict=True)],
+        "MDD 80%": df.mdd_80.map("{:.3f}".format),
+        "pass@1": df.get("pass_at_1", pd.Series(float("nan"), df.index)).map("{:.3f}".format),
+        "pass@8": df.get("pass_at_8", pd.Series(float("nan"), df.index)).map("{:.3f}".format),
+        "AUC": df.auc_mean.map("{:.3f}".format),
+        "fit A": df.fit_A.map(lambda a: "-" if a != a else f"{a:.3f}"),
+    })  # fmt: skip
+    console = Console()
+    if not console.is_terminal:
+        print(f"{title}\n{rows.to_string(index=False)}\n{experiment_headline(out)}", flush=True)
+        return
+    table = Table(title=title, caption=experiment_headline(out))
+    for col in rows.columns:
         table.add_column(col)
-    for r in df.itertuples():
-        table.add_row(
-            r.env, str(r.tie_group), r.algorithm, str(r.seeds),
-            f"{r.headline_mean:.3f} [{r.ci_low:.3f}, {r.ci_high:.3f}]", f"{r.mdd_80:.3f}",
-            f"{getattr(r, 'pass_at_1', float('nan')):.3f}",
-            f"{getattr(r, 'pass_at_8', float('nan')):.3f}",
-            f"{r.auc_mean:.3f}", "-" if r.fit_A != r.fit_A else f"{r.fit_A:.3f}",
-        )  # fmt: skip
-    Console().print(table)
+    for row in rows.itertuples(index=False):
+        table.add_row(*row)
+    console.print(table)
 
 
 def command_line() -> str:

@@ -24,7 +24,13 @@ from zoo.core.config import ConfigError, coerce, shown
 from zoo.core.progress import add_run_task, make_progress, run_columns, update_run_task
 from zoo.envs import get_env
 from zoo.models.memory import memory_estimate
-from zoo.models.presets import TINY_MODELS, check_model_name, model_shape, prefetch_model_config
+from zoo.models.presets import (
+    TINY_MODELS,
+    check_model_name,
+    check_weights_available,
+    model_shape,
+    prefetch_model_config,
+)
 from zoo.run.episodes import episode_budget
 from zoo.run.run_config import RunConfig
 from zoo.run.runlog import AGAIN, RESUME, machine, now_iso, package_versions, write_whole
@@ -37,6 +43,7 @@ def preflight(cfgs: list[RunConfig], conformance: bool = True) -> None:
     hold by the ledger's estimate."""
     checked: set[str] = set()
     for cfg in cfgs:
+        check_weights_available(cfg.model, cfg.model_path, cfg.init)  # offline, empty cache
         cfg.validate()
         algorithm = get_algorithm(cfg.algorithm, **cfg.algorithm_config)
         key = json.dumps([cfg.algorithm, cfg.algorithm_config], sort_keys=True, default=str)

@@ -58,7 +58,7 @@ def test_every_run_config_field_is_reachable_from_the_command_line():
     types = typing.get_type_hints(RunConfig)
     settable = [f for f in dataclasses.fields(RunConfig) if f.name not in CLI_OWN_FIELDS]
     assert {"grad_clip", "max_sampling_rounds", "eval_samples"} <= {f.name for f in settable}
-    chosen = {"min_lr_ratio": 0.1, "weight_decay": 0.01,  # where doubling 0 is not valid
+    chosen = {"min_lr_ratio": 0.1, "weight_decay": 0.01, "warmup_ratio": 0.1,  # (0 doubled)
               "report_to": "tensorboard", "max_episode_tokens": 64}  # fmt: skip
     for f in settable:
         if f.name in chosen:

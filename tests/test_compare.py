@@ -341,9 +341,46 @@ def test_resume_after_a_kill_equals_an_uninterrupted_run(tiny_model_path, tmp_pa
     assert a == b and len(a) > 4
 
 
+def test_the_budget_in_use_is_printed_first(experiment):
+    stdout = (experiment.parents[1] / "compare.stdout").read_text()
+    assert stdout.splitlines()[0].startswith("budget: 2.5e+10 FLOPs per run (set by --budget")
+
+
+def test_compare_steps_is_the_budget_as_in_run(tiny_model_path, tmp_path):
+    """--steps means a step budget in `compare` as in `run` (it used to lose to compare's
+    default FLOPs budget on the tiny presets, silently)."""
+    result = run_harness("compare", "grpo", "--seeds", "1", "--steps", "2", "--eval-every", "2",
+                         "--prompts-per-step", "8", "--eval-samples", "0", "--env-set",
+                         "eval_size=16", "--checkpoint-every", "0", "--quiet", "--out", "exp",
+                         cwd=tmp_path)  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "budget: 2 steps per run (set by --steps" in result.stdout
+    records = metrics(tmp_path / "exp" / "runs" / "grpo__arithmetic__seed0")
+    assert [r["step"] for r in records] == [0, 1, 2]
+    config = json.loads((tmp_path / "exp" / "runs" / "grpo__arithmetic__seed0" / "config.json")
+                        .read_text())["run"]  # fmt: skip
+    assert config["steps"] == 2 and config["budget_flops"] == 0
+
+
+def test_help_states_each_commands_default_budget():
+    def steps_help(command: str) -> str:
+        wide = {**os.environ, "COLUMNS": "400"}  # (one line per option)
+        out = subprocess.run([sys.executable, "-m", "harness", command, "--help"], cwd=REPO,
+                             capture_output=True, text=True, env=wide)  # fmt: skip
+        return next(line for line in out.stdout.splitlines() if line.strip().startswith("--steps"))
+
+    assert "default: --steps 150" in steps_help("run")
+    compare = steps_help("compare")
+    assert "--budget 2e+12" in compare and "4e+12 for tiny-sum" in compare
+    assert "150" not in compare
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
+        (["compare", "grpo", "--steps", "2", "--budget", "1e12"], "give one budget, not --steps"),
+        (["run", "grpo", "--budget", "1e12", "--budget-samples", "64"], "give one budget"),
+        (["compare", "grpo", "--steps", "0"], "--steps must be > 0"),
         (["compare", "grpo", "--budget", "1e6"], "less than one step"),
         (["compare", "grpo", "nope"], "valid algorithms"),
         (["compare", "grpo", "--env", "nope"], "valid environments"),

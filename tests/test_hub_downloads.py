@@ -181,6 +181,12 @@ def test_the_same_command_offline_with_an_empty_cache_stops_with_the_offline_mes
                          env=hub_env(empty, hub.url, offline=True), timeout=300)  # fmt: skip
     assert result.returncode == 2, result.stderr[-3000:]
     assert "Traceback" not in result.stderr
+    # the weights first: with them missing, nothing else the user could fix matters
+    assert result.stderr.startswith("error: no weights for qwen3-0.6b"), result.stderr[-3000:]
+    # the data: with weights not needed (--init random), gsm8k's train split is missing
+    result = run_harness(*RUN, "--init", "random", "--out", str(tmp_path / "offline-data"),
+                         cwd=tmp_path, env=hub_env(empty, hub.url, offline=True))  # fmt: skip
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-3000:]
     assert "gsm8k: no data for the train split" in result.stderr
     assert "Nothing was downloaded: HF_HUB_OFFLINE is set." in result.stderr
     assert len(hub.requests) == before  # not one request
@@ -192,6 +198,13 @@ def test_the_same_command_offline_with_an_empty_cache_stops_with_the_offline_mes
     assert str(empty / "hub" / "models--Qwen--Qwen3-0.6B") in result.stderr
     assert "nothing was downloaded: HF_HUB_OFFLINE is set" in result.stderr
     assert len(hub.requests) == before
+    # a model this machine could not hold (8B: ~122 GiB of float32 trainer state) still
+    # gets the missing-weights message, not the memory check's
+    result = run_harness("run", "grpo", "--model", "qwen3-8b", "--out", str(tmp_path / "o8"),
+                         cwd=tmp_path, env=hub_env(empty, hub.url, offline=True))  # fmt: skip
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert result.stderr.startswith("error: no weights for qwen3-8b (Qwen/Qwen3-8B)"), (
+        result.stderr[-3000:])  # fmt: skip
     # no network: HF_HUB_OFFLINE unset, but nothing listens where the Hub should be
     result = run_harness(*RUN[:5], "arithmetic", *RUN[6:], "--out", str(tmp_path / "o3"),
                          cwd=tmp_path, env=hub_env(empty, "http://127.0.0.1:9"))  # fmt: skip

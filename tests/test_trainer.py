@@ -3,6 +3,7 @@ and torchforge-style dictionary batches train through the same step."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from zoo.algorithms import get_algorithm
@@ -84,6 +85,17 @@ def test_learning_rate_schedules_by_hand():
     values = [lr_at(k, cosine) for k in range(8)]
     assert values[:2] == [0.5, 1.0] and values[2] == 1.0
     assert abs(values[4] - 0.5) < 1e-12 and values[6] == values[7] == 0.0  # cos(pi/2), end
+
+
+def test_learning_rate_over_the_budget_by_hand():
+    from zoo.services.trainer import lr_at_budget
+
+    warm = TrainerConfig(lr=1.0, warmup_ratio=0.2, lr_schedule="constant")
+    assert [lr_at_budget(f, warm) for f in (0.05, 0.1, 0.2, 0.6, 1.0)] == [0.25, 0.5, 1, 1, 1]
+    cosine = TrainerConfig(lr=2.0, warmup_ratio=0.2, lr_schedule="cosine", min_lr_ratio=0.5)
+    # after the warm-up, from 2.0 down to the floor 1.0 over the remaining 0.8 of the budget
+    assert lr_at_budget(0.6, cosine) == pytest.approx(1.5)  # half-way: cos(pi/2)
+    assert lr_at_budget(1.0, cosine) == pytest.approx(1.0)
 
 
 def test_the_schedule_drives_the_optimizer_and_resumes_from_its_state(tiny_path):

@@ -138,6 +138,8 @@ def test_greedy_temperature_is_refused_with_the_reason():
         ({"mini_batches": 9, "prompts_per_step": 8}, "a mini-batch holds whole groups"),
         ({"correction": "icepop"}, "valid: none, tis, mis-token, mis-sequence, bypass"),
         ({"correction_low": 1.5}, "correction_low <= 1"),
+        ({"warmup_ratio": 1.0}, "warmup_ratio must be in"),
+        ({"warmup_ratio": 0.1, "warmup_steps": 5}, "leave --warmup-steps"),
     ],
 )
 def test_bad_regime_settings_are_config_errors(change, message):
@@ -159,6 +161,23 @@ def test_gspo_and_sapo_differ_from_the_first_step(loop_for):
     assert any(not torch.equal(finals["gspo"][k], finals["sapo"][k]) for k in finals["gspo"])
     assert gspo["seq_clip_low_acting_frac"] + gspo["seq_clip_high_acting_frac"] > 0
     assert sapo["gate_weight_mean"] < 1.0 and sapo["gate_weight_q05"] < 1.0
+
+
+def test_warm_up_and_decay_follow_the_share_of_a_budget_spent(loop_for):
+    """--warmup-ratio and a decay over a samples budget, whose optimizer steps are not
+    known ahead: each batch's updates take the lr of the budget's share spent with the
+    batch's generation counted: 1/4, 2/4, 3/4, 4/4 of 4 batches of 64 samples."""
+    cfg = RunConfig(algorithm="grpo", prompts_per_step=8, mini_batches=2, lr=1e-3,
+                    budget_samples=4 * 64, warmup_ratio=0.5, lr_schedule="linear",
+                    eval_points=1, eval_samples=0, env_config={"eval_size": 8})  # fmt: skip
+    assert cfg.schedule_over_budget
+    records = loop_for(cfg).run(lambda record: None)
+    lrs = [r["lr"] for r in records if r["step"] > 0]
+    # warm-up to 1e-3 over the first half (5e-4 at a quarter), then linear to 0
+    assert lrs == pytest.approx([5e-4, 1e-3, 5e-4, 0.0]), lrs
+    # a FLOPs budget with a decay and no --decay-steps now schedules over the budget too
+    assert RunConfig(budget_flops=1e12, lr_schedule="cosine").schedule_over_budget
+    assert not RunConfig(lr_schedule="cosine").schedule_over_budget  # steps: optimizer steps
 
 
 def test_the_ledger_charges_the_old_log_prob_pass_and_every_epoch(loop_for):

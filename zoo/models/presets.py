@@ -175,6 +175,22 @@ def missing_weights_message(name: str, hf_id: str, unreachable: str = "") -> str
     )
 
 
+def check_weights_available(name: str, model_path: str = "", init: str = "pretrained") -> None:
+    """Without downloading anything: raise the missing-weights message when a Qwen3
+    preset's weights can be neither downloaded (offline, or the Hub unreachable) nor read
+    from the cache. A run checks this first, so that an offline user with an empty cache
+    learns that before any check of the batch or the memory."""
+    if model_path or init != "pretrained" or name not in QWEN3_HF_IDS:
+        return
+    from zoo.core import hub
+
+    allowed, _ = hub.download_allowed()
+    snapshot = hf_cache_snapshot(QWEN3_HF_IDS[name])
+    if not allowed and (snapshot is None or not any(snapshot.glob("*.safetensors"))):
+        unreachable = "" if hub.offline_requested() else hub.unreachable()
+        raise ConfigError(missing_weights_message(name, QWEN3_HF_IDS[name], unreachable))
+
+
 def resolve_model(name: str, model_path: str = "", init: str = "pretrained") -> ModelSpec:
     """The Hugging Face-format directory of a model: ``model_path`` when given; a tiny
     preset (its shipped start weights); a Qwen3 preset, downloaded from the Hub into its

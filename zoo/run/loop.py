@@ -86,6 +86,7 @@ class RLLoop:
         self.cursor = 0  # next index in the env's train stream for this seed
         self.samples = 0
         self.train_seconds = 0.0
+        self.step_started = 0.0  # perf_counter at the start of the current step
         self.step_index = 0  # optimizer steps done
         self.evals_done = 0  # budget checkpoints evaluated
         self.version = 0  # the trainer's policy version (read at the start of each step)
@@ -182,7 +183,7 @@ class RLLoop:
     def step(self) -> dict[str, Any]:
         cfg, s, ledger = self.cfg, self.s, self.s.ledger
         algo = s.algorithm
-        start = time.perf_counter()
+        start = self.step_started = time.perf_counter()
         busy_before = s.generator.busy_seconds
         phase_before = dict(ledger.seconds)
         self.version = s.trainer.version
@@ -267,6 +268,12 @@ class RLLoop:
         cfg, s, ledger = self.cfg, self.s, self.s.ledger
         tokens = sum(p + r for p, r in shapes)
         forward = sum(ledger.scoring_flops(p, r) for p, r in shapes)
+        # the share of the budget spent with this batch's generation counted (not its
+        # training): above 0, so a warm-up over the budget starts above lr 0
+        spent = self.spent(self.step_index + 1)
+        if cfg.budget[0] == "seconds":  # (train_seconds counts finished steps only)
+            spent += time.perf_counter() - self.step_started
+        batch.budget_spent = min(1.0, spent / cfg.budget[1])
         with ledger.timed("old_logprobs"):
             batch.old_logprobs = s.trainer.logprobs(batch)
         ledger.add("old_logprobs", forward, tokens)

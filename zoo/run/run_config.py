@@ -73,7 +73,7 @@ class RunConfig:
     seed: int = 0
     """Seeds the prompts' order, the sampler and the trainer's initial state."""
     steps: int = 150
-    """Rollout batches (loop steps) to train on when no budget is given."""
+    """Rollout batches (loop steps) to train on, unless one of the budgets below is set."""
     prompts_per_step: int = 128
     """Prompts (groups of ``group_size`` completions) per rollout batch."""
     group_size: int = 8
@@ -94,12 +94,19 @@ class RunConfig:
     """AdamW learning rate."""
     lr_schedule: str = "constant"
     """After the warm-up: constant, or a linear or cosine decay to ``min_lr_ratio * lr``
-    over ``decay_steps`` optimizer steps (TRL's default is linear, verl's constant)."""
+    over ``decay_steps`` optimizer steps, or else over the rest of the budget (TRL's
+    default is linear, verl's constant)."""
     warmup_steps: int = 0
     """Optimizer steps of linear warm-up to ``lr`` (0: none)."""
+    warmup_ratio: float = 0.0
+    """Linear warm-up to ``lr`` over this share of the run's budget, in whatever unit the
+    budget counts (TRL's warmup_ratio, verl's lr_warmup_steps_ratio); instead of
+    ``warmup_steps``. With it, or with a decay and no ``decay_steps`` under a FLOPs,
+    samples or seconds budget, the schedule follows the share of the budget spent,
+    set once per rollout batch (zoo.services.trainer.lr_at_budget)."""
     decay_steps: int = 0
-    """Optimizer steps of the decay after the warm-up; 0: the rest of the run's steps x
-    mini_batches x epochs (a budget other than steps then needs it set)."""
+    """Optimizer steps of the decay after the warm-up; 0: the rest of the run (its steps x
+    mini_batches x epochs, or the rest of any other budget)."""
     min_lr_ratio: float = 0.0
     """Where the decay ends, as a fraction of ``lr``."""
     weight_decay: float = 0.0
@@ -145,11 +152,11 @@ class RunConfig:
     headline, so 3 reports the same numbers at a fraction of the cost (the sampled curves
     then have those points only); for envs whose scoring is slow, such as code."""
     budget_flops: float = 0.0
-    """If > 0: stop once the ledger's model FLOPs reach it (all phases), not at ``steps``."""
+    """Stop once the ledger's model FLOPs reach this many (all phases)."""
     budget_samples: int = 0
-    """If > 0: stop once this many completions have been generated (dropped ones count)."""
+    """Stop once this many completions have been generated (dropped ones count)."""
     budget_seconds: float = 0.0
-    """If > 0: stop once this many wall seconds of training have passed."""
+    """Stop once this many wall seconds of training have passed."""
     eval_split: str = "heldout"
     """What every evaluation scores: the env's fixed held-out split (the headline), or its
     validation split, disjoint from train and held-out, on which ``harness tune`` selects
@@ -269,10 +276,12 @@ class RunConfig:
         if not (0 <= self.weight_decay < 1 and 0 <= self.adam_beta1 < 1
                 and 0 <= self.adam_beta2 < 1 and self.adam_eps > 0):  # fmt: skip
             raise ConfigError("need 0 <= weight_decay < 1, 0 <= adam betas < 1, adam_eps > 0")
-        if self.lr_schedule != "constant" and not self.decay_steps and self.budget[0] != "steps":
+        if not 0 <= self.warmup_ratio < 1:
+            raise ConfigError(f"warmup_ratio must be in [0, 1), got {self.warmup_ratio}")
+        if self.warmup_ratio and (self.warmup_steps or self.decay_steps):
             raise ConfigError(
-                f"lr_schedule {self.lr_schedule} with a {self.budget[0]} budget: give "
-                "--decay-steps (optimizer steps), since the run's length is not known ahead"
+                "--warmup-ratio schedules over the budget's share spent: leave --warmup-steps "
+                "and --decay-steps (optimizer steps) unset, or use those two instead"
             )
         if not self.grad_clip > 0:
             raise ConfigError(f"grad_clip must be > 0 (inf: no clipping), got {self.grad_clip}")
@@ -338,6 +347,15 @@ class RunConfig:
             raise ConfigError("--device cuda, but torch sees no CUDA device here; use cpu")
         return self.device
 
+    @property
+    def schedule_over_budget(self) -> bool:
+        """Does the learning rate follow the share of the budget spent (not optimizer
+        steps)? With ``warmup_ratio``, or a decay of unset length under a budget other
+        than steps, whose optimizer steps are not known ahead."""
+        decay_of_unknown_length = (self.lr_schedule != "constant" and not self.decay_steps
+                                   and self.budget[0] != "steps")  # fmt: skip
+        return self.warmup_ratio > 0 or decay_of_unknown_length
+
     def model_spec(self) -> ModelSpec:
         return resolve_model(self.model, model_path=self.model_path, init=self.init)
 
@@ -350,7 +368,8 @@ NOT_DEFINING = ("report_to",)
 """Run-config fields that do not change what a run computes: a resume may change them, and
 leaderboard rows are grouped without them."""
 
-ADDED_LATER = {"eval_samples": 0, "sampled_eval_points": 0, "eval_split": "heldout"}
+ADDED_LATER = {"eval_samples": 0, "sampled_eval_points": 0, "eval_split": "heldout",
+               "warmup_ratio": 0.0}  # fmt: skip
 """Fields added since runs were first recorded, with the value that reproduces what a
 run recorded without them did (RunConfig.from_record)."""
 

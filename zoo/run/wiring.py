@@ -77,6 +77,8 @@ def trainer_config_of(cfg: RunConfig, device: str = "cpu") -> TrainerConfig:
         decay_steps=cfg.decay_steps
         or max(1, cfg.steps * cfg.mini_batches * cfg.epochs - cfg.warmup_steps),
         min_lr_ratio=cfg.min_lr_ratio,
+        warmup_ratio=cfg.warmup_ratio,
+        schedule_over_budget=cfg.schedule_over_budget,
         weight_decay=cfg.weight_decay,
         betas=(cfg.adam_beta1, cfg.adam_beta2),
         eps=cfg.adam_eps,

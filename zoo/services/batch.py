@@ -45,6 +45,9 @@ class RolloutBatch:
     """[B] the policy version that sampled each row; None: the trainer's current one."""
     group_size: int = 1
     """Rows per group: mini-batches split only between groups."""
+    budget_spent: float | None = None
+    """Share of the run's budget spent when this batch is trained (0-1], set by the loop:
+    what a learning-rate schedule over the budget reads (RunConfig.warmup_ratio)."""
 
     @property
     def size(self) -> int:

@@ -64,6 +64,10 @@ class TrainerConfig:
     warmup_steps: int = 0
     decay_steps: int = 0
     min_lr_ratio: float = 0.0
+    warmup_ratio: float = 0.0
+    schedule_over_budget: bool = False
+    """The learning rate follows the share of the run's budget spent (``lr_at_budget``,
+    from each batch's ``budget_spent``), not the optimizer steps (``lr_at``)."""
     grad_clip: float = 1.0
     """Max global gradient norm."""
     micro_batch_size: int = 0
@@ -96,10 +100,26 @@ def lr_at(step: int, config: TrainerConfig) -> float:
     lr = config.lr
     if step < config.warmup_steps:
         return lr * (step + 1) / config.warmup_steps
+    done = min(1.0, (step - config.warmup_steps) / max(1, config.decay_steps))
+    return decayed(done, config)
+
+
+def lr_at_budget(spent: float, config: TrainerConfig) -> float:
+    """The learning rate when ``spent`` (0 < spent <= 1) of the run's budget is used, in
+    the budget's unit: a linear warm-up to lr over the first ``warmup_ratio``, then
+    constant, or a linear or cosine decay to ``min_lr_ratio * lr`` over the rest (TRL's
+    warmup_ratio and verl's lr_warmup_steps_ratio, for any budget)."""
+    if spent < config.warmup_ratio:
+        return config.lr * spent / config.warmup_ratio
+    done = min(1.0, (spent - config.warmup_ratio) / (1.0 - config.warmup_ratio))
+    return decayed(done, config)
+
+
+def decayed(done: float, config: TrainerConfig) -> float:
+    """lr after ``done`` (0-1) of the decay: constant, linear or cosine to the floor."""
+    lr, floor = config.lr, config.min_lr_ratio * config.lr
     if config.lr_schedule == "constant":
         return lr
-    done = min(1.0, (step - config.warmup_steps) / max(1, config.decay_steps))
-    floor = config.min_lr_ratio * lr
     if config.lr_schedule == "linear":
         return floor + (lr - floor) * (1.0 - done)
     return floor + (lr - floor) * 0.5 * (1.0 + math.cos(math.pi * done))
@@ -326,7 +346,12 @@ class Trainer:
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.grad_clip)
         if isinstance(grad_norm, DTensor):
             grad_norm = grad_norm.full_tensor()
-        lr = lr_at(self.optimizer_steps(), self.config)
+        if self.config.schedule_over_budget:
+            if batch.budget_spent is None:
+                raise ValueError("a schedule over the budget needs batch.budget_spent")
+            lr = lr_at_budget(batch.budget_spent, self.config)
+        else:
+            lr = lr_at(self.optimizer_steps(), self.config)
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         self.optimizer.step()
@@ -335,7 +360,8 @@ class Trainer:
         out = {"loss": loss_total, **sums, "grad_norm": float(grad_norm),
                "grad_clip_frac": float(float(grad_norm) > self.config.grad_clip),
                "response_tokens": num_tokens}  # fmt: skip
-        if self.config.lr_schedule != "constant" or self.config.warmup_steps:
+        scheduled = self.config.lr_schedule != "constant" or self.config.warmup_steps
+        if scheduled or self.config.warmup_ratio:
             out["lr"] = lr  # (not logged at a constant lr: older records stay comparable)
         return out
 
