@@ -103,6 +103,7 @@ def test_warm_start_check_rebuilds_the_recipe_and_compares_with_the_shipped_byte
     else:
         assert result.returncode in (0, 1), result.stderr
     assert list(tmp_path.iterdir()) == []  # --check leaves nothing behind
+    assert "Writing model shards" not in result.stderr  # transformers' bar, under --quiet
 
 
 def test_the_committed_boards_mark_which_rows_started_from_the_shipped_weights():

@@ -393,7 +393,17 @@ def build_tiny_model(recipe: TinyRecipe, path: Path, quiet: bool = False) -> dic
         info["validation_tool_rate"] = history[-1]["tool_rate"]
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=".building-"))
-    model.save_pretrained(tmp, safe_serialization=True)
+    # transformers draws a tqdm bar per save ("Writing model shards", one shard here):
+    # noise next to this command's own bar, and not routed anywhere under --quiet
+    from transformers.utils import logging as hf_logging
+
+    bars = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        model.save_pretrained(tmp, safe_serialization=True)
+    finally:
+        if bars:
+            hf_logging.enable_progress_bar()
     save_tokenizer(tmp)
     (tmp / "forge_zoo_recipe.json").write_text(json.dumps(info, indent=2))
     if path.exists():
