@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
+from typing import TYPE_CHECKING, BinaryIO
 
 import matplotlib
 
@@ -31,6 +32,9 @@ from harness.stats import (
     tie_groups,
 )
 from zoo.services.ledger import PHASES
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 SPENT_KEY = {"flops": "flops", "samples": "samples", "seconds": "seconds", "steps": "step"}
 
@@ -505,6 +509,52 @@ def plot_curves(table: pd.DataFrame, x: str, xlabel: str, path: Path) -> None:
         ax.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def seed_curves_figure(curves: pd.DataFrame, x: str, xlabel: str,
+                       order: list[str] | None = None, columns: int = 5) -> Figure:  # fmt: skip
+    """Every seed's held-out greedy reward at each evaluation, one panel per algorithm
+    (``order``, else sorted; at most ``columns`` panels a line) on shared axes, each with
+    its own tick labels: a thin line per seed, in the same colour in every panel (runs of
+    one seed share their prompts), and the mean over the seeds at each evaluation in
+    black. ``curves``: columns algorithm, seed, ``x``, reward."""
+    names = order or sorted(curves["algorithm"].unique())
+    seeds = sorted(curves["seed"].unique(), key=str)
+    colors = plt.get_cmap("tab10" if len(seeds) <= 10 else "tab20")
+    cols = min(columns, len(names))
+    rows = math.ceil(len(names) / cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(2.6 * cols + 0.6, 2.2 * rows + 0.4),
+                             sharex=True, sharey=True, squeeze=False)  # fmt: skip
+    for ax, name in zip(axes.flat, names, strict=False):
+        g = curves[curves["algorithm"] == name]
+        for i, seed in enumerate(seeds):
+            d = g[g["seed"] == seed].sort_values(x)
+            if len(d):
+                ax.plot(d[x], d["reward"], color=colors(i % colors.N), lw=0.9, alpha=0.8)
+        # the k-th evaluation of every seed (their x differ by a step's FLOPs at most)
+        g = g.assign(k=g.groupby("seed").cumcount())
+        mean = g.groupby("k").agg(x=(x, "mean"), reward=("reward", "mean"))
+        ax.plot(mean["x"], mean["reward"], color="black", lw=2)
+        ax.set_title(name, fontsize=10)
+        ax.grid(alpha=0.3)
+        ax.tick_params(labelsize=8, labelbottom=True, labelleft=True)
+        ax.xaxis.get_offset_text().set_fontsize(8)
+    for ax in axes.flat[len(names) :]:
+        ax.set_visible(False)
+    for ax in axes[:, 0]:
+        ax.set_ylabel("held-out reward", fontsize=9)
+    for ax in axes.flat[max(0, len(names) - cols) : len(names)]:
+        ax.set_xlabel(xlabel, fontsize=9)
+    fig.tight_layout()
+    return fig
+
+
+def plot_seed_curves(curves: pd.DataFrame, x: str, xlabel: str, target: Path | BinaryIO,
+                     order: list[str] | None = None) -> None:  # fmt: skip
+    """``seed_curves_figure`` as a PNG in ``target`` (a path or a binary file)."""
+    fig = seed_curves_figure(curves, x, xlabel, order)
+    fig.savefig(target, dpi=80, format="png")
     plt.close(fig)
 
 

@@ -1,6 +1,8 @@
 """`harness leaderboard`: every experiment under results/ aggregated into
 leaderboards/<model>__<env>.md, a static leaderboards/index.html (plots embedded, readable
-offline) and leaderboards/leaderboard.json. Each row carries what made it: the exact
+offline; one compact table per experiment, the details one click away, every seed's curve),
+leaderboards/samples/<experiment>.html (each row's last samples, or why there are none) and
+leaderboards/leaderboard.json. Each row carries what made it: the exact
 command, a hash of the run config, package versions, every git commit its runs (and their
 resumes) ran, how many of them ran from a modified tree, the hash of the starting weights
 and the dates from the first start to the last finish. Rows from a modified (dirty) tree
@@ -10,16 +12,21 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import io
 import json
 import os
+import re
 import sys
 from html import escape
 from pathlib import Path
 
 import pandas as pd
 
-from harness.analysis import HEADLINE, experiment_headline, write_analysis
+from harness.analysis import HEADLINE, experiment_headline, plot_seed_curves, write_analysis
+from harness.controls import control_verdicts
 from harness.fits import MIN_IDENTIFIED_SHARE, share_shortfall
+from harness.runner import read_metrics
+from harness.samples import STYLE as SAMPLES_STYLE
 from harness.samples import last_eval_samples, samples_table, write_samples_pages
 from zoo.core.config import ConfigError
 from zoo.run.runlog import SAMPLES, read_sessions
@@ -209,31 +216,40 @@ def _interval(mid, low, high, fmt: str = ".3f") -> str:
     return f"{format(mid, fmt)} [{format(low, fmt)}, {format(high, fmt)}]"
 
 
-def fit_cell(r) -> str:
-    """A with its interval, or why it is withheld; C_mid with its interval against the
-    largest compute observed."""
+def fit_parts(r) -> tuple[str, str, str]:
+    """The compute fit of a board row in three parts: A with its interval ("withheld" when
+    the data do not identify it), why it is withheld ("" when shown), and C_mid with its
+    interval against the largest compute observed."""
     c_mid = _interval(r.fit_C_mid, r.fit_C_mid_low, r.fit_C_mid_high, ".2g")
     where = f"C_mid {c_mid} (max observed {_num(r.max_flops, '.2g')})"
     if r.fit_A is None or r.fit_A != r.fit_A:
-        return f"A withheld ({(r.fit_note or 'no fit').removeprefix('A withheld: ')}); {where}"
+        return "withheld", (r.fit_note or "no fit").removeprefix("A withheld: "), where
     # A summary.csv written before the identified-share rule (harness/fits.py) may still
     # carry A at a low share; experiment_rows reuses such files, so the rule is applied here
     # too. (The rule's bound test needs A's range, which those files do not hold.)
     share = r.fit_identified_share
     if share is not None and (shortfall := share_shortfall(share)):
-        return f"A withheld ({shortfall}); {where}"
-    return f"A {_interval(r.fit_A, r.fit_A_low, r.fit_A_high)}; {where}"
+        return "withheld", shortfall, where
+    return _interval(r.fit_A, r.fit_A_low, r.fit_A_high), "", where
 
 
-def pairs_markdown(experiment: Path, env: str) -> str:
-    """The probability-of-improvement table of one env (tables/pairs.csv)."""
+def fit_cell(r) -> str:
+    """A with its interval, or why it is withheld; C_mid with its interval against the
+    largest compute observed."""
+    a, why, where = fit_parts(r)
+    return f"A withheld ({why}); {where}" if why else f"A {a}; {where}"
+
+
+def pairs_frame(experiment: Path, env: str) -> pd.DataFrame | None:
+    """The probability-of-improvement table of one env (tables/pairs.csv), as the boards
+    show it; None when the experiment has no pair."""
     path = experiment / "tables" / "pairs.csv"
     if not path.exists():
-        return ""
+        return None
     p = pd.read_csv(path)
     p = p[p.env == env]
     if p.empty:
-        return ""
+        return None
     return pd.DataFrame({
         "a": p.a, "b": p.b, "mean a - b": p.mean_a_minus_b.map(lambda v: f"{v:+.3f}"),
         "P(a > b)": [_interval(r.p_a_better, r.p_a_better_low, r.p_a_better_high, ".2f")
@@ -241,7 +257,13 @@ def pairs_markdown(experiment: Path, env: str) -> str:
         "paired": p.paired, "p": p.p_value.map(lambda v: _num(v, ".3g")),
         "p (Holm)": p.p_holm.map(lambda v: _num(v, ".3g")),
         "MDD 80%": p.mdd_80.map(_num),
-    }).to_markdown(index=False)  # fmt: skip
+    })  # fmt: skip
+
+
+def pairs_markdown(experiment: Path, env: str) -> str:
+    """The probability-of-improvement table of one env (tables/pairs.csv)."""
+    frame = pairs_frame(experiment, env)
+    return "" if frame is None else frame.to_markdown(index=False)
 
 
 def commits_cell(row) -> str:
@@ -409,85 +431,370 @@ def build_leaderboards(results: Path, out: Path, allow_dirty: bool = False) -> l
     (out / "leaderboard.json").write_text(json.dumps(rows, indent=2))
     frame = pd.DataFrame(rows)
     written = [out / "leaderboard.json"]
-    sections = []
+    boards = []
     for (model, env), g in frame.groupby(["model", "env"]):
         # tie groups and pairs are within one experiment (one matched-compute comparison)
         g = g.sort_values(["experiment", "tie_group", "reward"], ascending=[True, True, False])
-        table = pd.DataFrame({
-            "experiment": g.experiment.map(lambda e: Path(e).name),
-            "tie group": g.tie_group.map(lambda v: _num(v, ".0f")), "algorithm": g.algorithm,
-            "headline [95% t-CI]": [_interval(r.reward, r.ci_low, r.ci_high)
-                                    for r in g.itertuples()],
-            "per seed": g.per_seed, "MDD 80%": g.mdd_80.map(_num),
-            "pass@1": g.pass_at_1.map(_num), "pass@8": g.pass_at_8.map(_num),
-            "AUC": g.auc_mean.map(_num), "mechanism": g.mechanism,
-            "compute fit": [fit_cell(r) for r in g.itertuples()],
-            "B": g.fit_B.map(lambda v: _num(v, ".2f")), "seeds": g.seeds, "budget": g.budget,
-            "gen tok/s": g.generate_tokens_per_s.map(lambda v: f"{v:,.0f}"),
-            "train tok/s": g.train_tokens_per_s.map(lambda v: f"{v:,.0f}"),
-            "config": g.config_hash, "commits": [commits_cell(r) for r in g.itertuples()],
-            "start weights": [weights_cell(h, shipped[model]) for h in g.start_weights_sha256],
-            "date": g.date, "row id": g.id,
-        })  # fmt: skip
-        pairs = [pairs_markdown(Path(e), env) for e in sorted(set(g.experiment))]
-        commands = sorted(set(g.command))
-        md = [f"# {model} on {env}", "", *caveat_lines(env),
-              headline_legend(sorted(set(g.experiment)), env), "",
-              *exact_setup_lines(g), "", *start_weights_lines(g, model, shipped[model]),
-              table.to_markdown(index=False), ""]  # fmt: skip
-        md += ["## Pairs: probability of improvement", "", PAIRS_LEGEND, "",
-               *[p + "\n" for p in pairs if p]] if any(pairs) else []  # fmt: skip
-        md += ["Commands:", ""]
-        md += [f"    {c}" for c in commands]
-        notes = provenance_notes(g)
-        md += ["", "Provenance:", "", *[f"- {n}" for n in notes]] if notes else []
-        md += ["", "Versions: " + json.dumps(g.versions.iloc[0])]
         path = out / f"{model}__{env}.md"
-        path.write_text("\n".join(md) + "\n")
+        path.write_text(board_markdown(model, env, g, shipped[model]))
         written.append(path)
-        images = "".join(_img(Path(e) / "plots" / "reward_vs_flops.png")
-                         for e in sorted(set(g.experiment)))  # fmt: skip
-        caveat = "".join(f"<p><b>{escape(line)}</b></p>" for line in caveat_lines(env)
-                         if line)  # fmt: skip
-        sections.append(f"<h2>{model} on {env}</h2>{caveat}{table.to_html(index=False)}"
-                        f"<p>Commands: {'<br>'.join(f'<code>{c}</code>' for c in commands)}</p>"
-                        + (f"<p>Provenance:<br>{'<br>'.join(escape(n) for n in notes)}"
-                           "</p>" if notes else "")
-                        + images + samples_html(g, out))  # fmt: skip
-    html = ("<!doctype html><html><head><meta charset='utf-8'><title>forge-zoo leaderboards"
-            "</title><style>body{font-family:sans-serif;margin:2em}table{border-collapse:"
-            "collapse}td,th{border:1px solid #ccc;padding:4px 8px}img{max-width:720px}"
-            "</style></head><body><h1>forge-zoo leaderboards</h1>" + "".join(sections)
-            + "</body></html>")  # fmt: skip
-    (out / "index.html").write_text(html)
+        boards.append((model, env, g))
+    (out / "index.html").write_text(index_html(boards, shipped, out))
     written.append(out / "index.html")
     return written
 
 
-def samples_html(g: pd.DataFrame, out: Path) -> str:
-    """Beside a section's plots: each row's first run's last evaluation samples (greedy
-    completion, reference, reward), and links to every run's samples page (written into
-    its experiment's samples/ folder when missing)."""
-    parts = []
-    for r in g.itertuples():
-        run_dirs = [Path(d) for d in r.runs]
-        if not any((d / SAMPLES).exists() for d in run_dirs):
-            continue
-        experiment = Path(r.experiment)
-        if not all((experiment / "samples" / f"{d.name}.html").exists() for d in run_dirs):
-            write_samples_pages(experiment)
-        links = ", ".join(
-            f"<a href='{escape(_relative(experiment / 'samples' / f'{d.name}.html', out))}'>"
-            f"{escape(d.name)}</a>"
-            for d in run_dirs if (experiment / "samples" / f"{d.name}.html").exists()
+def board_columns(e: pd.DataFrame, shipped: str | None) -> pd.DataFrame:
+    """Every column of a Markdown board, for the rows ``e`` of one experiment."""
+    return pd.DataFrame({
+        "tie group": e.tie_group.map(lambda v: _num(v, ".0f")), "algorithm": e.algorithm,
+        "headline [95% t-CI]": [_interval(r.reward, r.ci_low, r.ci_high)
+                                for r in e.itertuples()],
+        "per seed": e.per_seed, "MDD 80%": e.mdd_80.map(_num),
+        "pass@1": e.pass_at_1.map(_num), "pass@8": e.pass_at_8.map(_num),
+        "AUC": e.auc_mean.map(_num), "mechanism": e.mechanism,
+        "compute fit": [fit_cell(r) for r in e.itertuples()],
+        "B": e.fit_B.map(lambda v: _num(v, ".2f")), "seeds": e.seeds, "budget": e.budget,
+        "gen tok/s": e.generate_tokens_per_s.map(lambda v: f"{v:,.0f}"),
+        "train tok/s": e.train_tokens_per_s.map(lambda v: f"{v:,.0f}"),
+        "config": e.config_hash, "commits": [commits_cell(r) for r in e.itertuples()],
+        "start weights": [weights_cell(h, shipped) for h in e.start_weights_sha256],
+        "date": e.date, "row id": e.id,
+    })  # fmt: skip
+
+
+def board_markdown(model: str, env: str, g: pd.DataFrame, shipped: str | None) -> str:
+    """leaderboards/<model>__<env>.md: the board's caveat and legend, then one table per
+    experiment (each with its own tie groups, pairs and command)."""
+    experiments = sorted(set(g.experiment))
+    md = [f"# {model} on {env}", "", *caveat_lines(env), headline_legend(experiments, env), "",
+          PAIRS_LEGEND, "", *exact_setup_lines(g), "",
+          *start_weights_lines(g, model, shipped)]  # fmt: skip
+    for experiment in experiments:
+        e = g[g.experiment == experiment]
+        md += [f"## {Path(experiment).name}", "", f"    {e.command.iloc[0]}", "",
+               board_columns(e, shipped).to_markdown(index=False), ""]  # fmt: skip
+        pairs = pairs_markdown(Path(experiment), env)
+        md += ["Pairs: probability of improvement", "", pairs, ""] if pairs else []
+    notes = provenance_notes(g)
+    md += ["Provenance:", "", *[f"- {n}" for n in notes], ""] if notes else []
+    md += ["Versions: " + json.dumps(g.versions.iloc[0])]
+    return "\n".join(md) + "\n"
+
+
+PAGE_STYLE = (
+    "body{font-family:sans-serif;font-size:15px;line-height:1.35;margin:0 auto;"
+    "max-width:1320px;padding:1em 20px}"
+    "table{border-collapse:collapse;margin:.4em 0}"
+    "td,th{border:1px solid #ccc;padding:3px 8px;text-align:left;vertical-align:top}"
+    "th{background:#f4f4f4}td.num{text-align:right;font-variant-numeric:tabular-nums}"
+    "table.board td,table.board th{white-space:nowrap}"
+    "table.board td.note{white-space:normal;color:#555;font-size:13px;max-width:22em}"
+    "table.detail{width:100%;font-size:13px}table.detail td{overflow-wrap:anywhere}"
+    "table.detail td.num{white-space:nowrap}"
+    "details{margin:.25em 0}summary{cursor:pointer;color:#1a4d8f}"
+    "details>div{border-left:3px solid #dde;padding:.1em 0 .1em .8em;margin:.2em 0 .6em}"
+    "div.more{display:flex;flex-wrap:wrap;gap:0 1.6em}"
+    "div.more>details[open]{flex-basis:100%;order:1}"
+    "figure{margin:.6em 0}figcaption{font-size:13px;color:#444}"
+    "p.meta{margin:.2em 0;color:#333}p.caveat{font-weight:bold}"
+    "section.experiment{margin:1.2em 0 2em}h3{margin:.2em 0}"
+    "img{max-width:100%}code{overflow-wrap:anywhere}"
+    "nav li{margin:.15em 0}"
+)
+"""The board page's CSS: every table fits the window (the board tables' cells are short
+and stay on one line; the detail tables take the width and wrap), images shrink to it."""
+
+
+def index_html(boards: list[tuple[str, str, pd.DataFrame]], shipped: dict, out: Path) -> str:
+    """leaderboards/index.html: a contents list, then per board its caveat, a legend one
+    click away and one section per experiment (harness/leaderboard.py experiment_html)."""
+    contents, sections = [], []
+    for model, env, g in boards:
+        experiments = sorted(set(g.experiment))
+        anchor = f"{model}__{env}"
+        links = " · ".join(f"<a href='#{escape(_anchor(e))}'>{escape(Path(e).name)}</a>"
+                           for e in experiments)  # fmt: skip
+        contents.append(f"<li><a href='#{escape(anchor)}'>{escape(model)} on {escape(env)}</a>"
+                        f": {links}</li>")  # fmt: skip
+        caveat = "".join(f"<p class='caveat'>{escape(line)}</p>" for line in caveat_lines(env)
+                         if line)  # fmt: skip
+        legend = [headline_legend(experiments, env), PAIRS_LEGEND, *exact_setup_lines(g),
+                  *start_weights_lines(g, model, shipped[model])]  # fmt: skip
+        notes = provenance_notes(g)
+        sections.append(
+            f"<section class='board' id='{escape(anchor)}'><h2>{escape(model)} on "
+            f"{escape(env)}</h2>{caveat}<details class='legend'><summary>How to read these "
+            f"tables</summary><div>{''.join(_md_html(x) for x in legend if x)}</div></details>"
+            + "".join(experiment_html(Path(e), env, g[g.experiment == e], shipped[model], out)
+                      for e in experiments)
+            + _details("notes", f"Package versions, provenance notes ({len(notes)})",
+                       f"<p>Versions: {escape(json.dumps(g.versions.iloc[0]))}</p>"
+                       f"<ul>{''.join(f'<li>{escape(n)}</li>' for n in notes)}</ul>")
+            + "</section>"
         )  # fmt: skip
-        rows = last_eval_samples(run_dirs[0])
-        parts.append(f"<h4>{escape(r.algorithm)}: {escape(run_dirs[0].name)}, last evaluation"
-                     f"</h4>{samples_table(rows, table_id=f'samples-{escape(r.id)}')}"
-                     f"<p>All samples, by run: {links}</p>")  # fmt: skip
-    if not parts:
+    return (
+        "<!doctype html><html><head><meta charset='utf-8'><meta name='viewport' "
+        "content='width=device-width'><title>forge-zoo leaderboards</title>"
+        f"<style>{PAGE_STYLE}</style></head><body><h1>forge-zoo leaderboards</h1>"
+        "<p>One table per experiment: each is one matched-compute comparison, and rows of "
+        "different experiments are not compared. Under each table, one click away: the "
+        "compute fits, per-seed statistics, pairs and provenance; then every seed's curve "
+        "and the experiment's samples.</p>"
+        f"<nav><ul>{''.join(contents)}</ul></nav>{''.join(sections)}</body></html>"
+    )
+
+
+def _anchor(experiment: str) -> str:
+    return f"experiment-{Path(experiment).name}"
+
+
+def _md_html(text: str) -> str:
+    """A paragraph or list of the Markdown legend as HTML (code spans, emphasis, items)."""
+    html = escape(text)
+    html = re.sub(r"`([^`]+)`", r"<code>\1</code>", html)
+    html = re.sub(r"\*([^*]+)\*", r"<i>\1</i>", html)
+    items = [line[2:] for line in html.splitlines() if line.startswith("- ")]
+    if items:
+        return f"<ul>{''.join(f'<li>{i}</li>' for i in items)}</ul>"
+    return f"<p>{html}</p>"
+
+
+Cell = str | tuple[str, str]
+"""A table cell: escaped HTML, or (its <td> attributes, escaped HTML)."""
+
+
+def _html_table(header: list[str], rows: list[list[Cell]], cls: str,
+                numeric: tuple[int, ...] = ()) -> str:  # fmt: skip
+    """A table of escaped cells; the columns at ``numeric`` right-aligned. A row may be
+    shorter than the header where a cell above spans it (rowspan)."""
+
+    def td(i: int, cell: Cell) -> str:
+        attrs, html = cell if isinstance(cell, tuple) else (
+            " class='num'" if i in numeric else "", cell)  # fmt: skip
+        return f"<td{attrs}>{html}</td>"
+
+    head = "".join(f"<th>{h}</th>" for h in header)
+    body = "".join("<tr>" + "".join(td(i, c) for i, c in enumerate(row)) + "</tr>"
+                   for row in rows)  # fmt: skip
+    return f"<table class='{cls}'><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def control_cells(experiment: Path, env: str) -> dict[str, tuple[str, str]] | None:
+    """Per row of an experiment run with controls (harness/controls.py), what its controls
+    column says, with the longer reason as a tooltip: the anchor, and each control's
+    verdict with its Holm-adjusted p. None when the experiment ran no controls."""
+    controls = json.loads((experiment / "experiment.json").read_text()).get("controls")
+    if not controls:
+        return None
+    path = experiment / "tables" / "pairs.csv"
+    pairs = pd.read_csv(path) if path.exists() else pd.DataFrame()
+    verdicts = {v["control"]: v for v in control_verdicts(pairs, controls) if v["env"] == env}
+    cells = {}
+    for kind, spec in controls.items():
+        anchor, row = spec["rows"]
+        v = verdicts.get(kind, {"verdict": "missing"})
+        p = f", Holm p {v['p_holm']:.2g}" if "p_holm" in v else ""
+        cells[row] = (
+            f"{kind}: {v['verdict']}{p}",
+            f"must come out {spec['expect']} against {anchor}: {spec['why']}",
+        )
+        cells.setdefault(anchor, ("anchor of the controls", "the row the controls compare with"))
+    return cells
+
+
+def experiment_html(experiment: Path, env: str, e: pd.DataFrame, shipped: str | None,
+                    out: Path) -> str:  # fmt: skip
+    """One experiment of a board: a line of what it ran, the compact table (algorithm, tie
+    group, headline with its interval, pass@k, seeds, controls), the compute fits,
+    statistics, pairs and provenance in <details>, every seed's curve, and a link to its
+    samples page (written under ``out``/samples)."""
+    name = experiment.name
+    controls = control_cells(experiment, env)
+    rows = []
+    for i, r in enumerate(e.itertuples()):
+        row = [escape(r.algorithm), _num(r.tie_group, ".0f"),
+               escape(_interval(r.reward, r.ci_low, r.ci_high)), _num(r.pass_at_1),
+               _num(getattr(r, "pass_at_4", None)), _num(r.pass_at_8), str(r.seeds)]  # fmt: skip
+        if controls is not None:
+            text, why = controls.get(r.algorithm, ("", ""))
+            row.append(f"<span title='{escape(why)}'>{escape(text)}</span>")
+        elif i == 0:  # one cell for all rows; the reason in full where it has the height
+            why = "nothing measures this experiment's false-positive rate or its power"
+            text = f"none run: {why}" if len(e) > 2 else "none run"
+            row.append((f" class='note' rowspan='{len(e)}' title='{escape(why)}'", text))
+        rows.append(row)
+    header = ["algorithm", "tie group", "headline [95% t-CI]", "pass@1", "pass@4", "pass@8",
+              "seeds", "controls"]  # fmt: skip
+    table = _html_table(header, rows, "board", numeric=(1, 2, 3, 4, 5, 6))
+    starts = sorted({s for s in e.start_weights_shipped if s is not None})
+    weights = {(): "", (True,): "shipped start weights",
+               (False,): "start weights not shipped (older warm start)",
+               (False, True): "shipped and older start weights"}[tuple(starts)]  # fmt: skip
+    seeds = sorted(set(e.seeds))
+    meta = [f"{len(e)} rows", f"{'/'.join(map(str, seeds))} seeds each",
+            f"{' / '.join(sorted(set(e.budget)))} per run", weights,
+            f"<a href='{escape(samples_page_name(name))}'>samples</a>",
+            f"<code>{escape(str(experiment))}</code>"]  # fmt: skip
+    write_board_samples_page(experiment, e, out)
+    return (
+        f"<section class='experiment' id='{escape(_anchor(str(experiment)))}'>"
+        f"<h3>{escape(name)}</h3><p class='meta'>{' · '.join(m for m in meta if m)}</p>"
+        f"<p class='meta'><code>{escape(e.command.iloc[0])}</code></p>{table}"
+        "<div class='more'>"
+        + _details("fits", "Compute fits: A, B, C_mid with 95% bootstrap intervals",
+                   fits_table(e))
+        + _details("stats", "Per seed, MDD, AUC, mechanism, budget, throughput",
+                   stats_table(e))
+        + _details("pairs", "Pairs: probability of improvement, p, Holm", pairs_html(
+            experiment, env))
+        + _details("provenance", "Provenance: row ids, config, commits, start weights, dates",
+                   provenance_table(e, shipped))
+        + _details("mean", "Mean curves with 95% t-intervals (plots/reward_vs_flops.png)",
+                   _img(experiment / "plots" / "reward_vs_flops.png"))
+        + "</div>"
+        + seed_curves_html(e)
+        + "</section>"
+    )  # fmt: skip
+
+
+def _details(cls: str, summary: str, body: str) -> str:
+    if not body:
         return ""
-    return "<h3>Samples</h3>" + "".join(parts)
+    return f"<details class='{cls}'><summary>{escape(summary)}</summary><div>{body}</div></details>"
+
+
+def fits_table(e: pd.DataFrame) -> str:
+    """The sigmoid compute fit of each row: A (or "withheld"), B, C_mid, the largest
+    compute observed, the share of bootstrap refits that identify A, the half-budget
+    extrapolation error, and why A is withheld."""
+    rows = []
+    for r in e.itertuples():
+        a, why, _ = fit_parts(r)
+        share = r.fit_identified_share
+        rows.append([
+            escape(r.algorithm), escape(a), _num(r.fit_B, ".2f"),
+            escape(_interval(r.fit_C_mid, r.fit_C_mid_low, r.fit_C_mid_high, ".2g")),
+            _num(r.max_flops, ".2g"), "-" if share is None else f"{share:.0%}",
+            _num(r.half_budget_error, "+.3f"), escape(why),
+        ])  # fmt: skip
+    header = ["algorithm", "A [95% CI]", "B", "C_mid [95% CI]", "max FLOPs observed",
+              "refits identifying A", "half-budget error", "A withheld because"]  # fmt: skip
+    return _html_table(header, rows, "detail", numeric=(2, 4, 5, 6)) + (
+        f"<p>R(C) = R0 + (A - R0) / (1 + (C_mid / C)^B) (arXiv 2510.13786), bootstrapped "
+        f"over seeds; A is shown only when the pooled fit and at least "
+        f"{MIN_IDENTIFIED_SHARE:.0%} of the refits identify it and its interval stays off "
+        "A's bounds. Half-budget error: a fit on the first half of the budget predicts the "
+        "last checkpoint this far off.</p>"
+    )
+
+
+def stats_table(e: pd.DataFrame) -> str:
+    rows = [[escape(r.algorithm), escape(str(r.per_seed)), _num(r.mdd_80), _num(r.auc_mean),
+             escape(r.mechanism), escape(r.budget), f"{r.generate_tokens_per_s:,.0f}",
+             f"{r.train_tokens_per_s:,.0f}"] for r in e.itertuples()]  # fmt: skip
+    header = ["algorithm", "per seed", "MDD 80%", "AUC", "mechanism", "budget", "gen tok/s",
+              "train tok/s"]  # fmt: skip
+    return _html_table(header, rows, "detail", numeric=(2, 3, 6, 7))
+
+
+def pairs_html(experiment: Path, env: str) -> str:
+    frame = pairs_frame(experiment, env)
+    if frame is None:
+        return ""
+    rows = [[escape(str(v)) for v in row] for row in frame.itertuples(index=False)]
+    return _html_table(list(frame.columns), rows, "detail", numeric=(2, 3, 5, 6, 7))
+
+
+def provenance_table(e: pd.DataFrame, shipped: str | None) -> str:
+    rows = [[escape(r.algorithm), f"<code>{escape(r.id)}</code>", escape(r.config_hash),
+             escape(commits_cell(r)), escape(weights_cell(r.start_weights_sha256, shipped)),
+             escape(r.date)] for r in e.itertuples()]  # fmt: skip
+    header = ["algorithm", "row id (reproduce ROW_ID)", "config", "commits", "start weights",
+              "first start .. last finish"]  # fmt: skip
+    return _html_table(header, rows, "detail")
+
+
+def seed_curves(e: pd.DataFrame) -> tuple[pd.DataFrame, str]:
+    """Every evaluation of every run of the rows ``e``: (frame of algorithm, seed, x,
+    reward; the x column's name), x being the ledger's FLOPs where every evaluation
+    recorded them, else the step."""
+    points = []
+    for r in e.itertuples():
+        for run in r.runs:
+            config = json.loads((Path(run) / "config.json").read_text()).get("run", {})
+            seed = config.get("seed", Path(run).name.rpartition("seed")[2])
+            for record in read_metrics(Path(run)):
+                if "eval_reward" in record:
+                    points.append({"algorithm": r.algorithm, "seed": seed,
+                                   "flops": record.get("flops"), "step": record["step"],
+                                   "reward": record["eval_reward"]})  # fmt: skip
+    frame = pd.DataFrame(points)
+    x = "flops" if len(frame) and frame["flops"].notna().all() else "step"
+    return frame, x
+
+
+def seed_curves_html(e: pd.DataFrame) -> str:
+    """The figure of every seed's held-out curve, one panel per row, embedded as a PNG."""
+    frame, x = seed_curves(e)
+    if frame.empty:
+        return ""
+    buffer = io.BytesIO()
+    xlabel = "model FLOPs (ledger)" if x == "flops" else "training step"
+    plot_seed_curves(frame, x, xlabel, buffer, order=list(e.algorithm))
+    seeds = frame["seed"].nunique()
+    return (f"<figure><img alt='held-out greedy reward against {xlabel}, every seed' "
+            f"src='{_png_uri(buffer.getvalue())}'><figcaption>Every seed's held-out greedy "
+            f"reward ({seeds} seeds, a colour each, the same in every panel); black: the "
+            "mean over seeds.</figcaption></figure>")  # fmt: skip
+
+
+def samples_page_name(experiment: str) -> str:
+    return f"samples/{experiment}.html"
+
+
+def write_board_samples_page(experiment: Path, e: pd.DataFrame, out: Path) -> Path:
+    """``out``/samples/<experiment>.html, linked from the experiment's section: per row,
+    its first run's last evaluation (greedy completion beside the reference) and links to
+    every run's samples page (written into the experiment's samples/ folder when missing);
+    rows whose runs kept no samples (recorded before samples.jsonl) say so."""
+    parts = []
+    for r in e.itertuples():
+        run_dirs = [Path(d) for d in r.runs]
+        kept = [d for d in run_dirs if (d / SAMPLES).exists()]
+        if not kept:
+            parts.append(
+                f"<h2>{escape(r.algorithm)}</h2><p class='none'>No samples: its "
+                f"{len(run_dirs)} runs were recorded before runs kept samples.jsonl; "
+                "metrics.jsonl holds their numbers only. <code>python -m harness "
+                f"reproduce {escape(r.id)}</code> re-makes them with samples.</p>"
+            )
+            continue  # fmt: skip
+        if not all((experiment / "samples" / f"{d.name}.html").exists() for d in kept):
+            write_samples_pages(experiment)
+        pages = out / "samples"
+        links = ", ".join(
+            f"<a href='{escape(_relative(experiment / 'samples' / f'{d.name}.html', pages))}'>"
+            f"{escape(d.name)}</a>"
+            for d in kept if (experiment / "samples" / f"{d.name}.html").exists()
+        )  # fmt: skip
+        parts.append(f"<h2>{escape(r.algorithm)}: {escape(kept[0].name)}, last evaluation</h2>"
+                     f"{samples_table(last_eval_samples(kept[0]), f'samples-{escape(r.id)}')}"
+                     f"<p>Every sample, by run: {links}</p>")  # fmt: skip
+    name = experiment.name
+    page = out / samples_page_name(name)
+    page.parent.mkdir(parents=True, exist_ok=True)
+    back = f"../index.html#{_anchor(str(experiment))}"
+    page.write_text(
+        "<!doctype html><html><head><meta charset='utf-8'><title>samples: "
+        f"{escape(name)}</title><style>{SAMPLES_STYLE}table{{width:100%}}"
+        "td.text{overflow-wrap:anywhere}</style></head><body>"
+        f"<h1>Samples of {escape(name)}</h1><p><a href='{escape(back)}'>back to the board"
+        "</a>. Eval rows: the first held-out problems at the run's last evaluation, greedy "
+        "completion beside the reference answer.</p>" + "".join(parts) + "</body></html>",
+        encoding="utf-8",
+    )
+    return page
 
 
 def _relative(target: Path, start: Path) -> str:
@@ -553,8 +860,18 @@ def provenance_notes(g: pd.DataFrame) -> list[str]:
 def _img(path: Path) -> str:
     if not path.exists():
         return ""
-    data = base64.b64encode(path.read_bytes()).decode()
-    return f"<p><img alt='{path}' src='data:image/png;base64,{data}'></p>"
+    return f"<p><img alt='{escape(str(path))}' src='{_png_uri(path.read_bytes())}'></p>"
+
+
+def _png_uri(png: bytes, colors: int = 64) -> str:
+    """A PNG as a data: URI, its colours reduced to ``colors`` (line plots lose nothing
+    visible; the page carries a fourth of the bytes)."""
+    from PIL import Image
+
+    buffer = io.BytesIO()
+    Image.open(io.BytesIO(png)).convert("RGB").quantize(colors).save(buffer, "PNG",
+                                                                     optimize=True)  # fmt: skip
+    return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode()
 
 
 def find_row(leaderboards: Path, row_id: str) -> dict:

@@ -61,12 +61,15 @@ def execute_run(
     resume: bool = False,
     on_record: Callable[[dict[str, Any]], None] | None = None,
     hosts: list[str] | None = None,
+    experiment: Path | None = None,
 ) -> list[dict[str, Any]]:
     """Run ``cfg`` into ``out``. With ``resume``, continue from the last checkpoint there
     (the metrics and samples before it are kept, the ones after it re-done); a fresh run
     refuses a folder that already holds metrics. ``hosts``: the Monarch hosts ``services``
     run on when not the placement file's (``compare --jobs``), recorded per session in
-    sessions.jsonl, since a resume may run on other hosts."""
+    sessions.jsonl, since a resume may run on other hosts. ``experiment``: the folder of
+    the experiment the run is part of, which groups its ``--report-to`` trackers (None:
+    the run is its own; zoo.run.trackers)."""
     loop = RLLoop(cfg, services)
     config = {"run_id": out.name, "command": command, **resolved_config(cfg, services)}
     model_path = Path(config["model_path"])
@@ -94,7 +97,7 @@ def execute_run(
         try:
             recorded = json.loads((out / "config.json").read_text())
             writer.trackers = Trackers(parse_report_to(cfg.report_to), out, recorded,
-                                       loop.step_index)  # fmt: skip
+                                       loop.step_index, experiment)  # fmt: skip
         except BaseException:
             writer.close()
             raise
@@ -194,7 +197,9 @@ def train_one(cfg: RunConfig, run_dir: Path, command: str, resume: bool,
     model is kept in ``generators`` and reused by the next run (its weights reset per run).
     ``hosts``: place the services on these of the placement file's hosts only (a worker's
     group with ``compare --jobs``); the run's recorded config keeps the file as given, so
-    the run resumes on any group and its config equals that of ``--jobs 1``."""
+    the run resumes on any group and its config equals that of ``--jobs 1``. The
+    experiment is the folder ``run_dir`` is in, ``<experiment>/runs/<run>``
+    (run_experiment)."""
     key = (cfg.model, cfg.model_path, cfg.init, cfg.generator, cfg.device)
     if cfg.placement == "local":
         services = build_services(cfg, quiet=True, generator=generators.get(key))
@@ -206,7 +211,8 @@ def train_one(cfg: RunConfig, run_dir: Path, command: str, resume: bool,
         services = build_services(placed, quiet=True)
     try:
         history = execute_run(cfg, run_dir, services, command=command, resume=resume,
-                              on_record=on_record, hosts=hosts)  # fmt: skip
+                              on_record=on_record, hosts=hosts,
+                              experiment=run_dir.parent.parent)  # fmt: skip
     finally:
         services.close()
     return {"run": run_name(cfg), "steps": history[-1]["step"],

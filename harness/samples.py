@@ -2,12 +2,13 @@
 wrote at each step and each evaluation point) beside its curves, with a step selector, a
 train/eval filter and a text search. Pages are self-contained (inline CSS, script and
 SVG, no network), so they open offline from the file system. The compare report links
-them from ``samples/index.html``; the HTML leaderboard shows each row's last evaluation
-samples and links the pages."""
+them from ``samples/index.html``; the HTML leaderboard links a page per experiment
+(leaderboards/samples/) with each row's last evaluation samples and links to these."""
 
 from __future__ import annotations
 
 import json
+import math
 from html import escape
 from pathlib import Path
 from typing import Any
@@ -22,7 +23,7 @@ COLUMNS = ("step", "kind", "index", "prompt", "completion", "reference", "reward
 STYLE = (
     "body{font-family:sans-serif;margin:1.5em}table{border-collapse:collapse}"
     "td,th{border:1px solid #ccc;padding:3px 6px;vertical-align:top;font-size:13px}"
-    "td.text{white-space:pre-wrap;font-family:monospace;max-width:36em}"
+    "td.text{white-space:pre-wrap;font-family:monospace;max-width:36em;overflow-wrap:anywhere}"
     "tr.eval{background:#f3f7ff}.controls{margin:1em 0}.controls>*{margin-right:1em}"
 )
 
@@ -56,47 +57,91 @@ def _cell(value: Any) -> str:
     return escape(str(value))
 
 
-def curves_svg(records: list[dict[str, Any]], width: int = 640, height: int = 220) -> str:
+def nice_ticks(lo: float, hi: float, count: int = 5, integer: bool = False) -> list[float]:
+    """About ``count`` round tick values (steps of 1, 2, 2.5 or 5 times a power of ten)
+    covering [``lo``, ``hi``]; whole numbers only when ``integer``."""
+    if not hi > lo:
+        hi = lo + 1
+    raw = (hi - lo) / count
+    magnitude = 10 ** math.floor(math.log10(raw))
+    step = next(m * magnitude for m in (1, 2, 2.5, 5, 10) if m * magnitude >= raw * (1 - 1e-9))
+    if integer:
+        step = max(1.0, round(step))
+    first = math.ceil(lo / step - 1e-9)
+    last = math.floor(hi / step + 1e-9)
+    return [round(k * step, 10) for k in range(first, last + 1)]
+
+
+CURVES = {
+    "reward_mean": ("#1f77b4", "train reward (reward_mean)"),
+    "eval_reward": ("#d62728", "held-out greedy reward (eval_reward)"),
+}
+"""The metrics a samples page plots against step: colour and legend label."""
+
+
+def curves_svg(records: list[dict[str, Any]], width: int = 640, height: int = 240) -> str:
     """An inline SVG of a run's train reward (``reward_mean``) and held-out greedy reward
-    (``eval_reward``) against step; empty when there is nothing to draw."""
-    series = {
-        "reward_mean": ("#1f77b4", [(r["step"], r["reward_mean"]) for r in records
-                                    if "reward_mean" in r]),
-        "eval_reward": ("#d62728", [(r["step"], r["eval_reward"]) for r in records
-                                    if "eval_reward" in r]),
-    }  # fmt: skip
-    points = [p for _, pts in series.values() for p in pts]
+    (``eval_reward``) against step, with ticks and labels on both axes, a grid at the
+    reward ticks and a legend; empty when there is nothing to draw."""
+    series = {name: [(r["step"], r[name]) for r in records if name in r] for name in CURVES}
+    points = [p for pts in series.values() for p in pts]
     if not points:
         return ""
     x_max = max(1, max(s for s, _ in points))
     y_lo, y_hi = min(0.0, min(v for _, v in points)), max(1.0, max(v for _, v in points))
-    pad = 36
+    left, right, top, bottom = 56, 16, 30, 44
+    plot_w, plot_h = width - left - right, height - top - bottom
 
-    def xy(step: float, value: float) -> str:
-        x = pad + (width - 2 * pad) * step / x_max
-        y = height - pad - (height - 2 * pad) * (value - y_lo) / (y_hi - y_lo)
-        return f"{x:.1f},{y:.1f}"
+    def x_of(step: float) -> float:
+        return left + plot_w * step / x_max
+
+    def y_of(value: float) -> float:
+        return top + plot_h - plot_h * (value - y_lo) / (y_hi - y_lo)
 
     parts = [
-        f"<svg id='curves' width='{width}' "
-        f"height='{height}' role='img' aria-label='reward against step'>",
+        f"<svg id='curves' width='{width}' height='{height}' role='img' "
+        "aria-label='reward against step' font-family='sans-serif' font-size='12'>",
         f"<rect x='0' y='0' width='{width}' height='{height}' fill='white'/>",
-        f"<line x1='{pad}' y1='{height - pad}' x2='{width - pad}' y2='{height - pad}' "
-        "stroke='#444'/>",
-        f"<line x1='{pad}' y1='{pad}' x2='{pad}' y2='{height - pad}' stroke='#444'/>",
-        f"<text x='{width / 2}' y='{height - 6}' font-size='12' text-anchor='middle'>step "
-        f"(0..{x_max})</text>",
-        f"<text x='4' y='{pad - 8}' font-size='12'>reward ({y_lo:g}..{y_hi:g})</text>",
     ]
-    for i, (name, (color, pts)) in enumerate(series.items()):
+    for v in nice_ticks(y_lo, y_hi):
+        y = y_of(v)
+        parts += [
+            f"<line class='grid' x1='{left}' y1='{y:.1f}' x2='{width - right}' y2='{y:.1f}' "
+            "stroke='#e5e5e5'/>",
+            f"<line class='tick y' x1='{left - 5}' y1='{y:.1f}' x2='{left}' y2='{y:.1f}' "
+            "stroke='#444'/>",
+            f"<text class='tick-label y' x='{left - 8}' y='{y + 4:.1f}' "
+            f"text-anchor='end'>{v:g}</text>",
+        ]
+    for s in nice_ticks(0, x_max, count=8, integer=True):
+        x = x_of(s)
+        parts += [
+            f"<line class='tick x' x1='{x:.1f}' y1='{top + plot_h}' x2='{x:.1f}' "
+            f"y2='{top + plot_h + 5}' stroke='#444'/>",
+            f"<text class='tick-label x' x='{x:.1f}' y='{top + plot_h + 18}' "
+            f"text-anchor='middle'>{s:g}</text>",
+        ]
+    parts += [
+        f"<line x1='{left}' y1='{top + plot_h}' x2='{width - right}' y2='{top + plot_h}' "
+        "stroke='#444'/>",
+        f"<line x1='{left}' y1='{top}' x2='{left}' y2='{top + plot_h}' stroke='#444'/>",
+        f"<text class='axis-label x' x='{left + plot_w / 2:.1f}' y='{height - 6}' "
+        "text-anchor='middle'>training step</text>",
+        f"<text class='axis-label y' x='14' y='{top + plot_h / 2:.1f}' text-anchor='middle' "
+        f"transform='rotate(-90 14 {top + plot_h / 2:.1f})'>reward</text>",
+    ]
+    for i, (name, pts) in enumerate(series.items()):
+        color, label = CURVES[name]
         if pts:
-            path = " ".join(xy(s, v) for s, v in pts)
+            path = " ".join(f"{x_of(s):.1f},{y_of(v):.1f}" for s, v in pts)
             parts.append(f"<polyline class='curve' fill='none' stroke='{color}' "
                          f"stroke-width='2' points='{path}'/>")  # fmt: skip
-            parts += [f"<circle cx='{xy(s, v).split(',')[0]}' cy='{xy(s, v).split(',')[1]}' "
-                      f"r='2.5' fill='{color}'/>" for s, v in pts]  # fmt: skip
-        parts.append(f"<text x='{width - pad - 120}' y='{pad + 14 * i}' font-size='12' "
-                     f"fill='{color}'>{name}</text>")  # fmt: skip
+            parts += [f"<circle cx='{x_of(s):.1f}' cy='{y_of(v):.1f}' r='2.5' fill='{color}'/>"
+                      for s, v in pts]  # fmt: skip
+        x = left + 8 + 260 * i
+        parts.append(f"<line x1='{x}' y1='{top - 14}' x2='{x + 18}' y2='{top - 14}' "
+                     f"stroke='{color}' stroke-width='2'/><text class='legend' x='{x + 24}' "
+                     f"y='{top - 10}'>{label}</text>")  # fmt: skip
     parts.append("</svg>")
     return "".join(parts)
 

@@ -26,6 +26,9 @@ def run_harness(
     and ``zoo`` run (first on PYTHONPATH; another commit's files, for the refactor guard)."""
     path = os.pathsep.join(str(p) for p in (root, *extra_path))
     env = {**os.environ, "PYTHONPATH": path, "FORGE_ZOO_PROGRESS": "0", **(env or {})}
+    # a W&B run earlier in this pytest process leaves its service's address here; a child
+    # that inherits it logs through that (finished) service, not a service of its own
+    env.pop("WANDB_SERVICE", None)
     command = [sys.executable, "-m", "harness"]
     if without:
         command = [

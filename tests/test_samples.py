@@ -116,9 +116,10 @@ def test_the_report_links_a_samples_page_for_every_run(experiment):
         assert f"(samples/{run_dir.name}.html)" in report
         html = page.read_text()
         assert html.count("<tr class='") == len(read_samples(run_dir))
-    leaderboard = (experiment.parents[1] / "leaderboards" / "index.html").read_text()
-    assert "<h3>Samples</h3>" in leaderboard
-    assert "../results/exp/samples/grpo__arithmetic__seed0.html" in leaderboard
+    leaderboards = experiment.parents[1] / "leaderboards"
+    assert "<a href='samples/exp.html'>samples</a>" in (leaderboards / "index.html").read_text()
+    board_samples = (leaderboards / "samples" / "exp.html").read_text()  # the board's page
+    assert "../../results/exp/samples/grpo__arithmetic__seed0.html" in board_samples
 
 
 EXTERNAL = re.compile(
@@ -182,6 +183,7 @@ def test_pages_load_offline_in_a_headless_browser_with_plots_and_tables(experime
         "run": experiment / "samples" / "grpo__arithmetic__seed0.html",
         "index": experiment / "samples" / "index.html",
         "leaderboard": leaderboards / "index.html",
+        "leaderboard samples": leaderboards / "samples" / "exp.html",
     }
     for name, page in pages.items():
         html = page.read_text()
@@ -196,5 +198,5 @@ def test_pages_load_offline_in_a_headless_browser_with_plots_and_tables(experime
             last = max(r["step"] for r in read_samples(experiment / "runs" / page.stem))
             expected = sum(r["step"] == last for r in read_samples(experiment / "runs" / page.stem))
             assert check["shown"] == expected < check["rows"]
-        else:  # the reward plot, loaded from the file system
+        elif name != "leaderboard samples":  # the reward plot, loaded from the file system
             assert check["imgs"], (name, check)

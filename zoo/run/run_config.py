@@ -199,9 +199,9 @@ class RunConfig:
     report_to: str = ""
     """Experiment trackers that also get every step's metrics, the resolved config, the
     evaluation points and the kept samples: tensorboard, wandb, mlflow, comma-separated
-    for several (none by default). Each is an extra: pip install -e '.[trackers]'. W&B runs
-    offline without an API key; MLflow writes a file store in the run folder
-    (zoo.run.trackers)."""
+    for several (none by default). Each is an extra: pip install -e '.[trackers]'. The runs
+    of a compare are one experiment (one MLflow store and experiment, one W&B group); W&B
+    runs offline without an API key (zoo.run.trackers)."""
     algorithm_config: dict[str, Any] = field(default_factory=dict)
     env_config: dict[str, Any] = field(default_factory=dict)
     variant: str = ""
