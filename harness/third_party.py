@@ -42,7 +42,7 @@ def routed_to(path: Path, verbose: bool = False) -> Iterator[None]:
     env = {"VLLM_CONFIGURE_LOGGING": "0", "TQDM_DISABLE": "1"}
     saved_env = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
-    handler = logging.FileHandler(path, encoding="utf-8")
+    handler = _LossyFileHandler(path, encoding="utf-8")
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     root = logging.getLogger()
     root.addHandler(handler)
@@ -84,6 +84,22 @@ def routed_to(path: Path, verbose: bool = False) -> Iterator[None]:
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
+
+
+class _LossyFileHandler(logging.FileHandler):
+    """A file handler that drops what the disk refuses. On a full disk a lost third-party
+    log line is no loss, but logging's default prints "--- Logging error ---" with a
+    traceback for each one, and the final flush at ``close`` raises, replacing the run's
+    own one-line error (zoo.run.runlog's StorageError) with a traceback."""
+
+    def handleError(self, record: logging.LogRecord) -> None:
+        pass
+
+    def close(self) -> None:
+        # FileHandler.close closes the stream and unregisters the handler in finally
+        # clauses, so they are done when its flush raises.
+        with contextlib.suppress(OSError):
+            super().close()
 
 
 def _detach_console_handlers() -> list[tuple[logging.Logger, logging.Handler]]:

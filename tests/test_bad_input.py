@@ -132,9 +132,10 @@ class Planted:
 def test_a_checkpoint_holding_code_is_refused_unrun(tmp_path):
     planted = tmp_path / "planted"
     torch.save({"loop": Planted(planted), "optimizer": {}, "version": 0}, tmp_path / STATE_FILE)
-    with pytest.raises(ConfigError, match=r"\(os.makedirs\); they are not loaded"):
+    with pytest.raises(ConfigError, match=r"\(os.makedirs\); they are not loaded") as refused:
         load_state_file(tmp_path / STATE_FILE)
     assert not planted.exists()
+    assert "\n" not in str(refused.value)  # main() prints it as its one "error:" line
     # what a checkpoint holds (counters, an optimizer state dict, the version) loads
     state = {"loop": {"step_index": 3, "ledger": {"flops": {"train": 1.5}}},
              "optimizer": torch.optim.AdamW([torch.nn.Parameter(torch.ones(2))]).state_dict(),

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 from harness_cli import run_harness
+from real_data import sanitized_mbpp_file
 
 from zoo.core.config import ConfigError
 from zoo.envs import Prompt, get_env, list_envs
@@ -105,6 +106,61 @@ def test_humaneval_malformed_and_hostile_output_scores_zero_quickly(humaneval, t
     stats = humaneval.stats
     assert stats["timeouts"] == 1 and stats["executions"] == len(hostile)
     assert stats["executions_per_s"] > 0 and stats["exec_seconds"] > 0
+
+
+# What docs/envs.md says of HumanEval's docstring examples, checked: a body that knows no
+# task. Called, it finds its own function, reads the examples out of its docstring
+# (">>> f(x)" over the output, or "f(x) ==> y" and the like), answers an example's output
+# for an example's input and the most frequent example output for any other input.
+DOCSTRING_ANSWER = """\
+    import ast as _a, collections as _c, sys as _s
+    _f = _s._getframe()
+    _fn = next(v for v in _f.f_globals.values() if getattr(v, "__code__", None) is _f.f_code)
+    _lines = [line.strip() for line in (_fn.__doc__ or "").splitlines()]
+    _examples = []
+    for _i, _line in enumerate(_lines):
+        _src = None
+        if _line.startswith(">>>") and _i + 1 < len(_lines):
+            _src, _out = _line[3:].strip(), _lines[_i + 1]
+        elif _fn.__name__ + "(" in _line:
+            for _sep in ("==>", "=>", "\u279e", " == ", " = "):
+                if _sep in _line:
+                    _src, _out = (part.strip() for part in _line.split(_sep, 1))
+                    _src = _src[_src.index(_fn.__name__ + "("):]
+                    break
+        if _src is None:
+            continue
+        try:
+            _args = tuple(_a.literal_eval(x) for x in _a.parse(_src, mode="eval").body.args)
+            _examples.append((_args, _a.literal_eval(_out.rstrip("."))))
+        except Exception:
+            pass
+    _args = tuple(v for k, v in _f.f_locals.items() if not k.startswith("_"))
+    for _given, _output in _examples:
+        if _given == _args:
+            return _output
+    if _examples:
+        return _a.literal_eval(_c.Counter(repr(o) for _, o in _examples).most_common(1)[0][0])
+    return None
+"""
+
+
+@pytest.mark.slow  # two batches of all 164 problems, ~30 s on 2 busy cores
+def test_humaneval_docstring_examples_answer_two_problems_as_documented():
+    """The data-set weakness the env's docstring and docs/envs.md document: the answer
+    from the docstring's examples is rewarded on HumanEval/34 and /40 and no other, and
+    raises the mean pass fraction several times over ``return None``'s (measured: 0.34
+    against 0.06). Should a change of the prompt or the tests close or widen the gap, this
+    fails and the documentation is due for the new figures."""
+    env = get_env("humaneval", timeout_s=20.0)
+    prompts = env.eval_prompts()
+    examples = env.score_details(prompts, [DOCSTRING_ANSWER] * len(prompts))
+    nothing = env.score_details(prompts, ["    return None\n"] * len(prompts))
+    rewarded = [p.answer["task_id"] for p, (r, _) in zip(prompts, examples, strict=True) if r]
+    assert sorted(rewarded) == ["HumanEval/34", "HumanEval/40"]
+    mean = sum(f for _, f in examples) / len(prompts)
+    baseline = sum(f for _, f in nothing) / len(prompts)
+    assert 0.25 <= mean <= 0.45 and baseline <= 0.1, (mean, baseline)
 
 
 # --- pyfunc -----------------------------------------------------------------------------
@@ -437,36 +493,28 @@ def test_mbpp_partial_hidden_fraction_and_tasks_with_nothing_hidden(mbpp, mbpp_f
             get_env("mbpp", **{**mbpp_files, "shown_tests": shown})
 
 
-SANITIZED_SPLITS = ("train", "test", "validation", "prompt")
-
-
 @pytest.mark.slow
 def test_real_sanitized_mbpp_a_table_of_the_prompt_fails_and_references_pass(tmp_path):
-    """All 427 tasks of the sanitized MBPP (its four splits), read from the Hugging Face
-    cache; skipped when they are not there (tests never download). With every assert
-    shown, as before, a table of the prompt passed 388 of them; with one shown it must
-    pass at most 5% (tasks with a single assert), while the reference code passes at
-    least 95% and the table built from all asserts (the control) at least 80%."""
-    from zoo.core.hub import first_line
-    from zoo.envs.math_datasets import HubDataUnavailable, load_hf
-
-    rows = []
-    for split in SANITIZED_SPLITS:
-        spec = f"google-research-datasets/mbpp:sanitized:{split}"
-        try:
-            rows += load_hf(spec)
-        except HubDataUnavailable as exc:
-            pytest.skip(f"{spec} is not in the Hugging Face cache ({first_line(exc)})")
-    data = tmp_path / "mbpp-sanitized.jsonl"
-    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    env = get_env("mbpp", data_files=str(data), eval_files=str(data), eval_size=0, timeout_s=10.0)
+    """All 427 tasks of the sanitized MBPP (its four splits): a local copy of Google's file
+    named by ``FORGE_ZOO_MBPP_SANITIZED_JSON``, else the Hugging Face cache, else skipped
+    (``tests/real_data.py``). With every assert shown, as before, a table of the prompt
+    passed 388 of them. With one shown, the table must score 0 on the hidden asserts of at
+    least 95% of the tasks (measured: 415 of 427; the rest are asserts like ``not f(x)``
+    or ``f(x) == None`` that its None for unseen inputs answers) and be rewarded on at most
+    5%; the reference code passes at least 95% (``tests/test_honest_answers.py`` requires
+    all 427) and the table built from all asserts (the control) at least 80%."""
+    data = sanitized_mbpp_file(tmp_path)
+    env = get_env("mbpp", data_files=str(data), eval_files=str(data), eval_size=0, timeout_s=60.0)
     prompts = env.eval_prompts()
     assert len(prompts) == 427
-    table = env.score_batch(prompts, [lookup_table_answer(p.text) for p in prompts])
+    assert all(len(p.answer["test_list"]) > 1 for p in prompts)  # every task hides some
+    table = env.score_verdicts(prompts, [lookup_table_answer(p.text) for p in prompts])
     references = env.score_batch(prompts, [env.reference_answer(p) for p in prompts])
     seen_all = [lookup_table_answer("\n".join(p.answer["test_list"])) for p in prompts]
     control = env.score_batch(prompts, seen_all)
-    assert sum(table) <= 0.05 * len(prompts), sum(table)
+    hidden_zero = sum(s.hidden_fraction == 0.0 for s in table)
+    assert hidden_zero >= 0.95 * len(prompts), hidden_zero
+    assert sum(s.reward for s in table) <= 0.05 * len(prompts)
     assert sum(references) >= 0.95 * len(prompts), sum(references)
     assert sum(control) >= 0.80 * len(prompts), sum(control)
 

@@ -8,6 +8,7 @@ import contextlib
 import json
 import os
 import random
+import re
 import shutil
 import signal
 import subprocess
@@ -21,7 +22,7 @@ import pytest
 from harness.runner import execute_run, read_metrics
 from zoo.run.checkpoint import checkpoint_step, current
 from zoo.run.run_config import RunConfig
-from zoo.run.runlog import RunWriter, StorageError, is_timing_key
+from zoo.run.runlog import RunWriter, StorageError, is_timing_key, process_git_state
 
 
 def numbers(records: list[dict]) -> list[dict]:
@@ -55,6 +56,45 @@ def test_a_full_disk_during_a_metrics_write_leaves_no_torn_line(tmp_path):
         assert text.endswith("\n") and written > 5
         records = [json.loads(line) for line in text.splitlines()]
         assert [r["step"] for r in records] == list(range(written))
+
+
+def one_page_after_the_diff() -> str:
+    """A tmpfs size that holds this process's source.diff (written before config.json when
+    the tree is dirty) and one 4 kB page more: config.json (~8 kB) cannot fit."""
+    diff = process_git_state().diff
+    pages = -(-len(diff) // 4096) if diff is not None else 0
+    return f"{(pages + 1) * 4}k"
+
+
+def test_a_full_disk_during_the_config_write_leaves_no_torn_config_json(tmp_path):
+    """A plain write of config.json on a full disk once left a traceback and a torn
+    4,096-byte file. Written whole (temporary file, then rename), it leaves none at all and
+    says what to do."""
+    with small_disk(tmp_path / "disk", one_page_after_the_diff()) as disk:
+        writer = RunWriter(disk / "run")
+        with pytest.raises(StorageError, match=r"could not write config\.json .*none was writ"):
+            writer.write_config({"run_id": "run", "padding": "x" * 8192})
+        writer.close()
+        left = sorted(p.name for p in (disk / "run").iterdir())
+        assert "config.json" not in left and not [n for n in left if n.endswith(".tmp")], left
+
+
+@pytest.mark.slow  # ~40 s on 2 busy cores: the real command builds the run first
+def test_a_full_disk_at_the_first_records_ends_the_real_command_in_one_line(tmp_path):
+    """Through ``harness run`` on a 4 kB disk: the first record written whole (source.diff
+    in a dirty tree, else config.json) is refused. One line naming the file and what to do,
+    no traceback, no torn file. Exit status 1, not 2: the command was right, the disk full."""
+    from test_fuzz import call
+
+    with small_disk(tmp_path / "disk", "4k") as disk:
+        code, err = call(["run", "grpo", "--steps", "1", "--quiet", "--out", str(disk / "run")],
+                         timeout_s=600)  # fmt: skip
+        lines = err.strip().splitlines()
+        assert code == 1 and len(lines) == 1 and "Traceback" not in err, err[-2000:]
+        assert re.match(r"error: could not write (source\.diff|config\.json) ", lines[0]), err
+        assert lines[0].endswith("none was written. Free space and run the command again")
+        left = [p.name for p in (disk / "run").iterdir()]
+        assert "config.json" not in left and not [n for n in left if n.endswith(".tmp")], left
 
 
 SMALL = RunConfig(prompts_per_step=4, steps=3, eval_every=3, checkpoint_every=1,

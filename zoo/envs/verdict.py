@@ -88,6 +88,7 @@ import secrets
 import symtable
 import sys
 import threading
+import warnings
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -634,7 +635,11 @@ def served_builtins(tests: str, reference: str, *context: str) -> tuple[str, ...
     builtin served because the candidate defines it, a candidate could define ``len`` and
     answer the tests' own ``len(...)`` checks. ``()`` when the reference does not parse."""
     try:
-        top = symtable.symtable(reference, "<reference>", "exec")
+        # The data set's code is what it is: its invalid escapes ("\w" in a plain
+        # string) are the reference's, not news for whoever is training.
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", (DeprecationWarning, SyntaxWarning))
+            top = symtable.symtable(reference, "<reference>", "exec")
     except (SyntaxError, ValueError):
         return ()
     # Defined or assigned there; an imported name (``from math import pow``) is the
