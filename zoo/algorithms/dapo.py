@@ -27,6 +27,11 @@ L_max 6 (answers <= 4 tokens), pyfunc at 12 (<= 9), the real-model envs at 1024.
 
 Overlong filtering (Sec. 3.4, ``train_mask``, off by default): responses cut off by the
 generation budget (finish reason "length") are masked out of the loss.
+
+Entropy options, off by default (zoo/core/entropy.py): ``entropy_coef`` c subtracts
+c * H_it from l_it (an entropy bonus); ``entropy_top_share`` rho keeps the clipped term
+only on the top rho share of response tokens by entropy (Wang et al., arXiv 2506.01939,
+rho = 0.2, trained on top of DAPO), the KL term on all.
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ import torch
 
 from zoo.algorithms.base import Algorithm
 from zoo.core.config import ConfigError
+from zoo.core.entropy import entropy_terms
 from zoo.core.losses import (
     aggregate,
     all_equal_groups,
@@ -68,6 +74,12 @@ class DAPOConfig:
     kl: str = "k3"
     """Estimator of the beta KL penalty (KL_ESTIMATORS: k1, k2, k3); default: k3, as in
     GRPO (DeepSeekMath, arXiv 2402.03300, eq. 4)."""
+    entropy_coef: float = 0.0
+    """Entropy bonus c: loss -= c * aggregate(H) over the policy's per-token entropy
+    (zoo/core/entropy.py; PPO, arXiv 1707.06347, eq. 9). 0: off, as in the paper."""
+    entropy_top_share: float = 1.0
+    """Policy gradient only on this top share of response tokens by entropy (Wang et
+    al., arXiv 2506.01939, keep 0.2). 1: every token, as in the paper."""
 
 
 class DAPO(Algorithm):
@@ -102,10 +114,16 @@ class DAPO(Algorithm):
     def loss(self, batch: TrainBatch) -> LossOutput:
         low, high = 1 - self.config.eps_low, 1 + self.config.eps_high
         ratio = torch.exp(log_ratio(batch))
+        keep, bonus, entropy_metrics = entropy_terms(batch, *self.entropy_options)
+        adv = batch.token_advantages if keep is None else batch.token_advantages * keep
 
-        surrogate = clipped_objective(ratio, batch.token_advantages, low, high)
+        surrogate = clipped_objective(ratio, adv, low, high)
         penalty, kl_metrics = kl_penalty(batch, self.config.beta, self.config.kl)
-        loss = aggregate(-surrogate + penalty, batch, self.aggregation)
+        per_token = -surrogate + penalty
+        if bonus is not None:
+            per_token = per_token - bonus
+        loss = aggregate(per_token, batch, self.aggregation)
 
-        metrics = ratio_metrics(ratio, batch, low, high, batch.token_advantages)
-        return LossOutput(loss, {"loss": float(loss.detach()), **metrics, **kl_metrics})
+        metrics = ratio_metrics(ratio, batch, low, high, adv)
+        return LossOutput(loss, {"loss": float(loss.detach()), **metrics, **kl_metrics,
+                                 **entropy_metrics})  # fmt: skip

@@ -14,6 +14,11 @@ docs/algorithms.md defines it:
 L_max is the run's generation budget (``batch.max_response_len``): a constant, so every
 token weighs the same whatever the length of its response. beta = 0: the paper's
 objective has no KL term.
+
+Entropy options, off by default (zoo/core/entropy.py): ``entropy_coef`` c subtracts
+c * H_it from l_it (an entropy bonus); ``entropy_top_share`` rho keeps the clipped term
+only on the top rho share of response tokens by entropy (Wang et al., arXiv 2506.01939,
+rho = 0.2), the KL term on all.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from dataclasses import dataclass
 import torch
 
 from zoo.algorithms.base import Algorithm
+from zoo.core.entropy import entropy_terms
 from zoo.core.losses import (
     aggregate,
     clipped_objective,
@@ -47,6 +53,12 @@ class DrGRPOConfig:
     kl: str = "k3"
     """Estimator of the beta KL penalty (KL_ESTIMATORS: k1, k2, k3); default: k3, as in
     GRPO (DeepSeekMath, arXiv 2402.03300, eq. 4)."""
+    entropy_coef: float = 0.0
+    """Entropy bonus c: loss -= c * aggregate(H) over the policy's per-token entropy
+    (zoo/core/entropy.py; PPO, arXiv 1707.06347, eq. 9). 0: off, as in the paper."""
+    entropy_top_share: float = 1.0
+    """Policy gradient only on this top share of response tokens by entropy (Wang et
+    al., arXiv 2506.01939, keep 0.2). 1: every token, as in the paper."""
 
 
 class DrGRPO(Algorithm):
@@ -60,10 +72,16 @@ class DrGRPO(Algorithm):
     def loss(self, batch: TrainBatch) -> LossOutput:
         low, high = self.config.clip_low, self.config.clip_high
         ratio = torch.exp(log_ratio(batch))
+        keep, bonus, entropy_metrics = entropy_terms(batch, *self.entropy_options)
+        adv = batch.token_advantages if keep is None else batch.token_advantages * keep
 
-        surrogate = clipped_objective(ratio, batch.token_advantages, low, high)
+        surrogate = clipped_objective(ratio, adv, low, high)
         penalty, kl_metrics = kl_penalty(batch, self.config.beta, self.config.kl)
-        loss = aggregate(-surrogate + penalty, batch, self.aggregation)
+        per_token = -surrogate + penalty
+        if bonus is not None:
+            per_token = per_token - bonus
+        loss = aggregate(per_token, batch, self.aggregation)
 
-        metrics = ratio_metrics(ratio, batch, low, high, batch.token_advantages)
-        return LossOutput(loss, {"loss": float(loss.detach()), **metrics, **kl_metrics})
+        metrics = ratio_metrics(ratio, batch, low, high, adv)
+        return LossOutput(loss, {"loss": float(loss.detach()), **metrics, **kl_metrics,
+                                 **entropy_metrics})  # fmt: skip

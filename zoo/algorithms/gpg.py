@@ -24,9 +24,14 @@ Not here: the paper's threshold beta_th (resample until B_valid / B >= beta_th, 
 authors' ``min_inverse_alpha``) is a sampling rule, not a loss; forge-zoo's loop
 resamples only through ``keep`` (as DAPO's dynamic sampling does).
 
-The loss ignores ``old``: on a mini-batch after the first (ratio != 1) it is still the
-on-policy gradient, as in the paper. ``ratio_mean`` / ``ratio_max`` report how far the
-policy moved.
+The loss ignores ``old``: it is -A * grad log pi at the current weights, with no ratio.
+That is the policy gradient only while the weights are those that sampled the batch:
+with one update per batch (``--mini-batches 1 --epochs 1``, the on-policy setting its
+plain policy gradient assumes) it is exact. Under the zoo's default of 4 mini-batches,
+every mini-batch after the first is an *off-policy* gradient with no importance
+correction: the samples come from pi_old, the gradient is taken at pi_theta != pi_old,
+and nothing (no ratio, no clip) corrects or bounds the difference, so it is biased by as
+much as the policy moved. ``ratio_mean`` / ``ratio_max`` report how far it moved.
 """
 
 from __future__ import annotations

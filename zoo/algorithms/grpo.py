@@ -7,6 +7,11 @@ Models", arXiv 2402.03300, 2024 (eq. 3). Exactly as docs/algorithms.md defines i
     r_it  = exp(lp_it - old_it)
     l_it  = -min(r_it A_i, clip(r_it, 1 - eps, 1 + eps) A_i) + beta * KL_k3(it)
     loss  = (1/B) sum_i (1/|o_i|) sum_t l_it                    seq_mean
+
+Entropy options, off by default (zoo/core/entropy.py): ``entropy_coef`` c subtracts
+c * H_it from l_it (an entropy bonus); ``entropy_top_share`` rho keeps the clipped term
+only on the top rho share of response tokens by entropy (Wang et al., arXiv 2506.01939,
+rho = 0.2), the KL term on all.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from dataclasses import dataclass
 import torch
 
 from zoo.algorithms.base import Algorithm
+from zoo.core.entropy import entropy_terms
 from zoo.core.losses import aggregate, clipped_objective, kl_penalty, log_ratio, ratio_metrics
 from zoo.core.types import LossOutput, TrainBatch
 
@@ -32,6 +38,12 @@ class GRPOConfig:
     kl: str = "k3"
     """Estimator of the beta KL penalty (KL_ESTIMATORS: k1, k2, k3); default: k3, as in
     GRPO (DeepSeekMath, arXiv 2402.03300, eq. 4)."""
+    entropy_coef: float = 0.0
+    """Entropy bonus c: loss -= c * aggregate(H) over the policy's per-token entropy
+    (zoo/core/entropy.py; PPO, arXiv 1707.06347, eq. 9). 0: off, as in the paper."""
+    entropy_top_share: float = 1.0
+    """Policy gradient only on this top share of response tokens by entropy (Wang et
+    al., arXiv 2506.01939, keep 0.2). 1: every token, as in the paper."""
 
 
 class GRPO(Algorithm):
@@ -45,10 +57,16 @@ class GRPO(Algorithm):
     def loss(self, batch: TrainBatch) -> LossOutput:
         eps, beta = self.config.eps, self.config.beta
         ratio = torch.exp(log_ratio(batch))
+        keep, bonus, entropy_metrics = entropy_terms(batch, *self.entropy_options)
+        adv = batch.token_advantages if keep is None else batch.token_advantages * keep
 
-        surrogate = clipped_objective(ratio, batch.token_advantages, 1 - eps, 1 + eps)
+        surrogate = clipped_objective(ratio, adv, 1 - eps, 1 + eps)
         penalty, kl_metrics = kl_penalty(batch, beta, self.config.kl)
-        loss = aggregate(-surrogate + penalty, batch, self.aggregation)
+        per_token = -surrogate + penalty
+        if bonus is not None:
+            per_token = per_token - bonus
+        loss = aggregate(per_token, batch, self.aggregation)
 
-        metrics = ratio_metrics(ratio, batch, 1 - eps, 1 + eps, batch.token_advantages)
-        return LossOutput(loss, {"loss": float(loss.detach()), **metrics, **kl_metrics})
+        metrics = ratio_metrics(ratio, batch, 1 - eps, 1 + eps, adv)
+        return LossOutput(loss, {"loss": float(loss.detach()), **metrics, **kl_metrics,
+                                 **entropy_metrics})  # fmt: skip

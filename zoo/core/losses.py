@@ -9,8 +9,11 @@ response lengths -> advantages) and ``KL_ESTIMATORS`` (per-token lp, ref -> KL e
 
 from __future__ import annotations
 
+import inspect
+import math
 from collections.abc import Callable, Mapping
-from typing import Literal
+from fractions import Fraction
+from typing import Any, Literal
 
 import torch
 
@@ -92,7 +95,97 @@ def optimal_baseline(rewards: torch.Tensor, lengths: torch.Tensor | None) -> tor
     return (rewards - baseline).masked_fill(all_equal_groups(rewards)[:, None], 0.0)
 
 
-AdvantageEstimator = Callable[[torch.Tensor, "torch.Tensor | None"], torch.Tensor]
+PASS_REWARD = 1.0
+"""For pass@k advantages a response is correct when its reward is at least this (less
+1e-9): the env's full reward, as for the pass@k the evaluation reports
+(zoo.services.evaluation.FULL_REWARD)."""
+DEFAULT_PASS_K = 4
+
+
+def pass_at_k_advantages(
+    rewards: torch.Tensor, lengths: torch.Tensor | None = None, k: int = DEFAULT_PASS_K
+) -> torch.Tensor:
+    """Pass@k Training's analytic advantage (Chen et al., "Pass@k Training for Adaptively
+    Balancing Exploration and Exploitation of Large Reasoning Models", arXiv 2508.10751,
+    Sec. 4.3, as the authors' ``passk_adv.py`` computes it). A group of N responses, c of
+    them correct, is read as every size-k subset of it, each rewarded 1 if it holds a
+    correct response (its pass@k). The subsets' mean reward and std are
+
+        R     = 1 - C(N - c, k) / C(N, k)          (the group's unbiased pass@k)
+        sigma = sqrt(R (1 - R))                      (the subsets' rewards are 0 or 1)
+
+    and a response's advantage is the mean normalised advantage of the subsets holding
+    it: every subset holding a correct one passes; of the C(N-1, k-1) holding a wrong one,
+    C(N-c-1, k-1) hold only wrong ones:
+
+        A_correct = (1 - R) / (sigma + 1e-6)
+        A_wrong   = (1 - R - C(N-c-1, k-1) / C(N-1, k-1)) / (sigma + 1e-6)
+
+    k = 1 is GRPO's group_norm with the population std (G, not G - 1, in the
+    denominator). Rewards are read as pass / fail: correct means a reward of at least
+    ``PASS_REWARD`` (the env's full reward), so partial credit counts as a failure. A group
+    all correct or all wrong gets exact zeros. ``lengths`` is unused (the registry's
+    signature). The binomial ratios are taken as exact fractions, then rounded once."""
+    check_groups(rewards)
+    n = rewards.shape[1]
+    if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= n:
+        raise ConfigError(
+            f"pass@k advantages need 1 <= pass_k <= the group size; got pass_k = {k!r} "
+            f"with groups of {n} responses (set --set pass_k=K or --group-size)"
+        )
+    correct = rewards >= PASS_REWARD - 1e-9
+    right, wrong = [], []  # by the number c of correct responses in the group
+    for c in range(n + 1):
+        if c in (0, n):  # no spread: every subset passes, or none does
+            right.append(0.0)
+            wrong.append(0.0)
+            continue
+        fail = Fraction(math.comb(n - c, k), math.comb(n, k))  # 1 - R
+        sigma = math.sqrt(float(fail * (1 - fail)))
+        only_wrong = Fraction(math.comb(n - c - 1, k - 1), math.comb(n - 1, k - 1))
+        right.append(float(fail) / (sigma + STD_EPS))
+        wrong.append(float(fail - only_wrong) / (sigma + STD_EPS))
+    count = correct.sum(dim=1)
+    by_count = torch.tensor([right, wrong], dtype=rewards.dtype)[:, count]  # [2, groups]
+    return torch.where(correct, by_count[0][:, None], by_count[1][:, None])
+
+
+def token_whiten(values: torch.Tensor, lengths: torch.Tensor | None) -> torch.Tensor:
+    """Whitening over the tokens of the batch (REINFORCE++, arXiv 2501.03262, eq. 10; verl's
+    ``masked_whiten``, OpenRLHF's advantage normalisation): each response's value stands on
+    each of its |o_i| tokens, and the mean and the unbiased std are taken over all those
+    tokens of every group, so a long response weighs |o_i| times, not once:
+
+        mean = sum_i |o_i| v_i / sum_i |o_i|
+        var  = sum_i |o_i| (v_i - mean)^2 / (sum_i |o_i| - 1)
+        A_i  = (v_i - mean) / (sqrt(var) + 1e-6)
+
+    ``values`` and ``lengths`` (tokens) are [groups, G]. verl adds 1e-8 to the variance and
+    OpenRLHF divides by the token count (no Bessel correction): both differ from this by
+    a factor 1 + O(1e-6 + 1 / tokens). A batch whose tokens all carry the same value gets
+    exact zeros."""
+    if lengths is None:
+        raise ConfigError(
+            "whitening over tokens needs response lengths: call "
+            "Algorithm.group_advantages(rewards, lengths), as the loop does"
+        )
+    if lengths.shape != values.shape:
+        raise ConfigError(
+            f"lengths of shape {tuple(lengths.shape)} do not match values {tuple(values.shape)}"
+        )
+    weights = lengths.to(values.dtype)
+    tokens = weights.sum()
+    if float(tokens) < 2:
+        raise ConfigError(f"whitening over tokens needs at least 2 response tokens, got {tokens}")
+    present = values[weights > 0]
+    if bool((present == present[0]).all()):
+        return torch.zeros_like(values)
+    mean = (weights * values).sum() / tokens
+    var = (weights * (values - mean) ** 2).sum() / (tokens - 1)
+    return (values - mean) / (var.sqrt() + STD_EPS)
+
+
+AdvantageEstimator = Callable[..., torch.Tensor]
 ADVANTAGE_ESTIMATORS: Mapping[str, AdvantageEstimator] = {
     "group_norm": lambda rewards, lengths: group_norm(rewards),
     "group_center": lambda rewards, lengths: group_center(rewards),
@@ -102,10 +195,12 @@ ADVANTAGE_ESTIMATORS: Mapping[str, AdvantageEstimator] = {
         group_center(rewards), center=False
     ),
     "opo": optimal_baseline,
+    "pass_at_k": pass_at_k_advantages,
 }
 """Advantage estimators by the name a config's ``advantage`` field takes: each maps
-[groups, G] rewards and [groups, G] response lengths (or None) to [groups, G] advantages.
-docs/algorithms.md, "Advantage estimators"."""
+[groups, G] rewards and [groups, G] response lengths (or None) to [groups, G] advantages;
+one that takes options has them as keyword parameters (pass_at_k's ``k``), which
+``estimate_advantages`` passes on. docs/algorithms.md, "Advantage estimators"."""
 
 
 def choose(registry: Mapping[str, Callable[..., torch.Tensor]], name: str, what: str) -> Callable:
@@ -116,10 +211,14 @@ def choose(registry: Mapping[str, Callable[..., torch.Tensor]], name: str, what:
 
 
 def estimate_advantages(
-    name: str, rewards: torch.Tensor, lengths: torch.Tensor | None = None
+    name: str, rewards: torch.Tensor, lengths: torch.Tensor | None = None, **options: Any
 ) -> torch.Tensor:
-    """The advantages of the estimator ``name`` (``ADVANTAGE_ESTIMATORS``)."""
-    return choose(ADVANTAGE_ESTIMATORS, name, "advantage estimator")(rewards, lengths)
+    """The advantages of the estimator ``name`` (``ADVANTAGE_ESTIMATORS``), given those of
+    ``options`` its signature names (e.g. ``k=`` for pass_at_k); the others are not its
+    own and are left out."""
+    estimator = choose(ADVANTAGE_ESTIMATORS, name, "advantage estimator")
+    own = inspect.signature(estimator).parameters
+    return estimator(rewards, lengths, **{k: v for k, v in options.items() if k in own})
 
 
 def all_equal_groups(rewards: torch.Tensor) -> torch.Tensor:
@@ -245,6 +344,29 @@ def kl_reward_to_go(
     kl = torch.where(on_tokens, kl_of(batch.old_logprobs, batch.ref_logprobs), 0.0).detach()
     to_go = kl.flip(-1).cumsum(-1).flip(-1)  # sum over s >= t
     return beta * to_go * batch.mask, {"kl": masked_mean(kl, batch.mask)}
+
+
+KL_ERROR_CLIP = 0.2
+"""The adaptive KL controller's bound on the proportional error (Ziegler et al., 2019)."""
+
+
+def adaptive_kl_coef(beta: float, kl: float, target: float, horizon: int, n_steps: int) -> float:
+    """The adaptive KL controller's next coefficient (Ziegler et al., "Fine-Tuning Language
+    Models from Human Preferences", arXiv 1909.08593, Sec. 2.2):
+
+        e_t        = clip((KL_t - KL_target) / KL_target, -0.2, 0.2)
+        beta_{t+1} = beta_t (1 + K_beta e_t),    K_beta = n_steps / horizon
+
+    The paper states K_beta = 0.1; its code (openai/lm-human-preferences,
+    ``AdaptiveKLController``) and verl, OpenRLHF and TRL after it write K_beta as the
+    step's episodes over a horizon (10000 by default), which is this form. ``kl`` is the
+    measured KL (same unit as ``target``), ``n_steps`` the responses the step trained on."""
+    if target <= 0 or horizon <= 0:
+        raise ConfigError(
+            f"adaptive KL needs kl_target > 0 and kl_horizon > 0, got {target} and {horizon}"
+        )
+    error = min(max(kl / target - 1.0, -KL_ERROR_CLIP), KL_ERROR_CLIP)
+    return beta * (1.0 + error * n_steps / horizon)
 
 
 def masked_mean(values: torch.Tensor, mask: torch.Tensor) -> float:

@@ -72,6 +72,11 @@ class TrainBatch:
     num_tokens: int | None = None
     max_response_len: int | None = None
     """The run's generation budget L_max (for Dr. GRPO's fixed normaliser)."""
+    entropy: torch.Tensor | None = None
+    """[B, T] entropy of the policy's whole next-token distribution at each response
+    token, -sum_v p_v log p_v at the sampling temperature (zoo/core/entropy.py), with its
+    gradient (an entropy bonus is differentiated through it; detach it to only rank
+    tokens). Only for an algorithm whose ``needs_entropy`` is True; None otherwise."""
 
     def __post_init__(self) -> None:
         self.mask = self.mask.to(self.logprobs.dtype)

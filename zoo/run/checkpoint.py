@@ -199,9 +199,10 @@ def load_checkpoint(directory: Path, loop: RLLoop) -> int:
 
 def load_state_file(path: Path) -> dict:
     """``trainer_state.pt`` read with ``weights_only=True``: tensors and plain values only
-    (what save_checkpoint writes: the loop's counters, the optimizer's state dict, the
-    policy version). A file that holds other objects is refused, not unpickled: resuming
-    a run folder from elsewhere must not run code it carries."""
+    (what save_checkpoint writes: the loop's counters, with an adaptive KL the next
+    step's KL weight (``RLLoop.state``), the optimizer's state dict, the policy version).
+    A file that holds other objects is refused, not unpickled: resuming a run folder from
+    elsewhere must not run code it carries."""
     try:
         return torch.load(path, weights_only=True)
     except pickle.UnpicklingError as exc:

@@ -11,6 +11,9 @@
     offpolicy                -> trainer-sampler mismatch metrics, and the run's correction
                                 (none, TIS, MIS, bypass) (zoo.services.offpolicy)
     reference.logprobs       -> only if algorithm.needs_reference
+    KL control               -> with the shared kl_in_reward, the KL return subtracted
+                                from the advantages; with kl_target, the adaptive KL
+                                weight logged, then moved for the next step
     trainer.train(batch, algorithm.loss)
                              -> mini_batches x epochs optimizer steps (zoo.services.trainer)
     services.sync_weights    -> trainer weights to the generators, new policy version
@@ -49,7 +52,8 @@ from typing import Any
 
 import torch
 
-from zoo.core.types import Completion
+from zoo.core.losses import KL_ESTIMATORS, adaptive_kl_coef, kl_reward_to_go, masked_mean
+from zoo.core.types import Completion, TrainBatch
 from zoo.envs import Prompt, is_multi_turn
 from zoo.run.episodes import episode_budget, episode_metrics, rollout_episodes
 from zoo.run.rollout import (
@@ -76,6 +80,7 @@ class RLLoop:
     def __init__(self, cfg: RunConfig, services: Services) -> None:
         self.cfg = cfg
         self.s = services
+        services.algorithm.check_run(cfg.group_size, cfg.prompts_per_step * cfg.group_size)
         self.sampling = SamplingConfig(temperature=cfg.temperature, max_tokens=cfg.max_response_len)
         self.multi_turn = is_multi_turn(services.env)
         self.budget = episode_budget(cfg, services.env)
@@ -293,10 +298,53 @@ class RLLoop:
             with ledger.timed("reference"):
                 batch.ref_logprobs = s.reference.logprobs(batch)
             ledger.add("reference", forward, tokens)
+        next_kl_coef = self.kl_control(batch, record)
         with ledger.timed("train"):
             record.update(s.trainer.train(batch, s.algorithm.loss))
         ledger.add("train", cfg.epochs * 3 * forward, cfg.epochs * tokens)
+        if next_kl_coef is not None:
+            s.algorithm.set_kl_coef(next_kl_coef)  # for the next step (and the checkpoint)
         return record
+
+    def kl_control(self, batch: RolloutBatch, record: dict[str, Any]) -> float | None:
+        """The algorithm's shared KL options (``zoo.algorithms.base.SharedOptions``) on a
+        batch whose old and reference log-probs are set, before it is trained on:
+
+        - ``kl_in_reward``: subtract the KL return beta * sum_{s >= t} KL_s of the sampling
+          policy against the reference (``kl_reward_to_go``, the algorithm's ``kl``
+          estimator) from each token's advantage, after any off-policy correction weights,
+          as reinforce_pp's own KL in the reward does; ``kl`` goes to the record (the loss,
+          at beta 0, reports none).
+        - ``kl_target`` (adaptive KL): log the weight this step trains with, ``kl_coef``,
+          and the KL the controller reads, ``kl_rollout`` (the mean over response tokens of
+          the ``kl`` estimator of old against ref: the sampling policy's, before this
+          step's updates, as verl measures it); hand the weight to the trainer with the
+          batch (a trainer in another process holds its own copy of the algorithm); and
+          return the next step's weight (``adaptive_kl_coef``, n_steps = the batch's
+          responses), which the caller sets once the step has trained.
+
+        Returns None when the weight stays as it is."""
+        algo = self.s.algorithm
+        adaptive = algo.options.kl_target > 0
+        if not (adaptive or algo.kl_in_reward_by_loop):
+            return None
+        old, ref = batch.old_logprobs, batch.ref_logprobs
+        view = TrainBatch(old, old, ref, batch.advantages, batch.mask)
+        if algo.kl_in_reward_by_loop:
+            kl_return, kl_metrics = kl_reward_to_go(view, algo.kl_coef, algo.kl_estimator)
+            advantages = batch.advantages
+            advantages = advantages if advantages.dim() == 2 else advantages[:, None]
+            batch.advantages = advantages - kl_return
+            record.update(kl_metrics)
+        if not adaptive:
+            return None
+        kl = KL_ESTIMATORS[algo.kl_estimator](old, ref)
+        measured = masked_mean(torch.where(view.mask > 0, kl, 0.0), view.mask)
+        record.update({"kl_coef": algo.kl_coef, "kl_rollout": measured})
+        batch.kl_coef = algo.kl_coef
+        options = algo.options
+        return adaptive_kl_coef(algo.kl_coef, measured, options.kl_target, options.kl_horizon,
+                                batch.size)  # fmt: skip
 
     def evaluate(self, sampled: bool = True) -> dict[str, float]:
         """Held-out split (not charged to compute): mean reward of greedy decoding
@@ -435,11 +483,16 @@ class RLLoop:
             "train_seconds": self.train_seconds, "evals_done": self.evals_done,
             "ledger": {"flops": dict(ledger.flops), "tokens": dict(ledger.tokens),
                        "seconds": dict(ledger.seconds)},
+            # the adaptive KL weight of the next step (a plain float: exact on resume)
+            **({"kl_coef": self.s.algorithm.kl_coef}
+               if self.s.algorithm.options.kl_target > 0 else {}),
         }  # fmt: skip
 
     def load_state(self, state: dict[str, Any]) -> None:
         for key in ("step_index", "cursor", "samples", "train_seconds", "evals_done"):
             setattr(self, key, state[key])
+        if "kl_coef" in state:
+            self.s.algorithm.set_kl_coef(state["kl_coef"])
         ledger = self.s.ledger
         for name in ("flops", "tokens", "seconds"):
             getattr(ledger, name).update(state["ledger"][name])

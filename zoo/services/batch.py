@@ -15,6 +15,8 @@ from dataclasses import dataclass
 import torch
 from torch.distributed.tensor import DTensor
 
+from zoo.core.config import ConfigError
+from zoo.core.entropy import token_entropy
 from zoo.models.parallelism import OneProcess
 
 
@@ -48,6 +50,10 @@ class RolloutBatch:
     budget_spent: float | None = None
     """Share of the run's budget spent when this batch is trained (0-1], set by the loop:
     what a learning-rate schedule over the budget reads (RunConfig.warmup_ratio)."""
+    kl_coef: float | None = None
+    """The adaptive KL weight to train this batch with, set by the loop (``RLLoop.kl_control``)
+    for a trainer whose algorithm lives in another process (``Algorithm.set_kl_coef``);
+    None: the algorithm's own."""
 
     @property
     def size(self) -> int:
@@ -83,6 +89,44 @@ def response_logprobs(
     of the vocabulary), for sampling at ``temperature``: log softmax(logits / T), the
     distribution the generator sampled from. The LM head runs only where a response token
     is predicted: on prompt positions its output would be thrown away."""
+    logits, targets = _response_logits(model, tokens, response_start, width)
+    if split is not None and split.tensor_parallel > 1:  # (a parallelism.Split)
+        return split.vocab_logprobs(logits.to_local().float() / temperature, targets)
+    logits = logits.float() / temperature
+    return torch.log_softmax(logits, dim=-1).gather(-1, targets[..., None]).squeeze(-1)
+
+
+def response_logprobs_and_entropy(
+    model: torch.nn.Module,
+    tokens: torch.Tensor,
+    response_start: torch.Tensor,
+    width: int,
+    split: OneProcess | None = None,
+    temperature: float = 1.0,
+    chunk: int | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``response_logprobs`` (the same numbers, by the same operations) and [B, width]
+    the entropy of the whole next-token distribution at each response token, at
+    ``temperature``, with its gradient (zoo/core/entropy.py ``token_entropy``, ``chunk``
+    positions at a time: it reads the log-softmax the log-probs keep for their backward,
+    so no other [B, width, V] tensor is kept). Not under tensor parallelism: there each
+    rank holds a slice of the vocabulary (a ConfigError says so)."""
+    if split is not None and split.tensor_parallel > 1:
+        raise ConfigError(
+            "the policy's entropy (entropy_coef / entropy_top_share) is not computed under "
+            "tensor parallelism yet: run with tensor_parallel = 1"
+        )
+    logits, targets = _response_logits(model, tokens, response_start, width)
+    log_probs = torch.log_softmax(logits.float() / temperature, dim=-1)
+    picked = log_probs.gather(-1, targets[..., None]).squeeze(-1)
+    return picked, token_entropy(log_probs, chunk)
+
+
+def _response_logits(
+    model: torch.nn.Module, tokens: torch.Tensor, response_start: torch.Tensor, width: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The LM head's logits [B, width, V] at the positions that predict response tokens
+    (before any temperature), and the tokens they predict [B, width]."""
     positions = (response_start[:, None] - 1 + torch.arange(width, device=tokens.device)).clamp(
         max=tokens.shape[1] - 2
     )
@@ -94,9 +138,4 @@ def response_logprobs(
     if isinstance(hidden, DTensor):  # tensor parallel: replicated over the group
         hidden = hidden.to_local()  # (lm_head takes it back as a DTensor)
     picked = hidden.gather(1, positions[..., None].expand(-1, -1, hidden.shape[-1]))
-    logits = model.lm_head(picked)
-    targets = tokens.gather(1, positions + 1)
-    if split is not None and split.tensor_parallel > 1:  # (a parallelism.Split)
-        return split.vocab_logprobs(logits.to_local().float() / temperature, targets)
-    logits = logits.float() / temperature
-    return torch.log_softmax(logits, dim=-1).gather(-1, targets[..., None]).squeeze(-1)
+    return model.lm_head(picked), tokens.gather(1, positions + 1)

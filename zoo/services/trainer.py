@@ -48,7 +48,7 @@ from zoo.core.types import LossOutput, TrainBatch
 from zoo.models import parallelism
 from zoo.models.parallelism import parallelize
 from zoo.models.titan import build_titan_model
-from zoo.services.batch import RolloutBatch, response_logprobs
+from zoo.services.batch import RolloutBatch, response_logprobs, response_logprobs_and_entropy
 
 
 @dataclass
@@ -202,6 +202,16 @@ class Trainer:
             return response_logprobs(self.model, batch.tokens, batch.response_start, width,
                                      self.parallel, self.config.temperature)  # fmt: skip
 
+    def _logprobs_and_entropy(
+        self, batch: RolloutBatch, width: int
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``_logprobs`` and the policy's per-token entropy over its whole distribution,
+        from the same forward (zoo/core/entropy.py)."""
+        with self.parallel.autocast(self.device, self.config.mixed_precision == "bf16"):
+            return response_logprobs_and_entropy(self.model, batch.tokens, batch.response_start,
+                                                 width, self.parallel,
+                                                 self.config.temperature)  # fmt: skip
+
     @torch.no_grad()
     def logprobs(self, batch: RolloutBatch) -> torch.Tensor:
         """[B, T] log pi_old: each row's response log-probs (at the run's temperature)
@@ -296,8 +306,14 @@ class Trainer:
         (shares of sequences, ``zoo.core.losses.SEQUENCE_SHARE_PREFIX``), its share of the
         batch's sequences with response tokens; ``*_max`` keys take the max. Shares of
         tokens and of sequences thus come out exactly as over the whole batch at once; a
-        quantile only approximately (the weighted mean of the micro-batches' quantiles)."""
+        quantile only approximately (the weighted mean of the micro-batches' quantiles).
+
+        Entropy: when the loss belongs to an algorithm whose ``needs_entropy`` is True
+        (``wants_entropy``), each micro-batch's forward also gives the policy's per-token
+        entropy (``TrainBatch.entropy``) and the record ``policy_entropy``, its mean over
+        response tokens; otherwise neither is computed."""
         width = batch.mask.shape[1]
+        with_entropy = wants_entropy(loss_fn)
         # Counts over the whole batch, on every rank: each micro-batch's loss divides by
         # them, so the losses of all micro-batches of all ranks add up to the batch loss.
         num_sequences = int((batch.mask.sum(-1) > 0).sum())
@@ -307,7 +323,11 @@ class Trainer:
         loss_total = 0.0  # micro-batch losses add up: each divides by whole-batch counts
         for _, mb in self.parallel.micro_batches(batch, self.config.micro_batch_size):
             mb = mb.to(self.device)
-            logprobs = self._logprobs(mb, width)
+            entropy = None
+            if with_entropy:
+                logprobs, entropy = self._logprobs_and_entropy(mb, width)
+            else:
+                logprobs = self._logprobs(mb, width)
             old = mb.old_logprobs if mb.old_logprobs is not None else logprobs.detach()
             train_batch = TrainBatch(
                 logprobs=logprobs,
@@ -318,6 +338,7 @@ class Trainer:
                 num_sequences=num_sequences,
                 num_tokens=num_tokens,
                 max_response_len=self.max_response_len,
+                entropy=entropy,
             )
             out = loss_fn(train_batch)
             out.loss.backward()
@@ -331,6 +352,8 @@ class Trainer:
                 "entropy_sampled": -_masked_mean(logprobs, mb.mask),
                 "policy_kl": _masked_mean(kl, mb.mask.double()),
             }
+            if entropy is not None:  # the exact entropy, beside the sampled estimate
+                metrics["policy_entropy"] = _masked_mean(entropy, mb.mask)
             for k, v in metrics.items():
                 if k == "loss":
                     continue
@@ -452,6 +475,14 @@ def write_hf_checkpoint(state: dict[str, torch.Tensor], directory: Path, source:
         if f.is_file() and f.suffix != ".safetensors":
             shutil.copy2(f, directory / f.name)
     save_file(state, str(directory / "model.safetensors"), metadata={"format": "pt"})
+
+
+def wants_entropy(loss_fn: Callable[[TrainBatch], LossOutput]) -> bool:
+    """True when ``loss_fn`` is the ``loss`` of an algorithm (a bound method, as the loop
+    and the trainer actor pass it) whose ``needs_entropy`` is True, or a callable that
+    itself carries ``needs_entropy = True``."""
+    owner = getattr(loss_fn, "__self__", loss_fn)
+    return bool(getattr(owner, "needs_entropy", False))
 
 
 def _masked_mean(values: torch.Tensor, mask: torch.Tensor) -> float:
