@@ -172,8 +172,15 @@ def build_parser() -> argparse.ArgumentParser:
         description="Write leaderboards/<model>__<env>.md, leaderboards/index.html (plots "
         "embedded) and leaderboards/leaderboard.json from every experiment under --results.",
     )  # fmt: skip
-    board.add_argument("--results", type=Path, default=RESULTS)
-    board.add_argument("--out", type=Path, default=Path("leaderboards"))
+    board.add_argument("--results", type=Path, default=RESULTS,
+                       help="folder whose experiments (each with experiment.json) are "
+                       "aggregated (default: results)")  # fmt: skip
+    board.add_argument(
+        "--out",
+        type=Path,
+        default=Path("leaderboards"),
+        help="where the boards are written (default: leaderboards)",
+    )
     board.add_argument("--allow-dirty", action="store_true",
                        help="also build rows whose runs ran from a modified (dirty) working "
                        "tree or without a recorded git state, marking their commits '+dirty'. "
@@ -230,7 +237,12 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--only", action="append", metavar="NAME",
                        help="run only these (repeatable): rl_step, generation, utilisation, "
                        "scaling, sandbox")  # fmt: skip
-    bench.add_argument("--out", type=Path, default=Path("leaderboards"))
+    bench.add_argument(
+        "--out",
+        type=Path,
+        default=Path("leaderboards"),
+        help="folder whose perf/ gets the reports (default: leaderboards)",
+    )
     bench.add_argument("--quick", action="store_true",
                        help="tiny settings: checks that every benchmark runs (figures "
                        "meaningless)")  # fmt: skip

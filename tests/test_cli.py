@@ -252,3 +252,24 @@ def test_grpo_raises_heldout_accuracy_by_15_points(tiny_model_path, tmp_path):
     records = read_metrics(tmp_path / "run")
     start, end = records[0]["eval_reward"], records[-1]["eval_reward"]
     assert end - start >= 0.15, f"held-out accuracy {start:.3f} -> {end:.3f}"
+
+
+def test_every_option_of_every_command_says_what_it_does():
+    """``--help`` explains each flag: no option without help text or with only its
+    default (``--adam-beta1`` once showed nothing but "(default: 0.9)")."""
+    import argparse
+    import re
+
+    from harness.cli import build_parser
+
+    commands = next(a for a in build_parser()._actions
+                    if isinstance(a, argparse._SubParsersAction))  # fmt: skip
+    silent = [
+        f"{name} {action.option_strings[0]}"
+        for name, parser in commands.choices.items()
+        for action in parser._actions
+        if action.option_strings
+        and action.help != argparse.SUPPRESS
+        and len(re.sub(r"\(default: [^)]*\)", "", action.help or "").strip()) < 8
+    ]
+    assert silent == []

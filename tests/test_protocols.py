@@ -14,6 +14,7 @@ from zoo.services.generation.hf import HFGenerator
 from zoo.services.generation.vllm import VLLMGenerator
 from zoo.services.protocols import (
     SERVICES,
+    AsyncGeneratorService,
     GeneratorService,
     ReferenceService,
     ScorerService,
@@ -24,7 +25,7 @@ from zoo.services.trainer import Trainer
 
 IMPLEMENTATIONS = [
     (GeneratorService, VLLMGenerator), (GeneratorService, HFGenerator),
-    (GeneratorService, RemoteGenerator),
+    (GeneratorService, RemoteGenerator), (AsyncGeneratorService, RemoteGenerator),
     (TrainerService, Trainer), (TrainerService, RemoteTrainer),
     (ReferenceService, Reference), (ReferenceService, RemoteReference),
     (ScorerService, Env), (ScorerService, RemoteScorer),
@@ -79,3 +80,13 @@ def test_a_method_with_other_parameters_is_caught():
 
     with pytest.raises(AssertionError, match="differs"):
         test_implementation_matches_its_protocol(ReferenceService, Wrong)
+
+
+def test_only_the_remote_generator_submits():
+    """Async mode's ``submit`` is declared (AsyncGeneratorService): the Monarch proxy has it
+    with its signature (above); the in-process generators, which cannot overlap sampling
+    with training, do not claim it."""
+    methods, _ = members(AsyncGeneratorService)
+    assert set(methods) == {"submit"}
+    for cls in (VLLMGenerator, HFGenerator):
+        assert not hasattr(cls, "submit"), cls.__name__

@@ -68,6 +68,7 @@ from zoo.run.wiring import Services
 from zoo.services.batch import RolloutBatch
 from zoo.services.evaluation import sampled_metrics
 from zoo.services.offpolicy import correction_weights, mismatch_metrics
+from zoo.services.protocols import AsyncGeneratorService, PendingGeneration
 from zoo.services.sampling import SamplingConfig
 
 SAMPLE_GROUPS = 2
@@ -95,7 +96,7 @@ class RLLoop:
         self.step_index = 0  # optimizer steps done
         self.evals_done = 0  # budget checkpoints evaluated
         self.version = 0  # the trainer's policy version (read at the start of each step)
-        self.in_flight: deque[tuple[int, list[Prompt], Any]] = deque()
+        self.in_flight: deque[tuple[int, list[Prompt], PendingGeneration]] = deque()
         """Async mode: (first prompt's cursor, prompts, pending generation), oldest first."""
         self.policy_ages: list[int] = []  # of the samples taken in this step
         self.stale_dropped = 0
@@ -174,9 +175,14 @@ class RLLoop:
         self.cursor += n
         return prompts
 
-    def _submit(self, n: int) -> tuple[int, list[Prompt], Any]:
+    def _submit(self, n: int) -> tuple[int, list[Prompt], PendingGeneration]:
         """Request completions for the next ``n`` prompts without waiting for them."""
         cfg, s = self.cfg, self.s
+        if not isinstance(s.generator, AsyncGeneratorService):  # (RunConfig.validate asks
+            raise TypeError(  # for the Monarch placement, whose generator submits)
+                f"asynchronous mode needs a generator that submits requests "
+                f"(AsyncGeneratorService); {type(s.generator).__name__} does not"
+            )
         start = self.cursor
         prompts = self._next_prompts(n)
         pending = s.generator.submit(

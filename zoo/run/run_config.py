@@ -112,8 +112,10 @@ class RunConfig:
     weight_decay: float = 0.0
     """AdamW's decoupled weight decay (verl's default: 0.01; TRL's: 0)."""
     adam_beta1: float = 0.9
+    """AdamW's decay rate of the gradient's running mean (0.9: torch, TRL and verl alike)."""
     adam_beta2: float = 0.999
-    """AdamW's moment decay rates (0.9, 0.999: torch, TRL and verl alike)."""
+    """AdamW's decay rate of the squared gradient's running mean (0.999: torch, TRL and
+    verl alike)."""
     adam_eps: float = 1e-8
     """AdamW's epsilon."""
     grad_clip: float = 1.0

@@ -51,6 +51,33 @@ class GeneratorService(Protocol):
         ...
 
 
+class PendingGeneration(Protocol):
+    """A ``submit`` call in flight."""
+
+    def result(self) -> list[list[Completion]]:
+        """Wait for the groups ``generate`` would have returned."""
+        ...
+
+
+@runtime_checkable
+class AsyncGeneratorService(GeneratorService, Protocol):
+    """A generator that takes requests without waiting for them: what asynchronous mode
+    (``--mode async``) needs, so that sampling the next batches overlaps training on this
+    one. The Monarch placement's ``RemoteGenerator`` is one (its replicas run in other
+    processes); the in-process generators are not, which is why async mode needs it."""
+
+    def submit(
+        self,
+        prompts: list[list[int]],
+        n: int,
+        sampling: SamplingConfig,
+        seeds: list[int] | None = None,
+        greedy: bool = False,
+    ) -> PendingGeneration:
+        """Request what ``generate`` returns; ``result()`` of the answer waits for it."""
+        ...
+
+
 @runtime_checkable
 class TrainerService(Protocol):
     """Holds the policy and its optimizer; the only service whose weights change."""
