@@ -23,15 +23,17 @@ BUILTINS = ["grpo", "dr_grpo", "dapo", "cispo", "gspo", "sapo", "custom", "rloo"
             "opo"]  # fmt: skip
 GROUP_NORM_K3 = {"advantage": "group_norm", "kl": "k3"}
 ENTROPY_OFF = {"entropy_coef": 0.0, "entropy_top_share": 1.0}  # zoo/core/entropy.py
+PPO_CLIP = {"loss": "ppo_clip"}  # zoo.core.losses.POLICY_LOSSES
 
 DEFAULTS = {  # docs/algorithms.md, "The built-ins"
-    "grpo": {"eps": 0.2, "beta": 0.04, **GROUP_NORM_K3, **ENTROPY_OFF},
+    "grpo": {"eps": 0.2, "beta": 0.04, **GROUP_NORM_K3, **PPO_CLIP, **ENTROPY_OFF},
     "dr_grpo": {
         "clip_low": 0.8,
         "clip_high": 1.2,
         "beta": 0.0,
         "advantage": "group_center",
         "kl": "k3",
+        **PPO_CLIP,
         **ENTROPY_OFF,
     },
     "dapo": {
@@ -42,22 +44,24 @@ DEFAULTS = {  # docs/algorithms.md, "The built-ins"
         "overlong_cache": None,
         "overlong_filtering": False,
         **GROUP_NORM_K3,
+        **PPO_CLIP,
         **ENTROPY_OFF,
     },
     "cispo": {"eps_high": 4.0, "beta": 0.0, **GROUP_NORM_K3},
     "gspo": {"eps_low": 3e-4, "eps_high": 4e-4, "beta": 0.0, "token_level": False, **GROUP_NORM_K3},
     "sapo": {"tau_pos": 1.0, "tau_neg": 1.05, "beta": 0.0, **GROUP_NORM_K3},
     "custom": {"clip_range": 0.2, "beta": 0.1, **GROUP_NORM_K3, "dual_clip": 0.0},
-    "rloo": {"eps": 0.2, "beta": 0.0, "advantage": "rloo", "kl": "k3"},
+    "rloo": {"eps": 0.2, "beta": 0.0, "advantage": "rloo", "kl": "k3", **PPO_CLIP},
     "reinforce_pp": {
         "eps": 0.2,
         "beta": 0.01,
         "advantage": "reinforce_pp",
         "kl": "k1",
+        **PPO_CLIP,
         "kl_in_reward": True,
         "whiten": "response",
     },
-    "opo": {"eps": 0.2, "beta": 0.0, "advantage": "opo", "kl": "k3"},
+    "opo": {"eps": 0.2, "beta": 0.0, "advantage": "opo", "kl": "k3", **PPO_CLIP},
 }
 AGGREGATION = {
     "grpo": "seq_mean",

@@ -168,6 +168,7 @@ def test_run_writes_config_and_per_step_metrics(tiny_model_path, tmp_path):
         "beta": 0.04,
         "advantage": "group_norm",
         "kl": "k3",
+        "loss": "ppo_clip",
         "entropy_coef": 0.0,
         "entropy_top_share": 1.0,
     }

@@ -5,9 +5,11 @@ It never sees a process, a device or a mesh: only tensors of rewards and a Train
 
 Shared estimators by name: a config field ``advantage`` picks one of
 ``zoo.core.losses.ADVANTAGE_ESTIMATORS`` (the default ``advantages`` reads it) and a field
-``kl`` one of ``KL_ESTIMATORS`` (the loss passes ``self.config.kl`` to ``kl_penalty``);
-both are checked when the algorithm is built, so ``--set advantage=nope`` fails at once,
-naming the valid choices.
+``kl`` one of ``KL_ESTIMATORS`` (the loss passes ``self.config.kl`` to ``kl_penalty``), and
+a field ``loss`` one of ``POLICY_LOSSES`` (the loss passes it to ``policy_loss``); all are
+checked when the algorithm is built, so ``--set advantage=nope`` fails at once, naming the
+valid choices. The fields themselves are declared once, in ``EstimatorFields``,
+``PolicyLossFields`` and ``EntropyFields``, which a config subclasses.
 
 Response lengths: the loop calls ``group_advantages(rewards, lengths)``, which passes
 ``lengths`` ([groups, G] tokens) to ``advantages`` when its signature has a ``lengths``
@@ -58,6 +60,7 @@ from zoo.core.losses import (
     DEFAULT_PASS_K,
     KL_ERROR_CLIP,
     KL_ESTIMATORS,
+    POLICY_LOSSES,
     Aggregation,
     choose,
     estimate_advantages,
@@ -93,6 +96,45 @@ class SharedOptions:
 
 
 KL_OPTIONS = ("kl_target", "kl_horizon", "kl_in_reward")
+
+
+# Config fields that several built-ins share, each declared once here. A plugin's config
+# subclasses the groups it has; one that needs another default redeclares only the line
+# ``advantage: str = "rloo"`` (its documentation stays the one below).
+
+
+@dataclasses.dataclass
+class EstimatorFields:
+    """The shared estimators by name: the advantage and the KL penalty's."""
+
+    advantage: str = "group_norm"
+    """Advantage estimator by name (zoo.core.losses.ADVANTAGE_ESTIMATORS; docs/algorithms.md,
+    "Advantage estimators"); group_norm is GRPO's (DeepSeekMath, arXiv 2402.03300, eq. 3)."""
+    kl: str = "k3"
+    """Estimator of the KL penalty weighted by beta (zoo.core.losses.KL_ESTIMATORS: k1, k2,
+    k3); k3 is GRPO's (DeepSeekMath, arXiv 2402.03300, eq. 4). Idle while beta is 0."""
+
+
+@dataclasses.dataclass
+class PolicyLossFields(EstimatorFields):
+    """The shared estimators, and the policy loss of a plugin that bounds a token ratio."""
+
+    loss: str = "ppo_clip"
+    """Policy loss by name (zoo.core.losses.POLICY_LOSSES) at this algorithm's ratio bounds:
+    ppo_clip, PPO's clipped surrogate (arXiv 1707.06347, eq. 7); cispo, the ratio capped at
+    the upper bound as a REINFORCE weight (arXiv 2506.13585); unclipped, r A, no bound."""
+
+
+@dataclasses.dataclass
+class EntropyFields:
+    """The entropy options (zoo/core/entropy.py), both off by default."""
+
+    entropy_coef: float = 0.0
+    """Entropy bonus c: loss -= c * aggregate(H) over the policy's per-token entropy
+    (zoo/core/entropy.py; PPO, arXiv 1707.06347, eq. 9). 0: off, as in the paper."""
+    entropy_top_share: float = 1.0
+    """Policy gradient only on this top share of response tokens by entropy (Wang et
+    al., arXiv 2506.01939, keep 0.2). 1: every token, as in the paper."""
 
 
 class Algorithm(ABC):
@@ -179,6 +221,8 @@ class Algorithm(ABC):
             choose(ADVANTAGE_ESTIMATORS, self.config.advantage, f"{owner}: advantage estimator")
         if hasattr(self.config, "kl"):
             choose(KL_ESTIMATORS, self.config.kl, f"{owner}: KL estimator")
+        if hasattr(self.config, "loss"):
+            choose(POLICY_LOSSES, self.config.loss, f"{owner}: policy loss")
         self._take_shared_options(shared, owner)
         if hasattr(self.config, "entropy_coef") or hasattr(self.config, "entropy_top_share"):
             check_entropy_options(*self.entropy_options, owner)

@@ -23,24 +23,18 @@ from dataclasses import dataclass
 
 import torch
 
-from zoo.algorithms.base import Algorithm
-from zoo.core.losses import aggregate, kl_penalty, log_ratio, masked_mean, ratio_metrics
+from zoo.algorithms.base import Algorithm, EstimatorFields
+from zoo.core.losses import aggregate, capped_weight_loss, kl_penalty, log_ratio
 from zoo.core.types import LossOutput, TrainBatch
 
 
 @dataclass
-class CISPOConfig:
+class CISPOConfig(EstimatorFields):
     eps_high: float = 4.0
     """Cap on the importance weight, min(r, 1 + eps_high) (MiniMax-M1, arXiv 2506.13585,
     Sec. 3.1); 4.0 caps r at 5 (ScaleRL, arXiv 2510.13786, found caps of 4-8 equivalent)."""
     beta: float = 0.0
     """Weight of a k3 KL penalty to the reference; 0, CISPO's objective has no KL term."""
-    advantage: str = "group_norm"
-    """Advantage estimator by name (zoo.core.losses.ADVANTAGE_ESTIMATORS); default: the
-    paper's, group_norm."""
-    kl: str = "k3"
-    """Estimator of the beta KL penalty (KL_ESTIMATORS: k1, k2, k3); default: k3, as in
-    GRPO (DeepSeekMath, arXiv 2402.03300, eq. 4)."""
 
 
 class CISPO(Algorithm):
@@ -56,14 +50,13 @@ class CISPO(Algorithm):
         cap = 1 + self.config.eps_high
         ratio = torch.exp(log_ratio(batch))
 
-        weight = torch.clamp(ratio, max=cap).detach()
+        # sg(min(r, cap)) A lp: no lower bound (low is unused)
+        policy = capped_weight_loss(ratio, batch.token_advantages, batch, low=0.0, high=cap)
         penalty, kl_metrics = kl_penalty(batch, self.config.beta, self.config.kl)
-        per_token = -weight * batch.token_advantages * batch.logprobs + penalty
-        loss = aggregate(per_token, batch, self.aggregation)
+        loss = aggregate(-policy.objective + penalty, batch, self.aggregation)
 
-        metrics = ratio_metrics(ratio, batch, low=None, high=None)
-        capped = ratio.detach() > cap
-        acting = capped & (batch.token_advantages != 0)
-        metrics["capped_frac"] = masked_mean(capped.to(ratio.dtype), batch.mask)
-        metrics["capped_acting_frac"] = masked_mean(acting.to(ratio.dtype), batch.mask)
+        shares = policy.metrics  # the cap's shares, under CISPO's own names
+        metrics = {"ratio_mean": shares["ratio_mean"], "ratio_max": shares["ratio_max"],
+                   "capped_frac": shares["clip_high_frac"],
+                   "capped_acting_frac": shares["clip_high_acting_frac"]}  # fmt: skip
         return LossOutput(loss, {"loss": float(loss.detach()), **metrics, **kl_metrics})

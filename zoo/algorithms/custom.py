@@ -66,7 +66,7 @@ from dataclasses import dataclass
 
 import torch
 
-from zoo.algorithms.base import Algorithm
+from zoo.algorithms.base import Algorithm, EstimatorFields
 from zoo.core.config import ConfigError
 from zoo.core.losses import (
     aggregate,
@@ -81,17 +81,11 @@ from zoo.core.types import LossOutput, TrainBatch
 
 
 @dataclass
-class CustomConfig:
+class CustomConfig(EstimatorFields):
     clip_range: float = 0.2
     """Symmetric clip range on the token ratio (PPO, arXiv 1707.06347, Sec. 3)."""
     beta: float = 0.1
     """Weight of the k3 KL penalty to the reference (Schulman, "Approximating KL", 2020)."""
-    advantage: str = "group_norm"
-    """Advantage estimator by name (zoo.core.losses.ADVANTAGE_ESTIMATORS); default: GRPO's
-    group_norm (DeepSeekMath, arXiv 2402.03300, eq. 3)."""
-    kl: str = "k3"
-    """Estimator of the beta KL penalty (KL_ESTIMATORS: k1, k2, k3); default: k3, as in
-    GRPO (DeepSeekMath, arXiv 2402.03300, eq. 4)."""
     dual_clip: float = 0.0
     """Dual-clip bound c > 1 on the objective of A < 0 tokens, max(., c A); 0: off (dual-clip
     PPO, Ye et al., arXiv 1912.09729, uses c = 3)."""

@@ -40,22 +40,21 @@ from dataclasses import dataclass
 
 import torch
 
-from zoo.algorithms.base import Algorithm
+from zoo.algorithms.base import Algorithm, EntropyFields, PolicyLossFields
 from zoo.core.config import ConfigError
 from zoo.core.entropy import entropy_terms
 from zoo.core.losses import (
     aggregate,
     all_equal_groups,
-    clipped_objective,
     kl_penalty,
     log_ratio,
-    ratio_metrics,
+    policy_loss,
 )
 from zoo.core.types import LossOutput, TrainBatch
 
 
 @dataclass
-class DAPOConfig:
+class DAPOConfig(PolicyLossFields, EntropyFields):
     eps_low: float = 0.2
     """Lower clip range: r is clipped below at 1 - eps_low (DAPO, arXiv 2503.14476, Sec. 3.1)."""
     eps_high: float = 0.28
@@ -68,18 +67,6 @@ class DAPOConfig:
     """L_cache, the punishment interval in tokens; None = L_max / 4 (DAPO uses 4096 of 20480)."""
     overlong_filtering: bool = False
     """Mask truncated responses out of the loss (DAPO, Sec. 3.4); off, as in algorithms.md."""
-    advantage: str = "group_norm"
-    """Advantage estimator by name (zoo.core.losses.ADVANTAGE_ESTIMATORS); default: the
-    paper's, group_norm."""
-    kl: str = "k3"
-    """Estimator of the beta KL penalty (KL_ESTIMATORS: k1, k2, k3); default: k3, as in
-    GRPO (DeepSeekMath, arXiv 2402.03300, eq. 4)."""
-    entropy_coef: float = 0.0
-    """Entropy bonus c: loss -= c * aggregate(H) over the policy's per-token entropy
-    (zoo/core/entropy.py; PPO, arXiv 1707.06347, eq. 9). 0: off, as in the paper."""
-    entropy_top_share: float = 1.0
-    """Policy gradient only on this top share of response tokens by entropy (Wang et
-    al., arXiv 2506.01939, keep 0.2). 1: every token, as in the paper."""
 
 
 class DAPO(Algorithm):
@@ -117,13 +104,13 @@ class DAPO(Algorithm):
         keep, bonus, entropy_metrics = entropy_terms(batch, *self.entropy_options)
         adv = batch.token_advantages if keep is None else batch.token_advantages * keep
 
-        surrogate = clipped_objective(ratio, adv, low, high)
+        # min(r A, clip(r, low, high) A) unless the config names another policy loss
+        policy = policy_loss(self.config.loss, ratio, adv, batch, low, high)
         penalty, kl_metrics = kl_penalty(batch, self.config.beta, self.config.kl)
-        per_token = -surrogate + penalty
+        per_token = -policy.objective + penalty
         if bonus is not None:
             per_token = per_token - bonus
         loss = aggregate(per_token, batch, self.aggregation)
 
-        metrics = ratio_metrics(ratio, batch, low, high, adv)
-        return LossOutput(loss, {"loss": float(loss.detach()), **metrics, **kl_metrics,
+        return LossOutput(loss, {"loss": float(loss.detach()), **policy.metrics, **kl_metrics,
                                  **entropy_metrics})  # fmt: skip

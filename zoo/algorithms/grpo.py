@@ -20,30 +20,18 @@ from dataclasses import dataclass
 
 import torch
 
-from zoo.algorithms.base import Algorithm
+from zoo.algorithms.base import Algorithm, EntropyFields, PolicyLossFields
 from zoo.core.entropy import entropy_terms
-from zoo.core.losses import aggregate, clipped_objective, kl_penalty, log_ratio, ratio_metrics
+from zoo.core.losses import aggregate, kl_penalty, log_ratio, policy_loss
 from zoo.core.types import LossOutput, TrainBatch
 
 
 @dataclass
-class GRPOConfig:
+class GRPOConfig(PolicyLossFields, EntropyFields):
     eps: float = 0.2
     """Symmetric clip range on the token ratio (DeepSeekMath, arXiv 2402.03300)."""
     beta: float = 0.04
     """Weight of the k3 KL penalty to the reference policy (DeepSeekMath, Sec. 4.2)."""
-    advantage: str = "group_norm"
-    """Advantage estimator by name (zoo.core.losses.ADVANTAGE_ESTIMATORS); default: the
-    paper's, group_norm."""
-    kl: str = "k3"
-    """Estimator of the beta KL penalty (KL_ESTIMATORS: k1, k2, k3); default: k3, as in
-    GRPO (DeepSeekMath, arXiv 2402.03300, eq. 4)."""
-    entropy_coef: float = 0.0
-    """Entropy bonus c: loss -= c * aggregate(H) over the policy's per-token entropy
-    (zoo/core/entropy.py; PPO, arXiv 1707.06347, eq. 9). 0: off, as in the paper."""
-    entropy_top_share: float = 1.0
-    """Policy gradient only on this top share of response tokens by entropy (Wang et
-    al., arXiv 2506.01939, keep 0.2). 1: every token, as in the paper."""
 
 
 class GRPO(Algorithm):
@@ -60,13 +48,13 @@ class GRPO(Algorithm):
         keep, bonus, entropy_metrics = entropy_terms(batch, *self.entropy_options)
         adv = batch.token_advantages if keep is None else batch.token_advantages * keep
 
-        surrogate = clipped_objective(ratio, adv, 1 - eps, 1 + eps)
+        # min(r A, clip(r, low, high) A) unless the config names another policy loss
+        policy = policy_loss(self.config.loss, ratio, adv, batch, 1 - eps, 1 + eps)
         penalty, kl_metrics = kl_penalty(batch, beta, self.config.kl)
-        per_token = -surrogate + penalty
+        per_token = -policy.objective + penalty
         if bonus is not None:
             per_token = per_token - bonus
         loss = aggregate(per_token, batch, self.aggregation)
 
-        metrics = ratio_metrics(ratio, batch, 1 - eps, 1 + eps, adv)
-        return LossOutput(loss, {"loss": float(loss.detach()), **metrics, **kl_metrics,
+        return LossOutput(loss, {"loss": float(loss.detach()), **policy.metrics, **kl_metrics,
                                  **entropy_metrics})  # fmt: skip

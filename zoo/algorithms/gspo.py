@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 import torch
 
-from zoo.algorithms.base import Algorithm
+from zoo.algorithms.base import Algorithm, EstimatorFields
 from zoo.core.losses import (
     aggregate,
     clip_flags,
@@ -44,7 +44,7 @@ from zoo.core.types import LossOutput, TrainBatch
 
 
 @dataclass
-class GSPOConfig:
+class GSPOConfig(EstimatorFields):
     eps_low: float = 3e-4
     """Lower clip range on the sequence ratio (GSPO, arXiv 2507.18071, Sec. 5.1)."""
     eps_high: float = 4e-4
@@ -53,12 +53,6 @@ class GSPOConfig:
     """Weight of a k3 KL penalty to the reference; 0, GSPO's objective has no KL term."""
     token_level: bool = False
     """GSPO-token: per-token ratio sg(s_i) * exp(lp - sg(lp)) (GSPO, Sec. 4.3)."""
-    advantage: str = "group_norm"
-    """Advantage estimator by name (zoo.core.losses.ADVANTAGE_ESTIMATORS); default: the
-    paper's, group_norm."""
-    kl: str = "k3"
-    """Estimator of the beta KL penalty (KL_ESTIMATORS: k1, k2, k3); default: k3, as in
-    GRPO (DeepSeekMath, arXiv 2402.03300, eq. 4)."""
 
 
 def sequence_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

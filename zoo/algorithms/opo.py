@@ -33,25 +33,20 @@ from dataclasses import dataclass
 
 import torch
 
-from zoo.algorithms.base import Algorithm
-from zoo.core.losses import aggregate, clipped_objective, kl_penalty, log_ratio, ratio_metrics
+from zoo.algorithms.base import Algorithm, PolicyLossFields
+from zoo.core.losses import aggregate, kl_penalty, log_ratio, policy_loss
 from zoo.core.types import LossOutput, TrainBatch
 
 
 @dataclass
-class OPOConfig:
+class OPOConfig(PolicyLossFields):
     eps: float = 0.2
     """Symmetric clip on the token ratio, idle in OPO's exact on-policy regime (one update
     per batch, arXiv 2505.23585); PPO's safeguard (arXiv 1707.06347) with more."""
     beta: float = 0.0
     """Weight of a KL penalty in the loss; 0: OPO uses no KL regularisation (arXiv
     2505.23585)."""
-    advantage: str = "opo"
-    """Advantage estimator by name (zoo.core.losses.ADVANTAGE_ESTIMATORS); default: the
-    length-weighted optimal baseline (OPO, arXiv 2505.23585)."""
-    kl: str = "k3"
-    """Estimator of the beta KL penalty (KL_ESTIMATORS: k1, k2, k3); default: k3, as in
-    GRPO (DeepSeekMath, arXiv 2402.03300, eq. 4)."""
+    advantage: str = "opo"  # the length-weighted optimal baseline (arXiv 2505.23585)
 
 
 class OPO(Algorithm):
@@ -66,9 +61,9 @@ class OPO(Algorithm):
         eps = self.config.eps
         ratio = torch.exp(log_ratio(batch))
 
-        surrogate = clipped_objective(ratio, batch.token_advantages, 1 - eps, 1 + eps)
+        adv = batch.token_advantages
+        # min(r A, clip(r, low, high) A) unless the config names another policy loss
+        policy = policy_loss(self.config.loss, ratio, adv, batch, 1 - eps, 1 + eps)
         penalty, kl_metrics = kl_penalty(batch, self.config.beta, self.config.kl)
-        loss = aggregate(-surrogate + penalty, batch, self.aggregation)
-
-        metrics = ratio_metrics(ratio, batch, 1 - eps, 1 + eps, batch.token_advantages)
-        return LossOutput(loss, {"loss": float(loss.detach()), **metrics, **kl_metrics})
+        loss = aggregate(-policy.objective + penalty, batch, self.aggregation)
+        return LossOutput(loss, {"loss": float(loss.detach()), **policy.metrics, **kl_metrics})

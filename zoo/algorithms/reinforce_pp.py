@@ -51,35 +51,30 @@ from typing import Any
 
 import torch
 
-from zoo.algorithms.base import Algorithm
+from zoo.algorithms.base import Algorithm, PolicyLossFields
 from zoo.core.config import ConfigError
 from zoo.core.losses import (
     aggregate,
-    clipped_objective,
     group_center,
     kl_penalty,
     kl_reward_to_go,
     log_ratio,
-    ratio_metrics,
+    policy_loss,
     token_whiten,
 )
 from zoo.core.types import LossOutput, TrainBatch
 
 
 @dataclass
-class ReinforcePPConfig:
+class ReinforcePPConfig(PolicyLossFields):
     eps: float = 0.2
     """Symmetric clip range on the token ratio (REINFORCE++, arXiv 2501.03262, PPO clip)."""
     beta: float = 0.01
     """Weight of the KL to the reference (REINFORCE++'s token-level KL penalty; 0.01 as
     OpenRLHF's default KL coefficient)."""
-    advantage: str = "reinforce_pp"
-    """Advantage estimator by name (zoo.core.losses.ADVANTAGE_ESTIMATORS); default: global
-    batch normalisation of the reward (REINFORCE++, arXiv 2501.03262); the group-baseline
-    variant is reinforce_pp_baseline."""
-    kl: str = "k1"
-    """KL estimator (KL_ESTIMATORS: k1, k2, k3); k1, log(pi_old / pi_ref), as in
-    REINFORCE++'s reward (arXiv 2501.03262)."""
+    advantage: str = "reinforce_pp"  # global batch normalisation of the reward (the paper;
+    # the group-baseline variant is reinforce_pp_baseline)
+    kl: str = "k1"  # log(pi_old / pi_ref), as in REINFORCE++'s reward (arXiv 2501.03262)
     kl_in_reward: bool = True
     """True: -beta * KL is a per-token reward, summed into each token's return
     (REINFORCE++, arXiv 2501.03262); False: + beta * KL per token in the loss."""
@@ -134,9 +129,7 @@ class ReinforcePP(Algorithm):
         else:
             advantages = batch.token_advantages
             penalty, kl_metrics = kl_penalty(batch, beta, kl)
-        surrogate = clipped_objective(ratio, advantages, 1 - eps, 1 + eps)
-        loss = aggregate(-surrogate + penalty, batch, self.aggregation)
-
         # acting shares from A - K, the advantages the clip multiplies
-        metrics = ratio_metrics(ratio, batch, 1 - eps, 1 + eps, advantages)
-        return LossOutput(loss, {"loss": float(loss.detach()), **metrics, **kl_metrics})
+        policy = policy_loss(self.config.loss, ratio, advantages, batch, 1 - eps, 1 + eps)
+        loss = aggregate(-policy.objective + penalty, batch, self.aggregation)
+        return LossOutput(loss, {"loss": float(loss.detach()), **policy.metrics, **kl_metrics})

@@ -23,24 +23,19 @@ from dataclasses import dataclass
 
 import torch
 
-from zoo.algorithms.base import Algorithm
-from zoo.core.losses import aggregate, clipped_objective, kl_penalty, log_ratio, ratio_metrics
+from zoo.algorithms.base import Algorithm, PolicyLossFields
+from zoo.core.losses import aggregate, kl_penalty, log_ratio, policy_loss
 from zoo.core.types import LossOutput, TrainBatch
 
 
 @dataclass
-class RLOOConfig:
+class RLOOConfig(PolicyLossFields):
     eps: float = 0.2
     """Symmetric clip on the token ratio, PPO's safeguard off-policy (PPO, arXiv 1707.06347);
     idle at RLOO's one update per batch (arXiv 2402.14740)."""
     beta: float = 0.0
     """Weight of a KL penalty in the loss; 0: RLOO on verifiable rewards has no KL term."""
-    advantage: str = "rloo"
-    """Advantage estimator by name (zoo.core.losses.ADVANTAGE_ESTIMATORS); default: the
-    leave-one-out baseline (RLOO, arXiv 2402.14740, eq. 7)."""
-    kl: str = "k3"
-    """Estimator of the beta KL penalty (KL_ESTIMATORS: k1, k2, k3); default: k3, as in
-    GRPO (DeepSeekMath, arXiv 2402.03300, eq. 4)."""
+    advantage: str = "rloo"  # the leave-one-out baseline (arXiv 2402.14740, eq. 7)
 
 
 class RLOO(Algorithm):
@@ -55,9 +50,9 @@ class RLOO(Algorithm):
         eps = self.config.eps
         ratio = torch.exp(log_ratio(batch))
 
-        surrogate = clipped_objective(ratio, batch.token_advantages, 1 - eps, 1 + eps)
+        adv = batch.token_advantages
+        # min(r A, clip(r, low, high) A) unless the config names another policy loss
+        policy = policy_loss(self.config.loss, ratio, adv, batch, 1 - eps, 1 + eps)
         penalty, kl_metrics = kl_penalty(batch, self.config.beta, self.config.kl)
-        loss = aggregate(-surrogate + penalty, batch, self.aggregation)
-
-        metrics = ratio_metrics(ratio, batch, 1 - eps, 1 + eps, batch.token_advantages)
-        return LossOutput(loss, {"loss": float(loss.detach()), **metrics, **kl_metrics})
+        loss = aggregate(-policy.objective + penalty, batch, self.aggregation)
+        return LossOutput(loss, {"loss": float(loss.detach()), **policy.metrics, **kl_metrics})

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 import torch
 
-from zoo.algorithms.base import Algorithm
+from zoo.algorithms.base import Algorithm, EstimatorFields
 from zoo.core.losses import aggregate, kl_penalty, log_ratio, masked_mean, ratio_metrics
 from zoo.core.types import LossOutput, TrainBatch
 
@@ -39,19 +39,13 @@ that takes |r - 1| > 0.65."""
 
 
 @dataclass
-class SAPOConfig:
+class SAPOConfig(EstimatorFields):
     tau_pos: float = 1.0
     """Gate temperature for tokens with A > 0 (SAPO, arXiv 2511.20347)."""
     tau_neg: float = 1.05
     """Gate temperature for tokens with A <= 0, larger: faster decay (SAPO, arXiv 2511.20347)."""
     beta: float = 0.0
     """Weight of a k3 KL penalty to the reference; 0, SAPO's objective has no KL term."""
-    advantage: str = "group_norm"
-    """Advantage estimator by name (zoo.core.losses.ADVANTAGE_ESTIMATORS); default: the
-    paper's, group_norm."""
-    kl: str = "k3"
-    """Estimator of the beta KL penalty (KL_ESTIMATORS: k1, k2, k3); default: k3, as in
-    GRPO (DeepSeekMath, arXiv 2402.03300, eq. 4)."""
 
 
 class SAPO(Algorithm):

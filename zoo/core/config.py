@@ -182,8 +182,13 @@ def parse_overrides(pairs: list[str]) -> dict[str, str]:
 
 
 def field_docs(config_class: type) -> dict[str, str]:
-    """The attribute docstrings of a config dataclass (the string literal under each field)."""
-    return dict(_field_docs(config_class))
+    """The attribute docstrings of a config dataclass (the string literal under each field),
+    its bases' included: a field redeclared without one keeps its base's."""
+    docs: dict[str, str] = {}
+    for cls in reversed(config_class.__mro__):
+        if cls is not object:
+            docs.update(_field_docs(cls))
+    return docs
 
 
 @functools.cache

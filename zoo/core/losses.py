@@ -2,16 +2,19 @@
 formulas. Definitions follow docs/algorithms.md ("Aggregation modes", "Advantage
 estimators", "KL to the reference").
 
-Two registries let any algorithm pick a piece by name from its config (``--set
-advantage=rloo``, ``--set kl=k2``): ``ADVANTAGE_ESTIMATORS`` ([groups, G] rewards and
-response lengths -> advantages) and ``KL_ESTIMATORS`` (per-token lp, ref -> KL estimate).
-``choose`` turns an unknown name into a ConfigError that lists the valid ones."""
+Three registries let an algorithm pick a piece by name from its config (``--set
+advantage=rloo``, ``--set kl=k2``, ``--set loss=cispo``): ``ADVANTAGE_ESTIMATORS``
+([groups, G] rewards and response lengths -> advantages), ``KL_ESTIMATORS`` (per-token lp,
+ref -> KL estimate) and ``POLICY_LOSSES`` (ratio, advantages, bounds -> the per-token
+policy objective and what its bounds changed). ``choose`` turns an unknown name into a
+ConfigError that lists the valid ones."""
 
 from __future__ import annotations
 
 import inspect
 import math
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any, Literal
 
@@ -443,3 +446,85 @@ def sequence_shares(flags: Mapping[str, torch.Tensor], mask: torch.Tensor) -> di
         hit = ((flag & (mask > 0)).any(-1) & has_tokens).sum()
         out[f"{SEQUENCE_SHARE_PREFIX}{stem}_frac"] = float(hit) / count if count else 0.0
     return out
+
+
+# --- policy losses by name ------------------------------------------------------------
+# The per-token policy objective of the PPO family, written once. A plugin that trains
+# through a ratio bounded at [low, high] names one in its ``loss`` field, so
+# ``--set loss=cispo`` swaps GRPO's clipped surrogate for CISPO's capped weight with
+# everything else (advantages, KL, aggregation) unchanged.
+
+
+@dataclass(frozen=True)
+class PolicyTerm:
+    """A policy loss's part of the per-token loss: ``objective`` [B, T] to maximise (with
+    grad; the loss adds ``-objective``), and its metrics: the ratio's mean and max and the
+    shares of response tokens its bounds changed, under the clip's names for every loss
+    (``clip_low_frac``/``clip_high_frac``: out of range; ``clip_*_acting_frac``: the
+    token's gradient changed), so a plugin's declared mechanism reads the same whichever
+    loss it runs."""
+
+    objective: torch.Tensor
+    metrics: dict[str, float]
+
+
+def ppo_clip_loss(
+    ratio: torch.Tensor, advantages: torch.Tensor, batch: TrainBatch, low: float, high: float
+) -> PolicyTerm:
+    """PPO's clipped surrogate min(r A, clip(r, low, high) A) (Schulman et al., arXiv
+    1707.06347, eq. 7); decoupled bounds (``low`` != 2 - ``high``) are DAPO's Clip-Higher
+    (arXiv 2503.14476, Sec. 3.1). The clip acts where the clipped branch is the smaller."""
+    objective = clipped_objective(ratio, advantages, low, high)
+    return PolicyTerm(objective, ratio_metrics(ratio, batch, low, high, advantages))
+
+
+def capped_weight_loss(
+    ratio: torch.Tensor, advantages: torch.Tensor, batch: TrainBatch, low: float, high: float
+) -> PolicyTerm:
+    """CISPO's capped importance weight (MiniMax-M1, arXiv 2506.13585, Sec. 3.1):
+    sg(min(r, high)) A lp, a REINFORCE gradient weighted by the ratio capped at ``high``;
+    every token keeps a gradient (no token is dropped as PPO's clip drops them). There is no
+    lower bound (``low`` is unused). The cap acts on a token whose weight it lowered and
+    whose advantage is nonzero: r > high, A != 0, reported as ``clip_high_acting_frac``."""
+    weight = torch.clamp(ratio, max=high).detach()
+    metrics = ratio_metrics(ratio, batch, low=None, high=None)
+    capped = ratio.detach() > high
+    metrics["clip_low_frac"] = metrics["clip_low_acting_frac"] = 0.0
+    metrics["clip_high_frac"] = masked_mean(capped.to(ratio.dtype), batch.mask)
+    acting = capped & (advantages.detach() != 0)
+    metrics["clip_high_acting_frac"] = masked_mean(acting.to(ratio.dtype), batch.mask)
+    return PolicyTerm(weight * advantages * batch.logprobs, metrics)
+
+
+def unclipped_loss(
+    ratio: torch.Tensor, advantages: torch.Tensor, batch: TrainBatch, low: float, high: float
+) -> PolicyTerm:
+    """The plain importance-weighted policy gradient r A, no bound (an ablation: what the
+    clip is worth); ``low`` and ``high`` are unused and nothing acts."""
+    metrics = ratio_metrics(ratio, batch, low=None, high=None)
+    for stem in ("clip_low", "clip_high", "clip_low_acting", "clip_high_acting"):
+        metrics[f"{stem}_frac"] = 0.0
+    return PolicyTerm(ratio * advantages, metrics)
+
+
+PolicyLoss = Callable[[torch.Tensor, torch.Tensor, TrainBatch, float, float], PolicyTerm]
+POLICY_LOSSES: Mapping[str, PolicyLoss] = {
+    "ppo_clip": ppo_clip_loss,
+    "cispo": capped_weight_loss,
+    "unclipped": unclipped_loss,
+}
+"""Policy losses by the name a config's ``loss`` field takes: each maps the [B, T] ratio
+r = exp(lp - old), the [B, T] advantages, the batch and the plugin's ratio bounds (low,
+high) to a ``PolicyTerm``. docs/algorithms.md, "Policy losses"."""
+
+
+def policy_loss(
+    name: str,
+    ratio: torch.Tensor,
+    advantages: torch.Tensor,
+    batch: TrainBatch,
+    low: float,
+    high: float,
+) -> PolicyTerm:
+    """The policy term of the loss ``name`` (``POLICY_LOSSES``)."""
+    return choose(POLICY_LOSSES, name, "policy loss")(ratio, advantages, batch, low, high)
