@@ -165,7 +165,8 @@ def check_sandbox() -> Check:
     if result.status != "ok" or "network:" not in lines:
         return Check("sandbox", "FAIL", f"the probe did not run: {result.status} "
                      f"{result.stderr.strip()[-200:]}",
-                     "see zoo/envs/execution/sandbox.py's requirements (bubblewrap, prlimit)")  # fmt: skip
+                     "see zoo/envs/execution/sandbox.py's requirements "
+                     "(bubblewrap, prlimit)")  # fmt: skip
     if escaped or "reached" in result.stdout or "wrote outside" in result.stdout:
         return Check("sandbox", "FAIL", f"the probe escaped: {result.stdout.strip()}",
                      "do not run code envs here; check that bwrap can create namespaces "

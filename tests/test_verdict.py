@@ -1,4 +1,5 @@
-"""zoo.envs.execution.verdict and zoo.envs.execution.plain_calls: two sandboxes, plain data between them.
+"""zoo.envs.execution.verdict and zoo.envs.execution.plain_calls: two sandboxes, plain data
+between them.
 
 The wire format round-trips every plain type exactly and refuses everything else; a
 verdict passes only when the tests' own process finishes; candidates' exceptions, exits,
