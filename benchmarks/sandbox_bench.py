@@ -5,7 +5,7 @@
 Three programs: a trivial one (``print(1)``, the fixed cost of a sandbox: reaper, bwrap
 namespaces and mounts, interpreter start); "one process" (a correct solution and five
 asserts in ONE sandbox: the shape of the verdict before the two-process design, the
-baseline); and "verdict" (``zoo.envs.verdict.run_tests`` of the same solution and asserts:
+baseline); and "verdict" (``zoo.envs.execution.verdict.run_tests`` of the same solution and asserts:
 candidate and tests in two sandboxes joined by a pipe, as a code env scores a completion).
 "serial" runs them one after another in this thread; "pool" through ``SandboxPool``.
 executions/s = n / wall seconds of the whole batch; ms/exec (wall) = wall seconds / n *
@@ -22,8 +22,8 @@ import platform
 import subprocess
 import time
 
-from zoo.envs.sandbox import SandboxPool, execute, sandbox_info
-from zoo.envs.verdict import TestJob, map_tests, run_tests
+from zoo.envs.execution.sandbox import SandboxPool, execute, sandbox_info
+from zoo.envs.execution.verdict import TestJob, map_tests, run_tests
 
 LIMITS = {"timeout_s": 10.0, "memory_mb": 256}
 TRIVIAL = "print(1)\n"

@@ -3,7 +3,7 @@
 It takes the flags of ``run`` (the same RunConfig), and checks, for that run:
 
 - sandbox: a program in the code sandbox tries to connect to a port this process listens
-  on and to write a file into a folder of this host; both must fail (zoo/envs/sandbox.py);
+  on and to write a file into a folder of this host; both must fail (zoo/envs/execution/sandbox.py);
 - vllm: a vLLM engine starts in this process on the tiny model (its shipped weights,
   zoo/models/tiny.py) and generates; skipped with ``--generator hf``;
 - disk: free space where the run writes (``--out``, else ``results/``) against two
@@ -145,7 +145,7 @@ except OSError:
 
 def check_sandbox() -> Check:
     """Model-written code must not reach the host's network or files."""
-    from zoo.envs.sandbox import SandboxUnavailable, execute
+    from zoo.envs.execution.sandbox import SandboxUnavailable, execute
 
     with tempfile.TemporaryDirectory(prefix="forge-zoo-doctor-") as host_dir:
         target = Path(host_dir) / "escaped.txt"
@@ -165,7 +165,8 @@ def check_sandbox() -> Check:
     if result.status != "ok" or "network:" not in lines:
         return Check("sandbox", "FAIL", f"the probe did not run: {result.status} "
                      f"{result.stderr.strip()[-200:]}",
-                     "see zoo/envs/sandbox.py's requirements (bubblewrap, prlimit)")  # fmt: skip
+                     "see zoo/envs/execution/sandbox.py's requirements "
+                     "(bubblewrap, prlimit)")  # fmt: skip
     if escaped or "reached" in result.stdout or "wrote outside" in result.stdout:
         return Check("sandbox", "FAIL", f"the probe escaped: {result.stdout.strip()}",
                      "do not run code envs here; check that bwrap can create namespaces "

@@ -275,7 +275,7 @@ pip_uninstall=(.venv/bin/python -m pip uninstall --quiet --disable-pip-version-c
 plan=()
 step() { plan+=("$*"); }
 
-# Model-written code runs only in the sandbox (zoo/envs/sandbox.py): it needs bubblewrap
+# Model-written code runs only in the sandbox (zoo/envs/execution/sandbox.py): it needs bubblewrap
 # (`bwrap`, from Debian), prlimit (util-linux, in every Debian install) and a python3
 # under /usr that uid nobody can run. Installed here when missing, as root (as CI runs).
 sandbox_pkgs=()

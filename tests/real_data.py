@@ -44,7 +44,7 @@ def sanitized_mbpp_rows() -> list[dict[str, Any]]:
         rows = _read_rows(path)
     else:
         from zoo.core.hub import first_line
-        from zoo.envs.math_datasets import HubDataUnavailable, load_hf
+        from zoo.envs.data.loading import HubDataUnavailable, load_hf
 
         rows = []
         for split in SANITIZED_SPLITS:

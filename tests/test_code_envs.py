@@ -22,10 +22,10 @@ from real_data import sanitized_mbpp_file
 
 from zoo.core.config import ConfigError
 from zoo.envs import Prompt, get_env, list_envs
-from zoo.envs import sandbox as sandbox_module
-from zoo.envs.code_envs import CodeEnvUnavailable
-from zoo.envs.pyfunc import HIDDEN_XS
-from zoo.envs.sandbox import SandboxUnavailable
+from zoo.envs.code.pyfunc import HIDDEN_XS
+from zoo.envs.execution import sandbox as sandbox_module
+from zoo.envs.execution.pool import CodeEnvUnavailable
+from zoo.envs.execution.sandbox import SandboxUnavailable
 
 # Honest code needs no tight limit: at 2 s a canonical HumanEval solution timed out on 2
 # cores busy with a board; the two infinite-loop cases pay this once each.

@@ -1,4 +1,4 @@
-"""Code with execution feedback (zoo/envs/code_feedback.py): multi-turn episodes over the
+"""Code with execution feedback (zoo/envs/code/code_feedback.py): multi-turn episodes over the
 real code envs, every submission run in the real sandbox. pyfunc_feedback: a right first
 submission, a wrong one told where it is wrong and then fixed, hostile submissions as
 observations, the turn limit, purity, and a reward that a forgery of the feedback probe
@@ -14,7 +14,7 @@ import pytest
 from test_code_envs import mbpp_files  # noqa: F401 (the same local MBPP data)
 
 from zoo.envs import get_env
-from zoo.envs.code_feedback import shown_values
+from zoo.envs.code.code_feedback import shown_values
 from zoo.envs.episode import is_multi_turn
 
 FAST = {"timeout_s": 10.0}  # generous: a loaded CPU timed out well-formed submissions at 1 s
@@ -353,7 +353,7 @@ def test_dapo_overlong_punishment_spares_every_episode_its_turns_allow(env):
     import torch
 
     from zoo.algorithms import get_algorithm
-    from zoo.envs.code_feedback import _shown_feedback
+    from zoo.envs.code.code_feedback import _shown_feedback
     from zoo.run.episodes import episode_budget
     from zoo.run.run_config import RunConfig
 

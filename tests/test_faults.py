@@ -136,7 +136,7 @@ def _rss_mb() -> float:
 def flood(count: int, submitters: int, workers: int) -> None:
     """``count`` executions from ``submitters`` threads at once into a pool of ``workers``:
     every one answered with its own output, in bounded time and memory."""
-    from zoo.envs.sandbox import SandboxPool
+    from zoo.envs.execution.sandbox import SandboxPool
 
     pool = SandboxPool(workers)
     answers: dict[int, list] = {}

@@ -20,7 +20,7 @@ import pytest
 from real_data import sanitized_mbpp_file
 
 from zoo.envs import get_env
-from zoo.envs.sandbox import execute
+from zoo.envs.execution.sandbox import execute
 
 FAST = {"timeout_s": 10.0}  # generous: the machine is shared; nothing here loops
 

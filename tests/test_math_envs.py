@@ -15,9 +15,9 @@ import pytest
 
 from zoo.core.config import ConfigError
 from zoo.envs import Prompt, get_env, list_envs
-from zoo.envs import reasoning_gym_envs as rge
-from zoo.envs.math_datasets import last_boxed
-from zoo.envs.math_grading import MathGrader
+from zoo.envs.math import reasoning_gym_envs as rge
+from zoo.envs.math.math_datasets import last_boxed
+from zoo.envs.math.math_grading import MathGrader
 
 RG_ENVS = ["countdown", "basic_arithmetic", "chain_sum", "gsm_symbolic"]
 SMALL_EVAL = {"countdown": 30, "basic_arithmetic": 200, "chain_sum": 200, "gsm_symbolic": 200}

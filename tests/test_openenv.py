@@ -1,4 +1,4 @@
-"""The OpenEnv adapter (zoo/envs/openenv_env.py) against a real OpenEnv server: openenv-core's
+"""The OpenEnv adapter (zoo/envs/tool/openenv_env.py) against a real OpenEnv server: openenv-core's
 own app (tests/openenv_sums_server.py), run by uvicorn on 127.0.0.1 in a process the tests
 start. Checked: seeded prompts and splits, episodes over WebSocket sessions (observations,
 per-turn and final rewards), a refused action as the end of an episode, the errors a user
@@ -18,7 +18,7 @@ import pytest
 
 from zoo.core.config import ConfigError
 from zoo.envs import get_env, is_multi_turn
-from zoo.envs.openenv_env import HELDOUT_SEED_BASE
+from zoo.envs.tool.openenv_env import HELDOUT_SEED_BASE
 
 SERVER = Path(__file__).with_name("openenv_sums_server.py")
 

@@ -23,11 +23,11 @@ from collections.abc import Callable
 import pytest
 
 from zoo.envs import get_env
-from zoo.envs.code_envs import fenced_code
-from zoo.envs.math_datasets import gsm8k_reference, last_boxed
-from zoo.envs.math_grading import MathGrader
-from zoo.envs.reasoning_gym_envs import MAX_ANSWER_CHARS, extract_answer
-from zoo.envs.tool_arithmetic import tool_expression, valid_expression
+from zoo.envs.code.code_envs import fenced_code
+from zoo.envs.math.math_datasets import gsm8k_reference, last_boxed
+from zoo.envs.math.math_grading import MathGrader
+from zoo.envs.math.reasoning_gym_envs import MAX_ANSWER_CHARS, extract_answer
+from zoo.envs.tool.tool_arithmetic import tool_expression, valid_expression
 
 N = 64_000
 BOUND_S = 1.0

@@ -8,7 +8,7 @@ the attack's idea. A control test shows that the always-equal attack does pass a
 verdict (the tests in the candidate's own process), so the suite can fail.
 
 One attack is not held to 0: a subclass of ``int`` crosses to the tests as its int value
-(``zoo.envs.verdict``), so it is scored as that value, which may pass an assert that
+(``zoo.envs.execution.verdict``), so it is scored as that value, which may pass an assert that
 expects it (HumanEval/0's ``== False`` ones accept 0); it must score no more than a
 completion returning the plain value, and reward 0.
 """
@@ -21,7 +21,7 @@ import pytest
 from test_code_envs import mbpp, mbpp_files  # noqa: F401 (the same local MBPP data)
 
 from zoo.envs import get_env
-from zoo.envs.sandbox import execute
+from zoo.envs.execution.sandbox import execute
 
 ATTACKS: dict[str, tuple[str, str]] = {
     "always-equal": (

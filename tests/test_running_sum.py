@@ -11,7 +11,7 @@ import pytest
 
 from zoo.core.config import ConfigError
 from zoo.envs import get_env
-from zoo.envs.running_sum import chain_answer, demonstration
+from zoo.envs.math.running_sum import chain_answer, demonstration
 from zoo.run.loop import length_metrics
 
 

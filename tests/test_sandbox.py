@@ -1,4 +1,4 @@
-"""Adversarial tests of zoo.envs.sandbox: one per property it claims.
+"""Adversarial tests of zoo.envs.execution.sandbox: one per property it claims.
 
 Each attack test asserts that the attack was contained AND that the harness keeps going
 (a normal program run right after still succeeds). They need bubblewrap (`bwrap`),
@@ -21,8 +21,8 @@ import time
 
 import pytest
 
-from zoo.envs import sandbox
-from zoo.envs.sandbox import SandboxPool, SandboxUnavailable, execute
+from zoo.envs.execution import sandbox
+from zoo.envs.execution.sandbox import SandboxPool, SandboxUnavailable, execute
 
 LIMITS = {"timeout_s": 5.0, "memory_mb": 256}
 

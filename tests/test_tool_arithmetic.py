@@ -11,7 +11,7 @@ import re
 import pytest
 
 from zoo.envs import get_env, is_multi_turn, list_envs
-from zoo.envs.tool_arithmetic import ERROR_OBSERVATION, MAX_EXPRESSION_CHARS
+from zoo.envs.tool.tool_arithmetic import ERROR_OBSERVATION, MAX_EXPRESSION_CHARS
 
 PROBLEM = re.compile(r"^([0-9]{2})\*([0-9]{2})=$")
 

@@ -1,4 +1,5 @@
-"""zoo.envs.verdict and zoo.envs.plain_calls: two sandboxes, plain data between them.
+"""zoo.envs.execution.verdict and zoo.envs.execution.plain_calls: two sandboxes, plain data
+between them.
 
 The wire format round-trips every plain type exactly and refuses everything else; a
 verdict passes only when the tests' own process finishes; candidates' exceptions, exits,
@@ -18,10 +19,10 @@ import textwrap
 
 import pytest
 
-from zoo.envs import plain_calls, verdict
-from zoo.envs.plain_calls import WireError, decode, encode
-from zoo.envs.sandbox import execute
-from zoo.envs.verdict import TestJob, free_names, run_tests
+from zoo.envs.execution import plain_calls, verdict
+from zoo.envs.execution.plain_calls import WireError, decode, encode
+from zoo.envs.execution.sandbox import execute
+from zoo.envs.execution.verdict import TestJob, free_names, run_tests
 
 LIMITS = {"timeout_s": 5.0, "memory_mb": 256}
 

@@ -3,7 +3,7 @@
 Online (the default) a Qwen3 preset's weights come through ``huggingface_hub``'s
 ``snapshot_download`` (its progress bar, resumption of an interrupted download, ``HF_TOKEN``
 or the token of ``hf auth login``) into the Hugging Face cache, and a data set through
-``datasets.load_dataset`` (zoo.envs.math_datasets), both from ``$HF_ENDPOINT``
+``datasets.load_dataset`` (zoo.envs.data.loading), both from ``$HF_ENDPOINT``
 (https://huggingface.co unless set). What is cached is not fetched again.
 
 Offline, nothing is requested: ``HF_HUB_OFFLINE=1`` (or ``HF_DATASETS_OFFLINE=1`` /

@@ -14,7 +14,7 @@ so environment tokens never enter the loss or the ratios. One episode is one "re
 of its group: group advantages are per episode.
 
 An env's code runs in the loop's process; anything the model wrote that must be executed
-(a tool call, a submitted program) runs in the sandbox (zoo.envs.sandbox), and a malformed
+(a tool call, a submitted program) runs in the sandbox (zoo.envs.execution.sandbox), and a malformed
 call is answered with an observation saying so, never with an exception.
 """
 

@@ -110,7 +110,7 @@ class TinyRecipe:
     (pyfunc's 1,139 functions are few enough to memorise)."""
     merge_fraction: float = 0.0
     """running_sum: the chance that a step of a demonstrated chain adds two terms at once
-    (``zoo.envs.running_sum.demonstration``), so the model sees chains of every
+    (``zoo.envs.math.running_sum.demonstration``), so the model sees chains of every
     granularity and RL can move the answer's length either way."""
 
     def key(self) -> str:
@@ -167,7 +167,7 @@ TINY_PRESETS = {
         data="warm_start",
         target_accuracy=0.15,
     ),
-    # The reasoning testbed (zoo/envs/running_sum.py): chains of partial sums, 30% of
+    # The reasoning testbed (zoo/envs/math/running_sum.py): chains of partial sums, 30% of
     # their steps shown merged with the next; stops at >= 25% greedy validation accuracy
     # (reached near step 400 of 1,500: docs/envs.md has the curve).
     "tiny-sum": TinyRecipe(

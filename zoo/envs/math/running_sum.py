@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from zoo.core.config import ConfigError
-from zoo.envs.arithmetic import exact_integer_reward
+from zoo.envs.answers import exact_integer_reward
 from zoo.envs.base import Env, Prompt
 
 EVAL_SEED = "running-sum-heldout-v1"

@@ -5,7 +5,7 @@
 "timeout", "memory", "killed") this module decides from what the kernel reports: the
 exit status, the kernel's resource accounting (``wait4``), and its own wall clock and
 output counters. Nothing the sandboxed program prints changes its status.
-``zoo.envs.verdict`` builds pass/fail verdicts on top of it, from two executions: the
+``zoo.envs.execution.verdict`` builds pass/fail verdicts on top of it, from two executions: the
 candidate in one sandbox, the hidden tests in another.
 
 What it protects against (each has an adversarial test in tests/test_sandbox.py):

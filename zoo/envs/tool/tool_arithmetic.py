@@ -21,12 +21,12 @@ punishment (its last L/4 tokens) starts after the longest call.
 Tool calls. The expression is model output, so it is treated as hostile: it must match
 ``EXPRESSION`` (digits, ``+ - * / % ( )`` and spaces, at most ``MAX_EXPRESSION_CHARS``
 characters, no ``**``) or it is refused without running; one that matches still runs only
-in the sandbox (``zoo.envs.sandbox``), never in this process. Without names, exponentiation
-or calls, and with bounded length, every expression that matches is small and quick, so
-the calls of a batch (``step_batch``: every episode's turn of one loop step) run together
-in one sandboxed program per ``CHUNK`` expressions, the chunks in parallel; a chunk whose
-execution fails is rerun one expression per sandbox, so an expression's result never
-depends on its batchmates. The episode is a pure function of the prompt and the turns it
+in the sandbox (``zoo.envs.execution.sandbox``), never in this process. Without names,
+exponentiation or calls, and with bounded length, every expression that matches is small
+and quick, so the calls of a batch (``step_batch``: every episode's turn of one loop step)
+run together in one sandboxed program per ``CHUNK`` expressions, the chunks in parallel; a
+chunk whose execution fails is rerun one expression per sandbox, so an expression's result
+never depends on its batchmates. The episode is a pure function of the prompt and the turns it
 receives (up to a sandbox timeout on an overloaded machine).
 
 Splits: the held-out split is ``eval_size`` problems drawn once with a constant seed; the
@@ -42,11 +42,11 @@ from functools import cached_property
 from typing import Any
 
 from zoo.core.config import ConfigError
-from zoo.envs.arithmetic import exact_integer_reward
+from zoo.envs.answers import exact_integer_reward
 from zoo.envs.base import Prompt
-from zoo.envs.code_envs import default_workers, require_sandbox, shared_pool
 from zoo.envs.episode import Episode, MultiTurnEnv, Reply
-from zoo.envs.sandbox import ExecResult
+from zoo.envs.execution.pool import default_workers, require_sandbox, shared_pool
+from zoo.envs.execution.sandbox import ExecResult
 
 EVAL_SEED = "tool-arithmetic-heldout-v1"
 TOOL_PREFIX = "calc:"

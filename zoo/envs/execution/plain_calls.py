@@ -1,7 +1,7 @@
 """Calls from the test process to the candidate's process, carrying plain data only.
 
 This file is standard-library Python with no imports at all (not even ``json`` or ``re``,
-which would add ~8 ms to every sandbox start): ``zoo.envs.verdict`` sends its source text
+which would add ~8 ms to every sandbox start): ``zoo.envs.execution.verdict`` sends its source text
 into both sandboxed processes of a verdict, and the host imports it for its own tests.
 The candidate's process runs ``serve_candidate``; the test process binds
 ``CandidateFunction`` proxies and runs the hidden tests.

@@ -5,7 +5,7 @@ use ``signal.alarm``: they raise when called off the main thread, and a signal c
 interrupt long C-level work anyway (``\\boxed{9^{9^{9^{9}}}}`` spends its time in one
 big-integer power). So grading runs in small worker processes, each started as
 
-    python -P zoo/envs/math_grading.py --worker
+    python -P zoo/envs/math/math_grading.py --worker
 
 (by path, importing nothing from ``zoo``), which call ``parse`` and ``verify`` with both
 math-verify timeouts disabled (``parsing_timeout=None``, ``timeout_seconds=None``). The

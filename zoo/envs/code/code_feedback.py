@@ -7,7 +7,7 @@ account of the first failure and may submit again. At the last turn (``max_turns
 episode ends with the reward of that last submission. The reward is always the
 single-turn env's reward of ONE submission, the final one, decided by its unforgeable path
 (pyfunc: values compared on the host; humaneval / mbpp: the two-process verdict of
-``zoo.envs.verdict``); nothing the model printed while being given feedback enters it.
+``zoo.envs.execution.verdict``); nothing the model printed while being given feedback enters it.
 A submission that does not parse, crashes or runs out of time is feedback, never an
 exception. Apart from wall-clock timeouts, an episode's replies are a pure function of its
 prompt and the submitted texts.
@@ -32,11 +32,11 @@ from typing import Any, ClassVar
 
 from zoo.core.config import ConfigError
 from zoo.envs.base import Prompt
-from zoo.envs.code_envs import TAG, SandboxedCodeEnv, Scored, first_failure, tag_fields
+from zoo.envs.code.code_envs import TAG, SandboxedCodeEnv, Scored, first_failure, tag_fields
+from zoo.envs.code.humaneval import HumanEval, HumanEvalConfig
+from zoo.envs.code.mbpp import MBPP, MBPPConfig
+from zoo.envs.code.pyfunc import SHOWN_XS, PyFunc, PyFuncConfig
 from zoo.envs.episode import Episode, MultiTurnEnv, Reply
-from zoo.envs.humaneval import HumanEval, HumanEvalConfig
-from zoo.envs.mbpp import MBPP, MBPPConfig
-from zoo.envs.pyfunc import SHOWN_XS, PyFunc, PyFuncConfig
 
 
 class FeedbackEpisode(Episode):
@@ -160,7 +160,7 @@ def shown_values(prompt: Prompt) -> list[int]:
 
 
 class PyFuncFeedback(CodeFeedbackEnv):
-    """``pyfunc_feedback``: pyfunc (``zoo.envs.pyfunc``) in up to ``max_turns`` (3)
+    """``pyfunc_feedback``: pyfunc (``zoo.envs.code.pyfunc``) in up to ``max_turns`` (3)
     submissions, each one expression in x as in pyfunc.
 
     After a submission (not the last), the env computes its values at the SHOWN inputs

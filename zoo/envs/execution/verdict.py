@@ -1,10 +1,10 @@
 """Test verdicts decided in a process the model-written code never touched.
 
 ``run_tests(TestJob(candidate, tests, serve=(...)))`` starts two sandboxes (each one
-``zoo.envs.sandbox.execute``, with its namespaces, uid and rlimits) joined by two pipes:
+``zoo.envs.execution.sandbox.execute``, with its namespaces, uid and rlimits) joined by two pipes:
 
 - the candidate's: runs the model-written program as ``__main__``, then serves calls to
-  its top-level functions (``zoo.envs.plain_calls.serve_candidate``, through
+  its top-level functions (``zoo.envs.execution.plain_calls.serve_candidate``, through
   ``candidate_dispatch`` below);
 - the tests': runs the trusted ``prelude`` (e.g. HumanEval's prompt, whose helper
   functions the tests use; MBPP's setup code), binds each name in ``serve`` to a proxy
@@ -12,7 +12,7 @@
   then prints a fresh 128-bit nonce. The verdict is "passed" when the tests' process
   exited 0 with that nonce on its stdout.
 
-What crosses. The pipe carries plain data only (``zoo.envs.plain_calls``: None, bool, int,
+What crosses. The pipe carries plain data only (``zoo.envs.execution.plain_calls``: None, bool, int,
 float, complex, str, bytes, and lists, tuples, dicts, sets, frozensets of those, by exact
 type). The candidate's side lowers each value its function returns to plain data, and the
 tests' side rebuilds it with its own classes (``lower``, ``rebuild``):
@@ -94,9 +94,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from zoo.envs import plain_calls
-from zoo.envs.plain_calls import MAX_DEPTH, CandidateGone, Connection, WireError, _type_name
-from zoo.envs.sandbox import ExecResult, SandboxPool, execute, sandbox_info
+from zoo.envs.execution import plain_calls
+from zoo.envs.execution.plain_calls import (
+    MAX_DEPTH,
+    CandidateGone,
+    Connection,
+    WireError,
+    _type_name,
+)
+from zoo.envs.execution.sandbox import ExecResult, SandboxPool, execute, sandbox_info
 
 __all__ = ["TestJob", "TestVerdict", "free_names", "map_tests", "run_tests", "served_builtins"]
 

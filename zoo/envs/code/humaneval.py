@@ -1,5 +1,5 @@
 """``humaneval``: OpenAI's HumanEval, scored by its hidden tests through the verdict of
-``zoo.envs.verdict`` (the sandboxed-code machinery is in ``zoo.envs.code_envs``)."""
+``zoo.envs.execution.verdict`` (the sandboxed-code machinery is in ``zoo.envs.code.code_envs``)."""
 
 from __future__ import annotations
 
@@ -10,15 +10,15 @@ from typing import Any
 from zoo.core.config import ConfigError
 from zoo.core.hub import first_line
 from zoo.envs.base import Prompt, split_off
-from zoo.envs.code_envs import (
+from zoo.envs.code.code_envs import (
     SandboxConfig,
     SandboxedCodeEnv,
     SplitMixin,
     counting_tests,
     fenced_code,
 )
+from zoo.envs.execution.verdict import TestJob
 from zoo.envs.prompt_format import build_prompt, check_prompt_format
-from zoo.envs.verdict import TestJob
 
 HUMANEVAL_CHAT = (
     "Complete the following Python function. Reply with the whole function in a ```python "
@@ -91,7 +91,7 @@ class HumanEval(SandboxedCodeEnv, SplitMixin):
 
     def _load_hub(self, spec: str) -> tuple[list[dict[str, Any]], str]:
         """Rows of a Hugging Face data set (downloaded, or from the cache offline)."""
-        from zoo.envs.math_datasets import HubDataUnavailable, load_hf
+        from zoo.envs.data.loading import HubDataUnavailable, load_hf
 
         try:
             rows = load_hf(spec)

@@ -1,5 +1,6 @@
 """``mbpp``: Mostly Basic Python Problems, scored by its test asserts through the verdict
-of ``zoo.envs.verdict`` (the sandboxed-code machinery is in ``zoo.envs.code_envs``)."""
+of ``zoo.envs.execution.verdict`` (the sandboxed-code machinery is in
+``zoo.envs.code.code_envs``)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from typing import Any
 
 from zoo.core.config import ConfigError
 from zoo.envs.base import Prompt, split_off
-from zoo.envs.code_envs import (
+from zoo.envs.code.code_envs import (
     TAG,
     SandboxConfig,
     SandboxedCodeEnv,
@@ -22,9 +23,9 @@ from zoo.envs.code_envs import (
     fenced_code,
     tag_fields,
 )
-from zoo.envs.math_datasets import MathDatasetEnv
+from zoo.envs.data.loading import load_rows, to_records
+from zoo.envs.execution.verdict import TestJob, TestVerdict, free_names
 from zoo.envs.prompt_format import build_prompt, check_prompt_format
-from zoo.envs.verdict import TestJob, TestVerdict, free_names
 
 MBPP_QUESTION = (
     "You are an expert Python programmer, and here is your task: {text} "
@@ -99,7 +100,7 @@ class MBPP(SandboxedCodeEnv, SplitMixin):
     ``google-research-datasets/mbpp``, config ``sanitized`` (the hand-verified subset),
     train (120 rows) and test (257, held-out), downloaded on first use.
 
-    Loaded with ``datasets`` exactly like ``gsm8k`` (see ``zoo.envs.math_datasets``): local
+    Loaded with ``datasets`` exactly like ``gsm8k`` (``zoo.envs.data.loading``): local
     ``data_files`` / ``eval_files``, else the Hub data set (the cache offline); if absent,
     a ``ConfigError`` that says where it looked. ``hf_train`` / ``hf_eval`` with config
     ``full`` (374 train, 500 test) take the original set.
@@ -118,7 +119,7 @@ class MBPP(SandboxedCodeEnv, SplitMixin):
 
     Rewards: 1.0 when every assert of ``test_list`` (and ``challenge_test_list`` with
     ``challenge_tests=True``) passes, shown and hidden, 0.0 otherwise. Metrics: the pass
-    fraction over all those asserts (module docstring of ``zoo.envs.code_envs``; the second
+    fraction over all those asserts (module docstring of ``zoo.envs.code.code_envs``; the second
     value of ``score_details``) and, apart, over the hidden ones alone:
     ``score_verdicts`` gives ``MBPPScored`` with ``hidden_fraction``, and ``stats`` adds
     ``hidden_pass_fraction_mean`` over the ``hidden_scored`` completions of tasks that have
@@ -144,11 +145,6 @@ class MBPP(SandboxedCodeEnv, SplitMixin):
         '"test_imports"} (sanitized)'
     )
 
-    # The loading (Hub, cache, local files) and its "no data" error, shared with gsm8k/math.
-    _load = MathDatasetEnv._load
-    _missing = MathDatasetEnv._missing
-    _records = MathDatasetEnv._records
-
     def __init__(self, **overrides: Any) -> None:
         # Before the base's __init__, which resets the stats (reset_stats below).
         self._hidden_lock = threading.Lock()
@@ -165,8 +161,10 @@ class MBPP(SandboxedCodeEnv, SplitMixin):
                 "tasks could be passed by a table of the shown inputs and outputs; with none, "
                 "the function's name and arguments are unknown"
             )
-        rows, train_source = self._load("train", cfg.data_files, cfg.hf_train)
-        train = self._records(rows, train_source)
+        rows, train_source = load_rows(
+            self.name, self.fields, "train", cfg.data_files, cfg.hf_train
+        )
+        train = to_records(self.name, self.fields, rows, train_source, self._record)
         if not cfg.eval_files and (cfg.data_files or not cfg.hf_eval):
             if not 1 <= cfg.eval_size < len(train):
                 raise ConfigError(
@@ -180,8 +178,10 @@ class MBPP(SandboxedCodeEnv, SplitMixin):
                 "eval": f"{cfg.eval_size} rows of {train_source}",
             }
         else:
-            rows, eval_source = self._load("eval", cfg.eval_files, cfg.hf_eval)
-            records = self._records(rows, eval_source)
+            rows, eval_source = load_rows(
+                self.name, self.fields, "eval", cfg.eval_files, cfg.hf_eval
+            )
+            records = to_records(self.name, self.fields, rows, eval_source, self._record)
             _, self._eval = split_off(records, len(records), self.name)
             self._eval = self._eval[: cfg.eval_size or None]
             self._train = train

@@ -9,15 +9,14 @@ including malformed output. The held-out split is a fixed set of ``eval_size`` p
 from __future__ import annotations
 
 import random
-import re
 from dataclasses import dataclass
 from functools import cached_property
 
 from zoo.core.config import ConfigError
+from zoo.envs.answers import exact_integer_reward
 from zoo.envs.base import Env, Prompt
 
 EVAL_SEED = "arithmetic-heldout-v1"
-INTEGER = re.compile(r"-?[0-9]+")
 MAX_DIGITS = 1000
 """Operands past this (prompts of 2,000+ tokens, the product's answer of 2,000 digits)
 are refused: no model's response budget holds such an answer, and building them is slow."""
@@ -88,13 +87,3 @@ class Arithmetic(Env):
 
     def score(self, prompt: Prompt, completion: str) -> float:
         return exact_integer_reward(completion, prompt.answer, max_chars=2 * MAX_DIGITS + 2)
-
-
-def exact_integer_reward(completion: str, answer: int, max_chars: int) -> float:
-    """1.0 when ``completion`` is exactly the integer ``answer`` (surrounding whitespace
-    ignored), else 0.0; anything over ``max_chars`` is 0 unparsed (int() refuses over 4,300
-    digits, and no answer is that long)."""
-    text = completion.strip()
-    if len(text) > max_chars or not INTEGER.fullmatch(text):
-        return 0.0
-    return 1.0 if int(text) == answer else 0.0

@@ -1,9 +1,9 @@
 """Code environments: model-written Python, scored by hidden tests run in the sandbox.
 
 The machinery every code env shares (``SandboxedCodeEnv``); the envs are
-``zoo.envs.humaneval``, ``zoo.envs.mbpp`` and the procedural ``zoo.envs.pyfunc``.
+``zoo.envs.code.humaneval``, ``zoo.envs.code.mbpp`` and the procedural ``zoo.envs.code.pyfunc``.
 
-Execution. Every completion runs only through ``zoo.envs.verdict.run_tests``: the
+Execution. Every completion runs only through ``zoo.envs.execution.verdict.run_tests``: the
 candidate in one bubblewrap sandbox, the hidden tests in another, calling the candidate's
 functions across a pipe that carries plain data only (so no object the candidate built
 ever reaches the tests), each with rlimits and a wall-clock timeout; several verdicts at a
@@ -41,7 +41,6 @@ from __future__ import annotations
 import ast
 import dataclasses
 import functools
-import os
 import secrets
 import threading
 import time
@@ -51,46 +50,16 @@ from typing import Any
 
 from zoo.core.config import ConfigError
 from zoo.envs.base import Env, EpochShuffle, Prompt
-from zoo.envs.sandbox import SandboxPool, SandboxUnavailable, sandbox_info
-from zoo.envs.verdict import TestJob, TestVerdict, map_tests, served_builtins
+from zoo.envs.execution.pool import default_workers, require_sandbox, shared_pool
+from zoo.envs.execution.sandbox import SandboxPool
+from zoo.envs.execution.verdict import TestJob, TestVerdict, map_tests, served_builtins
 
 TAG = "__FORGE_ZOO_TAG__"
 """Placeholder in test templates; each execution replaces it with a fresh random tag."""
 FIRST_SUFFIX = "-first"
 """A counting pass writes its first failure after its tag and this (``first_failure``)."""
-MAX_WORKERS = 16
 MAX_REFERENCE_PROGRAMS = 4096
 """Reference programs an env remembers (``SandboxedCodeEnv._reference_program``)."""
-
-
-class CodeEnvUnavailable(ConfigError, SandboxUnavailable):
-    """A code env cannot isolate model-written code here; the message says why."""
-
-
-# --- shared sandbox pools --------------------------------------------------------------
-
-_pools: dict[int, SandboxPool] = {}
-_pools_lock = threading.Lock()
-
-
-def default_workers() -> int:
-    return max(1, min(8, os.cpu_count() or 1))
-
-
-def shared_pool(workers: int) -> SandboxPool:
-    """One pool per size per process, so env instances share their threads."""
-    with _pools_lock:
-        if workers not in _pools:
-            _pools[workers] = SandboxPool(workers)
-        return _pools[workers]
-
-
-def require_sandbox(env: str) -> dict[str, Any]:
-    """``sandbox_info()``, or ``CodeEnvUnavailable`` saying why code cannot be isolated."""
-    try:
-        return sandbox_info()
-    except SandboxUnavailable as exc:
-        raise CodeEnvUnavailable(f"{env}: {exc}") from exc
 
 
 # --- completions -> code ---------------------------------------------------------------
@@ -452,7 +421,8 @@ class SandboxedCodeEnv(Env):
         return cache[key]
 
     def _verdicts(self, jobs: list[TestJob]) -> list[TestVerdict]:
-        """Each job's verdict, the tests in a process of their own (``zoo.envs.verdict``)."""
+        """Each job's verdict, the tests in a process of their own
+        (``zoo.envs.execution.verdict``)."""
         cfg = self.config
         return map_tests(self.pool, jobs, timeout_s=cfg.timeout_s, memory_mb=cfg.memory_mb)
 

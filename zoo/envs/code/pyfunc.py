@@ -24,7 +24,7 @@ Reward = the fraction of hidden inputs on which the value is right, in steps of
 1/len(HIDDEN_XS) (0.1): 1.0 for an equivalent function, 0.0 for a wrong, malformed,
 crashing (an exception at one input only fails that input) or timed-out one (any
 execution that does not run to its end scores 0). ``env.stats`` as for every code env
-(``zoo.envs.code_envs``); the pass fraction there equals the reward.
+(``zoo.envs.code.code_envs``); the pass fraction there equals the reward.
 
 Splits: held-out = ``eval_size`` functions drawn once with a constant seed from the
 families in ``families``; warm start = ``warm_start_size`` of the others, drawn the same
@@ -50,14 +50,14 @@ from typing import Any
 
 from zoo.core.config import ConfigError
 from zoo.envs.base import EpochShuffle, Prompt, split_off
-from zoo.envs.code_envs import (
+from zoo.envs.code.code_envs import (
     TAG,
     SandboxConfig,
     SandboxedCodeEnv,
     SplitMixin,
     tag_fields,
 )
-from zoo.envs.verdict import TestJob, TestVerdict
+from zoo.envs.execution.verdict import TestJob, TestVerdict
 
 SHOWN_XS = (0, 1, 2, 3, 4)
 HIDDEN_XS = (-4, -3, -2, -1, 5, 6, 7, 8, 9, 12)
@@ -211,7 +211,7 @@ class PyFunc(SandboxedCodeEnv, SplitMixin):
         that never enter the sandbox. Whatever the expression does to its own process
         (lying objects, patched builtins, a forged line), the reward is a function of the
         text it printed, and printing the right values is solving the task. So the
-        second process of ``zoo.envs.verdict`` would add nothing here but its cost (about
+        second process of ``zoo.envs.execution.verdict`` would add nothing here but its cost (about
         half of pyfunc's scoring throughput)."""
         cfg = self.config
         programs = [f"{job.candidate}\n{job.tests}" for job in jobs]
