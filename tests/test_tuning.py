@@ -288,16 +288,16 @@ def test_each_arm_of_an_ablation_is_tuned_and_selected_on_its_own(tmp_path):
     assert sorted(plan.arms_of("grpo")) == ["grpo@mini_batches=1", "grpo@mini_batches=4"]
     assert {len(s) for s in plan.arms_of("opo").values()} == {plan.settings}
     (tmp_path / "tables").mkdir()
-    grid = {"1": ["5e-05", "0.0001", "0.0002", "0.0004"],
-            "4": ["1.25e-05", "2.5e-05", "5e-05", "0.0001"]}  # fmt: skip
-    best = ("0.0002", "2.5e-05")
+    grid = {"1": ["1.25e-05", "2.5e-05", "5e-05", "0.0001", "0.0002", "0.0004"],
+            "4": ["3.125e-06", "6.25e-06", "1.25e-05", "2.5e-05", "5e-05", "0.0001"]}  # fmt: skip
+    best = ("0.0002", "6.25e-06")  # one per arm: each lr is in one grid only
     means = {f"{a}@mini_batches={m},lr={lr},eps=0.006": 0.3 + (0.05 if lr in best else 0)
              for a in ("grpo", "opo") for m, lrs in grid.items() for lr in lrs}  # fmt: skip
     summary_rows(means).to_csv(tmp_path / "tables" / "summary.csv", index=False)
     pd.DataFrame({"algorithm": list(means)}).to_csv(tmp_path / "tables" / "off_policy.csv")
     selection = select(tmp_path, plan)
     assert selection["algorithms"]["grpo@mini_batches=1"]["setting"]["lr"] == "0.0002"
-    assert selection["algorithms"]["opo@mini_batches=4"]["setting"]["lr"] == "2.5e-05"
+    assert selection["algorithms"]["opo@mini_batches=4"]["setting"]["lr"] == "6.25e-06"
     from harness.experiment import with_variant
     from harness.tuning import tuned
 
@@ -310,5 +310,5 @@ def test_each_arm_of_an_ablation_is_tuned_and_selected_on_its_own(tmp_path):
         .read_text()
         .replace("{mini_batches = 4, lr = 1e-4, eps = 0.006},", "")
     )
-    with pytest.raises(ConfigError, match="grpo@mini_batches=4 has 3 settings"):
+    with pytest.raises(ConfigError, match="grpo@mini_batches=4 has 5 settings"):
         load_plan(write_plan(tmp_path, unfair))
