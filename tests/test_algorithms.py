@@ -51,7 +51,7 @@ DEFAULTS = {  # docs/algorithms.md, "The built-ins"
     "gspo": {"eps_low": 3e-4, "eps_high": 4e-4, "beta": 0.0, "token_level": False, **GROUP_NORM_K3},
     "sapo": {"tau_pos": 1.0, "tau_neg": 1.05, "beta": 0.0, **GROUP_NORM_K3},
     "custom": {"clip_range": 0.2, "beta": 0.1, **GROUP_NORM_K3, "dual_clip": 0.0},
-    "rloo": {"eps": 0.2, "beta": 0.0, "advantage": "rloo", "kl": "k3", **PPO_CLIP},
+    "rloo": {"eps": 0.2, "beta": 0.0, "advantage": "rloo", "kl": "k3", **PPO_CLIP, **ENTROPY_OFF},
     "reinforce_pp": {
         "eps": 0.2,
         "beta": 0.01,
@@ -60,8 +60,9 @@ DEFAULTS = {  # docs/algorithms.md, "The built-ins"
         **PPO_CLIP,
         "kl_in_reward": True,
         "whiten": "response",
+        **ENTROPY_OFF,
     },
-    "opo": {"eps": 0.2, "beta": 0.0, "advantage": "opo", "kl": "k3", **PPO_CLIP},
+    "opo": {"eps": 0.2, "beta": 0.0, "advantage": "opo", "kl": "k3", **PPO_CLIP, **ENTROPY_OFF},
 }
 AGGREGATION = {
     "grpo": "seq_mean",

@@ -25,8 +25,11 @@ from zoo.run.runlog import RunWriter
 from zoo.services.batch import RolloutBatch, response_logprobs, response_logprobs_and_entropy
 from zoo.services.trainer import Trainer, TrainerConfig, wants_entropy
 
-SURROGATE_FAMILY = ["grpo", "dr_grpo", "dapo"]
-"""The built-ins with the two options (the group-relative PPO-clip surrogate)."""
+SURROGATE_FAMILY = ["grpo", "dr_grpo", "dapo", "rloo", "opo"]
+"""Built-ins with the two options whose KL is a penalty in the loss (the PPO-clip family)."""
+ENTROPY_FAMILY = [*SURROGATE_FAMILY, "reinforce_pp"]
+"""Every built-in with the two options (EntropyFields); reinforce_pp charges its KL in the
+reward by default."""
 
 
 @pytest.fixture(scope="module")
@@ -161,7 +164,7 @@ def test_the_bonus_lowers_the_loss_by_c_times_the_aggregated_entropy():
     mask = torch.tensor([[1.0] * 5, [1, 1, 1, 0, 0], [1, 0, 0, 0, 0], [0.0] * 5])
     batch = TrainBatch(lp, lp - 0.1, None, torch.randn(4, generator=g, dtype=torch.float64),
                        mask, max_response_len=5, entropy=entropy)  # fmt: skip
-    for name in SURROGATE_FAMILY:
+    for name in ENTROPY_FAMILY:
         plain = get_algorithm(name, beta=0.0).loss(batch).loss
         bonus = get_algorithm(name, beta=0.0, entropy_coef=0.3).loss(batch).loss
         algo = get_algorithm(name)
@@ -199,7 +202,7 @@ def test_a_fifth_of_fifteen_tokens_is_three():
     assert int(top_share_mask(torch.rand(3, 5), mask, 0.2).sum()) == 3  # not ceil(3.0000...4)
 
 
-@pytest.mark.parametrize("name", SURROGATE_FAMILY)
+@pytest.mark.parametrize("name", ENTROPY_FAMILY)
 def test_the_selection_trains_only_the_kept_tokens_and_reports_their_share(name):
     """On-policy the gradient is REINFORCE's on the kept tokens and 0 elsewhere; the KL
     penalty (beta > 0) still reaches every token."""
@@ -223,7 +226,8 @@ def test_the_selection_trains_only_the_kept_tokens_and_reports_their_share(name)
     assert out.metrics["entropy_kept_frac"] == pytest.approx(3 / 14)
     assert out.metrics["entropy_masked_frac"] == pytest.approx(11 / 14)
 
-    with_kl = get_algorithm(name, entropy_top_share=0.2, beta=0.1)
+    in_loss = {"kl_in_reward": False} if name == "reinforce_pp" else {}
+    with_kl = get_algorithm(name, entropy_top_share=0.2, beta=0.1, **in_loss)
     leaf = lp.clone().requires_grad_(True)
     with_kl.loss(dataclasses.replace(batch, logprobs=leaf, ref_logprobs=ref)).loss.backward()
     assert bool((leaf.grad[(keep == 0) & (mask > 0)] != 0).all())
@@ -232,7 +236,7 @@ def test_the_selection_trains_only_the_kept_tokens_and_reports_their_share(name)
 # --- configuration, conformance -------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name", SURROGATE_FAMILY)
+@pytest.mark.parametrize("name", ENTROPY_FAMILY)
 def test_the_options_are_off_by_default_and_checked(name):
     algo = get_algorithm(name)
     assert algo.entropy_options == (0.0, 1.0) and not algo.needs_entropy
@@ -267,7 +271,7 @@ def options_id(options: dict) -> str:
 
 
 @pytest.mark.parametrize("options", OPTIONS, ids=options_id)
-@pytest.mark.parametrize("name", SURROGATE_FAMILY)
+@pytest.mark.parametrize("name", ENTROPY_FAMILY)
 def test_the_options_pass_the_whole_conformance_suite(name, options):
     results = {r.name: r for r in run_conformance(ALGORITHMS.load(name), options)}
     assert list(results) == list(CHECKS)
@@ -325,7 +329,8 @@ def test_the_suite_catches_an_entropy_option_done_wrong(plugin, options, caught_
 # --- nothing changes for algorithms that do not ask ------------------------------------------
 
 
-BOUNDS = {"grpo": (0.8, 1.2), "dr_grpo": (0.8, 1.2), "dapo": (0.8, 1.28)}
+BOUNDS = {"grpo": (0.8, 1.2), "dr_grpo": (0.8, 1.2), "dapo": (0.8, 1.28), "rloo": (0.8, 1.2),
+          "opo": (0.8, 1.2)}  # fmt: skip
 
 
 @pytest.mark.parametrize("name", SURROGATE_FAMILY)

@@ -33,13 +33,14 @@ from dataclasses import dataclass
 
 import torch
 
-from zoo.algorithms.base import Algorithm, PolicyLossFields
+from zoo.algorithms.base import Algorithm, EntropyFields, PolicyLossFields
+from zoo.core.entropy import entropy_terms
 from zoo.core.losses import aggregate, kl_penalty, log_ratio, policy_loss
 from zoo.core.types import LossOutput, TrainBatch
 
 
 @dataclass
-class OPOConfig(PolicyLossFields):
+class OPOConfig(PolicyLossFields, EntropyFields):
     eps: float = 0.2
     """Symmetric clip on the token ratio, idle in OPO's exact on-policy regime (one update
     per batch, arXiv 2505.23585); PPO's safeguard (arXiv 1707.06347) with more."""
@@ -61,9 +62,15 @@ class OPO(Algorithm):
         eps = self.config.eps
         ratio = torch.exp(log_ratio(batch))
 
-        adv = batch.token_advantages
+        keep, bonus, entropy_metrics = entropy_terms(batch, *self.entropy_options)
+        adv = batch.token_advantages if keep is None else batch.token_advantages * keep
+
         # min(r A, clip(r, low, high) A) unless the config names another policy loss
         policy = policy_loss(self.config.loss, ratio, adv, batch, 1 - eps, 1 + eps)
         penalty, kl_metrics = kl_penalty(batch, self.config.beta, self.config.kl)
-        loss = aggregate(-policy.objective + penalty, batch, self.aggregation)
-        return LossOutput(loss, {"loss": float(loss.detach()), **policy.metrics, **kl_metrics})
+        per_token = -policy.objective + penalty
+        if bonus is not None:
+            per_token = per_token - bonus
+        loss = aggregate(per_token, batch, self.aggregation)
+        return LossOutput(loss, {"loss": float(loss.detach()), **policy.metrics, **kl_metrics,
+                                 **entropy_metrics})  # fmt: skip

@@ -51,8 +51,9 @@ from typing import Any
 
 import torch
 
-from zoo.algorithms.base import Algorithm, PolicyLossFields
+from zoo.algorithms.base import Algorithm, EntropyFields, PolicyLossFields
 from zoo.core.config import ConfigError
+from zoo.core.entropy import entropy_terms
 from zoo.core.losses import (
     aggregate,
     group_center,
@@ -66,7 +67,7 @@ from zoo.core.types import LossOutput, TrainBatch
 
 
 @dataclass
-class ReinforcePPConfig(PolicyLossFields):
+class ReinforcePPConfig(PolicyLossFields, EntropyFields):
     eps: float = 0.2
     """Symmetric clip range on the token ratio (REINFORCE++, arXiv 2501.03262, PPO clip)."""
     beta: float = 0.01
@@ -129,7 +130,14 @@ class ReinforcePP(Algorithm):
         else:
             advantages = batch.token_advantages
             penalty, kl_metrics = kl_penalty(batch, beta, kl)
+        keep, bonus, entropy_metrics = entropy_terms(batch, *self.entropy_options)
+        if keep is not None:
+            advantages = advantages * keep
         # acting shares from A - K, the advantages the clip multiplies
         policy = policy_loss(self.config.loss, ratio, advantages, batch, 1 - eps, 1 + eps)
-        loss = aggregate(-policy.objective + penalty, batch, self.aggregation)
-        return LossOutput(loss, {"loss": float(loss.detach()), **policy.metrics, **kl_metrics})
+        per_token = -policy.objective + penalty
+        if bonus is not None:
+            per_token = per_token - bonus
+        loss = aggregate(per_token, batch, self.aggregation)
+        return LossOutput(loss, {"loss": float(loss.detach()), **policy.metrics, **kl_metrics,
+                                 **entropy_metrics})  # fmt: skip
