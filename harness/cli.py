@@ -615,7 +615,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def _train(cfg, out: Path, args: argparse.Namespace) -> list[dict]:
     from harness.runner import execute_run
-    from zoo.core.progress import add_run_task, make_progress, run_columns, update_run_task
+    from zoo.run.progress import add_run_task, make_progress, run_columns, update_run_task
     from zoo.run.wiring import build_services
 
     services = build_services(cfg, quiet=args.quiet)
@@ -724,8 +724,9 @@ def cmd_warm_start(args: argparse.Namespace) -> int:
     import tempfile
     from importlib.metadata import version
 
-    from zoo.models.tiny import SHIPPED, read_manifest, rebuild_start_weights
+    from zoo.models.tiny import SHIPPED, read_manifest
     from zoo.run.runlog import cpu_model, cpu_vector_flags
+    from zoo.warm_start import rebuild_start_weights
 
     shipped = read_manifest().get(args.preset)
     here = {"cpu": cpu_model(), "cpu_vector_flags": cpu_vector_flags(), "torch": version("torch")}

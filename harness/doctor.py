@@ -182,7 +182,8 @@ def check_vllm(cfg: RunConfig) -> Check:
         return Check("vllm", "PASS", "skipped: --generator hf generates with transformers")
     start = time.monotonic()
     try:
-        from zoo.models.tiny import encode, tiny_model_path
+        from zoo.models.tiny import tiny_model_path
+        from zoo.models.tokenizer import encode
         from zoo.services.generation.vllm import VLLMGenerator
         from zoo.services.sampling import SamplingConfig
 

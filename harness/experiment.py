@@ -21,7 +21,6 @@ from pathlib import Path
 from harness.runner import check_out, is_complete, run_name, train_one
 from zoo.algorithms import get_algorithm
 from zoo.core.config import ConfigError, coerce, shown
-from zoo.core.progress import add_run_task, make_progress, run_columns, update_run_task
 from zoo.envs import get_env
 from zoo.models.memory import memory_estimate
 from zoo.models.presets import (
@@ -32,6 +31,7 @@ from zoo.models.presets import (
     prefetch_model_config,
 )
 from zoo.run.episodes import episode_budget
+from zoo.run.progress import add_run_task, make_progress, run_columns, update_run_task
 from zoo.run.run_config import RunConfig
 from zoo.run.runlog import AGAIN, RESUME, machine, now_iso, package_versions, write_whole
 from zoo.services.ledger import Ledger

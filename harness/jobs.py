@@ -31,8 +31,8 @@ from pathlib import Path
 from rich.progress import Progress
 
 from zoo.core.config import ConfigError
-from zoo.core.progress import add_run_task, update_run_task
 from zoo.placement.config import PlacementConfig
+from zoo.run.progress import add_run_task, update_run_task
 from zoo.run.run_config import RunConfig
 
 POLL_SECONDS = 1.0

@@ -18,13 +18,9 @@ import torch
 from transformers import Qwen3ForCausalLM
 
 from zoo.envs import get_env
-from zoo.models.tiny import (
-    TINY_PRESETS,
-    WARM_START_EVAL_TOKENS,
-    greedy_accuracy,
-    greedy_episodes,
-    tiny_model_path,
-)
+from zoo.models.tiny import TINY_PRESETS, tiny_model_path
+from zoo.warm_start.build import WARM_START_EVAL_TOKENS
+from zoo.warm_start.greedy import greedy_accuracy, greedy_episodes
 
 OUT = Path("results/pyfunc-starts/starts.json")
 

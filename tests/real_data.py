@@ -43,8 +43,8 @@ def sanitized_mbpp_rows() -> list[dict[str, Any]]:
             pytest.fail(f"{MBPP_SANITIZED_ENV_VAR}={local}: no such file")
         rows = _read_rows(path)
     else:
-        from zoo.core.hub import first_line
         from zoo.envs.data.loading import HubDataUnavailable, load_hf
+        from zoo.hub import first_line
 
         rows = []
         for split in SANITIZED_SPLITS:

@@ -8,17 +8,19 @@ import ast
 import re
 from pathlib import Path
 
-from harness_cli import REPO
+from harness_cli import REPO, run_harness
 
 # Lowest first. A module may import its own layer and the layers below it. Each layer is a
 # folder (a package); only ``zoo`` and ``zoo.core`` are single modules' worth of package.
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("contracts", ("zoo", "zoo.core")),
+    ("the Hub", ("zoo.hub",)),
     ("plugins", ("zoo.algorithms", "zoo.envs")),
     ("models", ("zoo.models",)),
     ("services", ("zoo.services",)),
     ("placement", ("zoo.placement",)),
     ("run", ("zoo.run",)),
+    ("warm start", ("zoo.warm_start",)),
     ("harness", ("harness",)),
 ]
 
@@ -120,8 +122,7 @@ def test_the_walk_sees_function_level_imports_and_skips_type_checking_ones(tmp_p
 def test_every_layer_is_a_folder_of_its_own():
     """The layers show in the tree: zoo/core holds the plugin-facing contracts only."""
     assert {p.name for p in (REPO / "zoo" / "core").glob("*.py")} == {
-        "__init__.py", "types.py", "config.py", "registry.py", "losses.py", "progress.py",
-        "hub.py", "entropy.py",
+        "__init__.py", "types.py", "config.py", "registry.py", "losses.py", "entropy.py",
     }  # fmt: skip
 
 
@@ -141,3 +142,28 @@ def test_the_list_of_long_modules_names_each_one_with_its_size():
     )
     for path, count in listed.items():
         assert abs(count - sizes[path]) <= 0.1 * sizes[path], (path, count, sizes[path])
+
+
+def test_only_the_warm_start_command_imports_the_warm_start():
+    """A run starts from shipped weights and never reaches the supervised warm start: the
+    one importer outside zoo.warm_start is the CLI (inside ``cmd_warm_start``)."""
+    importers = sorted(
+        a
+        for a, targets in graph().items()
+        if not a.startswith("zoo.warm_start")
+        and any(t == "zoo.warm_start" or t.startswith("zoo.warm_start.") for t in targets)
+    )
+    assert importers == ["harness.cli"]
+
+
+def test_a_run_does_not_load_the_warm_start(tmp_path):
+    """Dynamically: a one-step run of the tiny model never imports zoo.warm_start
+    (PYTHONPROFILEIMPORTTIME makes Python list every module it imports on stderr)."""
+    result = run_harness("run", "grpo", "--steps", "1", "--prompts-per-step", "4",
+                         "--eval-points", "1", "--eval-samples", "4", "--quiet", "--out", "run",
+                         cwd=tmp_path, env={"PYTHONPROFILEIMPORTTIME": "1"})  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    imported = set(re.findall(r"\|\s+([\w.]+)$", result.stderr, flags=re.MULTILINE))
+    assert {"zoo.run.loop", "zoo.models.tiny"} <= imported  # the listing works
+    assert not {m for m in imported if m.startswith("zoo.warm_start")}
+    assert (tmp_path / "run" / "metrics.jsonl").read_text().strip()

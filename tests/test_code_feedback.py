@@ -135,7 +135,8 @@ def test_the_warm_start_trace_is_a_near_miss_its_real_feedback_then_the_fix(env)
     that run it in the sandbox), then the reference answer, learned."""
     import random
 
-    from zoo.models.tiny import EOS_ID, episode_tokens
+    from zoo.models.tokenizer import EOS_ID
+    from zoo.warm_start.supervised import episode_tokens
 
     batch = env.train_prompts(0, 64, seed=0)
     references = {env.reference_answer(p) for p in batch}
@@ -332,7 +333,8 @@ def test_tiny_code_feedback_preset_revises_and_its_revisions_pay(env):
     (the env with one turn): it uses the feedback, so RL has revisions to improve."""
     from transformers import Qwen3ForCausalLM
 
-    from zoo.models.tiny import TINY_PRESETS, greedy_episodes, tiny_model_path
+    from zoo.models.tiny import TINY_PRESETS, tiny_model_path
+    from zoo.warm_start.greedy import greedy_episodes
 
     path = tiny_model_path(TINY_PRESETS["tiny-code-feedback"])
     model = Qwen3ForCausalLM.from_pretrained(path).eval()

@@ -112,26 +112,27 @@ def test_warm_start_selects_on_its_own_validation_split_never_the_held_out_one(
 ):
     """The tiny models' warm start stops on validation accuracy: the prompts it evaluates
     are train-stream problems it never trains on, and none is held out."""
-    from zoo.models import tiny
+    from zoo.models.tiny import TinyRecipe
+    from zoo.warm_start import build
 
-    recipe = tiny.TinyRecipe(task=task, max_steps=20, eval_every=10, batch_size=64,
+    recipe = TinyRecipe(task=task, max_steps=20, eval_every=10, batch_size=64,
                              validation_size=100, target_accuracy=2.0)  # fmt: skip
     evaluated, trained = [], set()
-    real_loss = tiny.sft_loss
+    real_loss = build.sft_loss
 
     def spy_loss(model, pairs):
         trained.update(prompt for prompt, _ in pairs)
         return real_loss(model, pairs)
 
-    monkeypatch.setattr(tiny, "sft_loss", spy_loss)
+    monkeypatch.setattr(build, "sft_loss", spy_loss)
 
     def spy_accuracy(model, env, prompts, max_new_tokens):
         evaluated.extend(prompts)
         return 0.0
 
-    monkeypatch.setattr(tiny, "greedy_accuracy", spy_accuracy)
-    info = tiny.build_tiny_model(recipe, tmp_path / "model", quiet=True)
-    env, _, _ = tiny.warm_start_task(recipe)
+    monkeypatch.setattr(build, "greedy_accuracy", spy_accuracy)
+    info = build.build_tiny_model(recipe, tmp_path / "model", quiet=True)
+    env, _, _ = build.warm_start_task(recipe)
     held_out = {p.text for p in env.eval_prompts()}
     texts = {p.text for p in evaluated}
     assert len(info["history"]) == 2 and len(evaluated) == 200  # two evaluations of 100

@@ -11,7 +11,7 @@ import sys
 import pandas as pd
 from harness_cli import REPO
 
-from zoo.core.progress import LineProgress, make_progress, run_columns
+from zoo.run.progress import LineProgress, make_progress, run_columns
 
 
 def test_a_log_holds_the_whole_summary_table_at_80_columns():

@@ -166,7 +166,8 @@ def test_the_warm_start_trace_replays_to_reward_one(env):
 def test_warm_start_tokens_mask_the_prompt_and_observations(env):
     """The warm start trains on assistant tokens and EOS only, laid out as the loop lays
     them out: prompt, turn, EOS, observation bytes, turn, EOS."""
-    from zoo.models.tiny import EOS_ID, episode_tokens
+    from zoo.models.tokenizer import EOS_ID
+    from zoo.warm_start.supervised import episode_tokens
 
     p = next(p for p in env.eval_prompts() if len(str(p.answer)) == 4)
     expr, answer = p.text[:-1], str(p.answer)
@@ -204,7 +205,8 @@ def test_tiny_tool_preset_uses_the_tool_sometimes(env):
 
     from transformers import Qwen3ForCausalLM
 
-    from zoo.models.tiny import TINY_PRESETS, greedy_episodes, tiny_model_path
+    from zoo.models.tiny import TINY_PRESETS, tiny_model_path
+    from zoo.warm_start.greedy import greedy_episodes
 
     path = tiny_model_path(TINY_PRESETS["tiny-tool"])
     info = json.loads((path / "forge_zoo_recipe.json").read_text())

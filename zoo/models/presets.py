@@ -36,7 +36,7 @@ QWEN3_HF_IDS = {
     "qwen3-8b": "Qwen/Qwen3-8B",
 }
 """Released Qwen3 dense models: downloaded from the Hub by these ids on first use into the
-Hugging Face cache (zoo.core.hub), read from the cache or ``--model-path`` offline."""
+Hugging Face cache (zoo.hub), read from the cache or ``--model-path`` offline."""
 
 MODEL_PRESETS = {
     **TINY_MODELS,
@@ -161,7 +161,7 @@ def missing_weights_message(name: str, hf_id: str, unreachable: str = "") -> str
     ``unreachable``: the error that stopped a download (the Hub could not be reached)."""
     from huggingface_hub.constants import HF_HUB_CACHE
 
-    from zoo.core.hub import offline_reason
+    from zoo.hub import offline_reason
 
     folder = Path(HF_HUB_CACHE) / f"models--{hf_id.replace('/', '--')}"
     return (
@@ -182,7 +182,7 @@ def check_weights_available(name: str, model_path: str = "", init: str = "pretra
     learns that before any check of the batch or the memory."""
     if model_path or init != "pretrained" or name not in QWEN3_HF_IDS:
         return
-    from zoo.core import hub
+    from zoo import hub
 
     allowed, _ = hub.download_allowed()
     snapshot = hf_cache_snapshot(QWEN3_HF_IDS[name])
@@ -194,7 +194,7 @@ def check_weights_available(name: str, model_path: str = "", init: str = "pretra
 def resolve_model(name: str, model_path: str = "", init: str = "pretrained") -> ModelSpec:
     """The Hugging Face-format directory of a model: ``model_path`` when given; a tiny
     preset (its shipped start weights); a Qwen3 preset, downloaded from the Hub into its
-    cache when online and missing (zoo.core.hub), else read from the cache (or, with
+    cache when online and missing (zoo.hub), else read from the cache (or, with
     ``init="random"`` and no cached weights, its config only; nothing is downloaded for
     ``init="random"``); or a local directory."""
     check_model_name(name)
@@ -209,7 +209,7 @@ def resolve_model(name: str, model_path: str = "", init: str = "pretrained") -> 
 
         return ModelSpec(name, tiny_model_path(TINY_PRESETS[name]))
     if name in QWEN3_HF_IDS:
-        from zoo.core import hub
+        from zoo import hub
 
         hf_id, unreachable = QWEN3_HF_IDS[name], ""
         snapshot = None
@@ -239,7 +239,7 @@ def prefetch_model_config(name: str, model_path: str = "", init: str = "pretrain
     is not there, so that ``model_shape`` (the pre-flight memory check) reads the shape of
     what will be downloaded. Does nothing offline, for other models, or with --init random."""
     if name in QWEN3_HF_IDS and not model_path and init == "pretrained":
-        from zoo.core import hub
+        from zoo import hub
 
         if hub.cached_model_config(QWEN3_HF_IDS[name]) is None:
             hub.download_model_config(QWEN3_HF_IDS[name])
@@ -260,7 +260,7 @@ def model_shape(name: str, model_path: str = "") -> ModelShape:
 
         return ModelShape.from_config(hf_config(TINY_PRESETS[name]).to_dict())
     if name in QWEN3_SHAPES:
-        from zoo.core.hub import cached_model_config
+        from zoo.hub import cached_model_config
 
         config = cached_model_config(QWEN3_HF_IDS[name])  # the config of what will load
         if config is not None:

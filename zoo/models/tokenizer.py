@@ -16,6 +16,17 @@ EOS_ID = 256
 VOCAB_SIZE = 257
 
 
+def encode(text: str) -> list[int]:
+    """Token ids of ``text``: one per UTF-8 byte, id = byte value."""
+    return list(text.encode())
+
+
+def decode(ids: list[int]) -> str:
+    """The text of byte-level ids; ids that are no byte (end-of-text, the embedding's
+    padding rows 257-319) are dropped, invalid UTF-8 becomes U+FFFD."""
+    return bytes(i for i in ids if i < 256).decode(errors="replace")
+
+
 def byte_to_unicode() -> dict[int, str]:
     """GPT-2's reversible map from bytes to printable unicode characters."""
     printable = (

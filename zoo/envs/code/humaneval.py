@@ -8,7 +8,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from zoo.core.config import ConfigError
-from zoo.core.hub import first_line
 from zoo.envs.base import Prompt, split_off
 from zoo.envs.code.code_envs import (
     SandboxConfig,
@@ -19,6 +18,7 @@ from zoo.envs.code.code_envs import (
 )
 from zoo.envs.execution.verdict import TestJob
 from zoo.envs.prompt_format import build_prompt, check_prompt_format
+from zoo.hub import first_line
 
 HUMANEVAL_CHAT = (
     "Complete the following Python function. Reply with the whole function in a ```python "

@@ -1,6 +1,6 @@
 """Data-set loading shared by the math and code families (``gsm8k``, ``math``, ``mbpp``):
 rows from local files (``.jsonl``/``.json``/``.parquet``/``.csv``) or a Hugging Face data
-set (downloaded by name online, read from the local cache offline; zoo.core.hub), and the
+set (downloaded by name online, read from the local cache offline; zoo.hub), and the
 ``ConfigError`` that says where it looked when neither has them. ``owner`` (the env's
 name) and ``fields`` (its row format) only word the error messages."""
 
@@ -14,9 +14,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from zoo.core import hub
+from zoo import hub
 from zoo.core.config import ConfigError
-from zoo.core.hub import first_line
+from zoo.hub import first_line
 
 BUILDERS = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".csv": "csv"}
 

@@ -11,7 +11,7 @@ this order):
 2. otherwise the Hugging Face data set named by ``hf_train`` / ``hf_eval``
    (``"path:config:split"`` or ``"path:split"``; ``path`` may be a local data set
    directory): online, ``datasets.load_dataset`` downloads it from the Hub by name on
-   first use (``$HF_ENDPOINT``, the Hugging Face caches; zoo.core.hub); offline
+   first use (``$HF_ENDPOINT``, the Hugging Face caches; zoo.hub); offline
    (``HF_HUB_OFFLINE=1``, or the Hub not reachable) the same call reads it from the local
    Hugging Face datasets cache with the Hub switched off.
 
