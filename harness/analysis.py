@@ -31,6 +31,7 @@ from harness.stats import (
     t_interval,
     tie_groups,
 )
+from harness.walltime import wall_time_table
 from zoo.services.ledger import PHASES
 
 if TYPE_CHECKING:
@@ -617,6 +618,7 @@ def write_analysis(out: Path) -> dict[str, pd.DataFrame]:
         "summary": summary_table(points, pairs),
         "pairs": pairs,
         "throughput": throughput_table(runs),
+        "wall_time": wall_time_table(runs),
         "off_policy": off_policy_table(runs),
     }
     claims = claims_table(runs, run_scores(points), tables["off_policy"])
@@ -820,6 +822,18 @@ def write_report(out: Path, tables: dict[str, str], power: list[str] | None = No
         "![throughput](plots/throughput.png)",
         "",
         tables["throughput"],
+        "",
+        "## Where the wall time went",
+        "",
+        "Seconds per run, the mean over each row's complete single-session runs",
+        "(`harness/walltime.py`): `startup`, building the run's services (engine, model,",
+        "reference; small when compare reused the engine of an earlier run); the loop's",
+        "phases as in the throughput table, summed over the run's steps; `step_other`, the",
+        "rest of the steps' time; `evaluation`, every held-out evaluation (not charged to",
+        "the budget); `checkpoint_and_io`, checkpoints and the run's files; `wall`, all of",
+        "it. Runs that shared the machine's cores with others took longer than alone.",
+        "",
+        tables["wall_time"],
         "",
     ]
     (out / "report.md").write_text("\n".join(lines))

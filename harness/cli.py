@@ -618,13 +618,16 @@ def _train(cfg, out: Path, args: argparse.Namespace) -> list[dict]:
     from zoo.run.progress import add_run_task, make_progress, run_columns, update_run_task
     from zoo.run.wiring import build_services
 
+    started = time.perf_counter()
     services = build_services(cfg, quiet=args.quiet)
+    startup = time.perf_counter() - started
     with make_progress(args.quiet, *run_columns()) as progress:
         task = add_run_task(progress, f"{cfg.algorithm} on {cfg.env}", cfg)
         try:
             history = execute_run(
                 cfg, out, services, command=command_line(), resume=args.resume,
                 on_record=lambda r: update_run_task(progress, task, cfg, r),
+                startup_seconds=startup,
             )  # fmt: skip
         finally:
             services.close()

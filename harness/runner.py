@@ -62,6 +62,7 @@ def execute_run(
     on_record: Callable[[dict[str, Any]], None] | None = None,
     hosts: list[str] | None = None,
     experiment: Path | None = None,
+    startup_seconds: float | None = None,
 ) -> list[dict[str, Any]]:
     """Run ``cfg`` into ``out``. With ``resume``, continue from the last checkpoint there
     (the metrics and samples before it are kept, the ones after it re-done); a fresh run
@@ -69,7 +70,8 @@ def execute_run(
     run on when not the placement file's (``compare --jobs``), recorded per session in
     sessions.jsonl, since a resume may run on other hosts. ``experiment``: the folder of
     the experiment the run is part of, which groups its ``--report-to`` trackers (None:
-    the run is its own; zoo.run.trackers)."""
+    the run is its own; zoo.run.trackers). ``startup_seconds``: how long building
+    ``services`` took, kept in complete.json (harness.walltime)."""
     loop = RLLoop(cfg, services)
     config = {"run_id": out.name, "command": command, **resolved_config(cfg, services)}
     model_path = Path(config["model_path"])
@@ -119,6 +121,7 @@ def execute_run(
     write_whole(out / COMPLETE, json.dumps({
         "steps": loop.step_index, "flops": services.ledger.total_flops,
         "samples": loop.samples, "wall_seconds_this_session": time.time() - started,
+        **({} if startup_seconds is None else {"startup_seconds": startup_seconds}),
         "finished": now_iso(), "sessions": writer.sessions(),
     }), RESUME)  # fmt: skip
     return read_metrics(out) if resume else history
@@ -201,6 +204,7 @@ def train_one(cfg: RunConfig, run_dir: Path, command: str, resume: bool,
     experiment is the folder ``run_dir`` is in, ``<experiment>/runs/<run>``
     (run_experiment)."""
     key = (cfg.model, cfg.model_path, cfg.init, cfg.generator, cfg.device)
+    started = time.perf_counter()
     if cfg.placement == "local":
         services = build_services(cfg, quiet=True, generator=generators.get(key))
         generators[key] = services.generator
@@ -209,10 +213,12 @@ def train_one(cfg: RunConfig, run_dir: Path, command: str, resume: bool,
         if hosts:
             placed = dataclasses.replace(cfg, distributed={**cfg.distributed, "hosts": hosts})
         services = build_services(placed, quiet=True)
+    startup = time.perf_counter() - started
     try:
         history = execute_run(cfg, run_dir, services, command=command, resume=resume,
                               on_record=on_record, hosts=hosts,
-                              experiment=run_dir.parent.parent)  # fmt: skip
+                              experiment=run_dir.parent.parent,
+                              startup_seconds=startup)  # fmt: skip
     finally:
         services.close()
     return {"run": run_name(cfg), "steps": history[-1]["step"],

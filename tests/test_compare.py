@@ -97,6 +97,27 @@ def test_compare_writes_runs_tables_plots_and_report(experiment):
     assert "Headline, fixed before the runs" in report
 
 
+def test_the_report_says_where_the_wall_time_went(experiment):
+    """Every run records how long its services took to build; the report splits each row's
+    wall time into start-up, the loop's phases, evaluation and the rest, none negative
+    (a negative rest would mean two timers counted the same seconds)."""
+    import pandas as pd
+
+    startups = [json.loads((run / "complete.json").read_text())["startup_seconds"]
+                for run in sorted((experiment / "runs").iterdir())]  # fmt: skip
+    assert all(s > 0 for s in startups)
+    # compare starts the generation engine once and reuses it: later runs start faster
+    assert min(startups) < 0.5 * max(startups), startups
+    table = pd.read_csv(experiment / "tables" / "wall_time.csv")
+    assert sorted(table.algorithm) == ["dapo", "grpo"] and (table.runs == 2).all()
+    parts = ["startup", "generate", "score", "old_logprobs", "reference", "train", "sync",
+             "step_other", "evaluation", "checkpoint_and_io"]  # fmt: skip
+    assert (table[parts] >= 0).all().all(), table.to_string()
+    assert (table[["generate", "train", "evaluation"]] > 0).all().all()
+    assert table[parts].sum(axis=1).to_numpy() == pytest.approx(table.wall.to_numpy())
+    assert "## Where the wall time went" in (experiment / "report.md").read_text()
+
+
 def test_matched_budgets_stop_within_one_step_of_each_other(experiment):
     finals, step_flops = [], []
     for run_dir in (experiment / "runs").iterdir():
