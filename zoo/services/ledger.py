@@ -26,7 +26,10 @@ backward pass costs twice its forward, so training is 3x its forward.
   the LM head runs only where the model sampled. The engine may recompute more (here
   vLLM runs without prefix caching); the ledger counts the model's necessary work, as for
   single turns. Its tokens (observations included) count in ``generate_tokens``. The
-  reference and training passes see the trajectory as one response of T tokens.
+  reference and training passes see the trajectory as one response of T tokens;
+- the greedy completion (or episode) of each prompt that an algorithm with a greedy
+  baseline asks for (ReMax; ``Algorithm.needs_greedy_baseline``): charged as generation,
+  to its own optional phase ``baseline``, which only such runs report.
 """
 
 from __future__ import annotations
