@@ -90,13 +90,13 @@ class RLLoop:
         self.sampling = SamplingConfig(temperature=cfg.temperature, max_tokens=cfg.max_response_len)
         self.multi_turn = is_multi_turn(services.env)
         self.budget = episode_budget(cfg, services.env)
+        """Tokens after the prompt per sample: max_response_len, or a multi-turn env's
+        token limit per episode (also the L_max of length shaping)."""
         check_greedy_baseline(cfg, services.algorithm)
         self.greedy_baseline = services.algorithm.needs_greedy_baseline
         """Generate, score and charge a greedy completion of every prompt (ReMax)."""
         if self.greedy_baseline:
             services.ledger.open_phase("baseline")
-        """Tokens after the prompt per sample: max_response_len, or a multi-turn env's
-        token limit per episode (also the L_max of length shaping)."""
         self.episode_stats: list[tuple[int, int, int]] = []
         """Multi-turn: (turns, tool calls, successful tool calls) of this step's episodes."""
         self.cursor = 0  # next index in the env's train stream for this seed
