@@ -249,3 +249,18 @@ def test_a_short_run_beside_grpo_charges_the_baseline_from_the_same_budget(tmp_p
     assert first["reward_mean"] == other["reward_mean"]
     config = json.loads((runs / "remax__arithmetic__seed0" / "config.json").read_text())
     assert config["algorithm"]["name"] == "remax"
+
+
+@pytest.mark.slow
+def test_remax_raises_heldout_accuracy_on_the_tiny_model(tmp_path):
+    """With the run defaults (128 prompts x 8, 4 mini-batches), seed 0 measured held-out
+    greedy accuracy 0.242 -> 0.374 at step 10, 0.388 at step 20, 0.392 at step 30 (sampled
+    pass@1 0.157 -> 0.222); the greedy baseline took 2.3% of the ledger's FLOPs."""
+    result = run_harness("run", "remax", "--steps", "20", "--eval-every", "20", "--seed", "0",
+                         "--quiet", "--out", "run", cwd=tmp_path, timeout=3600)  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    records = read_metrics(tmp_path / "run")
+    start, end = records[0]["eval_reward"], records[-1]["eval_reward"]
+    assert end - start >= 0.08, f"held-out accuracy {start:.3f} -> {end:.3f}"
+    share = sum(r["baseline_flops"] for r in records[1:]) / records[-1]["flops"]
+    assert 0.005 < share < 0.1, share
