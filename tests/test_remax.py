@@ -7,6 +7,7 @@ resumed exactly, and a short run of the command line (slow)."""
 
 from __future__ import annotations
 
+import csv
 import json
 import statistics
 from pathlib import Path
@@ -249,6 +250,12 @@ def test_a_short_run_beside_grpo_charges_the_baseline_from_the_same_budget(tmp_p
     assert first["reward_mean"] == other["reward_mean"]
     config = json.loads((runs / "remax__arithmetic__seed0" / "config.json").read_text())
     assert config["algorithm"]["name"] == "remax"
+    # the comparison's throughput table gives the baseline its share of the FLOPs
+    table = {r["algorithm"]: r for r in csv.DictReader(
+        (tmp_path / "cmp" / "tables" / "throughput.csv").open())}  # fmt: skip
+    share = sum(r["baseline_flops"] for r in remax[1:]) / remax[-1]["flops"]
+    assert float(table["remax"]["baseline_flops_share"]) == pytest.approx(share, rel=1e-9)
+    assert float(table["grpo"]["baseline_flops_share"]) == 0.0
 
 
 @pytest.mark.slow
