@@ -31,6 +31,7 @@ from zoo.models.presets import (
     prefetch_model_config,
 )
 from zoo.run.episodes import episode_budget
+from zoo.run.loop import check_greedy_baseline
 from zoo.run.progress import add_run_task, make_progress, run_columns, update_run_task
 from zoo.run.run_config import RunConfig
 from zoo.run.runlog import AGAIN, RESUME, machine, now_iso, package_versions, write_whole
@@ -47,6 +48,7 @@ def preflight(cfgs: list[RunConfig], conformance: bool = True) -> None:
         cfg.validate()
         algorithm = get_algorithm(cfg.algorithm, **cfg.algorithm_config)
         algorithm.check_run(cfg.group_size, cfg.prompts_per_step * cfg.group_size)
+        check_greedy_baseline(cfg, algorithm)
         key = json.dumps([cfg.algorithm, cfg.algorithm_config], sort_keys=True, default=str)
         if conformance and key not in checked:
             check_conformance(cfg.algorithm, cfg.algorithm_config)
@@ -69,6 +71,8 @@ def preflight(cfgs: list[RunConfig], conformance: bool = True) -> None:
             per_sample += ledger.scoring_flops(prompt, response)
         step_samples = cfg.prompts_per_step * cfg.group_size
         step_flops = step_samples * per_sample
+        if algorithm.needs_greedy_baseline:  # one greedy completion per prompt (ReMax)
+            step_flops += cfg.prompts_per_step * ledger.generation_flops(prompt, response)
         if cfg.budget_flops and cfg.budget_flops < step_flops:
             raise ConfigError(
                 f"--budget {cfg.budget_flops:.3g} FLOPs is less than one step of "

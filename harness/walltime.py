@@ -18,7 +18,7 @@ import json
 
 import pandas as pd
 
-from zoo.services.ledger import PHASES
+from zoo.services.ledger import ALL_PHASES, PHASES
 
 
 def run_wall_time(run: dict) -> dict[str, float] | None:
@@ -32,7 +32,8 @@ def run_wall_time(run: dict) -> dict[str, float] | None:
         return None
     records = run["records"]
     steps = [r for r in records if r["step"] > 0]
-    phases = {p: sum(r.get(f"{p}_seconds", 0.0) for r in steps) for p in PHASES}
+    # every phase, the optional ones too (ReMax's baseline): 0 where a run spent nothing
+    phases = {p: sum(r.get(f"{p}_seconds", 0.0) for r in steps) for p in ALL_PHASES}
     loop = steps[-1]["seconds"] if steps else 0.0
     evaluation = sum(r.get("eval_seconds", 0.0) for r in records)
     wall = complete["wall_seconds_this_session"]
@@ -59,6 +60,8 @@ def wall_time_table(runs: list[dict]) -> pd.DataFrame:
     if not rows:
         return pd.DataFrame()
     frame = pd.DataFrame(rows)
+    # an optional phase shows only where a run of the table spent in it
+    frame = frame.drop(columns=[p for p in ALL_PHASES if p not in PHASES and not frame[p].any()])
     table = frame.groupby(["env", "algorithm"], sort=False).mean().reset_index()
     table.insert(2, "runs", frame.groupby(["env", "algorithm"], sort=False).size().values)
     table["evaluation_share"] = table["evaluation"] / table["wall"]

@@ -2,8 +2,8 @@
 vLLM engine, with an env defined here: it answers each turn with the observation "=?\\n"
 and ends after ``end_after`` turns with reward 1 if the last turn has text. Checked: the
 assistant mask and sampler log-probs token by token, the ledger's charge, the turn and
-token limits, an env that raises, a resume mid-run, and per-turn rewards reaching an
-algorithm that assigns credit per turn."""
+token limits, an env that raises, a resume mid-run, per-turn rewards reaching an
+algorithm that assigns credit per turn, and ReMax's greedy baseline episodes."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from harness.runner import execute_run, read_metrics
 from zoo.algorithms.grpo import GRPO
 from zoo.core.config import ConfigError
 from zoo.envs import ENVS, Episode, MultiTurnEnv, Prompt, Reply
-from zoo.run.episodes import EpisodeError
+from zoo.run.episodes import EpisodeError, rollout_episodes
 from zoo.run.rollout import rollout_batch, sampling_seed
 from zoo.run.run_config import RunConfig
 from zoo.run.runlog import is_timing_key
@@ -109,7 +109,7 @@ def recording(generator, calls: list):
     def recorded(prompts, n, sampling, seeds=None, greedy=False):
         out = generate(prompts, n, sampling, seeds=seeds, greedy=greedy)
         calls.append({"prompts": prompts, "n": n, "seeds": seeds, "max_tokens": sampling.max_tokens,
-                      "out": out})  # fmt: skip
+                      "greedy": greedy, "out": out})  # fmt: skip
         return out
 
     return recorded
@@ -175,6 +175,41 @@ def test_the_ledger_charges_each_episode_once_with_its_env_tokens(episode_loop):
     # the head runs at sampled tokens only: less than if every token were the model's
     assert expected < sum(ledger.generation_flops(len(c.prompt_ids), len(c.token_ids))
                           for c in episodes)  # fmt: skip
+
+
+def test_remax_gets_a_greedy_episode_of_each_prompt_as_its_baseline(episode_loop):
+    """ReMax's baseline in a multi-turn env (Algorithm.needs_greedy_baseline): one episode
+    per prompt, every turn greedy, from the prompt ids its samples had; its reward is the
+    env's, and it is charged to the ledger's baseline phase as an episode is to generate."""
+    loop = episode_loop(config(algorithm="remax"))
+    prompts, groups = loop.sample_groups(4)
+    encoded = [g[0].prompt_ids for g in groups]
+    calls: list = []
+    loop.s.generator.generate = recording(loop.s.generator, calls)
+    try:
+        rewards, lengths = loop.baseline_groups(prompts, groups)
+    finally:
+        del loop.s.generator.generate
+    assert len(calls) >= 2 and all(c["greedy"] and c["n"] == 1 for c in calls)
+    assert calls[0]["prompts"] == encoded and calls[0]["seeds"] is None
+    # the episodes evaluation would play greedily with these weights
+    s = loop.s
+    played = rollout_episodes(s.env, s.generator, s.observe, prompts, encoded, 1, loop.sampling,
+                              loop.budget, greedy=True)  # fmt: skip
+    episodes = [g[0] for g in played]
+    assert all(c.turns == 2 and c.assistant_mask.count(0) == 3 for c in episodes)
+    assert rewards.tolist() == [c.reward for c in episodes]
+    assert lengths.tolist() == [len(c.token_ids) for c in episodes]
+    ledger = s.ledger
+    charge = [
+        ledger.generation_flops(len(c.prompt_ids), len(c.token_ids), sum(c.assistant_mask))
+        for c in episodes
+    ]
+    assert ledger.flops["baseline"] == sum(charge)
+    assert ledger.tokens["baseline"] == sum(len(c.token_ids) for c in episodes)
+    record = loop.step()  # and a whole step trains with it, on the next prompts
+    assert 0.0 <= record["baseline_reward_mean"] <= 1.0
+    assert {"turns_mean", "baseline_len_mean", "policy_kl"} <= set(record)
 
 
 def test_episodes_end_at_the_turn_limit_and_at_the_token_limit(episode_loop):

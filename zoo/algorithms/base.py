@@ -23,6 +23,13 @@ episode's last turn; the last turn's entry is the episode's reward). Such an ove
 return [groups, G, K] advantages, one per assistant turn: every token of turn k then
 carries advantage k. A single-turn env passes K = 1.
 
+A greedy baseline (ReMax, arXiv 2310.10505): when ``advantages`` has a ``greedy_rewards``
+parameter (``needs_greedy_baseline``), the loop also generates one greedy completion of
+each prompt with the policy that sampled the group, scores it like the samples (shaped by
+``shape_rewards`` as they are) and passes the [groups] rewards; it charges that generation
+to the ledger (phase ``baseline``), so a matched-compute budget pays for it. Sync mode;
+single- and multi-turn envs.
+
 Entropy (zoo/core/entropy.py): when ``needs_entropy`` is True the trainer also hands the
 loss ``batch.entropy``, the policy's per-token entropy over its whole next-token
 distribution, with its gradient. The default property reads the config fields
@@ -103,26 +110,42 @@ KL_OPTIONS = ("kl_target", "kl_horizon", "kl_in_reward")
 # ``advantage: str = "rloo"`` (its documentation stays the one below).
 
 
-@dataclasses.dataclass
-class EstimatorFields:
-    """The shared estimators by name: the advantage and the KL penalty's."""
+# Each single field is its own group too, for a config that has some of them but not
+# another (remax has ``kl`` and ``loss``, but no ``advantage``: its paper fixes the
+# baseline). The groups combine base-last, so a dataclass lists their fields in the order
+# ``advantage, kl, loss`` as it always has (config.json and ``list algorithms`` keep it).
 
+
+@dataclasses.dataclass
+class AdvantageField:
     advantage: str = "group_norm"
     """Advantage estimator by name (zoo.core.losses.ADVANTAGE_ESTIMATORS; docs/algorithms.md,
     "Advantage estimators"); group_norm is GRPO's (DeepSeekMath, arXiv 2402.03300, eq. 3)."""
+
+
+@dataclasses.dataclass
+class KLField:
     kl: str = "k3"
     """Estimator of the KL penalty weighted by beta (zoo.core.losses.KL_ESTIMATORS: k1, k2,
     k3); k3 is GRPO's (DeepSeekMath, arXiv 2402.03300, eq. 4). Idle while beta is 0."""
 
 
 @dataclasses.dataclass
-class PolicyLossFields(EstimatorFields):
-    """The shared estimators, and the policy loss of a plugin that bounds a token ratio."""
-
+class LossField:
     loss: str = "ppo_clip"
     """Policy loss by name (zoo.core.losses.POLICY_LOSSES) at this algorithm's ratio bounds:
     ppo_clip, PPO's clipped surrogate (arXiv 1707.06347, eq. 7); cispo, the ratio capped at
     the upper bound as a REINFORCE weight (arXiv 2506.13585); unclipped, r A, no bound."""
+
+
+@dataclasses.dataclass
+class EstimatorFields(KLField, AdvantageField):
+    """The shared estimators by name: the advantage and the KL penalty's."""
+
+
+@dataclasses.dataclass
+class PolicyLossFields(LossField, EstimatorFields):
+    """The shared estimators, and the policy loss of a plugin that bounds a token ratio."""
 
 
 @dataclasses.dataclass
@@ -351,21 +374,42 @@ class Algorithm(ABC):
         the per-turn reward tensor."""
         return "turn_rewards" in inspect.signature(self.advantages).parameters
 
+    @property
+    def needs_greedy_baseline(self) -> bool:
+        """True when ``advantages`` declares ``greedy_rewards``: only then does the loop
+        generate one greedy (argmax) completion of each prompt besides its G samples, with
+        the same generator and weights, score it with the env, charge it to the ledger's
+        ``baseline`` phase (it is paid for from the run's budget) and pass its rewards
+        (ReMax's baseline, arXiv 2310.10505). Otherwise nothing of it runs."""
+        return "greedy_rewards" in inspect.signature(self.advantages).parameters
+
     def group_advantages(
-        self, rewards: torch.Tensor, lengths: torch.Tensor, turn_rewards: torch.Tensor | None = None
-    ) -> torch.Tensor:
-        """What the loop calls: ``advantages(rewards, ...)`` with ``lengths=`` and
-        ``turn_rewards=`` only for the parameters an override declares (plugins written
-        before they were passed keep working). ``turn_rewards``: [groups, G, K], NaN past
-        an episode's last turn; None: one turn each, whose reward is ``rewards``. Returns
-        [groups, G] advantages, or [groups, G, K] from an override that assigns credit
-        per turn."""
+        self, rewards: torch.Tensor, lengths: torch.Tensor,
+        turn_rewards: torch.Tensor | None = None, greedy_rewards: torch.Tensor | None = None,
+    ) -> torch.Tensor:  # fmt: skip
+        """What the loop calls: ``advantages(rewards, ...)`` with ``lengths=``,
+        ``turn_rewards=`` and ``greedy_rewards=`` only for the parameters an override
+        declares (plugins written before they were passed keep working). ``turn_rewards``:
+        [groups, G, K], NaN past an episode's last turn; None: one turn each, whose reward
+        is ``rewards``. ``greedy_rewards``: [groups], the reward of each prompt's greedy
+        completion (shaped like ``rewards``), required when ``needs_greedy_baseline``.
+        Returns [groups, G] advantages, or [groups, G, K] from an override that assigns
+        credit per turn."""
         params = inspect.signature(self.advantages).parameters
         extra: dict[str, torch.Tensor] = {}
         if "lengths" in params:
             extra["lengths"] = lengths
         if self.uses_turn_rewards:
             extra["turn_rewards"] = rewards[..., None] if turn_rewards is None else turn_rewards
+        if self.needs_greedy_baseline:
+            if greedy_rewards is None or tuple(greedy_rewards.shape) != tuple(rewards.shape[:1]):
+                got = None if greedy_rewards is None else tuple(greedy_rewards.shape)
+                raise ValueError(
+                    f"algorithm {self.name!r}: advantages() takes greedy_rewards, the reward "
+                    f"of one greedy completion per prompt ([groups] = "
+                    f"{tuple(rewards.shape[:1])}); got {got}"
+                )
+            extra["greedy_rewards"] = greedy_rewards
         advantages = self.advantages(rewards, **extra)
         expected = [tuple(rewards.shape)]
         if "turn_rewards" in extra:

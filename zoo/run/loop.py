@@ -3,6 +3,9 @@
     env.train_prompts        -> prompts (the env keeps the answers)
     generator.generate       -> G completions per prompt (ids, sampler logprobs, version)
     services.score_batch     -> rewards (the env, here or in scorer processes)
+    greedy baseline          -> only if algorithm.needs_greedy_baseline (ReMax): one greedy
+                                completion per prompt, same generator and weights, scored
+                                like the samples, charged to the ledger's baseline phase
     algorithm.shape_rewards  -> e.g. DAPO's overlong punishment
     algorithm.advantages     -> per-response advantages
     algorithm.keep           -> e.g. DAPO's dynamic sampling (refill up to max rounds)
@@ -52,6 +55,8 @@ from typing import Any
 
 import torch
 
+from zoo.algorithms.base import Algorithm
+from zoo.core.config import ConfigError
 from zoo.core.losses import KL_ESTIMATORS, adaptive_kl_coef, kl_reward_to_go, masked_mean
 from zoo.core.types import Completion, TrainBatch
 from zoo.envs import Prompt, is_multi_turn
@@ -87,6 +92,11 @@ class RLLoop:
         self.budget = episode_budget(cfg, services.env)
         """Tokens after the prompt per sample: max_response_len, or a multi-turn env's
         token limit per episode (also the L_max of length shaping)."""
+        check_greedy_baseline(cfg, services.algorithm)
+        self.greedy_baseline = services.algorithm.needs_greedy_baseline
+        """Generate, score and charge a greedy completion of every prompt (ReMax)."""
+        if self.greedy_baseline:
+            services.ledger.open_phase("baseline")
         self.episode_stats: list[tuple[int, int, int]] = []
         """Multi-turn: (turns, tool calls, successful tool calls) of this step's episodes."""
         self.cursor = 0  # next index in the env's train stream for this seed
@@ -162,6 +172,33 @@ class RLLoop:
         return s.generator.generate(encoded, n=n, sampling=self.sampling, seeds=seeds,
                                     greedy=greedy)  # fmt: skip
 
+    def baseline_groups(
+        self, prompts: list[Prompt], groups: list[list[Completion]]
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """ReMax's baseline (arXiv 2310.10505, Algorithm 1): one greedy (argmax) completion
+        of each prompt of ``groups``, from the same generator and weights that sampled them
+        and the same prompt ids (a multi-turn env: a greedy episode, every turn greedy),
+        scored by the env like the samples. Timed and charged to the ledger's ``baseline``
+        phase as generation (FLOPs as ``generate``, its generated tokens), and counted in
+        ``samples``: the run pays for it from the same budget. Returns the [groups] task
+        rewards and [groups] lengths (tokens after the prompt) of the greedy completions."""
+        ledger = self.s.ledger
+        with ledger.timed("baseline"):
+            encoded = [g[0].prompt_ids for g in groups]
+            greedy = self._sample(prompts, encoded, 1, greedy=True)
+            rewards = torch.tensor(self._rewards(prompts, greedy))
+        for g in greedy:
+            c = g[0]
+            ledger.add(
+                "baseline",
+                ledger.generation_flops(
+                    len(c.prompt_ids), len(c.token_ids), head_tokens=c.assistant_tokens
+                ),
+                len(c.token_ids),
+            )
+        self.samples += len(greedy)
+        return rewards, torch.tensor([len(g[0].token_ids) for g in greedy])
+
     def _rewards(self, prompts: list[Prompt], groups: list[list[Completion]]) -> list[float]:
         """The reward of every sample, flat: an episode's own (the env gave it when the
         episode ended), else one scoring call (envs may score a whole batch in parallel)."""
@@ -203,6 +240,8 @@ class RLLoop:
         kept_in_loss: list[torch.Tensor] = []
         task_rewards: list[float] = []
         response_lengths: list[int] = []
+        greedy_rewards: list[float] = []
+        greedy_lengths: list[int] = []
         rounds = 0
         while len(kept_groups) < cfg.prompts_per_step and rounds < cfg.max_sampling_rounds:
             rounds += 1
@@ -219,7 +258,15 @@ class RLLoop:
             shaped = algo.shape_rewards(rewards, lengths, self.budget)
             wanted = self.multi_turn and algo.uses_turn_rewards
             per_turn = turn_rewards(groups, shaped) if wanted else None
-            advantages = algo.group_advantages(shaped, lengths, per_turn)
+            baseline = None
+            if self.greedy_baseline:
+                greedy, greedy_len = self.baseline_groups(prompts, groups)
+                greedy_rewards += greedy.tolist()
+                greedy_lengths += greedy_len.tolist()
+                # shaped as the samples' rewards are, so that R - b compares like with like
+                baseline = algo.shape_rewards(greedy[:, None], greedy_len[:, None],
+                                              self.budget)[:, 0]  # fmt: skip
+            advantages = algo.group_advantages(shaped, lengths, per_turn, baseline)
             keep = algo.keep(rewards)
             truncated = torch.tensor([[c.finish_reason == "length" for c in g] for g in groups])
             in_loss = algo.train_mask(truncated)
@@ -244,6 +291,8 @@ class RLLoop:
         if self.multi_turn:
             record.update(episode_metrics(self.episode_stats))
         self.episode_stats = []
+        if self.greedy_baseline:
+            record.update(baseline_metrics(greedy_rewards, greedy_lengths))
         if kept_groups:
             batch = rollout_batch(
                 kept_groups, stack_advantages(kept_adv), torch.stack(kept_in_loss)
@@ -503,6 +552,27 @@ class RLLoop:
         for name in ("flops", "tokens", "seconds"):
             getattr(ledger, name).update(state["ledger"][name])
         ledger.step_delta()  # the next step's delta starts from the restored totals
+
+
+def check_greedy_baseline(cfg: RunConfig, algorithm: Algorithm) -> None:
+    """Refuse a run whose algorithm needs a greedy baseline (``needs_greedy_baseline``)
+    in a mode that does not generate one: async mode requests each batch's samples steps
+    ahead, and no greedy completion is requested with them (ConfigError naming the
+    setting)."""
+    if algorithm.needs_greedy_baseline and cfg.mode != "sync":
+        raise ConfigError(
+            f"algorithm {algorithm.name!r} generates a greedy baseline completion per prompt, "
+            f"which runs in sync mode only; got mode {cfg.mode!r}: use --mode sync"
+        )
+
+
+def baseline_metrics(rewards: list[float], lengths: list[int]) -> dict[str, float]:
+    """The greedy baseline's completions of a step (every sampling round):
+    ``baseline_reward_mean``, their mean task reward (before any shaping), to set beside
+    ``reward_mean`` of the samples, and ``baseline_len_mean``, their mean length in tokens
+    after the prompt."""
+    return {"baseline_reward_mean": statistics.fmean(rewards),
+            "baseline_len_mean": statistics.fmean(lengths)}  # fmt: skip
 
 
 def train_samples(

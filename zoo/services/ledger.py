@@ -26,7 +26,10 @@ backward pass costs twice its forward, so training is 3x its forward.
   the LM head runs only where the model sampled. The engine may recompute more (here
   vLLM runs without prefix caching); the ledger counts the model's necessary work, as for
   single turns. Its tokens (observations included) count in ``generate_tokens``. The
-  reference and training passes see the trajectory as one response of T tokens.
+  reference and training passes see the trajectory as one response of T tokens;
+- the greedy completion (or episode) of each prompt that an algorithm with a greedy
+  baseline asks for (ReMax; ``Algorithm.needs_greedy_baseline``): charged as generation,
+  to its own optional phase ``baseline``, which only such runs report.
 """
 
 from __future__ import annotations
@@ -39,6 +42,13 @@ from contextlib import contextmanager
 from zoo.models.presets import ModelShape
 
 PHASES = ("generate", "score", "old_logprobs", "reference", "train", "sync")
+"""The phases every run reports (``<phase>_flops``, ``_tokens``, ``_seconds`` per step)."""
+OPTIONAL_PHASES = ("baseline",)
+"""Phases only some algorithms spend in, reported only by runs that open them
+(``Ledger.open_phase``), so that the records of every other run keep exactly their keys.
+``baseline``: the greedy completion of each prompt that ReMax's baseline is (generated
+and scored; ``Algorithm.needs_greedy_baseline``), charged as generation."""
+ALL_PHASES = PHASES + OPTIONAL_PHASES
 
 
 class Ledger:
@@ -47,7 +57,18 @@ class Ledger:
         self.flops: dict[str, float] = defaultdict(float)
         self.tokens: dict[str, int] = defaultdict(int)
         self.seconds: dict[str, float] = defaultdict(float)
+        self.phases: tuple[str, ...] = PHASES
+        """The phases this run reports: ``PHASES`` and any optional one it opened."""
         self._mark = self._snapshot()
+
+    def open_phase(self, phase: str) -> None:
+        """Report the optional ``phase`` (``OPTIONAL_PHASES``) in this run's step deltas
+        from now on (the loop opens ``baseline`` for an algorithm that needs it)."""
+        if phase not in OPTIONAL_PHASES:
+            raise ValueError(f"{phase!r} is not an optional phase; valid: {OPTIONAL_PHASES}")
+        if phase not in self.phases:
+            self.phases = (*self.phases, phase)
+            self._mark = {**self._mark, **self._snapshot((phase,))}
 
     def forward_flops(self, length: int, head_tokens: int) -> float:
         """One forward pass over positions 0 .. length - 1, LM head on ``head_tokens``."""
@@ -87,9 +108,9 @@ class Ledger:
     def total_flops(self) -> float:
         return sum(self.flops.values())
 
-    def _snapshot(self) -> dict[str, float]:
+    def _snapshot(self, phases: tuple[str, ...] | None = None) -> dict[str, float]:
         snap = {}
-        for p in PHASES:
+        for p in self.phases if phases is None else phases:
             snap[f"{p}_seconds"] = self.seconds[p]
             snap[f"{p}_tokens"] = self.tokens[p]
             snap[f"{p}_flops"] = self.flops[p]
