@@ -14,6 +14,9 @@ tests/test_golden_metrics.py takes whichever applies on the machine it runs on:
 
       python tests/golden_metrics.py --write
 
+  or, checking first that the built-ins an older commit knows give its code's numbers
+  (nothing is written if not): ``--write --against COMMIT``.
+
 - **Two commits on this machine.** Where no golden matches this machine's class, the same
   short runs are made here from a reference commit's tree (``git archive``) and from the
   working tree, and compared exactly. The test's reference is the last commit that
@@ -196,11 +199,11 @@ def differences(
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    what = parser.add_mutually_exclusive_group()
-    what.add_argument("--write", action="store_true",
-                      help="record this machine class's golden file")  # fmt: skip
-    what.add_argument("--against", metavar="COMMIT",
-                      help="run COMMIT's code and the working tree's here and compare")  # fmt: skip
+    parser.add_argument("--write", action="store_true",
+                        help="record this machine class's golden file (with --against: "
+                        "only if the runs COMMIT's code knows are the same)")  # fmt: skip
+    parser.add_argument("--against", metavar="COMMIT",
+                        help="run COMMIT's code and the working tree's and compare")  # fmt: skip
     args = parser.parse_args()
     here = machine()
     with tempfile.TemporaryDirectory() as work:
@@ -209,6 +212,12 @@ def main() -> int:
             reference = produce_at(args.against, Path(work) / "reference")
             print(f"ran {args.against}'s code")
         runs = produce(Path(work) / "head")
+    if args.write and reference is not None:  # record only what matches the old code
+        if found := differences(reference, runs):
+            print("\n".join(found) + "\nnot written: the runs differ from " + args.against)
+            return 1
+        print(f"same metrics as {args.against}'s code; unguarded there: "
+              f"{', '.join(unguarded(reference)) or 'none'}")  # fmt: skip
     if args.write:
         path = golden_path(here)
         path.parent.mkdir(parents=True, exist_ok=True)
