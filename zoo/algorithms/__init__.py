@@ -26,6 +26,7 @@ ALGORITHMS = Registry(
         "gmpo": "zoo.algorithms.gmpo:GMPO",
         "clip_cov": "zoo.algorithms.clip_cov:ClipCov",
         "kl_cov": "zoo.algorithms.kl_cov:KLCov",
+        "ppo": "zoo.algorithms.ppo:PPO",
         "grpo_twin": "zoo.algorithms.controls:GRPOTwin",
     },
 )

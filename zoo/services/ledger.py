@@ -27,6 +27,12 @@ backward pass costs twice its forward, so training is 3x its forward.
   vLLM runs without prefix caching); the ledger counts the model's necessary work, as for
   single turns. Its tokens (observations included) count in ``generate_tokens``. The
   reference and training passes see the trajectory as one response of T tokens.
+- a critic (an algorithm with ``needs_values``, zoo/services/value.py) is the policy's
+  body with a scalar head: its forward over P + R tokens costs the body over all of them
+  and 2 * hidden per response token (no LM head), charged to ``critic`` (the values
+  before the advantages) and, at 3x per pass (forward and backward), to ``critic_train``.
+  These phases appear in a step's record only once charged, so the records of runs
+  without a critic keep their keys.
 """
 
 from __future__ import annotations
@@ -39,6 +45,8 @@ from contextlib import contextmanager
 from zoo.models.presets import ModelShape
 
 PHASES = ("generate", "score", "old_logprobs", "reference", "train", "sync")
+CRITIC_PHASES = ("critic", "critic_train")
+"""Phases of a learned critic's work, logged only in runs that charge them."""
 
 
 class Ledger:
@@ -71,6 +79,12 @@ class Ledger:
         """A forward pass that scores a response (reference, or training's forward)."""
         return self.forward_flops(prompt_len + response_len, head_tokens=response_len)
 
+    def value_flops(self, prompt_len: int, response_len: int) -> float:
+        """A critic's forward over a scored response: the body over every position and
+        the scalar value head (hidden x 1) at each response token, no LM head."""
+        body = self.forward_flops(prompt_len + response_len, head_tokens=0)
+        return body + 2.0 * self.shape.hidden_size * response_len
+
     def add(self, phase: str, flops: float = 0.0, tokens: int = 0) -> None:
         self.flops[phase] += flops
         self.tokens[phase] += tokens
@@ -89,7 +103,7 @@ class Ledger:
 
     def _snapshot(self) -> dict[str, float]:
         snap = {}
-        for p in PHASES:
+        for p in (*PHASES, *(c for c in CRITIC_PHASES if c in self.flops)):
             snap[f"{p}_seconds"] = self.seconds[p]
             snap[f"{p}_tokens"] = self.tokens[p]
             snap[f"{p}_flops"] = self.flops[p]
@@ -98,6 +112,6 @@ class Ledger:
     def step_delta(self) -> dict[str, float]:
         """Per-phase seconds, tokens and FLOPs since the previous call."""
         now = self._snapshot()
-        delta = {k: now[k] - self._mark[k] for k in now}
+        delta = {k: now[k] - self._mark.get(k, 0) for k in now}
         self._mark = now
         return delta
