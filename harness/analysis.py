@@ -31,7 +31,7 @@ from harness.stats import (
     t_interval,
     tie_groups,
 )
-from zoo.services.ledger import PHASES
+from zoo.services.ledger import CRITIC_PHASES, PHASES
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -307,10 +307,12 @@ def throughput_table(runs: list[dict]) -> pd.DataFrame:
     FLOPs by phase, achieved FLOP/s (ledger FLOPs / phase seconds)."""
     rows = []
     frame = step_frame(runs)
-    for p in PHASES:  # runs recorded before a phase existed spent nothing in it
+    # a learned critic's phases only where some run charged them (ppo)
+    phases = (*PHASES, *(p for p in CRITIC_PHASES if f"{p}_flops" in frame))
+    for p in phases:  # runs recorded before a phase existed spent nothing in it
         for what in ("flops", "seconds", "tokens"):
             frame[f"{p}_{what}"] = frame.get(f"{p}_{what}", 0.0)
-    frame = frame.fillna({f"{p}_{w}": 0.0 for p in PHASES for w in ("flops", "seconds")})
+    frame = frame.fillna({f"{p}_{w}": 0.0 for p in phases for w in ("flops", "seconds")})
     for (env, algo), g in frame.groupby(["env", "algorithm"]):
         row = {
             "env": env,
@@ -319,11 +321,11 @@ def throughput_table(runs: list[dict]) -> pd.DataFrame:
             "generate_tokens_per_s": g["generate_tokens"].sum() / g["generate_seconds"].sum(),
             "train_tokens_per_s": g["train_tokens"].sum() / g["train_seconds"].sum(),
         }
-        total_flops = sum(g[f"{p}_flops"].sum() for p in PHASES)
-        total_seconds = sum(g[f"{p}_seconds"].sum() for p in PHASES)
-        for p in PHASES:
+        total_flops = sum(g[f"{p}_flops"].sum() for p in phases)
+        total_seconds = sum(g[f"{p}_seconds"].sum() for p in phases)
+        for p in phases:
             row[f"{p}_s_per_step"] = g[f"{p}_seconds"].mean()
-        for p in PHASES:
+        for p in phases:
             row[f"{p}_flops_share"] = g[f"{p}_flops"].sum() / total_flops if total_flops else 0
         row["achieved_flops_per_s"] = total_flops / total_seconds if total_seconds else 0
         rows.append(row)
@@ -584,7 +586,7 @@ def plot_throughput(table: pd.DataFrame, path: Path) -> None:
     labels = [f"{r.algorithm}\n{r.env}" for r in table.itertuples()]
     fig, ax = plt.subplots(figsize=(max(5, 1.4 * len(labels)), 4))
     bottom = np.zeros(len(table))
-    for p in PHASES:
+    for p in (*PHASES, *(c for c in CRITIC_PHASES if f"{c}_s_per_step" in table)):
         values = table[f"{p}_s_per_step"].to_numpy()
         ax.bar(labels, values, bottom=bottom, label=p)
         bottom += values

@@ -266,8 +266,8 @@ def test_other_algorithms_build_no_critic_and_log_no_critic_keys(loop_for):
 
 
 def test_kl_in_reward_goes_into_the_per_token_rewards_of_gae(loop_for):
-    cfg = dataclasses.replace(PPO_RUN, steps=1, checkpoint_every=0,
-                              algorithm_config={"beta": 0.05, "kl": "k1", "kl_in_reward": True})  # fmt: skip
+    kl_in_reward = {"beta": 0.05, "kl": "k1", "kl_in_reward": True}
+    cfg = dataclasses.replace(PPO_RUN, steps=1, checkpoint_every=0, algorithm_config=kl_in_reward)
     loop = loop_for(cfg)
     assert loop.s.algorithm.needs_reference and loop.s.algorithm.config.beta == 0.0
     record = loop.step()

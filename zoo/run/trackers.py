@@ -58,7 +58,7 @@ from urllib.parse import urlparse
 from urllib.request import url2pathname
 
 from zoo.core.config import ConfigError
-from zoo.services.ledger import PHASES
+from zoo.services.ledger import CRITIC_PHASES, PHASES
 
 TRACKERS = ("tensorboard", "wandb", "mlflow")
 """The valid names of ``--report-to`` (RunConfig.report_to)."""
@@ -80,7 +80,8 @@ REGIME = ("updates", "policy_kl", "staleness_kl", "policy_version", "stale_dropp
 REGIME_PREFIXES = ("mismatch_", "is_", "policy_age_")
 """metrics.jsonl names in ``regime/``: the training regime (docs/training.md)."""
 
-PERF = ("samples", "flops", "seconds", *(f"{phase}_tokens" for phase in PHASES))
+PERF = ("samples", "flops", "seconds",
+        *(f"{phase}_tokens" for phase in (*PHASES, *CRITIC_PHASES)))  # fmt: skip
 PERF_SUFFIXES = ("_seconds", "_flops", "_per_s")
 """metrics.jsonl names in ``perf/``: the budget counters, each phase's cost, throughput."""
 
