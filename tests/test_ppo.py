@@ -285,3 +285,23 @@ def short_run(tmp_path: Path, steps: int, *extra: str) -> list[dict]:
 
 def means(records: list[dict], key: str) -> float:
     return sum(r[key] for r in records) / len(records)
+
+
+def test_the_monarch_placement_gives_ppo_the_local_numbers_and_critic(tmp_path, tiny_model_path):
+    """The critic as a Monarch actor of its own: the same metrics as the local placement,
+    and a checkpoint holding the same critic."""
+    outs = {}
+    for placement in ("local", "monarch"):
+        outs[placement] = out = tmp_path / placement
+        result = run_harness("run", "ppo", "--steps", "2", "--prompts-per-step", "4",
+                             "--eval-every", "2", "--eval-samples", "0", "--checkpoint-every",
+                             "1", "--env-set", "eval_size=50", "--placement", placement,
+                             "--quiet", "--out", str(out), cwd=tmp_path)  # fmt: skip
+        assert result.returncode == 0, result.stderr[-3000:]
+    local, remote = (untimed(read_metrics(outs[p])) for p in ("local", "monarch"))
+    assert [r["step"] for r in local] == [0, 1, 2] and "value_loss" in local[2]
+    assert local == remote
+    a, b = (load_state_file(current(outs[p] / "checkpoint") / checkpoint.STATE_FILE)["critic"]
+            for p in ("local", "monarch"))  # fmt: skip
+    assert sorted(a["weights"]) == sorted(b["weights"])
+    assert all(a["weights"][k].equal(b["weights"][k]) for k in a["weights"])
