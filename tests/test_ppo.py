@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from dataclasses import replace as dataclass_replace
 from pathlib import Path
 
 import pytest
@@ -354,3 +355,24 @@ def test_the_critic_fits_a_batch_of_the_tiny_models_responses(tiny_path):
     assert float(at_end[right].mean() - at_end[~right].mean()) > 0.6
     assert int((at_end[right] > at_end[~right]).sum()) >= 7  # of the 8 pairs
     assert explained_variance(values, batch.returns, mask) > 0.15
+
+
+def test_the_conformance_suite_checks_a_critics_value_loss():
+    from zoo.algorithms.conformance import CHECKS
+    from zoo.algorithms.ppo import PPO
+    from zoo.core.types import LossOutput
+
+    assert CHECKS["value_loss"](PPO).passed is True
+    assert CHECKS["value_loss"](type(get_algorithm("grpo"))).passed is None
+
+    class OwnMean(PPO):  # divides by its micro-batch's own tokens
+        def value_loss(self, batch: ValueBatch) -> LossOutput:
+            own = dataclass_replace(batch, num_tokens=int(batch.mask.sum()))
+            return super().value_loss(own)
+
+    class ReadsPadding(PPO):  # no mask
+        def value_loss(self, batch: ValueBatch) -> LossOutput:
+            return LossOutput(0.5 * ((batch.values - batch.returns) ** 2).mean())
+
+    assert CHECKS["value_loss"](OwnMean).passed is False
+    assert CHECKS["value_loss"](ReadsPadding).passed is False
