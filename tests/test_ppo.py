@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from dataclasses import replace as dataclass_replace
 from pathlib import Path
 
 import pytest
@@ -367,7 +366,7 @@ def test_the_conformance_suite_checks_a_critics_value_loss():
 
     class OwnMean(PPO):  # divides by its micro-batch's own tokens
         def value_loss(self, batch: ValueBatch) -> LossOutput:
-            own = dataclass_replace(batch, num_tokens=int(batch.mask.sum()))
+            own = dataclasses.replace(batch, num_tokens=int(batch.mask.sum()))
             return super().value_loss(own)
 
     class ReadsPadding(PPO):  # no mask

@@ -363,7 +363,8 @@ class RLLoop:
           policy against the reference (``kl_reward_to_go``, the algorithm's ``kl``
           estimator) from each token's advantage, after any off-policy correction weights,
           as reinforce_pp's own KL in the reward does; ``kl`` goes to the record (the loss,
-          at beta 0, reports none).
+          at beta 0, reports none). An algorithm with a critic has it in GAE's per-token
+          rewards instead (``critic_targets``).
         - ``kl_target`` (adaptive KL): log the weight this step trains with, ``kl_coef``,
           and the KL the controller reads, ``kl_rollout`` (the mean over response tokens of
           the ``kl`` estimator of old against ref: the sampling policy's, before this
