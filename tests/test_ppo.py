@@ -274,17 +274,40 @@ def test_kl_in_reward_goes_into_the_per_token_rewards_of_gae(loop_for):
     assert "kl" in record and "value_loss" in record
 
 
-def short_run(tmp_path: Path, steps: int, *extra: str) -> list[dict]:
-    out = tmp_path / f"ppo{steps}"
-    result = run_harness("run", "ppo", "--steps", str(steps), "--eval-every", str(steps),
+def relative_value_loss(record: dict) -> float:
+    """The step's value loss over 0.5 Var(R), the loss of values that knew the batch's
+    mean reward and nothing else (with gamma = lam = 1 every token's return is R): 1 for
+    such a critic, below 1 as its values explain more. The raw loss follows Var(R), which
+    moves as the policy learns."""
+    return record["value_loss"] / (0.5 * record["reward_std"] ** 2)
+
+
+def mean_of(records: list[dict], of) -> float:
+    return sum(of(r) for r in records) / len(records)
+
+
+@pytest.mark.slow
+def test_ppo_learns_and_its_critic_learns_on_the_tiny_model(tmp_path):
+    """40 steps of 16 prompts on arithmetic (the tiny recipe otherwise; ~25 minutes on
+    two busy cores). Measured (seed 0, Intel Xeon): held-out reward 0.242 -> 0.268
+    (step 20) -> 0.320; explained variance by 10-step window 0.009, 0.015, 0.026, 0.026;
+    the relative value loss 1.17 at step 1 (V = 0), 1.03 -> 1.02 after."""
+    out = tmp_path / "ppo"
+    result = run_harness("run", "ppo", "--steps", "40", "--eval-every", "20",
                          "--prompts-per-step", "16", "--eval-samples", "0", "--quiet",
-                         *extra, "--out", str(out), cwd=tmp_path, timeout=3000)  # fmt: skip
+                         "--out", str(out), cwd=tmp_path, timeout=5400)  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
-    return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
-
-
-def means(records: list[dict], key: str) -> float:
-    return sum(r[key] for r in records) / len(records)
+    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    steps = [r for r in records if r["step"] > 0]
+    assert len(steps) == 40
+    first, last = steps[:10], steps[-20:]
+    ev = lambda r: r["explained_variance"]  # noqa: E731
+    assert steps[0]["explained_variance"] == 0.0  # V = 0 explains nothing
+    assert mean_of(last, ev) > max(mean_of(first, ev), 0.0)
+    # the value loss falls from its value at V = 0 to that of the batch mean, and below
+    assert relative_value_loss(steps[0]) > 1.1
+    assert mean_of(last, relative_value_loss) < mean_of(first, relative_value_loss)
+    assert records[-1]["eval_reward"] > records[0]["eval_reward"]
 
 
 def test_the_monarch_placement_gives_ppo_the_local_numbers_and_critic(tmp_path, tiny_model_path):
