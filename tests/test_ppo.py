@@ -313,3 +313,93 @@ def test_ppo_learns_and_its_critic_learns_on_the_tiny_model(tmp_path):
     assert mean_of(last, relative_value_loss) < mean_of(first, relative_value_loss)
     assert mean_of(last, lambda r: r["reward_mean"]) > mean_of(first, lambda r: r["reward_mean"])
     assert records[-1]["eval_reward"] > records[0]["eval_reward"]
+
+
+def test_the_monarch_placement_gives_ppo_the_local_numbers_and_critic(tmp_path, tiny_model_path):
+    """The critic as a Monarch actor of its own: the same metrics as the local placement,
+    and a checkpoint holding the same critic."""
+    outs = {}
+    for placement in ("local", "monarch"):
+        outs[placement] = out = tmp_path / placement
+        result = run_harness("run", "ppo", "--steps", "2", "--prompts-per-step", "4",
+                             "--eval-every", "2", "--eval-samples", "0", "--checkpoint-every",
+                             "1", "--env-set", "eval_size=50", "--placement", placement,
+                             "--quiet", "--out", str(out), cwd=tmp_path)  # fmt: skip
+        assert result.returncode == 0, result.stderr[-3000:]
+    local, remote = (untimed(read_metrics(outs[p])) for p in ("local", "monarch"))
+    assert [r["step"] for r in local] == [0, 1, 2] and "value_loss" in local[2]
+    assert local == remote
+    a, b = (load_state_file(current(outs[p] / "checkpoint") / checkpoint.STATE_FILE)["critic"]
+            for p in ("local", "monarch"))  # fmt: skip
+    assert sorted(a["weights"]) == sorted(b["weights"])
+    assert all(a["weights"][k].equal(b["weights"][k]) for k in a["weights"])
+
+
+def test_the_critic_fits_a_batch_of_the_tiny_models_responses(tiny_path):
+    """The value service on real sequences: trained repeatedly on one batch of arithmetic
+    answers whose return is 1 when correct, its loss on that batch falls and its values
+    come to explain the returns (in sample: that it can learn at all, in seconds)."""
+    from zoo.envs import get_env
+    from zoo.services.trainer import Trainer, TrainerConfig
+    from zoo.services.value import Critic, CriticConfig
+
+    env = get_env("arithmetic")
+    prompts = env.train_prompts(0, 8, seed=0)
+    rows, rewards = [], []
+    for i, p in enumerate(prompts):  # a right and a wrong answer to each problem
+        for answer in (p.answer, p.answer + 1 + i % 3):
+            rows.append((list(p.text.encode()), [*f"{answer}".encode(), 0]))
+            rewards.append(float(answer == p.answer))
+    width, length = max(len(r) for _, r in rows), max(len(q) + len(r) for q, r in rows)
+    tokens, mask = torch.zeros(len(rows), length, dtype=torch.long), torch.zeros(len(rows), width)
+    for i, (q, r) in enumerate(rows):
+        tokens[i, : len(q) + len(r)] = torch.tensor(q + r)
+        mask[i, : len(r)] = 1.0
+    from zoo.services.batch import RolloutBatch
+
+    torch.manual_seed(0)
+    trainer = Trainer(tiny_path, TrainerConfig(), max_response_len=width)
+    critic = Critic(trainer.model, CriticConfig(lr=1e-3))
+    batch = RolloutBatch(tokens, torch.tensor([len(q) for q, _ in rows]), mask,
+                         torch.tensor(rewards), group_size=2)  # fmt: skip
+    ppo = get_algorithm("ppo")
+    batch.returns = torch.tensor(rewards)[:, None] * mask  # gamma = lam = 1: G_t = R
+    first = None
+    for _ in range(30):
+        batch.values = critic.values(batch)
+        metrics = critic.train(batch, ppo.value_loss)
+        first = first or metrics
+    values = critic.values(batch)
+    at_start = 0.5 * float((batch.returns**2 * mask).sum() / mask.sum())
+    assert first["value_loss"] == pytest.approx(at_start)  # V = 0 at the start
+    assert metrics["value_loss"] < 0.5 * first["value_loss"]
+    # a right and a wrong answer share every token before their last digit, so only the
+    # value read after that digit (at the end-of-text token) can tell them apart: there
+    # it does, and that explains the returns' variance over those tokens
+    last = mask.sum(-1).long() - 1
+    at_end = values[torch.arange(len(rows)), last]
+    right = torch.tensor(rewards) > 0
+    assert float(at_end[right].mean() - at_end[~right].mean()) > 0.6
+    assert int((at_end[right] > at_end[~right]).sum()) >= 7  # of the 8 pairs
+    assert explained_variance(values, batch.returns, mask) > 0.15
+
+
+def test_the_conformance_suite_checks_a_critics_value_loss():
+    from zoo.algorithms.conformance import CHECKS
+    from zoo.algorithms.ppo import PPO
+    from zoo.core.types import LossOutput
+
+    assert CHECKS["value_loss"](PPO).passed is True
+    assert CHECKS["value_loss"](type(get_algorithm("grpo"))).passed is None
+
+    class OwnMean(PPO):  # divides by its micro-batch's own tokens
+        def value_loss(self, batch: ValueBatch) -> LossOutput:
+            own = dataclasses.replace(batch, num_tokens=int(batch.mask.sum()))
+            return super().value_loss(own)
+
+    class ReadsPadding(PPO):  # no mask
+        def value_loss(self, batch: ValueBatch) -> LossOutput:
+            return LossOutput(0.5 * ((batch.values - batch.returns) ** 2).mean())
+
+    assert CHECKS["value_loss"](OwnMean).passed is False
+    assert CHECKS["value_loss"](ReadsPadding).passed is False

@@ -42,7 +42,7 @@ from zoo.core.losses import (
     clipped_value_loss,
     kl_penalty,
     log_ratio,
-    ppo_clip_loss,
+    policy_loss,
 )
 from zoo.core.types import LossOutput, TrainBatch, ValueBatch
 
@@ -61,6 +61,9 @@ class PPOConfig(EntropyFields):
     kl: str = "k3"
     """KL estimator (zoo.core.losses.KL_ESTIMATORS) of the penalty weighted by beta; k1
     is verl's in-reward estimator ("kl"). Idle while beta is 0."""
+    loss: str = "ppo_clip"
+    """Policy loss by name (zoo.core.losses.POLICY_LOSSES) at the ratio bounds 1 -+ eps:
+    ppo_clip, PPO's clipped surrogate (eq. 7); cispo; unclipped."""
     gamma: float = 1.0
     """GAE's discount per token (arXiv 1506.02438; verl and OpenRLHF: 1)."""
     lam: float = 1.0
@@ -121,7 +124,7 @@ class PPO(Algorithm):
         ratio = torch.exp(log_ratio(batch))
         keep, bonus, entropy_metrics = entropy_terms(batch, *self.entropy_options)
         adv = batch.token_advantages if keep is None else batch.token_advantages * keep
-        policy = ppo_clip_loss(ratio, adv, batch, 1 - eps, 1 + eps)
+        policy = policy_loss(self.config.loss, ratio, adv, batch, 1 - eps, 1 + eps)
         penalty, kl_metrics = kl_penalty(batch, beta, self.config.kl)
         per_token = -policy.objective + penalty
         if bonus is not None:
