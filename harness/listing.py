@@ -77,6 +77,7 @@ FAMILY_ORDER = (
     "REINFORCE-style",
     "geometric mean",
     "entropy control",
+    "actor-critic",
     "control",
 )
 """The order ``list algorithms`` shows the built-in families in; any other family follows

@@ -68,10 +68,11 @@ def loop_builder(tiny_path: Path, generator):
     from zoo.models.titan import load_hf_state_dict
     from zoo.run.loop import RLLoop
     from zoo.run.run_config import RunConfig
-    from zoo.run.wiring import Services, trainer_config_of
+    from zoo.run.wiring import Services, critic_config_of, trainer_config_of
     from zoo.services.ledger import Ledger
     from zoo.services.reference import Reference
     from zoo.services.trainer import Trainer
+    from zoo.services.value import Critic
 
     start = load_hf_state_dict(tiny_path)
 
@@ -84,6 +85,9 @@ def loop_builder(tiny_path: Path, generator):
         reference = None
         if algorithm.needs_reference:
             reference = Reference(trainer.model, temperature=cfg.temperature)
+        critic = None
+        if algorithm.needs_values:  # a learned critic (ppo), as build_services makes it
+            critic = Critic(trainer.model, critic_config_of(cfg, algorithm))
         services = Services(
             env=get_env(cfg.env, **cfg.env_config),
             algorithm=algorithm,
@@ -92,6 +96,7 @@ def loop_builder(tiny_path: Path, generator):
             reference=reference,
             encode=lambda prompt: list(prompt.text.encode()),
             ledger=Ledger(ModelShape.from_hf_dir(tiny_path)),
+            critic=critic,
         )
         return RLLoop(cfg, services)
 

@@ -9,7 +9,13 @@ import inspect
 import pytest
 
 from zoo.envs.base import Env
-from zoo.placement.remote import RemoteGenerator, RemoteReference, RemoteScorer, RemoteTrainer
+from zoo.placement.remote import (
+    RemoteCritic,
+    RemoteGenerator,
+    RemoteReference,
+    RemoteScorer,
+    RemoteTrainer,
+)
 from zoo.services.generation.hf import HFGenerator
 from zoo.services.generation.vllm import VLLMGenerator
 from zoo.services.protocols import (
@@ -19,9 +25,11 @@ from zoo.services.protocols import (
     ReferenceService,
     ScorerService,
     TrainerService,
+    ValueService,
 )
 from zoo.services.reference import Reference
 from zoo.services.trainer import Trainer
+from zoo.services.value import Critic
 
 IMPLEMENTATIONS = [
     (GeneratorService, VLLMGenerator), (GeneratorService, HFGenerator),
@@ -29,6 +37,7 @@ IMPLEMENTATIONS = [
     (TrainerService, Trainer), (TrainerService, RemoteTrainer),
     (ReferenceService, Reference), (ReferenceService, RemoteReference),
     (ScorerService, Env), (ScorerService, RemoteScorer),
+    (ValueService, Critic), (ValueService, RemoteCritic),
 ]  # fmt: skip
 
 

@@ -37,6 +37,14 @@ distribution, with its gradient. The default property reads the config fields
 tokens by entropy, on at < 1); a plugin that always reads the entropy sets the class
 attribute ``needs_entropy = True``. Otherwise it is never computed.
 
+A learned critic (PPO, zoo/algorithms/ppo.py): an algorithm whose ``needs_values`` is True
+gets a value model from the infrastructure (zoo/services/value.py), as the reference is
+served. Its ``advantages`` hook gives each response's reward, which the loop places on the
+response's last token; once the batch is packed the loop asks the critic for V(s_t) of
+every response token and calls ``token_advantages(rewards, values, mask)`` for [B, T]
+advantages and returns, and after the policy's updates trains the critic on the returns
+with ``value_loss(ValueBatch)``, at ``critic_lr(run lr)``. Otherwise no critic exists.
+
 Shared options (``SharedOptions``): beside its own config, any algorithm whose config has
 a KL weight ``beta`` takes ``kl_target`` / ``kl_horizon`` (an adaptive KL coefficient,
 Ziegler et al.) and ``kl_in_reward`` (the KL charged in the reward, not the loss), and any
@@ -72,7 +80,7 @@ from zoo.core.losses import (
     choose,
     estimate_advantages,
 )
-from zoo.core.types import LossOutput, TrainBatch
+from zoo.core.types import LossOutput, TrainBatch, ValueBatch
 
 
 @dataclasses.dataclass
@@ -218,6 +226,11 @@ class Algorithm(ABC):
         mechanism changed at least one token's (or sequence's) gradient. Shares missing
         from ``metrics`` count as idle."""
         return any(metrics.get(k, 0.0) > 0.0 for k in cls.mechanism)
+
+    needs_values: ClassVar[bool] = False
+    """True for an algorithm with a learned critic: the loop then serves it values and
+    trains the critic (``token_advantages``, ``value_loss``, ``critic_lr``); False: no
+    value model is built and nothing about a run changes."""
 
     options: SharedOptions = SharedOptions()
     """The shared options this instance was built with (defaults: all off)."""
@@ -420,6 +433,25 @@ class Algorithm(ABC):
                 f"expected one of {expected} ([groups, G] per episode, [groups, G, K] per turn)"
             )
         return advantages
+
+    def token_advantages(
+        self, rewards: torch.Tensor, values: torch.Tensor, mask: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Only for ``needs_values``: [B, T] per-token rewards (the response's reward on
+        its last token; with the shared ``kl_in_reward``, minus beta * KL on every token),
+        the critic's [B, T] values V(s_t) and the [B, T] response mask -> ([B, T]
+        advantages, [B, T] returns, the critic's regression targets)."""
+        raise NotImplementedError(f"algorithm {self.name!r} has no critic (needs_values)")
+
+    def value_loss(self, batch: ValueBatch) -> LossOutput:
+        """Only for ``needs_values``: the critic's loss on ``batch`` (additive over
+        micro-batches: divide by ``batch.num_tokens``), plus metrics."""
+        raise NotImplementedError(f"algorithm {self.name!r} has no critic (needs_values)")
+
+    def critic_lr(self, lr: float) -> float:
+        """Only for ``needs_values``: the critic's learning rate in a run whose policy
+        trains at ``lr``."""
+        return lr
 
     def shape_rewards(
         self, rewards: torch.Tensor, lengths: torch.Tensor, max_response_len: int

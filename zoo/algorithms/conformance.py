@@ -39,7 +39,7 @@ import torch
 from zoo.algorithms.base import Algorithm
 from zoo.core.entropy import KEPT_METRIC, entropy_bonus_loss
 from zoo.core.losses import aggregate, log_ratio
-from zoo.core.types import TrainBatch
+from zoo.core.types import TrainBatch, ValueBatch
 
 Overrides = Mapping[str, Any]
 NONE: Overrides = MappingProxyType({})
@@ -538,6 +538,50 @@ def check_entropy(cls: type[Algorithm], overrides: Overrides = NONE) -> CheckRes
     return CheckResult(name, True, "; ".join(details))
 
 
+def check_value_loss(cls: type[Algorithm], overrides: Overrides = NONE) -> CheckResult:
+    """(9) For an algorithm with a learned critic (``needs_values``): its ``value_loss``
+    ignores padding (junk appended under mask 0 changes neither loss nor gradient, and
+    padding gets none) and adds up over micro-batches that carry the whole batch's token
+    count, like the policy loss (checks 3 and 4); with values equal to their targets and
+    to the old values, the loss and its gradient are 0."""
+    name = "value_loss"
+    if not cls.needs_values:
+        return CheckResult(name, None, "no learned critic (needs_values = False)")
+    algo = cls(**overrides)
+    g = torch.Generator().manual_seed(11)
+    v, old, target = (torch.randn(5, 6, generator=g, dtype=torch.float64) for _ in range(3))
+    mask = lengths_mask([6, 2, 0, 4, 3], 6)
+
+    def loss_grad(v, old, target, mask, splits=(slice(None),)):
+        leaf = v.clone().requires_grad_(True)
+        total, tokens = 0.0, int(mask.sum())
+        for rows in splits:
+            out = algo.value_loss(ValueBatch(leaf[rows], old[rows], target[rows], mask[rows],
+                                             num_tokens=tokens))  # fmt: skip
+            out.loss.backward()
+            total += float(out.loss.detach())
+        return total, leaf.grad if leaf.grad is not None else torch.zeros_like(leaf)
+
+    loss, grad = loss_grad(v, old, target, mask)
+    if float(grad.abs().max()) == 0:
+        return CheckResult(name, False, "the value loss has no gradient (vacuous)")
+
+    def pad(x: torch.Tensor, junk: float) -> torch.Tensor:
+        return torch.cat([x, torch.full((5, 3), junk, dtype=x.dtype)], dim=1)
+
+    loss_p, grad_p = loss_grad(pad(v, 40.0), pad(old, -30.0), pad(target, 9.0), pad(mask, 0.0))
+    if abs(loss_p - loss) > TOL * max(1.0, abs(loss)) or float(grad_p[:, 6:].abs().max()) > 0:
+        return CheckResult(name, False, f"padding changed the loss ({loss!r} -> {loss_p!r}) "
+                                        "or got a gradient")  # fmt: skip
+    loss_mb, grad_mb = loss_grad(v, old, target, mask, (slice(0, 2), slice(2, 3), slice(3, 5)))
+    if abs(loss_mb - loss) > TOL * max(1.0, abs(loss)):
+        return CheckResult(name, False, f"summed micro-batch loss {loss_mb!r} != {loss!r}")
+    exact, exact_grad = loss_grad(target, target, target, mask)
+    if abs(exact) > ZERO or float(exact_grad.abs().max()) > ZERO:
+        return CheckResult(name, False, f"values at their targets: loss {exact:.2e}, not 0")
+    return compare_grads(name, grad_mb, grad, "value loss: micro-batches vs whole, padding")
+
+
 CHECKS: dict[str, Callable[[type[Algorithm], Overrides], CheckResult]] = {
     "reinforce_on_policy": check_reinforce_on_policy,
     "zero_advantages": check_zero_advantages,
@@ -547,6 +591,7 @@ CHECKS: dict[str, Callable[[type[Algorithm], Overrides], CheckResult]] = {
     "sequence_level": check_sequence_level,
     "off_policy": check_off_policy,
     "entropy": check_entropy,
+    "value_loss": check_value_loss,
 }
 
 
@@ -574,6 +619,9 @@ FIXES: dict[str, str] = {
     "entropy_coef * H per response token before the class's `aggregate` (never on padding), "
     "and multiply the advantages of the policy-gradient term by `top_share_mask(...)`; "
     "`entropy_terms(batch, *self.entropy_options)` gives both",
+    "value_loss": "a critic's `value_loss` must read only the tokens batch.mask marks and "
+    "divide by batch.num_tokens (the whole batch's), never by the micro-batch's own; "
+    "`zoo.core.losses.clipped_value_loss` does both",
 }
 """How to repair a failed property, as `harness run` says before refusing a plugin."""
 

@@ -21,7 +21,7 @@ from typing import Any, Literal
 import torch
 
 from zoo.core.config import ConfigError
-from zoo.core.types import TrainBatch
+from zoo.core.types import TrainBatch, ValueBatch
 
 Aggregation = Literal["seq_mean", "token_mean", "fixed"]
 AGGREGATIONS: tuple[str, ...] = ("seq_mean", "token_mean", "fixed")
@@ -528,3 +528,50 @@ def policy_loss(
 ) -> PolicyTerm:
     """The policy term of the loss ``name`` (``POLICY_LOSSES``)."""
     return choose(POLICY_LOSSES, name, "policy loss")(ratio, advantages, batch, low, high)
+
+
+# --- the critic -------------------------------------------------------------------------
+# For algorithms with a learned value model (Algorithm.needs_values): its regression loss
+# and how much of the returns' variance its values explain.
+
+
+def clipped_value_loss(batch: ValueBatch, clip: float) -> tuple[torch.Tensor, dict[str, float]]:
+    """PPO's clipped value loss (Schulman et al., arXiv 1707.06347, as in OpenAI's
+    baselines; verl's ``compute_value_loss``, OpenRLHF's ``ValueLoss``), a token mean over
+    ``batch.num_tokens``, so micro-batches add up:
+
+        V_clip = V_old + clip(V - V_old, -clip, clip)
+        l_t    = 0.5 * max((V_t - R_t)^2, (V_clip_t - R_t)^2)
+
+    Where the clipped branch is strictly the larger, V has moved more than ``clip`` from
+    where it was at sampling, away from the target, and the token's gradient is zero: the
+    share of response tokens where that holds is ``value_clip_acting_frac``. Returns the
+    scalar loss and {"value_loss", "value_clip_acting_frac"} (the latter over this
+    batch's own tokens; the trainer weighs micro-batches by their tokens)."""
+    if clip <= 0:
+        raise ConfigError(f"the value clip must be > 0, got {clip}")
+    v, old, target = batch.values, batch.old_values, batch.returns
+    clipped = old + torch.clamp(v - old, -clip, clip)
+    plain_err, clipped_err = (v - target) ** 2, (clipped - target) ** 2
+    per_token = 0.5 * torch.maximum(plain_err, clipped_err)
+    on_tokens = batch.mask > 0
+    loss = torch.where(on_tokens, per_token, 0.0).sum() / max(batch.num_tokens or 0, 1)
+    acting = (clipped_err > plain_err).detach().to(v.dtype)
+    tokens = float(batch.mask.sum())
+    own_mean = float(torch.where(on_tokens, per_token.detach(), 0.0).sum()) / max(tokens, 1.0)
+    return loss, {"value_loss": own_mean, "value_clip_acting_frac": masked_mean(acting, batch.mask)}
+
+
+def explained_variance(values: torch.Tensor, returns: torch.Tensor, mask: torch.Tensor) -> float:
+    """1 - Var(R - V) / Var(R) over response tokens (population variances): 1 when the
+    values predict the returns exactly, 0 when they explain none of their spread (a
+    constant V, whatever the constant), below 0 when they add spread. 0.0 when the returns
+    do not vary (nothing to explain)."""
+    on = mask > 0
+    r, v = returns[on].double(), values[on].double()
+    if r.numel() == 0:
+        return 0.0
+    spread = float(r.var(unbiased=False))
+    if spread == 0.0:
+        return 0.0
+    return 1.0 - float((r - v).var(unbiased=False)) / spread

@@ -97,3 +97,27 @@ class LossOutput:
     loss: torch.Tensor
     """Scalar, differentiable. Always minus the objective."""
     metrics: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass
+class ValueBatch:
+    """What an algorithm's ``value_loss`` sees (an algorithm with a learned critic,
+    ``Algorithm.needs_values``): the critic's predictions on response tokens and their
+    targets, all [B, T] and aligned like ``TrainBatch``. ``num_tokens`` counts the whole
+    optimizer batch's response tokens, so micro-batches add up to the batch's loss."""
+
+    values: torch.Tensor
+    """[B, T] V_phi(s_t), the critic being trained (requires grad)."""
+    old_values: torch.Tensor
+    """[B, T] the critic's values when the batch was sampled (detached): the centre of
+    the value clip."""
+    returns: torch.Tensor
+    """[B, T] the regression targets (GAE's returns, detached)."""
+    mask: torch.Tensor
+    """[B, T] 1.0 on response tokens, 0.0 on padding."""
+    num_tokens: int | None = None
+
+    def __post_init__(self) -> None:
+        self.mask = self.mask.to(self.values.dtype)
+        if self.num_tokens is None:
+            self.num_tokens = int(self.mask.sum())

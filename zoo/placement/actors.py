@@ -1,4 +1,5 @@
-"""The Monarch actors, one per service process: generator, trainer, reference, scorer.
+"""The Monarch actors, one per service process: generator, trainer, reference, critic,
+scorer.
 Each wraps the local service class of the same name and pins its threads."""
 
 from __future__ import annotations
@@ -209,6 +210,47 @@ class ReferenceActor(Actor):
     @endpoint
     def logprobs(self, batch: RolloutBatch) -> torch.Tensor:
         return self.reference.logprobs(batch)
+
+    @endpoint
+    def pid(self) -> int:
+        """The actor's process id (for fault tests and operators)."""
+        return os.getpid()
+
+
+class CriticActor(Actor):
+    """The learned critic of an algorithm with ``needs_values`` (zoo/services/value.py),
+    built from the trainer's initial weights (sent once) and the algorithm, whose
+    ``value_loss`` it trains on (built here from name and config, as the trainer actor
+    builds the algorithm whose loss it calls)."""
+
+    def __init__(self, model_path: str, hf_state_dict: dict, critic_config: Any,
+                 algorithm: str, algorithm_config: dict, device: str,
+                 cores: list[int] | None) -> None:  # fmt: skip
+        from zoo.algorithms import get_algorithm
+        from zoo.models.titan import build_titan_model
+        from zoo.services.value import Critic
+
+        pin_cores(cores)
+        model, adapter = build_titan_model(Path(model_path), init="random", device=device)
+        model.load_state_dict(adapter.from_hf(hf_state_dict), strict=True)
+        self.critic = Critic(model, critic_config)
+        self.algorithm = get_algorithm(algorithm, **algorithm_config)
+
+    @endpoint
+    def values(self, batch: RolloutBatch) -> torch.Tensor:
+        return self.critic.values(batch)
+
+    @endpoint
+    def train(self, batch: RolloutBatch) -> dict:
+        return self.critic.train(batch, self.algorithm.value_loss)
+
+    @endpoint
+    def state_dict(self) -> dict:
+        return self.critic.state_dict()
+
+    @endpoint
+    def load_state(self, state: dict) -> None:
+        self.critic.load_state(state)
 
     @endpoint
     def pid(self) -> int:

@@ -235,9 +235,9 @@ class PlacementConfig:
         """Which of ``hosts`` a service's processes go on (0 without hosts)."""
         count = max(len(self.hosts), 1)
         spread = (1 + replica) % count
-        return {"trainer": 0, "generator": spread, "scorer": spread, "reference": count - 1}[
-            service
-        ]
+        last = count - 1  # the reference and a critic: frozen or small beside the trainer
+        return {"trainer": 0, "generator": spread, "scorer": spread, "reference": last,
+                "critic": last}[service]  # fmt: skip
 
 
 def excerpt(value: Any, limit: int = 60) -> str:

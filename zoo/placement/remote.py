@@ -257,3 +257,23 @@ class RemoteReference:
 
     def logprobs(self, batch: RolloutBatch) -> torch.Tensor:
         return result_of("reference", self.actor.logprobs.call_one(batch))
+
+
+class RemoteCritic:
+    """The critic's interface, forwarded to its actor. ``train`` ignores its ``loss_fn``
+    argument: the actor calls the ``value_loss`` of the algorithm it was built with."""
+
+    def __init__(self, actor: Any) -> None:
+        self.actor = actor
+
+    def values(self, batch: RolloutBatch) -> torch.Tensor:
+        return result_of("critic", self.actor.values.call_one(batch))
+
+    def train(self, batch: RolloutBatch, loss_fn: Any = None) -> dict:
+        return result_of("critic", self.actor.train.call_one(batch))
+
+    def state_dict(self) -> dict:
+        return result_of("critic", self.actor.state_dict.call_one())
+
+    def load_state(self, state: dict) -> None:
+        result_of("critic", self.actor.load_state.call_one(state))

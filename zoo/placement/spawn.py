@@ -12,6 +12,7 @@ from monarch.actor import this_host
 from zoo.models.parallelism import check_tensor_parallel
 from zoo.models.presets import ModelShape
 from zoo.placement.actors import (
+    CriticActor,
     GeneratorActor,
     ReferenceActor,
     ScorerActor,
@@ -19,6 +20,7 @@ from zoo.placement.actors import (
 )
 from zoo.placement.calls import ServiceFailure, one_line, report_fault, result_of
 from zoo.placement.remote import (
+    RemoteCritic,
     RemoteGenerator,
     RemoteReference,
     RemoteScorer,
@@ -62,13 +64,14 @@ def attach_hosts(addresses: list[str]) -> Any:
 
 def spawn_monarch_services(
     cfg: Any, spec: Any, device: str, trainer_config: Any, needs_reference: bool,
-    max_model_len: int, response_budget: int | None = None,
+    max_model_len: int, response_budget: int | None = None, critic_config: Any = None,
 ) -> dict[str, Any]:  # fmt: skip
     """Spawn the services' processes on this host and return the proxies. The processes
     inherit this one's environment (FORGE_ZOO_CACHE, thread settings). How many of each:
     ``cfg.distributed`` (a placement file, zoo.placement.config), else one each.
     ``response_budget``: the trainer's L_max (a multi-turn env's episode token limit;
-    default max_response_len)."""
+    default max_response_len). ``critic_config``: the settings of a learned critic
+    (zoo.services.value.CriticConfig), in a process of its own; None: no critic."""
     import monarch.actor
 
     from zoo.placement.config import PlacementConfig
@@ -102,7 +105,8 @@ def spawn_monarch_services(
     result_of("trainer", actors.start.call(trainer_procs, master, tensor_parallel))
     trainer = RemoteTrainer(actors)
     # the trainer's starting weights, for engines started without any and the reference
-    initial = trainer.hf_state_dict() if cfg.init == "random" or needs_reference else None
+    needs_initial = cfg.init == "random" or needs_reference or critic_config is not None
+    initial = trainer.hf_state_dict() if needs_initial else None
 
     def spawn_generator(replica: int) -> Any:
         # One actor per replica: with procs > 1 its vLLM engine starts the tensor-parallel
@@ -129,6 +133,13 @@ def spawn_monarch_services(
             cfg.temperature, device, trainer_cores,
         ))  # fmt: skip
 
+    critic = None
+    if critic_config is not None:
+        critic = RemoteCritic(procs(1, "critic").spawn(
+            "critic", CriticActor, str(spec.path), initial, critic_config, cfg.algorithm,
+            cfg.algorithm_config, device, trainer_cores,
+        ))  # fmt: skip
+
     def close() -> None:
         for mesh in meshes:
             with contextlib.suppress(Exception):  # a dead replica's mesh: nothing to stop
@@ -148,4 +159,5 @@ def spawn_monarch_services(
         )
     publish = RDMAWeightSync(trainer, generator) if cfg.weight_sync == "rdma" else None
     return {"trainer": trainer, "generator": generator, "reference": reference,
-            "scorer": scorer, "close": close, "publish_weights": publish}  # fmt: skip
+            "critic": critic, "scorer": scorer, "close": close,
+            "publish_weights": publish}  # fmt: skip

@@ -1,7 +1,8 @@
 """Resumable checkpoints that survive a kill at any instant.
 
 A checkpoint is the trainer's weights as a Hugging Face checkpoint (usable as
-``--model DIR``), plus the optimizer and loop state in ``trainer_state.pt`` and
+``--model DIR``), plus the optimizer and loop state (and a learned critic's weights and
+optimizer, for an algorithm that has one) in ``trainer_state.pt`` and
 ``checkpoint.json`` (the step, written last). In a run folder:
 
     checkpoints/step-000040/    one complete checkpoint per folder
@@ -79,9 +80,11 @@ def save_checkpoint(directory: Path, loop: RLLoop, source_model: Path) -> None:
     try:
         trainer.save_hf(tmp, source_model)
         reached("weights written")
+        critic = loop.s.critic  # an algorithm with a learned critic: its weights and AdamW
         torch.save(
             {"loop": loop.state(), "optimizer": trainer.optimizer_state_dict(),
-             "version": trainer.version},
+             "version": trainer.version,
+             **({"critic": critic.state_dict()} if critic is not None else {})},
             tmp / STATE_FILE,
         )  # fmt: skip
         reached("state written")
@@ -192,6 +195,10 @@ def load_checkpoint(directory: Path, loop: RLLoop) -> int:
     trainer = loop.s.trainer
     state = load_state_file(folder / STATE_FILE)
     trainer.load_state(load_hf_state_dict(folder), state["optimizer"], state["version"])
+    if loop.s.critic is not None:
+        if "critic" not in state:
+            raise ConfigError(f"{folder} holds no critic for algorithm {loop.s.algorithm.name!r}")
+        loop.s.critic.load_state(state["critic"])
     loop.load_state(state["loop"])
     loop.s.sync_weights()
     return loop.step_index
@@ -200,7 +207,8 @@ def load_checkpoint(directory: Path, loop: RLLoop) -> int:
 def load_state_file(path: Path) -> dict:
     """``trainer_state.pt`` read with ``weights_only=True``: tensors and plain values only
     (what save_checkpoint writes: the loop's counters, with an adaptive KL the next
-    step's KL weight (``RLLoop.state``), the optimizer's state dict, the policy version).
+    step's KL weight (``RLLoop.state``), the optimizer's state dict, the policy version,
+    and a learned critic's weights and optimizer state).
     A file that holds other objects is refused, not unpickled: resuming a run folder from
     elsewhere must not run code it carries."""
     try:

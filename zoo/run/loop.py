@@ -11,14 +11,18 @@
     algorithm.keep           -> e.g. DAPO's dynamic sampling (refill up to max rounds)
     trainer.logprobs         -> the old log-probs: the trainer's own, with the weights
                                 that sampled the batch, once per batch
+    reference.logprobs       -> only if algorithm.needs_reference
+    critic.values            -> only if algorithm.needs_values (PPO): V(s_t) per token, and
+                                the algorithm's per-token advantages and returns from them
     offpolicy                -> trainer-sampler mismatch metrics, and the run's correction
                                 (none, TIS, MIS, bypass) (zoo.services.offpolicy)
-    reference.logprobs       -> only if algorithm.needs_reference
     KL control               -> with the shared kl_in_reward, the KL return subtracted
                                 from the advantages; with kl_target, the adaptive KL
                                 weight logged, then moved for the next step
     trainer.train(batch, algorithm.loss)
                              -> mini_batches x epochs optimizer steps (zoo.services.trainer)
+    critic.train(batch, algorithm.value_loss)
+                             -> only if algorithm.needs_values: the critic on the returns
     services.sync_weights    -> trainer weights to the generators, new policy version
     ledger                   -> FLOPs, tokens, seconds per phase
 
@@ -57,12 +61,19 @@ import torch
 
 from zoo.algorithms.base import Algorithm
 from zoo.core.config import ConfigError
-from zoo.core.losses import KL_ESTIMATORS, adaptive_kl_coef, kl_reward_to_go, masked_mean
+from zoo.core.losses import (
+    KL_ESTIMATORS,
+    adaptive_kl_coef,
+    explained_variance,
+    kl_reward_to_go,
+    masked_mean,
+)
 from zoo.core.types import Completion, TrainBatch
 from zoo.envs import Prompt, is_multi_turn
 from zoo.run.episodes import episode_budget, episode_metrics, rollout_episodes
 from zoo.run.rollout import (
     EVAL_SEED_OFFSET,
+    last_token_rewards,
     rollout_batch,
     sampling_seed,
     stack_advantages,
@@ -337,7 +348,13 @@ class RLLoop:
         with ledger.timed("old_logprobs"):
             batch.old_logprobs = s.trainer.logprobs(batch)
         ledger.add("old_logprobs", forward, tokens)
+        if s.algorithm.needs_reference:
+            with ledger.timed("reference"):
+                batch.ref_logprobs = s.reference.logprobs(batch)
+            ledger.add("reference", forward, tokens)
         record = mismatch_metrics(batch.old_logprobs, batch.sampler_logprobs, batch.mask)
+        if s.algorithm.needs_values:  # GAE's advantages, before a correction weighs them
+            record.update(self.critic_targets(batch, shapes))
         weights, correction = correction_weights(
             cfg.correction, batch.old_logprobs, batch.sampler_logprobs, batch.mask,
             cap=cfg.correction_cap, low=cfg.correction_low, high=cfg.correction_high,
@@ -349,17 +366,43 @@ class RLLoop:
             batch.advantages = advantages * weights
         if cfg.correction == "bypass":
             batch.old_logprobs = batch.sampler_logprobs
-        if s.algorithm.needs_reference:
-            with ledger.timed("reference"):
-                batch.ref_logprobs = s.reference.logprobs(batch)
-            ledger.add("reference", forward, tokens)
         next_kl_coef = self.kl_control(batch, record)
         with ledger.timed("train"):
             record.update(s.trainer.train(batch, s.algorithm.loss))
         ledger.add("train", cfg.epochs * 3 * forward, cfg.epochs * tokens)
+        if s.algorithm.needs_values:  # the critic's forward and backward, per pass
+            with ledger.timed("critic_train"):
+                record.update(s.critic.train(batch, s.algorithm.value_loss))
+            value = sum(ledger.value_flops(p, r) for p, r in shapes)
+            ledger.add("critic_train", cfg.epochs * 3 * value, cfg.epochs * tokens)
         if next_kl_coef is not None:
             s.algorithm.set_kl_coef(next_kl_coef)  # for the next step (and the checkpoint)
         return record
+
+    def critic_targets(self, batch: RolloutBatch, shapes: list[tuple[int, int]]) -> dict[str, Any]:
+        """For an algorithm with a critic (``needs_values``): the critic's values of the
+        batch's response tokens (charged to ``critic``), the per-token rewards (each
+        response's reward, as its ``advantages`` hook gave it, on its last token; with
+        ``kl_in_reward``, minus beta * KL of old against ref on every token, the
+        algorithm's ``kl`` estimator), and from them the algorithm's per-token advantages
+        and the critic's targets (``batch.advantages``, ``batch.returns``). Logged:
+        ``value_mean``, ``return_mean`` and ``explained_variance`` of the values, which
+        the critic predicted before training on this batch, over response tokens."""
+        s, ledger, algo, mask = self.s, self.s.ledger, self.s.algorithm, batch.mask
+        with ledger.timed("critic"):
+            batch.values = s.critic.values(batch)
+        ledger.add("critic", sum(ledger.value_flops(p, r) for p, r in shapes),
+                   sum(p + r for p, r in shapes))  # fmt: skip
+        rewards, record = last_token_rewards(batch.advantages, mask), {}
+        if algo.kl_in_reward_by_loop:
+            kl = KL_ESTIMATORS[algo.kl_estimator](batch.old_logprobs, batch.ref_logprobs)
+            kl = torch.where(mask > 0, kl, 0.0)
+            rewards, record["kl"] = rewards - algo.kl_coef * kl, masked_mean(kl, mask)
+        batch.advantages, batch.returns = algo.token_advantages(rewards, batch.values, mask)
+        v, returns = batch.values, batch.returns
+        return {**record, "value_mean": masked_mean(v, mask),
+                "return_mean": masked_mean(returns, mask),
+                "explained_variance": explained_variance(v, returns, mask)}  # fmt: skip
 
     def kl_control(self, batch: RolloutBatch, record: dict[str, Any]) -> float | None:
         """The algorithm's shared KL options (``zoo.algorithms.base.SharedOptions``) on a
@@ -369,7 +412,8 @@ class RLLoop:
           policy against the reference (``kl_reward_to_go``, the algorithm's ``kl``
           estimator) from each token's advantage, after any off-policy correction weights,
           as reinforce_pp's own KL in the reward does; ``kl`` goes to the record (the loss,
-          at beta 0, reports none).
+          at beta 0, reports none). An algorithm with a critic has it in GAE's per-token
+          rewards instead (``critic_targets``).
         - ``kl_target`` (adaptive KL): log the weight this step trains with, ``kl_coef``,
           and the KL the controller reads, ``kl_rollout`` (the mean over response tokens of
           the ``kl`` estimator of old against ref: the sampling policy's, before this
@@ -385,7 +429,7 @@ class RLLoop:
             return None
         old, ref = batch.old_logprobs, batch.ref_logprobs
         view = TrainBatch(old, old, ref, batch.advantages, batch.mask)
-        if algo.kl_in_reward_by_loop:
+        if algo.kl_in_reward_by_loop and not algo.needs_values:  # (a critic's: in GAE)
             kl_return, kl_metrics = kl_reward_to_go(view, algo.kl_coef, algo.kl_estimator)
             advantages = batch.advantages
             advantages = advantages if advantages.dim() == 2 else advantages[:, None]

@@ -1,4 +1,4 @@
-"""Wiring a run: the services it needs (generator, trainer, reference, scorer, env,
+"""Wiring a run: the services it needs (generator, trainer, reference, critic, scorer, env,
 algorithm, ledger), built in this process or as Monarch actors, and how prompts become
 token ids. The loop (zoo.run.loop) only calls their methods."""
 
@@ -27,9 +27,11 @@ from zoo.services.protocols import (
     ReferenceService,
     ScorerService,
     TrainerService,
+    ValueService,
 )
 from zoo.services.reference import Reference
 from zoo.services.trainer import Trainer, TrainerConfig
+from zoo.services.value import Critic, CriticConfig
 
 
 @dataclass
@@ -57,6 +59,8 @@ class Services:
     """Send the trainer's current weights and version to every generator. Default: the
     trainer's Hugging Face state dict passed to ``generator.update_weights``; the Monarch
     placement's RDMA backend moves them between its processes without the loop."""
+    critic: ValueService | None = None
+    """The value model of an algorithm with ``needs_values`` (PPO); None otherwise."""
 
     def score_batch(self, prompts: list[Prompt], texts: list[str]) -> list[float]:
         return (self.scorer or self.env).score_batch(prompts, texts)
@@ -93,13 +97,26 @@ def trainer_config_of(cfg: RunConfig, device: str = "cpu") -> TrainerConfig:
     )
 
 
+def critic_config_of(cfg: RunConfig, algorithm: Algorithm, device: str = "cpu") -> CriticConfig:
+    """The critic's settings in a run: the algorithm's learning rate for it, and the run's
+    AdamW settings, grad clip, mini-batches, epochs and micro-batches (verl's critic
+    shares the actor's mini-batches and epochs)."""
+    return CriticConfig(
+        lr=algorithm.critic_lr(cfg.lr), weight_decay=cfg.weight_decay,
+        betas=(cfg.adam_beta1, cfg.adam_beta2), eps=cfg.adam_eps, grad_clip=cfg.grad_clip,
+        micro_batch_size=cfg.micro_batch_size, mini_batches=cfg.mini_batches, epochs=cfg.epochs,
+        mixed_precision="bf16" if device == "cuda" else "none",
+    )  # fmt: skip
+
+
 def build_services(
     cfg: RunConfig, quiet: bool = False, generator: GeneratorService | None = None
 ) -> Services:
     """The run's services, placed as ``cfg.placement`` says. Local: every service in this
     process; a ``generator`` from an earlier run on the same model is reused (its weights
     reset to the model's), so comparisons start the engine once. Monarch: generator,
-    trainer and reference in their own processes (zoo.placement)."""
+    trainer, reference and critic in their own processes (zoo.placement). The critic
+    (zoo.services.value) exists only for an algorithm with ``needs_values``."""
     from transformers import AutoTokenizer
 
     algorithm = get_algorithm(cfg.algorithm, **cfg.algorithm_config)
@@ -124,14 +141,21 @@ def build_services(
     if cfg.placement == "monarch":
         from zoo.placement.spawn import spawn_monarch_services
 
+        critic_config = critic_config_of(cfg, algorithm, device) if algorithm.needs_values else None
         remote = spawn_monarch_services(cfg, spec, device, trainer_config,
-                                        algorithm.needs_reference, context_len, budget)  # fmt: skip
+                                        algorithm.needs_reference, context_len, budget,
+                                        critic_config)  # fmt: skip
         return Services(**remote, **shared)
     trainer = Trainer(spec.path, trainer_config, max_response_len=budget,
                       init=cfg.init, device=device)  # fmt: skip
     reference = None
     if algorithm.needs_reference:
         reference = Reference(trainer.model, cfg.micro_batch_size, cfg.temperature)
+    critic = (
+        Critic(trainer.model, critic_config_of(cfg, algorithm, device))
+        if algorithm.needs_values
+        else None
+    )
     if generator is None:
         # Every sampling request carries its own seed (sampling_seed), so the engine's
         # global seed never matters; a constant keeps shared and fresh engines identical.
@@ -141,7 +165,8 @@ def build_services(
             generator.update_weights(trainer.hf_state_dict(), version=0)
     else:
         generator.update_weights(trainer.hf_state_dict(), version=0)
-    return Services(generator=generator, trainer=trainer, reference=reference, **shared)
+    return Services(generator=generator, trainer=trainer, reference=reference, critic=critic,
+                    **shared)  # fmt: skip
 
 
 MAX_PROMPT_TOKENS = 1024

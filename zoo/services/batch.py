@@ -54,6 +54,11 @@ class RolloutBatch:
     """The adaptive KL weight to train this batch with, set by the loop (``RLLoop.kl_control``)
     for a trainer whose algorithm lives in another process (``Algorithm.set_kl_coef``);
     None: the algorithm's own."""
+    values: torch.Tensor | None = None
+    """[B, T] the critic's V(s_t) at sampling time (an algorithm with ``needs_values``;
+    zoo/services/value.py): the centre of the value clip. None: no critic."""
+    returns: torch.Tensor | None = None
+    """[B, T] the critic's regression targets (the algorithm's ``token_advantages``)."""
 
     @property
     def size(self) -> int:
@@ -127,6 +132,17 @@ def _response_logits(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The LM head's logits [B, width, V] at the positions that predict response tokens
     (before any temperature), and the tokens they predict [B, width]."""
+    picked, positions = response_hidden(model, tokens, response_start, width)
+    return model.lm_head(picked), tokens.gather(1, positions + 1)
+
+
+def response_hidden(
+    model: torch.nn.Module, tokens: torch.Tensor, response_start: torch.Tensor, width: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The decoder's final hidden states [B, width, D] at the positions that predict
+    response tokens (response token t of row i is predicted at ``response_start[i] - 1 +
+    t``: the state before the token is chosen, where a critic reads V(s_t) too), and those
+    positions [B, width]."""
     positions = (response_start[:, None] - 1 + torch.arange(width, device=tokens.device)).clamp(
         max=tokens.shape[1] - 2
     )
@@ -137,5 +153,4 @@ def _response_logits(
         model._skip_lm_head = False
     if isinstance(hidden, DTensor):  # tensor parallel: replicated over the group
         hidden = hidden.to_local()  # (lm_head takes it back as a DTensor)
-    picked = hidden.gather(1, positions[..., None].expand(-1, -1, hidden.shape[-1]))
-    return model.lm_head(picked), tokens.gather(1, positions + 1)
+    return hidden.gather(1, positions[..., None].expand(-1, -1, hidden.shape[-1])), positions

@@ -29,7 +29,13 @@ backward pass costs twice its forward, so training is 3x its forward.
   reference and training passes see the trajectory as one response of T tokens;
 - the greedy completion (or episode) of each prompt that an algorithm with a greedy
   baseline asks for (ReMax; ``Algorithm.needs_greedy_baseline``): charged as generation,
-  to its own optional phase ``baseline``, which only such runs report.
+  to its own optional phase ``baseline``, which only such runs report;
+- a critic (an algorithm with ``needs_values``, zoo/services/value.py) is the policy's
+  body with a scalar head: its forward over P + R tokens costs the body over all of them
+  and 2 * hidden per response token (no LM head), charged to ``critic`` (the values
+  before the advantages) and, at 3x per pass (forward and backward), to ``critic_train``.
+  These phases appear in a step's record only once charged, so the records of runs
+  without a critic keep their keys.
 """
 
 from __future__ import annotations
@@ -43,11 +49,14 @@ from zoo.models.presets import ModelShape
 
 PHASES = ("generate", "score", "old_logprobs", "reference", "train", "sync")
 """The phases every run reports (``<phase>_flops``, ``_tokens``, ``_seconds`` per step)."""
-OPTIONAL_PHASES = ("baseline",)
+CRITIC_PHASES = ("critic", "critic_train")
+"""Phases of a learned critic's work (ppo): its values, and its training."""
+OPTIONAL_PHASES = ("baseline", *CRITIC_PHASES)
 """Phases only some algorithms spend in, reported only by runs that open them
-(``Ledger.open_phase``), so that the records of every other run keep exactly their keys.
-``baseline``: the greedy completion of each prompt that ReMax's baseline is (generated
-and scored; ``Algorithm.needs_greedy_baseline``), charged as generation."""
+(``Ledger.open_phase``) or charge them, so that the records of every other run keep
+exactly their keys. ``baseline``: the greedy completion of each prompt that ReMax's
+baseline is (generated and scored; ``Algorithm.needs_greedy_baseline``), charged as
+generation; ``CRITIC_PHASES``: a learned critic's work."""
 ALL_PHASES = PHASES + OPTIONAL_PHASES
 
 
@@ -92,6 +101,12 @@ class Ledger:
         """A forward pass that scores a response (reference, or training's forward)."""
         return self.forward_flops(prompt_len + response_len, head_tokens=response_len)
 
+    def value_flops(self, prompt_len: int, response_len: int) -> float:
+        """A critic's forward over a scored response: the body over every position and
+        the scalar value head (hidden x 1) at each response token, no LM head."""
+        body = self.forward_flops(prompt_len + response_len, head_tokens=0)
+        return body + 2.0 * self.shape.hidden_size * response_len
+
     def add(self, phase: str, flops: float = 0.0, tokens: int = 0) -> None:
         self.flops[phase] += flops
         self.tokens[phase] += tokens
@@ -110,7 +125,10 @@ class Ledger:
 
     def _snapshot(self, phases: tuple[str, ...] | None = None) -> dict[str, float]:
         snap = {}
-        for p in self.phases if phases is None else phases:
+        if phases is None:  # the opened phases, and any optional one charged so far
+            charged = (c for c in OPTIONAL_PHASES if c in self.flops and c not in self.phases)
+            phases = (*self.phases, *charged)
+        for p in phases:
             snap[f"{p}_seconds"] = self.seconds[p]
             snap[f"{p}_tokens"] = self.tokens[p]
             snap[f"{p}_flops"] = self.flops[p]
@@ -119,6 +137,6 @@ class Ledger:
     def step_delta(self) -> dict[str, float]:
         """Per-phase seconds, tokens and FLOPs since the previous call."""
         now = self._snapshot()
-        delta = {k: now[k] - self._mark[k] for k in now}
+        delta = {k: now[k] - self._mark.get(k, 0) for k in now}
         self._mark = now
         return delta

@@ -2,7 +2,7 @@
 
 The loop, the checkpoints and the evaluation call only these. ``--placement local`` gives
 them the classes themselves (``VLLMGenerator`` or ``HFGenerator``, ``Trainer``,
-``Reference``, and the env as its own scorer); ``--placement monarch`` gives proxies
+``Reference``, ``Critic``, and the env as its own scorer); ``--placement monarch`` gives proxies
 (zoo.placement.remote) that forward each call to actors in other processes. A placement is
 correct when its objects have these methods with these signatures and, in sync mode,
 return the same values; tests/test_protocols.py checks the signatures of both.
@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import torch
 
-from zoo.core.types import Completion, LossOutput, TrainBatch
+from zoo.core.types import Completion, LossOutput, TrainBatch, ValueBatch
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -123,6 +123,28 @@ class ReferenceService(Protocol):
 
 
 @runtime_checkable
+class ValueService(Protocol):
+    """The critic of an algorithm with ``needs_values`` (zoo/services/value.py): values
+    of response tokens, trained on returns; its state goes into checkpoints."""
+
+    def values(self, batch: RolloutBatch) -> torch.Tensor:
+        """[B, T] V(s_t) of each response token (0 on padding)."""
+        ...
+
+    def train(self, batch: RolloutBatch, loss_fn: Callable[[ValueBatch], LossOutput]) -> dict:
+        """Every update on one batch (``batch.values`` and ``batch.returns`` set)."""
+        ...
+
+    def state_dict(self) -> dict:
+        """Weights and optimizer state, whole."""
+        ...
+
+    def load_state(self, state: dict) -> None:
+        """Restore ``state_dict``'s (a resume)."""
+        ...
+
+
+@runtime_checkable
 class ScorerService(Protocol):
     """Scores completions (the env itself, or scorer processes)."""
 
@@ -135,6 +157,7 @@ SERVICES: dict[str, type] = {
     "generator": GeneratorService,
     "trainer": TrainerService,
     "reference": ReferenceService,
+    "critic": ValueService,
     "scorer": ScorerService,
 }
 """The protocols by the name of the ``Services`` field that holds the service."""
