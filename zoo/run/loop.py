@@ -55,11 +55,10 @@ import time
 from collections import deque
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
-from zoo.algorithms.base import Algorithm
 from zoo.core.config import ConfigError
 from zoo.core.losses import (
     KL_ESTIMATORS,
@@ -86,6 +85,9 @@ from zoo.services.evaluation import sampled_metrics
 from zoo.services.offpolicy import correction_weights, mismatch_metrics
 from zoo.services.protocols import AsyncGeneratorService, PendingGeneration
 from zoo.services.sampling import SamplingConfig
+
+if TYPE_CHECKING:  # (the loop reaches plugins only through their registries)
+    from zoo.algorithms.base import Algorithm
 
 SAMPLE_GROUPS = 2
 """Groups (prompts, with all their G completions) per step kept for samples.jsonl."""
