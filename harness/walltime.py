@@ -22,13 +22,13 @@ from zoo.services.ledger import ALL_PHASES, PHASES
 
 
 def run_wall_time(run: dict) -> dict[str, float] | None:
-    """One run's seconds by part, or None for a run that is not complete or ran in several
-    sessions (complete.json times the last session only)."""
+    """One run's seconds by part, or None for a run that is not complete, ran in several
+    sessions (complete.json times the last session only) or left no wall time."""
     done = run["dir"] / "complete.json"
     if not done.is_file():
         return None
     complete = json.loads(done.read_text())
-    if len(complete.get("sessions", [])) > 1:
+    if len(complete.get("sessions", [])) > 1 or "wall_seconds_this_session" not in complete:
         return None
     records = run["records"]
     steps = [r for r in records if r["step"] > 0]
