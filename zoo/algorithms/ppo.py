@@ -33,7 +33,7 @@ from typing import Any
 
 import torch
 
-from zoo.algorithms.base import Algorithm, EntropyFields
+from zoo.algorithms.base import Algorithm, EntropyFields, KLField, LossField
 from zoo.core.config import ConfigError
 from zoo.core.entropy import entropy_terms
 from zoo.core.losses import (
@@ -51,19 +51,14 @@ CRITIC_LR_RATIO = 10.0
 
 
 @dataclass
-class PPOConfig(EntropyFields):
+class PPOConfig(LossField, KLField, EntropyFields):
+    # No ``advantage`` field: the critic is the baseline (GAE below).
     eps: float = 0.2
     """Symmetric clip range on the token ratio (PPO, arXiv 1707.06347; verl clip_ratio)."""
     beta: float = 0.0
     """Weight of the KL penalty to the reference, in the loss (or, with --set
     kl_in_reward=true, in the per-token reward, as InstructGPT); 0 as in verl's PPO recipe
     (use_kl_loss and use_kl_in_reward off), so no reference model runs."""
-    kl: str = "k3"
-    """KL estimator (zoo.core.losses.KL_ESTIMATORS) of the penalty weighted by beta; k1
-    is verl's in-reward estimator ("kl"). Idle while beta is 0."""
-    loss: str = "ppo_clip"
-    """Policy loss by name (zoo.core.losses.POLICY_LOSSES) at the ratio bounds 1 -+ eps:
-    ppo_clip, PPO's clipped surrogate (eq. 7); cispo; unclipped."""
     gamma: float = 1.0
     """GAE's discount per token (arXiv 1506.02438; verl and OpenRLHF: 1)."""
     lam: float = 1.0
