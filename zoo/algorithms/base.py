@@ -68,7 +68,7 @@ from typing import Any, ClassVar, Literal
 import torch
 
 from zoo.core.config import ConfigError, config_fields, make_config
-from zoo.core.entropy import MASKED_METRIC, check_entropy_options
+from zoo.core.entropy import MASKED_METRIC, check_entropy_options, entropy_terms
 from zoo.core.losses import (
     ADVANTAGE_ESTIMATORS,
     AGGREGATIONS,
@@ -77,8 +77,12 @@ from zoo.core.losses import (
     KL_ESTIMATORS,
     POLICY_LOSSES,
     Aggregation,
+    aggregate,
     choose,
     estimate_advantages,
+    kl_penalty,
+    log_ratio,
+    policy_loss,
 )
 from zoo.core.types import LossOutput, TrainBatch, ValueBatch
 
@@ -395,6 +399,27 @@ class Algorithm(ABC):
         ``baseline`` phase (it is paid for from the run's budget) and pass its rewards
         (ReMax's baseline, arXiv 2310.10505). Otherwise nothing of it runs."""
         return "greedy_rewards" in inspect.signature(self.advantages).parameters
+
+    def ratio_surrogate(
+        self, batch: TrainBatch, low: float, high: float, beta: float
+    ) -> LossOutput:
+        """The shared surrogate of the ratio-bounded built-ins, written once: the config's
+        policy loss (``loss``, PPO's clip by default) at the bounds ``low`` / ``high`` on
+        the token ratio, minus the ``kl`` penalty weighted by ``beta``, plus the entropy
+        options, aggregated by the class's ``aggregation``. A plugin that uses it states
+        only its advantages and bounds (grpo, remax, ppo)."""
+        ratio = torch.exp(log_ratio(batch))
+        keep, bonus, entropy_metrics = entropy_terms(batch, *self.entropy_options)
+        adv = batch.token_advantages if keep is None else batch.token_advantages * keep
+        # min(r A, clip(r, low, high) A) unless the config names another policy loss
+        policy = policy_loss(self.config.loss, ratio, adv, batch, low, high)
+        penalty, kl_metrics = kl_penalty(batch, beta, self.config.kl)
+        per_token = -policy.objective + penalty
+        if bonus is not None:
+            per_token = per_token - bonus
+        loss = aggregate(per_token, batch, self.aggregation)
+        return LossOutput(loss, {"loss": float(loss.detach()), **policy.metrics, **kl_metrics,
+                                 **entropy_metrics})  # fmt: skip
 
     def group_advantages(
         self, rewards: torch.Tensor, lengths: torch.Tensor,

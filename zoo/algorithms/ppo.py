@@ -35,14 +35,9 @@ import torch
 
 from zoo.algorithms.base import Algorithm, EntropyFields, KLField, LossField
 from zoo.core.config import ConfigError
-from zoo.core.entropy import entropy_terms
 from zoo.core.losses import (
     STD_EPS,
-    aggregate,
     clipped_value_loss,
-    kl_penalty,
-    log_ratio,
-    policy_loss,
 )
 from zoo.core.types import LossOutput, TrainBatch, ValueBatch
 
@@ -115,18 +110,9 @@ class PPO(Algorithm):
         return LossOutput(loss, metrics)
 
     def loss(self, batch: TrainBatch) -> LossOutput:
+        # min(r A, clip(r, 1 - eps, 1 + eps) A) - beta KL: Algorithm.ratio_surrogate
         eps, beta = self.config.eps, self.config.beta
-        ratio = torch.exp(log_ratio(batch))
-        keep, bonus, entropy_metrics = entropy_terms(batch, *self.entropy_options)
-        adv = batch.token_advantages if keep is None else batch.token_advantages * keep
-        policy = policy_loss(self.config.loss, ratio, adv, batch, 1 - eps, 1 + eps)
-        penalty, kl_metrics = kl_penalty(batch, beta, self.config.kl)
-        per_token = -policy.objective + penalty
-        if bonus is not None:
-            per_token = per_token - bonus
-        loss = aggregate(per_token, batch, self.aggregation)
-        return LossOutput(loss, {"loss": float(loss.detach()), **policy.metrics, **kl_metrics,
-                                 **entropy_metrics})  # fmt: skip
+        return self.ratio_surrogate(batch, 1 - eps, 1 + eps, beta)
 
 
 def gae(

@@ -23,7 +23,9 @@ its turn limit (the runs' --max-episode-tokens is a run setting, not a recipe's)
 
 
 class GreedyModel:
-    """A ``GeneratorService`` over an in-memory causal LM, greedy decoding only. It reports
+    """The ``generate`` of a ``GeneratorService`` over an in-memory causal LM (what
+    ``rollout_episodes`` calls), greedy decoding only; it takes no new weights: it decodes
+    with the model object it was given, as that model trains. It reports
     no log-probs (0.0 per token): the warm start scores rewards, it does not train on
     these samples."""
 
@@ -69,9 +71,6 @@ class GreedyModel:
                     policy_version=0,
                 )]  # fmt: skip
         return out
-
-    def update_weights(self, hf_state_dict: dict[str, torch.Tensor], version: int) -> None:
-        raise NotImplementedError("GreedyModel evaluates the model object it was given")
 
 
 def greedy_accuracy(model: torch.nn.Module, env: Env, prompts: list[Prompt],
