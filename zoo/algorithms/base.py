@@ -81,6 +81,7 @@ from zoo.core.losses import (
     choose,
     estimate_advantages,
     kl_penalty,
+    kl_reward_to_go,
     log_ratio,
     policy_loss,
 )
@@ -401,20 +402,28 @@ class Algorithm(ABC):
         return "greedy_rewards" in inspect.signature(self.advantages).parameters
 
     def ratio_surrogate(
-        self, batch: TrainBatch, low: float, high: float, beta: float
+        self, batch: TrainBatch, low: float, high: float, beta: float, kl_in_reward: bool = False
     ) -> LossOutput:
         """The shared surrogate of the ratio-bounded built-ins, written once: the config's
         policy loss (``loss``, PPO's clip by default) at the bounds ``low`` / ``high`` on
         the token ratio, minus the ``kl`` penalty weighted by ``beta``, plus the entropy
-        options, aggregated by the class's ``aggregation``. A plugin that uses it states
-        only its advantages and bounds (grpo, remax, ppo)."""
+        options, aggregated by the class's ``aggregation``. ``kl_in_reward``: the KL enters
+        the advantages as a reward-to-go instead (A - K, no gradient; REINFORCE++), and the
+        loss has no penalty term. A plugin that uses it states only its advantages and
+        bounds (grpo, dr_grpo, dapo, rloo, opo, reinforce_pp, remax, ppo)."""
         ratio = torch.exp(log_ratio(batch))
+        if kl_in_reward:
+            kl_return, kl_metrics = kl_reward_to_go(batch, beta, self.config.kl)
+            adv, penalty = batch.token_advantages - kl_return, None
+        else:
+            adv = batch.token_advantages
+            penalty, kl_metrics = kl_penalty(batch, beta, self.config.kl)
         keep, bonus, entropy_metrics = entropy_terms(batch, *self.entropy_options)
-        adv = batch.token_advantages if keep is None else batch.token_advantages * keep
+        if keep is not None:
+            adv = adv * keep
         # min(r A, clip(r, low, high) A) unless the config names another policy loss
         policy = policy_loss(self.config.loss, ratio, adv, batch, low, high)
-        penalty, kl_metrics = kl_penalty(batch, beta, self.config.kl)
-        per_token = -policy.objective + penalty
+        per_token = -policy.objective if penalty is None else -policy.objective + penalty
         if bonus is not None:
             per_token = per_token - bonus
         loss = aggregate(per_token, batch, self.aggregation)

@@ -42,13 +42,8 @@ import torch
 
 from zoo.algorithms.base import Algorithm, EntropyFields, PolicyLossFields
 from zoo.core.config import ConfigError
-from zoo.core.entropy import entropy_terms
 from zoo.core.losses import (
-    aggregate,
     all_equal_groups,
-    kl_penalty,
-    log_ratio,
-    policy_loss,
 )
 from zoo.core.types import LossOutput, TrainBatch
 
@@ -99,18 +94,6 @@ class DAPO(Algorithm):
         return ~truncated if self.config.overlong_filtering else ~torch.zeros_like(truncated)
 
     def loss(self, batch: TrainBatch) -> LossOutput:
+        # clip-higher: min(r A, clip(r, 1 - eps_low, 1 + eps_high) A), token_mean
         low, high = 1 - self.config.eps_low, 1 + self.config.eps_high
-        ratio = torch.exp(log_ratio(batch))
-        keep, bonus, entropy_metrics = entropy_terms(batch, *self.entropy_options)
-        adv = batch.token_advantages if keep is None else batch.token_advantages * keep
-
-        # min(r A, clip(r, low, high) A) unless the config names another policy loss
-        policy = policy_loss(self.config.loss, ratio, adv, batch, low, high)
-        penalty, kl_metrics = kl_penalty(batch, self.config.beta, self.config.kl)
-        per_token = -policy.objective + penalty
-        if bonus is not None:
-            per_token = per_token - bonus
-        loss = aggregate(per_token, batch, self.aggregation)
-
-        return LossOutput(loss, {"loss": float(loss.detach()), **policy.metrics, **kl_metrics,
-                                 **entropy_metrics})  # fmt: skip
+        return self.ratio_surrogate(batch, low, high, self.config.beta)

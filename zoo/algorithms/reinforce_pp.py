@@ -53,14 +53,8 @@ import torch
 
 from zoo.algorithms.base import Algorithm, EntropyFields, PolicyLossFields
 from zoo.core.config import ConfigError
-from zoo.core.entropy import entropy_terms
 from zoo.core.losses import (
-    aggregate,
     group_center,
-    kl_penalty,
-    kl_reward_to_go,
-    log_ratio,
-    policy_loss,
     token_whiten,
 )
 from zoo.core.types import LossOutput, TrainBatch
@@ -121,23 +115,8 @@ class ReinforcePP(Algorithm):
         return token_whiten(group_center(rewards), lengths)
 
     def loss(self, batch: TrainBatch) -> LossOutput:
-        eps, beta, kl = self.config.eps, self.config.beta, self.config.kl
-        ratio = torch.exp(log_ratio(batch))
-
-        if self.config.kl_in_reward:
-            kl_return, kl_metrics = kl_reward_to_go(batch, beta, kl)  # K_it, no gradient
-            advantages, penalty = batch.token_advantages - kl_return, 0.0
-        else:
-            advantages = batch.token_advantages
-            penalty, kl_metrics = kl_penalty(batch, beta, kl)
-        keep, bonus, entropy_metrics = entropy_terms(batch, *self.entropy_options)
-        if keep is not None:
-            advantages = advantages * keep
-        # acting shares from A - K, the advantages the clip multiplies
-        policy = policy_loss(self.config.loss, ratio, advantages, batch, 1 - eps, 1 + eps)
-        per_token = -policy.objective + penalty
-        if bonus is not None:
-            per_token = per_token - bonus
-        loss = aggregate(per_token, batch, self.aggregation)
-        return LossOutput(loss, {"loss": float(loss.detach()), **policy.metrics, **kl_metrics,
-                                 **entropy_metrics})  # fmt: skip
+        # PPO's clip on A (or A - K, the KL's reward-to-go, when kl_in_reward)
+        eps = self.config.eps
+        return self.ratio_surrogate(
+            batch, 1 - eps, 1 + eps, self.config.beta, kl_in_reward=self.config.kl_in_reward
+        )

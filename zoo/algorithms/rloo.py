@@ -21,11 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import torch
-
 from zoo.algorithms.base import Algorithm, EntropyFields, PolicyLossFields
-from zoo.core.entropy import entropy_terms
-from zoo.core.losses import aggregate, kl_penalty, log_ratio, policy_loss
 from zoo.core.types import LossOutput, TrainBatch
 
 
@@ -48,18 +44,6 @@ class RLOO(Algorithm):
     mechanism = {"clip_low_acting_frac": 0.0, "clip_high_acting_frac": 0.0}
 
     def loss(self, batch: TrainBatch) -> LossOutput:
+        # min(r A, clip(r, 1 - eps, 1 + eps) A) - beta KL: Algorithm.ratio_surrogate
         eps = self.config.eps
-        ratio = torch.exp(log_ratio(batch))
-
-        keep, bonus, entropy_metrics = entropy_terms(batch, *self.entropy_options)
-        adv = batch.token_advantages if keep is None else batch.token_advantages * keep
-
-        # min(r A, clip(r, low, high) A) unless the config names another policy loss
-        policy = policy_loss(self.config.loss, ratio, adv, batch, 1 - eps, 1 + eps)
-        penalty, kl_metrics = kl_penalty(batch, self.config.beta, self.config.kl)
-        per_token = -policy.objective + penalty
-        if bonus is not None:
-            per_token = per_token - bonus
-        loss = aggregate(per_token, batch, self.aggregation)
-        return LossOutput(loss, {"loss": float(loss.detach()), **policy.metrics, **kl_metrics,
-                                 **entropy_metrics})  # fmt: skip
+        return self.ratio_surrogate(batch, 1 - eps, 1 + eps, self.config.beta)
