@@ -389,6 +389,7 @@ def add_training_arguments(p: argparse.ArgumentParser, command: str) -> None:
     from zoo.run.run_config import (
         CHOICES,
         REAL_MODEL_DEFAULTS,
+        SECTIONS,
         TINY_PRESET_DEFAULTS,
         RunConfig,
         run_defaults,
@@ -397,6 +398,9 @@ def add_training_arguments(p: argparse.ArgumentParser, command: str) -> None:
     docs = field_docs(RunConfig)
     types = typing.get_type_hints(RunConfig)
     tiny = run_defaults("tiny")
+    # --help lists the flags under their RunConfig section's heading
+    groups = {cls: p.add_argument_group(title) for title, cls in SECTIONS}
+    group_of = {f.name: groups[cls] for _, cls in SECTIONS for f in dataclasses.fields(cls)}
     for f in dataclasses.fields(RunConfig):
         if f.name in CLI_OWN_FIELDS:
             continue
@@ -425,7 +429,7 @@ def add_training_arguments(p: argparse.ArgumentParser, command: str) -> None:
         else:
             help_text += f" (default: {default})" if default != "" else ""
         flag = "--" + f.name.replace("_", "-")
-        p.add_argument(
+        group_of[f.name].add_argument(
             flag, *FLAG_ALIASES.get(f.name, ()), dest=f.name, default=default,
             type=number(kind) if kind in (int, float) else kind,
             choices=CHOICES.get(f.name), help=help_text.replace("%", "%%"),

@@ -68,7 +68,7 @@ def loop_builder(tiny_path: Path, generator):
     from zoo.models.titan import load_hf_state_dict
     from zoo.run.loop import RLLoop
     from zoo.run.run_config import RunConfig
-    from zoo.run.wiring import Services, critic_config_of, trainer_config_of
+    from zoo.run.wiring import Services, critic_config_of, trainer_config_of, trainer_options
     from zoo.services.ledger import Ledger
     from zoo.services.reference import Reference
     from zoo.services.trainer import Trainer
@@ -80,7 +80,9 @@ def loop_builder(tiny_path: Path, generator):
         cfg.validate()
         generator.update_weights(start, version=0)
         torch.manual_seed(cfg.seed)
-        trainer = Trainer(tiny_path, trainer_config_of(cfg), cfg.max_response_len)
+        trainer = Trainer(
+            tiny_path, trainer_config_of(cfg), cfg.max_response_len, **trainer_options(cfg)
+        )
         algorithm = get_algorithm(cfg.algorithm, **cfg.algorithm_config)
         reference = None
         if algorithm.needs_reference:

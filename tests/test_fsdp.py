@@ -84,7 +84,7 @@ def previous_version_logprobs(trainer: Trainer, batch: RolloutBatch) -> torch.Te
 
 
 def trainer_config(micro: int) -> TrainerConfig:
-    return TrainerConfig(micro_batch_size=micro, mini_batches=2, max_policy_age=1)
+    return TrainerConfig(micro_batch_size=micro, mini_batches=2)
 
 
 def full_grads(trainer: Trainer) -> dict[str, torch.Tensor]:
@@ -109,7 +109,9 @@ def worker(rank: int, port: int, paths: dict[str, str], out_dir: str, split: str
             config = trainer_config(micro)
             algo = get_algorithm(algo_name, **overrides)
             batches = make_batches(rows, seed=len(name))
-            trainer = Trainer(Path(paths[model]), config, RESPONSE, tensor_parallel=tp)
+            trainer = Trainer(
+                Path(paths[model]), config, RESPONSE, tensor_parallel=tp, max_policy_age=1
+            )
             assert trainer.world == world and trainer.parallel.tensor_parallel == tp
             assert trainer.sharded == (world > tp)  # FSDP2 over the tensor-parallel groups
             tied = trainer.model.enable_weight_tying
@@ -130,7 +132,9 @@ def worker(rank: int, port: int, paths: dict[str, str], out_dir: str, split: str
             final = trainer.hf_state_dict()  # (the current weights are back)
             if resume_from == "single":
                 checkpoint = torch.load(Path(out_dir) / f"{name}-single.pt", weights_only=False)
-            resumed = Trainer(Path(paths[model]), config, RESPONSE, tensor_parallel=tp)
+            resumed = Trainer(
+                Path(paths[model]), config, RESPONSE, tensor_parallel=tp, max_policy_age=1
+            )
             resumed.load_state(*checkpoint)
             resumed_metrics = run_steps(resumed, algo, batches[SAVE_AFTER:])
             results[name] = {
@@ -213,7 +217,7 @@ def one_process(tiny_path: Path, tied_path: Path, tmp_path_factory) -> tuple[dic
     for name, (model, (algo_name, overrides), rows, micro, _) in SCENARIOS.items():
         algo = get_algorithm(algo_name, **overrides)
         batches = make_batches(rows, seed=len(name))
-        trainer = Trainer(Path(paths[model]), trainer_config(micro), RESPONSE)
+        trainer = Trainer(Path(paths[model]), trainer_config(micro), RESPONSE, max_policy_age=1)
         assert not trainer.sharded
         metrics = []
         for i, batch in enumerate(batches, start=1):
@@ -267,7 +271,7 @@ def test_split_trainers_train_like_one_process(one_process, tmp_path, split: str
         # the sharded checkpoint (whole tensors, torch.optim layout) resumes in one process
         hf, optim, version = got["checkpoint"]
         algo = get_algorithm(algo_name, **overrides)
-        one = Trainer(Path(paths[model]), trainer_config(micro), RESPONSE)
+        one = Trainer(Path(paths[model]), trainer_config(micro), RESPONSE, max_policy_age=1)
         one.load_state(hf, optim, version)
         assert one.version == SAVE_AFTER
         later = make_batches(rows, seed=len(name))[SAVE_AFTER:]

@@ -341,7 +341,7 @@ def test_the_critic_fits_a_batch_of_the_tiny_models_responses(tiny_path):
     come to explain the returns (in sample: that it can learn at all, in seconds)."""
     from zoo.envs import get_env
     from zoo.services.trainer import Trainer, TrainerConfig
-    from zoo.services.value import Critic, CriticConfig
+    from zoo.services.value import Critic
 
     env = get_env("arithmetic")
     prompts = env.train_prompts(0, 8, seed=0)
@@ -359,7 +359,7 @@ def test_the_critic_fits_a_batch_of_the_tiny_models_responses(tiny_path):
 
     torch.manual_seed(0)
     trainer = Trainer(tiny_path, TrainerConfig(), max_response_len=width)
-    critic = Critic(trainer.model, CriticConfig(lr=1e-3))
+    critic = Critic(trainer.model, TrainerConfig(lr=1e-3, mini_batches=1))
     batch = RolloutBatch(tokens, torch.tensor([len(q) for q, _ in rows]), mask,
                          torch.tensor(rewards), group_size=2)  # fmt: skip
     ppo = get_algorithm("ppo")

@@ -33,8 +33,10 @@ def weights(trainer: Trainer) -> dict[str, torch.Tensor]:
     return {k: v.clone() for k, v in trainer.model.state_dict().items()}
 
 
-def trainer_with(tiny_path, **config) -> Trainer:
-    return Trainer(tiny_path, TrainerConfig(lr=1e-3, **config), max_response_len=5)
+def trainer_with(tiny_path, temperature: float = 1.0, max_policy_age: int = 0,
+                 **config) -> Trainer:  # fmt: skip
+    return Trainer(tiny_path, TrainerConfig(lr=1e-3, **config), max_response_len=5,
+                   temperature=temperature, max_policy_age=max_policy_age)  # fmt: skip
 
 
 LOSS = get_algorithm("grpo", beta=0.0).loss

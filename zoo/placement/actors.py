@@ -92,6 +92,7 @@ class TrainerActor(Actor):
         self,
         model_path: str,
         trainer_config: Any,
+        trainer_options: dict,
         max_response_len: int,
         init: str,
         device: str,
@@ -102,6 +103,7 @@ class TrainerActor(Actor):
     ) -> None:
         self.cores = cores
         self.args = (Path(model_path), trainer_config, max_response_len, init, device)
+        self.trainer_options = trainer_options  # temperature, max_policy_age (wiring)
         self.algorithm_args = (algorithm, algorithm_config)
         self.seed = seed
 
@@ -139,7 +141,7 @@ class TrainerActor(Actor):
         path, config, max_response_len, init, device = self.args
         self.trainer = Trainer(
             path, config, max_response_len, init=init, device=device,
-            tensor_parallel=tensor_parallel,
+            tensor_parallel=tensor_parallel, **self.trainer_options,
         )  # fmt: skip
         self.algorithm = get_algorithm(self.algorithm_args[0], **self.algorithm_args[1])
 

@@ -63,15 +63,18 @@ def attach_hosts(addresses: list[str]) -> Any:
 
 
 def spawn_monarch_services(
-    cfg: Any, spec: Any, device: str, trainer_config: Any, needs_reference: bool,
-    max_model_len: int, response_budget: int | None = None, critic_config: Any = None,
+    cfg: Any, spec: Any, device: str, trainer_config: Any, trainer_options: dict,
+    needs_reference: bool, max_model_len: int, response_budget: int | None = None,
+    critic_config: Any = None,
 ) -> dict[str, Any]:  # fmt: skip
     """Spawn the services' processes on this host and return the proxies. The processes
     inherit this one's environment (FORGE_ZOO_CACHE, thread settings). How many of each:
     ``cfg.distributed`` (a placement file, zoo.placement.config), else one each.
     ``response_budget``: the trainer's L_max (a multi-turn env's episode token limit;
-    default max_response_len). ``critic_config``: the settings of a learned critic
-    (zoo.services.value.CriticConfig), in a process of its own; None: no critic."""
+    default max_response_len). ``trainer_options``: the Trainer's keyword arguments from
+    the run's other sections (zoo.run.wiring.trainer_options). ``critic_config``: the
+    settings of a learned critic (a TrainerConfig with the critic's lr), in a process of
+    its own; None: no critic."""
     import monarch.actor
 
     from zoo.placement.config import PlacementConfig
@@ -95,7 +98,7 @@ def spawn_monarch_services(
     check_tensor_parallel(shape, tensor_parallel)  # before spawning anything
     check_tensor_parallel(shape, layout.generator.procs, "services.generator.procs")
     actors = procs(trainer_procs, "trainer").spawn(
-        "trainer", TrainerActor, str(spec.path), trainer_config,
+        "trainer", TrainerActor, str(spec.path), trainer_config, trainer_options,
         response_budget or cfg.max_response_len,
         cfg.init, device, cfg.algorithm, cfg.algorithm_config, cfg.seed, trainer_cores,
     )  # fmt: skip

@@ -16,7 +16,7 @@ from zoo.models.presets import INITS, TINY_MODELS, ModelSpec, resolve_model
 from zoo.run.trackers import check_installed, parse_report_to
 from zoo.services.generation import GENERATOR_BACKENDS
 from zoo.services.offpolicy import CORRECTIONS
-from zoo.services.trainer import LR_SCHEDULES
+from zoo.services.trainer import LR_SCHEDULES, OptimizerSection, RegimeSection
 
 MAX_SAMPLES_PER_PROMPT = 16384
 """vLLM's bound on samples of one prompt (group_size, eval_samples): checked before a run."""
@@ -57,12 +57,8 @@ the command line (harness/cli.py builds its flags from RunConfig) read them here
 
 
 @dataclass
-class RunConfig:
-    """Everything that defines a run. Defaults: the tiny model's recipe, calibrated on this
-    project's CPU machines (docs/training.md): 128 prompts x 8 samples per
-    rollout batch, trained in 4 mini-batches at lr 5e-5, temperature 1, grad clip 1. There
-    GRPO's clip acts on ~0.8% of tokens (papers: 0.1-1%) and the model learns as fast as
-    the earlier on-policy recipe (one update per batch at lr 2e-4), in which no clip acts."""
+class RunSection:
+    """What runs: the algorithm, the env, the model and the seed."""
 
     algorithm: str = "grpo"
     """Registered algorithm name (``harness list algorithms``)."""
@@ -72,8 +68,28 @@ class RunConfig:
     """Model preset (``harness list models``) or a local Hugging Face Qwen3 folder."""
     seed: int = 0
     """Seeds the prompts' order, the sampler and the trainer's initial state."""
-    steps: int = 150
-    """Rollout batches (loop steps) to train on, unless one of the budgets below is set."""
+    model_path: str = ""
+    """Hugging Face checkpoint folder for ``model`` (overrides the preset's lookup)."""
+    init: str = "pretrained"
+    """"random": the model's architecture with random weights (throughput without weights)."""
+    algorithm_config: dict[str, Any] = field(default_factory=dict)
+    env_config: dict[str, Any] = field(default_factory=dict)
+    variant: str = ""
+    """The run's row name in a comparison when it is not the algorithm's plain name:
+    ``compare --vary`` names each setting of a grid by its overrides (``grpo@eps=0.28``)."""
+
+    def validate(self) -> None:
+        if self.init not in INITS:
+            raise ConfigError(f"unknown init {self.init!r}; valid: {', '.join(INITS)}")
+
+    def model_spec(self) -> ModelSpec:
+        return resolve_model(self.model, model_path=self.model_path, init=self.init)
+
+
+@dataclass
+class SamplingSection:
+    """The rollout batch: how many prompts, how many samples each, how long, how hot."""
+
     prompts_per_step: int = 128
     """Prompts (groups of ``group_size`` completions) per rollout batch."""
     group_size: int = 8
@@ -90,46 +106,50 @@ class RunConfig:
     temperature: float = 1.0
     """Sampling temperature T > 0; the trainer, reference and old-log-prob passes score
     tokens at the same T."""
-    lr: float = 5e-5
-    """AdamW learning rate."""
-    lr_schedule: str = "constant"
-    """After the warm-up: constant, or a linear or cosine decay to ``min_lr_ratio * lr``
-    over ``decay_steps`` optimizer steps, or else over the rest of the budget (TRL's
-    default is linear, verl's constant)."""
-    warmup_steps: int = 0
-    """Optimizer steps of linear warm-up to ``lr`` (0: none)."""
-    warmup_ratio: float = 0.0
-    """Linear warm-up to ``lr`` over this share of the run's budget, in whatever unit the
-    budget counts (TRL's warmup_ratio, verl's lr_warmup_steps_ratio); instead of
-    ``warmup_steps``. With it, or with a decay and no ``decay_steps`` under a FLOPs,
-    samples or seconds budget, the schedule follows the share of the budget spent,
-    set once per rollout batch (zoo.services.trainer.lr_at_budget)."""
-    decay_steps: int = 0
-    """Optimizer steps of the decay after the warm-up; 0: the rest of the run (its steps x
-    mini_batches x epochs, or the rest of any other budget)."""
-    min_lr_ratio: float = 0.0
-    """Where the decay ends, as a fraction of ``lr``."""
-    weight_decay: float = 0.0
-    """AdamW's decoupled weight decay (verl's default: 0.01; TRL's: 0)."""
-    adam_beta1: float = 0.9
-    """AdamW's decay rate of the gradient's running mean (0.9: torch, TRL and verl alike)."""
-    adam_beta2: float = 0.999
-    """AdamW's decay rate of the squared gradient's running mean (0.999: torch, TRL and
-    verl alike)."""
-    adam_eps: float = 1e-8
-    """AdamW's epsilon."""
-    grad_clip: float = 1.0
-    """Clip the gradient's global norm to this before each optimizer step (> 0; inf: no
-    clipping)."""
-    micro_batch_size: int = 0
-    """Sequences per forward/backward in the trainer; 0 = the whole mini-batch. Memory only."""
-    mini_batches: int = 4
-    """Optimizer steps per rollout batch and pass: the batch's groups are split into this
-    many mini-batches (verl: train batch / ppo_mini_batch_size; TRL: steps_per_generation).
-    Every update after the first sees a ratio away from 1: where clips, caps and gates act.
-    1 (with epochs 1) is the on-policy regime, in which they never do."""
-    epochs: int = 1
-    """Passes over each rollout batch (verl: ppo_epochs; TRL: num_iterations)."""
+    max_sampling_rounds: int = 10
+    """Bound on refills when the algorithm drops groups (DAPO's dynamic sampling)."""
+    long_prompts: str = "refuse"
+    """A prompt longer than the context leaves next to the response budget: refuse (the
+    run stops with the count of such held-out prompts before it starts, or names the train
+    prompt when it comes) or truncate-left (keep its last tokens, with a warning)."""
+
+    def validate(self) -> None:
+        for name in ("prompts_per_step", "max_response_len", "max_sampling_rounds"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.group_size < 2:
+            raise ConfigError(
+                f"group_size must be >= 2 (group advantages need a baseline), got {self.group_size}"
+            )
+        if self.group_size > MAX_SAMPLES_PER_PROMPT:
+            raise ConfigError(
+                f"group_size must be <= {MAX_SAMPLES_PER_PROMPT} (vLLM's limit of samples "
+                f"per prompt), got {self.group_size}"
+            )
+        if self.max_episode_tokens and self.max_episode_tokens < self.max_response_len:
+            raise ConfigError(
+                f"max_episode_tokens {self.max_episode_tokens} < max_response_len "
+                f"{self.max_response_len}: an episode must hold at least one whole turn "
+                "(0: the default, 2 x turn limit x max_response_len)"
+            )
+        if self.temperature < 0:
+            raise ConfigError(f"temperature must be >= 0, got {self.temperature}")
+        if self.temperature == 0:
+            raise ConfigError(
+                f"temperature 0 is greedy decoding: the {self.group_size} samples of a group "
+                "would be identical, so every group advantage is 0 and nothing is learned; "
+                "use a temperature > 0 (1.0 samples the policy itself)"
+            )
+        if self.long_prompts not in LONG_PROMPTS:
+            raise ConfigError(
+                f"unknown long_prompts {self.long_prompts!r}; valid: {', '.join(LONG_PROMPTS)}"
+            )
+
+
+@dataclass
+class CorrectionSection:
+    """What corrects for the trainer and the sampler computing different probabilities."""
+
     correction: str = "none"
     """Trainer-sampler mismatch correction (zoo.services.offpolicy): none, tis (truncated
     importance sampling), mis-token / mis-sequence (masked importance sampling), bypass
@@ -140,75 +160,31 @@ class RunConfig:
     """mis-*: the lowest pi_old / pi_sampler kept (IcePop's 0.5)."""
     correction_high: float = 5.0
     """mis-*: the highest pi_old / pi_sampler kept (IcePop's 5)."""
-    max_sampling_rounds: int = 10
-    """Bound on refills when the algorithm drops groups (DAPO's dynamic sampling)."""
-    eval_every: int = 25
-    """Greedy evaluation on the held-out split every this many steps (and at 0 and end)."""
-    eval_samples: int = 8
-    """Sampled completions per held-out prompt at each evaluation, at the run's
-    temperature, for pass@k (k in 1, 4, 8, up to this) and mean reward
-    (zoo.services.evaluation); 0: greedy accuracy only."""
-    sampled_eval_points: int = 0
-    """Draw the ``eval_samples`` only at the last this many evaluations (0: at every
-    one). The summary's sampled metrics average the same last 3 evaluations as the
-    headline, so 3 reports the same numbers at a fraction of the cost (the sampled curves
-    then have those points only); for envs whose scoring is slow, such as code."""
+
+    def validate(self) -> None:
+        if self.correction not in CORRECTIONS:
+            raise ConfigError(
+                f"unknown correction {self.correction!r}; valid: {', '.join(CORRECTIONS)}"
+            )
+        if not 0 < self.correction_low <= 1 <= self.correction_high or self.correction_cap < 1:
+            raise ConfigError(
+                "need 0 < correction_low <= 1 <= correction_high and correction_cap >= 1, got "
+                f"{self.correction_low}, {self.correction_high}, {self.correction_cap}"
+            )
+
+
+@dataclass
+class BudgetSection:
+    """What ends a run: one of steps, FLOPs, samples or seconds."""
+
+    steps: int = 150
+    """Rollout batches (loop steps) to train on, unless one of the budgets below is set."""
     budget_flops: float = 0.0
     """Stop once the ledger's model FLOPs reach this many (all phases)."""
     budget_samples: int = 0
     """Stop once this many completions have been generated (dropped ones count)."""
     budget_seconds: float = 0.0
     """Stop once this many wall seconds of training have passed."""
-    eval_split: str = "heldout"
-    """What every evaluation scores: the env's fixed held-out split (the headline), or its
-    validation split, disjoint from train and held-out, on which ``harness tune`` selects
-    settings so that the board's held-out numbers are not tuned on."""
-    eval_points: int = 8
-    """With a budget: evaluate when 1/K, 2/K, ... K/K of it is spent (same points for all
-    algorithms; evaluation is not charged to the budget)."""
-    checkpoint_every: int = 10
-    """Save a resumable checkpoint every this many steps, and at the end (0: end only).
-    After a crash the run resumes from the last one; metrics after it are re-done."""
-    model_path: str = ""
-    """Hugging Face checkpoint folder for ``model`` (overrides the preset's lookup)."""
-    init: str = "pretrained"
-    """"random": the model's architecture with random weights (throughput without weights)."""
-    generator: str = "auto"
-    """Generation backend: vllm, hf (transformers), or auto (vLLM where it imports)."""
-    placement: str = "local"
-    """Where services run: local (this process) or monarch (generator, trainer and
-    reference each in their own process, as Monarch actors; zoo.placement)."""
-    mode: str = "sync"
-    """sync, or async: the generator samples the next batches while the trainer trains on
-    this one (needs --placement monarch, where they are separate processes)."""
-    max_policy_age: int = 1
-    """Async mode: batches are requested this many optimizer steps ahead; a sample whose
-    weights are older than this many steps at training time is dropped (and counted)."""
-    weight_sync: str = "rdma"
-    """Monarch placement: how weights reach the generators. rdma: the generators read the
-    trainer's weights from a registered buffer (Monarch RDMA; a TCP fallback on machines
-    without RDMA NICs); endpoint: the state dict travels in messages, through the loop."""
-    distributed: dict[str, Any] = field(default_factory=dict)
-    """Monarch placement: processes per service (zoo.placement.config; a placement
-    file's contents). Empty: one process each."""
-    long_prompts: str = "refuse"
-    """A prompt longer than the context leaves next to the response budget: refuse (the
-    run stops with the count of such held-out prompts before it starts, or names the train
-    prompt when it comes) or truncate-left (keep its last tokens, with a warning)."""
-    device: str = "auto"
-    """Where the trainer, reference and generator run: cpu, cuda, or auto (cuda when
-    available). On cuda the trainer computes in bf16 and generation is bf16."""
-    report_to: str = ""
-    """Experiment trackers that also get every step's metrics, the resolved config, the
-    evaluation points and the kept samples: tensorboard, wandb, mlflow, comma-separated
-    for several (none by default). Each is an extra: pip install -e '.[trackers]'. The runs
-    of a compare are one experiment (one MLflow store and experiment, one W&B group); W&B
-    runs offline without an API key (zoo.run.trackers)."""
-    algorithm_config: dict[str, Any] = field(default_factory=dict)
-    env_config: dict[str, Any] = field(default_factory=dict)
-    variant: str = ""
-    """The run's row name in a comparison when it is not the algorithm's plain name:
-    ``compare --vary`` names each setting of a grid by its overrides (``grpo@eps=0.28``)."""
 
     @property
     def budget(self) -> tuple[str, float]:
@@ -227,92 +203,92 @@ class RunConfig:
         return chosen[0] if chosen else ("steps", float(self.steps))
 
     def validate(self) -> None:
-        for f in dataclasses.fields(self):  # nan passes every comparison below
-            value = getattr(self, f.name)
-            if not (f.name == "grad_clip" and value == math.inf):  # inf: no clipping
-                check_number(value, f.name, RUN_LIMITS.get(f.name))
-        for name in (
-            "steps",
-            "prompts_per_step",
-            "max_response_len",
-            "max_sampling_rounds",
-            "eval_every",
-            "eval_points",
-        ):
-            if getattr(self, name) < 1:
-                raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.steps < 1:
+            raise ConfigError(f"steps must be >= 1, got {self.steps}")
         if min(self.budget_flops, self.budget_samples, self.budget_seconds) < 0:
             raise ConfigError("budgets must be >= 0")
-        if self.micro_batch_size < 0 or self.checkpoint_every < 0:
-            raise ConfigError(
-                "micro_batch_size and checkpoint_every must be >= 0 (0: the whole mini-batch; "
-                f"at the end only), got {self.micro_batch_size} and {self.checkpoint_every}"
-            )
-        if max(self.group_size, self.eval_samples) > MAX_SAMPLES_PER_PROMPT:
-            raise ConfigError(
-                f"group_size and eval_samples must be <= {MAX_SAMPLES_PER_PROMPT} (vLLM's "
-                f"limit of samples per prompt), got {self.group_size} and {self.eval_samples}"
-            )
-        if self.max_episode_tokens and self.max_episode_tokens < self.max_response_len:
-            raise ConfigError(
-                f"max_episode_tokens {self.max_episode_tokens} < max_response_len "
-                f"{self.max_response_len}: an episode must hold at least one whole turn "
-                "(0: the default, 2 x turn limit x max_response_len)"
-            )
+        self.budget  # noqa: B018 (raises on several budgets)
+
+
+@dataclass
+class EvaluationSection:
+    """When and how a run is evaluated (not charged to its budget)."""
+
+    eval_every: int = 25
+    """Greedy evaluation on the held-out split every this many steps (and at 0 and end)."""
+    eval_samples: int = 8
+    """Sampled completions per held-out prompt at each evaluation, at the run's
+    temperature, for pass@k (k in 1, 4, 8, up to this) and mean reward
+    (zoo.services.evaluation); 0: greedy accuracy only."""
+    sampled_eval_points: int = 0
+    """Draw the ``eval_samples`` only at the last this many evaluations (0: at every
+    one). The summary's sampled metrics average the same last 3 evaluations as the
+    headline, so 3 reports the same numbers at a fraction of the cost (the sampled curves
+    then have those points only); for envs whose scoring is slow, such as code."""
+    eval_split: str = "heldout"
+    """What every evaluation scores: the env's fixed held-out split (the headline), or its
+    validation split, disjoint from train and held-out, on which ``harness tune`` selects
+    settings so that the board's held-out numbers are not tuned on."""
+    eval_points: int = 8
+    """With a budget: evaluate when 1/K, 2/K, ... K/K of it is spent (same points for all
+    algorithms; evaluation is not charged to the budget)."""
+
+    def validate(self) -> None:
+        for name in ("eval_every", "eval_points"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.eval_samples < 0:
             raise ConfigError(f"eval_samples must be >= 0 (0: greedy only): {self.eval_samples}")
+        if self.eval_samples > MAX_SAMPLES_PER_PROMPT:
+            raise ConfigError(
+                f"eval_samples must be <= {MAX_SAMPLES_PER_PROMPT} (vLLM's limit of samples "
+                f"per prompt), got {self.eval_samples}"
+            )
         if self.sampled_eval_points < 0:
             raise ConfigError(
                 "sampled_eval_points must be >= 0 (0: every evaluation): "
                 f"{self.sampled_eval_points}"
             )
-        self.budget  # noqa: B018 (raises on several budgets)
-        if self.group_size < 2:
+        if self.eval_split not in EVAL_SPLITS:
             raise ConfigError(
-                f"group_size must be >= 2 (group advantages need a baseline), got {self.group_size}"
+                f"unknown eval_split {self.eval_split!r}; valid: {', '.join(EVAL_SPLITS)}"
             )
-        if not self.lr > 0 or self.temperature < 0:
-            raise ConfigError("lr must be > 0 and temperature >= 0")
-        if self.warmup_steps < 0 or self.decay_steps < 0 or not 0 <= self.min_lr_ratio <= 1:
-            raise ConfigError("need warmup_steps >= 0, decay_steps >= 0, 0 <= min_lr_ratio <= 1")
-        if not (0 <= self.weight_decay < 1 and 0 <= self.adam_beta1 < 1
-                and 0 <= self.adam_beta2 < 1 and self.adam_eps > 0):  # fmt: skip
-            raise ConfigError("need 0 <= weight_decay < 1, 0 <= adam betas < 1, adam_eps > 0")
-        if not 0 <= self.warmup_ratio < 1:
-            raise ConfigError(f"warmup_ratio must be in [0, 1), got {self.warmup_ratio}")
-        if self.warmup_ratio and (self.warmup_steps or self.decay_steps):
-            raise ConfigError(
-                "--warmup-ratio schedules over the budget's share spent: leave --warmup-steps "
-                "and --decay-steps (optimizer steps) unset, or use those two instead"
-            )
-        if not self.grad_clip > 0:
-            raise ConfigError(f"grad_clip must be > 0 (inf: no clipping), got {self.grad_clip}")
-        if self.temperature == 0:
-            raise ConfigError(
-                f"temperature 0 is greedy decoding: the {self.group_size} samples of a group "
-                "would be identical, so every group advantage is 0 and nothing is learned; "
-                "use a temperature > 0 (1.0 samples the policy itself)"
-            )
-        for name in ("mini_batches", "epochs"):
-            if getattr(self, name) < 1:
-                raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if self.mini_batches > self.prompts_per_step:
-            raise ConfigError(
-                f"mini_batches {self.mini_batches} > prompts_per_step {self.prompts_per_step}: "
-                "a mini-batch holds whole groups, at least one"
-            )
-        if not 0 < self.correction_low <= 1 <= self.correction_high or self.correction_cap < 1:
-            raise ConfigError(
-                "need 0 < correction_low <= 1 <= correction_high and correction_cap >= 1, got "
-                f"{self.correction_low}, {self.correction_high}, {self.correction_cap}"
-            )
-        for name, valid in CHOICES.items():
+
+
+@dataclass
+class PlacementSection:
+    """Where the services run and how generation and training interleave."""
+
+    device: str = "auto"
+    """Where the trainer, reference and generator run: cpu, cuda, or auto (cuda when
+    available). On cuda the trainer computes in bf16 and generation is bf16."""
+    generator: str = "auto"
+    """Generation backend: vllm, hf (transformers), or auto (vLLM where it imports)."""
+    placement: str = "local"
+    """Where services run: local (this process) or monarch (generator, trainer and
+    reference each in their own process, as Monarch actors; zoo.placement)."""
+    mode: str = "sync"
+    """sync, or async: the generator samples the next batches while the trainer trains on
+    this one (needs --placement monarch, where they are separate processes)."""
+    max_policy_age: int = 1
+    """Async mode: batches are requested this many optimizer steps ahead; a sample whose
+    weights are older than this many steps at training time is dropped (and counted)."""
+    weight_sync: str = "rdma"
+    """Monarch placement: how weights reach the generators. rdma: the generators read the
+    trainer's weights from a registered buffer (Monarch RDMA; a TCP fallback on machines
+    without RDMA NICs); endpoint: the state dict travels in messages, through the loop."""
+    distributed: dict[str, Any] = field(default_factory=dict)
+    """Monarch placement: processes per service (zoo.placement.config; a placement
+    file's contents). Empty: one process each."""
+
+    def validate(self) -> None:
+        for name, valid in (("device", DEVICES), ("generator", GENERATOR_BACKENDS),
+                            ("placement", PLACEMENTS), ("mode", MODES),
+                            ("weight_sync", WEIGHT_SYNCS)):  # fmt: skip
             if getattr(self, name) not in valid:
                 raise ConfigError(
                     f"unknown {name} {getattr(self, name)!r}; valid: {', '.join(valid)}"
                 )
-
-        check_installed(parse_report_to(self.report_to))
         if self.max_policy_age < 1:
             raise ConfigError(f"max_policy_age must be >= 1, got {self.max_policy_age}")
         if self.placement != "monarch" and (self.mode == "async" or self.distributed):
@@ -325,6 +301,80 @@ class RunConfig:
             from zoo.placement.config import PlacementConfig
 
             PlacementConfig.from_dict(self.distributed)
+
+    def resolved_device(self) -> str:
+        if self.device == "auto":
+            return "cuda" if torch.cuda.is_available() else "cpu"
+        if self.device == "cuda" and not torch.cuda.is_available():
+            raise ConfigError("--device cuda, but torch sees no CUDA device here; use cpu")
+        return self.device
+
+
+@dataclass
+class OutputSection:
+    """What a run writes beside its metrics: checkpoints, and where else metrics go."""
+
+    checkpoint_every: int = 10
+    """Save a resumable checkpoint every this many steps, and at the end (0: end only).
+    After a crash the run resumes from the last one; metrics after it are re-done."""
+    report_to: str = ""
+    """Experiment trackers that also get every step's metrics, the resolved config, the
+    evaluation points and the kept samples: tensorboard, wandb, mlflow, comma-separated
+    for several (none by default). Each is an extra: pip install -e '.[trackers]'. The runs
+    of a compare are one experiment (one MLflow store and experiment, one W&B group); W&B
+    runs offline without an API key (zoo.run.trackers)."""
+
+    def validate(self) -> None:
+        if self.checkpoint_every < 0:
+            raise ConfigError(
+                f"checkpoint_every must be >= 0 (0: at the end only), got {self.checkpoint_every}"
+            )
+        check_installed(parse_report_to(self.report_to))
+
+
+SECTIONS: tuple[tuple[str, type], ...] = (
+    ("what runs", RunSection),
+    ("sampling", SamplingSection),
+    ("optimizer", OptimizerSection),
+    ("training regime", RegimeSection),
+    ("off-policy correction", CorrectionSection),
+    ("budget", BudgetSection),
+    ("evaluation", EvaluationSection),
+    ("placement", PlacementSection),
+    ("output", OutputSection),
+)
+"""RunConfig's sections, in the order ``--help`` shows them: each declares its fields once
+and validates them; the trainer is built from two of them (zoo.services.trainer)."""
+
+
+@dataclass
+class RunConfig(
+    OutputSection, PlacementSection, EvaluationSection, BudgetSection, CorrectionSection,
+    RegimeSection, OptimizerSection, SamplingSection, RunSection,
+):  # fmt: skip
+    """Everything that defines a run: the sections above, flat (``cfg.lr``, one flag per
+    field, one key per field in config.json). The bases are listed last section first
+    because a dataclass collects fields from its last base on. Defaults: the tiny model's
+    recipe, calibrated on this project's CPU machines (docs/training.md): 128 prompts x 8
+    samples per rollout batch, trained in 4 mini-batches at lr 5e-5, temperature 1, grad
+    clip 1. There GRPO's clip acts on ~0.8% of tokens (papers: 0.1-1%) and the model
+    learns as fast as the earlier on-policy recipe (one update per batch at lr 2e-4), in
+    which no clip acts."""
+
+    def validate(self) -> None:
+        """Every field a finite number where it is one, each section's own checks, then
+        the checks that span sections."""
+        for f in dataclasses.fields(self):  # nan passes every comparison below
+            value = getattr(self, f.name)
+            if not (f.name == "grad_clip" and value == math.inf):  # inf: no clipping
+                check_number(value, f.name, RUN_LIMITS.get(f.name))
+        for _, section in SECTIONS:
+            section.validate(self)
+        if self.mini_batches > self.prompts_per_step:
+            raise ConfigError(
+                f"mini_batches {self.mini_batches} > prompts_per_step {self.prompts_per_step}: "
+                "a mini-batch holds whole groups, at least one"
+            )
 
     @classmethod
     def from_record(cls, run: dict[str, Any]) -> RunConfig:
@@ -342,13 +392,6 @@ class RunConfig:
             )
         return cls(**{**ADDED_LATER, **run})
 
-    def resolved_device(self) -> str:
-        if self.device == "auto":
-            return "cuda" if torch.cuda.is_available() else "cpu"
-        if self.device == "cuda" and not torch.cuda.is_available():
-            raise ConfigError("--device cuda, but torch sees no CUDA device here; use cpu")
-        return self.device
-
     @property
     def schedule_over_budget(self) -> bool:
         """Does the learning rate follow the share of the budget spent (not optimizer
@@ -357,9 +400,6 @@ class RunConfig:
         decay_of_unknown_length = (self.lr_schedule != "constant" and not self.decay_steps
                                    and self.budget[0] != "steps")  # fmt: skip
         return self.warmup_ratio > 0 or decay_of_unknown_length
-
-    def model_spec(self) -> ModelSpec:
-        return resolve_model(self.model, model_path=self.model_path, init=self.init)
 
 
 PREDATES_REGIME = ("mini_batches", "epochs")

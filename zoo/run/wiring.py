@@ -4,12 +4,14 @@ token ids. The loop (zoo.run.loop) only calls their methods."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -30,8 +32,8 @@ from zoo.services.protocols import (
     ValueService,
 )
 from zoo.services.reference import Reference
-from zoo.services.trainer import Trainer, TrainerConfig
-from zoo.services.value import Critic, CriticConfig
+from zoo.services.trainer import OptimizerSection, RegimeSection, Trainer, TrainerConfig
+from zoo.services.value import Critic
 
 
 @dataclass
@@ -73,40 +75,30 @@ class Services:
 
 
 def trainer_config_of(cfg: RunConfig, device: str = "cpu") -> TrainerConfig:
-    """The trainer's settings of a run (bf16 on GPUs)."""
-    return TrainerConfig(
-        lr=cfg.lr,
-        lr_schedule=cfg.lr_schedule,
-        warmup_steps=cfg.warmup_steps,
-        decay_steps=cfg.decay_steps
-        or max(1, cfg.steps * cfg.mini_batches * cfg.epochs - cfg.warmup_steps),
-        min_lr_ratio=cfg.min_lr_ratio,
-        warmup_ratio=cfg.warmup_ratio,
-        schedule_over_budget=cfg.schedule_over_budget,
-        weight_decay=cfg.weight_decay,
-        betas=(cfg.adam_beta1, cfg.adam_beta2),
-        eps=cfg.adam_eps,
-        grad_clip=cfg.grad_clip,
-        micro_batch_size=cfg.micro_batch_size,
-        mini_batches=cfg.mini_batches,
-        epochs=cfg.epochs,
-        temperature=cfg.temperature,
-        # async: batches sampled by up to max_policy_age older versions are trained on
-        max_policy_age=cfg.max_policy_age if cfg.mode == "async" else 0,
-        mixed_precision="bf16" if device == "cuda" else "none",
-    )
+    """The trainer's settings of a run: its optimizer and regime sections as declared
+    (RunConfig inherits both), resolved: a decay of unset length runs over the run's
+    optimizer steps, the schedule may follow the budget, bf16 on GPUs."""
+    sections = {f.name: getattr(cfg, f.name) for f in dataclasses.fields(RegimeSection)}
+    sections |= {f.name: getattr(cfg, f.name) for f in dataclasses.fields(OptimizerSection)}
+    optimizer_steps = cfg.steps * cfg.mini_batches * cfg.epochs
+    sections["decay_steps"] = cfg.decay_steps or max(1, optimizer_steps - cfg.warmup_steps)
+    return TrainerConfig(**sections, schedule_over_budget=cfg.schedule_over_budget,
+                         mixed_precision="bf16" if device == "cuda" else "none")  # fmt: skip
 
 
-def critic_config_of(cfg: RunConfig, algorithm: Algorithm, device: str = "cpu") -> CriticConfig:
-    """The critic's settings in a run: the algorithm's learning rate for it, and the run's
-    AdamW settings, grad clip, mini-batches, epochs and micro-batches (verl's critic
-    shares the actor's mini-batches and epochs)."""
-    return CriticConfig(
-        lr=algorithm.critic_lr(cfg.lr), weight_decay=cfg.weight_decay,
-        betas=(cfg.adam_beta1, cfg.adam_beta2), eps=cfg.adam_eps, grad_clip=cfg.grad_clip,
-        micro_batch_size=cfg.micro_batch_size, mini_batches=cfg.mini_batches, epochs=cfg.epochs,
-        mixed_precision="bf16" if device == "cuda" else "none",
-    )  # fmt: skip
+def trainer_options(cfg: RunConfig) -> dict[str, Any]:
+    """The Trainer's arguments from the run's sampling and placement sections: it scores
+    tokens at the sampling temperature, and (async) keeps the weights of the versions that
+    may have sampled a batch it trains on."""
+    return {"temperature": cfg.temperature,
+            "max_policy_age": cfg.max_policy_age if cfg.mode == "async" else 0}  # fmt: skip
+
+
+def critic_config_of(cfg: RunConfig, algorithm: Algorithm, device: str = "cpu") -> TrainerConfig:
+    """The critic's settings in a run: the trainer's (AdamW settings, grad clip,
+    mini-batches, epochs and micro-batches: verl's critic shares the actor's mini-batches
+    and epochs) at the algorithm's constant learning rate for it."""
+    return dataclasses.replace(trainer_config_of(cfg, device), lr=algorithm.critic_lr(cfg.lr))
 
 
 def build_services(
@@ -143,11 +135,11 @@ def build_services(
 
         critic_config = critic_config_of(cfg, algorithm, device) if algorithm.needs_values else None
         remote = spawn_monarch_services(cfg, spec, device, trainer_config,
-                                        algorithm.needs_reference, context_len, budget,
-                                        critic_config)  # fmt: skip
+                                        trainer_options(cfg), algorithm.needs_reference,
+                                        context_len, budget, critic_config)  # fmt: skip
         return Services(**remote, **shared)
     trainer = Trainer(spec.path, trainer_config, max_response_len=budget,
-                      init=cfg.init, device=device)  # fmt: skip
+                      init=cfg.init, device=device, **trainer_options(cfg))  # fmt: skip
     reference = None
     if algorithm.needs_reference:
         reference = Reference(trainer.model, cfg.micro_batch_size, cfg.temperature)

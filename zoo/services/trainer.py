@@ -50,46 +50,111 @@ from zoo.models.parallelism import parallelize
 from zoo.models.titan import build_titan_model
 from zoo.services.batch import RolloutBatch, response_logprobs, response_logprobs_and_entropy
 
+LR_SCHEDULES = ("constant", "linear", "cosine")
+"""RunConfig.lr_schedule's valid values (``lr_at``)."""
+
 
 @dataclass
-class TrainerConfig:
-    lr: float = 2e-4
+class OptimizerSection:
+    """AdamW, its learning-rate schedule and the gradient clip: the "optimizer" section of a
+    run's config (RunConfig inherits it), declared here, where it is used. Defaults: the
+    tiny model's recipe (docs/training.md)."""
+
+    lr: float = 5e-5
     """AdamW learning rate (the peak, under a schedule)."""
-    weight_decay: float = 0.0
-    betas: tuple[float, float] = (0.9, 0.999)
-    eps: float = 1e-8
-    """AdamW's epsilon."""
     lr_schedule: str = "constant"
-    """After the warm-up: constant, linear or cosine decay (``lr_at``)."""
+    """After the warm-up: constant, or a linear or cosine decay to ``min_lr_ratio * lr``
+    over ``decay_steps`` optimizer steps, or else over the rest of the budget (TRL's
+    default is linear, verl's constant)."""
     warmup_steps: int = 0
-    decay_steps: int = 0
-    min_lr_ratio: float = 0.0
+    """Optimizer steps of linear warm-up to ``lr`` (0: none)."""
     warmup_ratio: float = 0.0
+    """Linear warm-up to ``lr`` over this share of the run's budget, in whatever unit the
+    budget counts (TRL's warmup_ratio, verl's lr_warmup_steps_ratio); instead of
+    ``warmup_steps``. With it, or with a decay and no ``decay_steps`` under a FLOPs,
+    samples or seconds budget, the schedule follows the share of the budget spent,
+    set once per rollout batch (zoo.services.trainer.lr_at_budget)."""
+    decay_steps: int = 0
+    """Optimizer steps of the decay after the warm-up; 0: the rest of the run (its steps x
+    mini_batches x epochs, or the rest of any other budget)."""
+    min_lr_ratio: float = 0.0
+    """Where the decay ends, as a fraction of ``lr``."""
+    weight_decay: float = 0.0
+    """AdamW's decoupled weight decay (verl's default: 0.01; TRL's: 0)."""
+    adam_beta1: float = 0.9
+    """AdamW's decay rate of the gradient's running mean (0.9: torch, TRL and verl alike)."""
+    adam_beta2: float = 0.999
+    """AdamW's decay rate of the squared gradient's running mean (0.999: torch, TRL and
+    verl alike)."""
+    adam_eps: float = 1e-8
+    """AdamW's epsilon."""
+    grad_clip: float = 1.0
+    """Clip the gradient's global norm to this before each optimizer step (> 0; inf: no
+    clipping)."""
+
+    def validate(self) -> None:
+        if not self.lr > 0:
+            raise ConfigError(f"lr must be > 0, got {self.lr}")
+        if self.lr_schedule not in LR_SCHEDULES:
+            raise ConfigError(
+                f"unknown lr_schedule {self.lr_schedule!r}; valid: {', '.join(LR_SCHEDULES)}"
+            )
+        if self.warmup_steps < 0 or self.decay_steps < 0 or not 0 <= self.min_lr_ratio <= 1:
+            raise ConfigError("need warmup_steps >= 0, decay_steps >= 0, 0 <= min_lr_ratio <= 1")
+        if not (0 <= self.weight_decay < 1 and 0 <= self.adam_beta1 < 1
+                and 0 <= self.adam_beta2 < 1 and self.adam_eps > 0):  # fmt: skip
+            raise ConfigError("need 0 <= weight_decay < 1, 0 <= adam betas < 1, adam_eps > 0")
+        if not 0 <= self.warmup_ratio < 1:
+            raise ConfigError(f"warmup_ratio must be in [0, 1), got {self.warmup_ratio}")
+        if self.warmup_ratio and (self.warmup_steps or self.decay_steps):
+            raise ConfigError(
+                "--warmup-ratio schedules over the budget's share spent: leave --warmup-steps "
+                "and --decay-steps (optimizer steps) unset, or use those two instead"
+            )
+        if not self.grad_clip > 0:
+            raise ConfigError(f"grad_clip must be > 0 (inf: no clipping), got {self.grad_clip}")
+
+
+@dataclass
+class RegimeSection:
+    """How a rollout batch is trained: the "training regime" section of a run's config."""
+
+    micro_batch_size: int = 0
+    """Sequences per forward/backward in the trainer; 0 = the whole mini-batch. Memory only:
+    it never changes the numbers."""
+    mini_batches: int = 4
+    """Optimizer steps per rollout batch and pass: the batch's groups are split into this
+    many mini-batches (verl: train batch / ppo_mini_batch_size; TRL: steps_per_generation).
+    Every update after the first sees a ratio away from 1: where clips, caps and gates act.
+    1 (with epochs 1) is the on-policy regime, in which they never do."""
+    epochs: int = 1
+    """Passes over each rollout batch (verl: ppo_epochs; TRL: num_iterations)."""
+
+    def validate(self) -> None:
+        if self.micro_batch_size < 0:
+            raise ConfigError(
+                "micro_batch_size must be >= 0 (0: the whole mini-batch), got "
+                f"{self.micro_batch_size}"
+            )
+        for name in ("mini_batches", "epochs"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
+
+
+@dataclass
+class TrainerConfig(RegimeSection, OptimizerSection):
+    """What the trainer (and the critic, zoo.services.value) is built with: the run's
+    optimizer and regime sections, and how the run resolved them. A run's is made by
+    ``zoo.run.wiring.trainer_config_of``; the sampling temperature and the async policy
+    age come to ``Trainer`` as arguments, from the run's other sections."""
+
     schedule_over_budget: bool = False
     """The learning rate follows the share of the run's budget spent (``lr_at_budget``,
     from each batch's ``budget_spent``), not the optimizer steps (``lr_at``)."""
-    grad_clip: float = 1.0
-    """Max global gradient norm."""
-    micro_batch_size: int = 0
-    """Sequences per forward/backward; 0 = the whole mini-batch at once. Memory only: it
-    never changes the numbers."""
-    mini_batches: int = 1
-    """Optimizer steps per rollout batch and pass: its groups are split into this many
-    mini-batches (verl: train batch / ppo_mini_batch_size; TRL: steps_per_generation)."""
-    epochs: int = 1
-    """Passes over each rollout batch (verl: ppo_epochs; TRL: num_iterations)."""
-    temperature: float = 1.0
-    """The sampling temperature: every pass scores log softmax(logits / T)."""
-    max_policy_age: int = 0
-    """``logprobs`` can be asked for the weights of up to this many versions back (async
-    mode), at the cost of one copy of the parameters per version kept."""
     mixed_precision: str = "none"
     """"bf16": compute in bfloat16 under autocast, float32 master weights and optimizer
     state (TorchTitan's FSDP2 mixed-precision policy, on one device). Sharded: FSDP2's
     MixedPrecisionPolicy (bf16 parameters in compute, float32 gradient reduction)."""
-
-
-LR_SCHEDULES = ("constant", "linear", "cosine")
 
 
 def lr_at(step: int, config: TrainerConfig) -> float:
@@ -156,12 +221,20 @@ class Trainer:
         init: str = "pretrained",
         device: str = "cpu",
         tensor_parallel: int = 1,
+        temperature: float = 1.0,
+        max_policy_age: int = 0,
     ) -> None:
+        """``temperature``: the sampling temperature, at which every pass scores tokens
+        (log softmax(logits / T)), like the sampler. ``max_policy_age``: ``logprobs`` can be
+        asked for the weights of up to this many versions back (async mode), at the cost of
+        one copy of the parameters per version kept."""
         if config.mixed_precision not in ("none", "bf16"):
             raise ValueError(
                 f"mixed_precision must be none or bf16, not {config.mixed_precision!r}"
             )
         self.config = config
+        self.temperature = temperature
+        self.max_policy_age = max_policy_age
         self.max_response_len = max_response_len
         self.device = torch.device(device)
         self.world = parallelism.world_size()
@@ -182,8 +255,8 @@ class Trainer:
         self.optimizer = torch.optim.AdamW(
             self.model.parameters(),
             lr=lr_at(0, config),
-            betas=config.betas,
-            eps=config.eps,
+            betas=(config.adam_beta1, config.adam_beta2),
+            eps=config.adam_eps,
             weight_decay=config.weight_decay,
         )
         self.version = 0
@@ -200,7 +273,7 @@ class Trainer:
     def _logprobs(self, batch: RolloutBatch, width: int) -> torch.Tensor:
         with self.parallel.autocast(self.device, self.config.mixed_precision == "bf16"):
             return response_logprobs(self.model, batch.tokens, batch.response_start, width,
-                                     self.parallel, self.config.temperature)  # fmt: skip
+                                     self.parallel, self.temperature)  # fmt: skip
 
     def _logprobs_and_entropy(
         self, batch: RolloutBatch, width: int
@@ -210,7 +283,7 @@ class Trainer:
         with self.parallel.autocast(self.device, self.config.mixed_precision == "bf16"):
             return response_logprobs_and_entropy(self.model, batch.tokens, batch.response_start,
                                                  width, self.parallel,
-                                                 self.config.temperature)  # fmt: skip
+                                                 self.temperature)  # fmt: skip
 
     @torch.no_grad()
     def logprobs(self, batch: RolloutBatch) -> torch.Tensor:
@@ -276,9 +349,9 @@ class Trainer:
         slices = mini_batch_slices(batch.size, batch.group_size, self.config.mini_batches)
         if batch.old_logprobs is None and len(slices) * self.config.epochs > 1:
             raise ValueError("several updates per batch need batch.old_logprobs (logprobs())")
-        if self.config.max_policy_age:  # later batches may have been sampled by this version
+        if self.max_policy_age:  # later batches may have been sampled by this version
             self.kept_weights[self.version] = [p.detach().clone() for p in self._parameters()]
-            oldest = self.version + 1 - self.config.max_policy_age
+            oldest = self.version + 1 - self.max_policy_age
             self.kept_weights = {v: w for v, w in self.kept_weights.items() if v >= oldest}
         updates = [
             self.step(batch.rows(rows), loss_fn)

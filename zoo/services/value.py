@@ -17,32 +17,12 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import torch
 
 from zoo.core.types import LossOutput, ValueBatch
 from zoo.services.batch import RolloutBatch, response_hidden
-from zoo.services.trainer import combine_updates, mini_batch_slices
-
-
-@dataclass
-class CriticConfig:
-    lr: float = 1e-5
-    """AdamW learning rate, constant (verl critic.optim.lr)."""
-    weight_decay: float = 0.0
-    betas: tuple[float, float] = (0.9, 0.999)
-    eps: float = 1e-8
-    grad_clip: float = 1.0
-    """Max global gradient norm (verl critic.grad_clip)."""
-    micro_batch_size: int = 0
-    """Sequences per forward/backward; 0: the whole mini-batch. Memory only."""
-    mini_batches: int = 1
-    """Optimizer steps per batch and pass, group-aligned, as the policy's."""
-    epochs: int = 1
-    """Passes over each batch (verl critic.ppo_epochs = the actor's)."""
-    mixed_precision: str = "none"
-    """"bf16": compute under bf16 autocast, float32 weights and optimizer state."""
+from zoo.services.trainer import TrainerConfig, combine_updates, mini_batch_slices
 
 
 class ValueModel(torch.nn.Module):
@@ -66,14 +46,17 @@ class ValueModel(torch.nn.Module):
 
 
 class Critic:
-    def __init__(self, initial_model: torch.nn.Module, config: CriticConfig) -> None:
+    def __init__(self, initial_model: torch.nn.Module, config: TrainerConfig) -> None:
         """``initial_model``: the policy's model before its first step (copied here, as the
-        reference copies it)."""
+        reference copies it). ``config``: the run's optimizer and regime sections, as the
+        trainer gets them, with the critic's own learning rate (``critic_config_of``),
+        held constant: the schedule fields are not read (verl's critic.optim.lr)."""
         self.config = config
         self.model = ValueModel(copy.deepcopy(initial_model)).train().requires_grad_(True)
         self.device = self.model.head.weight.device
         self.optimizer = torch.optim.AdamW(
-            self.model.parameters(), lr=config.lr, betas=config.betas, eps=config.eps,
+            self.model.parameters(), lr=config.lr, betas=(config.adam_beta1, config.adam_beta2),
+            eps=config.adam_eps,
             weight_decay=config.weight_decay,
         )  # fmt: skip
 
