@@ -474,7 +474,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "doctor":
             from harness.doctor import CHECKS, cmd_doctor
 
-            cfg = run_config(args, args.algorithm, args.env, args.seed)
+            # validated once, where cmd_doctor resolves it into the run's plan
+            cfg = run_config(args, args.algorithm, args.env, args.seed, validate=False)
             return cmd_doctor(cfg, args.out, args.only or CHECKS, args.verbose)
         if args.command == "worker":
             from monarch.actor import run_worker_loop_forever
@@ -564,7 +565,10 @@ def default_model(envs: list[str]) -> str:
     return next(iter(wanted.values()))
 
 
-def run_config(args: argparse.Namespace, algorithm: str, env: str, seed: int):
+def run_config(args: argparse.Namespace, algorithm: str, env: str, seed: int,
+               validate: bool = True):  # fmt: skip
+    """The RunConfig the flags give, validated unless ``validate`` is False: for the
+    commands that resolve it into a plan (zoo.run.plan) next, which validates it once."""
     from zoo.run.run_config import RunConfig, run_defaults
 
     if getattr(args, "budget_line", None) is None:  # (once per command)
@@ -592,7 +596,8 @@ def run_config(args: argparse.Namespace, algorithm: str, env: str, seed: int):
         env_config=parse_overrides(args.env_set),
         **settings,
     )
-    cfg.validate()
+    if validate:
+        cfg.validate()
     return cfg
 
 
@@ -600,30 +605,32 @@ def cmd_run(args: argparse.Namespace) -> int:
     from harness.experiment import preflight
     from harness.runner import check_run_folder
 
-    cfg = run_config(args, args.algorithm, args.env, args.seed)
+    # validated by the pre-flight checks, which resolve it once into the run's plan
+    cfg = run_config(args, args.algorithm, args.env, args.seed, validate=False)
     if args.resume and not args.out:
         raise ConfigError("--resume needs --out DIR, the folder of the run to continue")
     print(args.budget_line, flush=True)
     stamp = time.strftime("%Y%m%d-%H%M%S")
     out = args.out or RESULTS / f"{cfg.algorithm}-{cfg.env}-{cfg.model}-seed{cfg.seed}-{stamp}"
     check_run_folder(out, args.resume)
-    preflight([cfg], conformance=not args.skip_conformance)
+    (plan,) = preflight([cfg], conformance=not args.skip_conformance)
 
     with routed_to(out / LOG_NAME, args.verbose):
-        history = _train(cfg, out, args)
+        history = _train(plan, out, args)
     evals = [(r["step"], r["eval_reward"]) for r in history if "eval_reward" in r]
     print(f"run folder: {out}")
     print("held-out reward by step: " + ", ".join(f"{s}: {v:.3f}" for s, v in evals))
     return 0
 
 
-def _train(cfg, out: Path, args: argparse.Namespace) -> list[dict]:
+def _train(plan, out: Path, args: argparse.Namespace) -> list[dict]:
     from harness.runner import execute_run
     from zoo.run.progress import add_run_task, make_progress, run_columns, update_run_task
     from zoo.run.wiring import build_services
 
+    cfg = plan.cfg
     started = time.perf_counter()
-    services = build_services(cfg, quiet=args.quiet)
+    services = build_services(plan, quiet=args.quiet)
     startup = time.perf_counter() - started
     with make_progress(args.quiet, *run_columns()) as progress:
         task = add_run_task(progress, f"{cfg.algorithm} on {cfg.env}", cfg)
@@ -679,14 +686,15 @@ def cmd_compare(args: argparse.Namespace) -> int:
     stamp = time.strftime("%Y%m%d-%H%M%S")
     out = args.out or RESULTS / f"compare-{'-'.join(args.algorithms)}-{args.model}-{stamp}"
     check_experiment_folder(out, args.resume)
-    preflight(cfgs, conformance=not args.skip_conformance)
+    plans = preflight(cfgs, conformance=not args.skip_conformance)
     if args.jobs > 1:
         from harness.jobs import worker_slots
 
         worker_slots(cfgs, args.jobs)  # refuses hosts or GPUs too few for N at once
+        plans = []  # (each worker resolves its runs itself: the envs stay here unused)
     with routed_to(out / LOG_NAME, args.verbose):
         summary = run_experiment(cfgs, out, command_line(), args.resume, quiet=args.quiet,
-                                 jobs=args.jobs, controls=controls)  # fmt: skip
+                                 jobs=args.jobs, controls=controls, plans=plans)  # fmt: skip
     print_summary(out)
     print(f"{len(summary)} runs done this time; experiment folder: {out} (report.md)")
     return 0
@@ -706,10 +714,10 @@ def cmd_tune(args: argparse.Namespace) -> int:
     if args.jobs < 1:
         raise ConfigError(f"--jobs must be >= 1, got {args.jobs}")
     check_experiment_folder(args.out, args.resume)
-    preflight(todo)
+    plans = preflight(todo)
     with routed_to(args.out / LOG_NAME, args.verbose):
         run_experiment(todo, args.out, command_line(), args.resume, quiet=args.quiet,
-                       jobs=args.jobs)  # fmt: skip
+                       jobs=args.jobs, plans=plans if args.jobs == 1 else None)  # fmt: skip
     try:
         write_selection(args.out, plan)
     except ConfigError as exc:

@@ -26,6 +26,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from zoo.run.plan import RunPlan
 from zoo.run.run_config import RunConfig
 
 CHECKS = ("sandbox", "vllm", "disk", "memory")
@@ -72,24 +73,24 @@ def check_disk(cfg: RunConfig, out: Path, free_bytes: int | None = None) -> Chec
     return Check("disk", "PASS", detail)
 
 
-def check_memory(cfg: RunConfig, capacity_bytes: int | None = None) -> Check:
+def check_memory(run: RunConfig | RunPlan, capacity_bytes: int | None = None) -> Check:
     """The run's memory estimate (``list models``) against this machine's (or GPU's). A
-    sequence is the prompt and every token after it: a multi-turn episode's token limit."""
-    from zoo.algorithms import get_algorithm
-    from zoo.envs import get_env
+    sequence is the prompt and every token after it: a multi-turn episode's token limit.
+    ``run``: the run's plan (a config is resolved into one here)."""
     from zoo.models.memory import memory_estimate
     from zoo.models.presets import model_shape
-    from zoo.run.episodes import episode_budget
+    from zoo.run.plan import ESTIMATE_PROMPTS, plan_of
 
-    device = cfg.resolved_device()
+    plan = plan_of(run, spec=False)
+    cfg, device, env = plan.cfg, plan.device, plan.env
     shape = model_shape(cfg.model, cfg.model_path)
-    env = get_env(cfg.env, **cfg.env_config)
-    prompt = max(len(env.train_prompt(i, cfg.seed).text.encode()) for i in range(8))
+    prompt = max(len(env.train_prompt(i, cfg.seed).text.encode())
+                 for i in range(ESTIMATE_PROMPTS))  # fmt: skip
     sequences = cfg.prompts_per_step * cfg.group_size
     need = memory_estimate(
-        shape, sequences=sequences, seq_len=prompt + episode_budget(cfg, env),
+        shape, sequences=sequences, seq_len=prompt + plan.episode_budget,
         micro_batch=cfg.micro_batch_size or sequences,
-        reference=get_algorithm(cfg.algorithm, **cfg.algorithm_config).needs_reference,
+        reference=plan.algorithm.needs_reference,
         compute_bytes=2 if device == "cuda" else 4,
         kept_versions=cfg.max_policy_age if cfg.mode == "async" else 0,
     )  # fmt: skip
@@ -201,19 +202,24 @@ def check_vllm(cfg: RunConfig) -> Check:
 
 
 def run_checks(
-    cfg: RunConfig,
+    run: RunConfig | RunPlan,
     out: Path,
     only: Iterable[str] = CHECKS,
     free_bytes: int | None = None,
     capacity_bytes: int | None = None,
 ) -> list[Check]:
-    """The checks named in ``only`` (in CHECKS' order); ``free_bytes`` and
-    ``capacity_bytes`` stand for the disk's free space and the memory (tests)."""
+    """The checks named in ``only`` (in CHECKS' order) for ``run``, a plan or a config
+    (resolved into one here, before any check: it validates the config and builds the
+    env once for all of them); ``free_bytes`` and ``capacity_bytes`` stand for the disk's
+    free space and the memory (tests)."""
+    from zoo.run.plan import plan_of
+
+    plan = plan_of(run, spec=False)
     runners: dict[str, Callable[[], Check]] = {
         "sandbox": check_sandbox,
-        "vllm": lambda: check_vllm(cfg),
-        "disk": lambda: check_disk(cfg, out, free_bytes),
-        "memory": lambda: check_memory(cfg, capacity_bytes),
+        "vllm": lambda: check_vllm(plan.cfg),
+        "disk": lambda: check_disk(plan.cfg, out, free_bytes),
+        "memory": lambda: check_memory(plan, capacity_bytes),
     }
     wanted = set(only)
     return [runners[name]() for name in CHECKS if name in wanted]
@@ -233,13 +239,16 @@ def print_checks(checks: list[Check]) -> None:
 
 
 def cmd_doctor(cfg: RunConfig, out: Path, only: Iterable[str], verbose: bool = False) -> int:
+    """``harness doctor``: ``cfg`` is resolved once into its plan (validated there), before
+    any check runs, so a config the run would refuse stops here with its message."""
     from harness.third_party import LOG_NAME, routed_to
 
+    plan = RunPlan.resolve(cfg, spec=False)
     with (
         tempfile.TemporaryDirectory(prefix="forge-zoo-doctor-") as logs,  # vLLM's noise
         routed_to(Path(logs) / LOG_NAME, verbose),
     ):
-        checks = run_checks(cfg, out, only)
+        checks = run_checks(plan, out, only)
     print_checks(checks)
     failed = [c.name for c in checks if c.status == "FAIL"]
     if failed:

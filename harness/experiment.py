@@ -19,76 +19,60 @@ from dataclasses import asdict, fields, replace
 from pathlib import Path
 
 from harness.runner import check_out, is_complete, run_name, train_one
-from zoo.algorithms import get_algorithm
+from zoo.algorithms import Algorithm
 from zoo.core.config import ConfigError, coerce, shown
-from zoo.envs import get_env
 from zoo.models.memory import memory_estimate
-from zoo.models.presets import (
-    TINY_MODELS,
-    check_model_name,
-    check_weights_available,
-    model_shape,
-    prefetch_model_config,
-)
-from zoo.run.episodes import episode_budget
+from zoo.models.presets import TINY_MODELS, check_weights_available
 from zoo.run.loop import check_greedy_baseline
+from zoo.run.plan import RunPlan
 from zoo.run.progress import add_run_task, make_progress, run_columns, update_run_task
 from zoo.run.run_config import RunConfig
 from zoo.run.runlog import AGAIN, RESUME, machine, now_iso, package_versions, write_whole
-from zoo.services.ledger import Ledger
 
 
-def preflight(cfgs: list[RunConfig], conformance: bool = True) -> None:
+def preflight(cfgs: list[RunConfig], conformance: bool = True) -> list[RunPlan]:
     """Fail before any work: unknown names, an algorithm that breaks the loss contract
     (unless ``conformance`` is False), a budget below one step, a model the machine cannot
-    hold by the ledger's estimate."""
+    hold by the ledger's estimate. Returns each config's plan (zoo.run.plan), which the
+    run reads instead of resolving its config again: validated, its algorithm and env
+    built, and its model's folder resolved unless it is a tiny preset's (built later,
+    when its run starts)."""
     checked: set[str] = set()
-    for cfg in cfgs:
-        check_weights_available(cfg.model, cfg.model_path, cfg.init)  # offline, empty cache
-        cfg.validate()
-        algorithm = get_algorithm(cfg.algorithm, **cfg.algorithm_config)
+
+    def check_algorithm(cfg: RunConfig, algorithm: Algorithm) -> None:
         algorithm.check_run(cfg.group_size, cfg.prompts_per_step * cfg.group_size)
         check_greedy_baseline(cfg, algorithm)
         key = json.dumps([cfg.algorithm, cfg.algorithm_config], sort_keys=True, default=str)
         if conformance and key not in checked:
             check_conformance(cfg.algorithm, cfg.algorithm_config)
             checked.add(key)
-        env = get_env(cfg.env, **cfg.env_config)
-        if cfg.eval_split == "validation":
-            env.validation_prompts()  # (an env without one says so here)
-        check_model_name(cfg.model)
-        device = cfg.resolved_device()
-        prefetch_model_config(cfg.model, cfg.model_path, cfg.init)  # online: the real shape
-        shape = model_shape(cfg.model, cfg.model_path)
-        prompt = max(len(env.train_prompt(i, cfg.seed).text.encode()) for i in range(8))
-        response = max(1, cfg.max_response_len // 2)
-        ledger = Ledger(shape)
-        # generation, the old-log-prob forward, and a forward + backward per epoch
-        per_sample = ledger.generation_flops(prompt, response) + (
-            1 + 3 * cfg.epochs
-        ) * ledger.scoring_flops(prompt, response)
-        if algorithm.needs_reference:
-            per_sample += ledger.scoring_flops(prompt, response)
-        step_samples = cfg.prompts_per_step * cfg.group_size
-        step_flops = step_samples * per_sample
-        if algorithm.needs_greedy_baseline:  # one greedy completion per prompt (ReMax)
-            step_flops += cfg.prompts_per_step * ledger.generation_flops(prompt, response)
-        if cfg.budget_flops and cfg.budget_flops < step_flops:
+
+    plans = []
+    for cfg in cfgs:
+        check_weights_available(cfg.model, cfg.model_path, cfg.init)  # offline, empty cache
+        plan = RunPlan.resolve(cfg, spec=False, check_algorithm=check_algorithm)
+        plan = plan.with_estimate()  # online: the real shape
+        step = plan.step
+        assert step is not None and plan.shape is not None  # (with_estimate sets them)
+        prompt, response = step.prompt, step.response
+        if cfg.budget_flops and cfg.budget_flops < step.flops:
             raise ConfigError(
                 f"--budget {cfg.budget_flops:.3g} FLOPs is less than one step of "
-                f"{cfg.algorithm} on {cfg.env} (~{step_flops:.3g} FLOPs, estimated with "
-                f"{step_samples} samples of ~{prompt}+{response} tokens); raise --budget"
+                f"{cfg.algorithm} on {cfg.env} (~{step.flops:.3g} FLOPs, estimated with "
+                f"{step.samples} samples of ~{prompt}+{response} tokens); raise --budget"
             )
-        if cfg.budget_samples and cfg.budget_samples < step_samples:
+        if cfg.budget_samples and cfg.budget_samples < step.samples:
             raise ConfigError(
                 f"--budget-samples {cfg.budget_samples} is less than one step "
-                f"({step_samples} samples); raise it"
+                f"({step.samples} samples); raise it"
             )
         # a multi-turn episode's trajectory: up to its token limit after the prompt
-        check_memory(cfg, shape, step_samples, prompt + episode_budget(cfg, env),
-                     algorithm.needs_reference, device)  # fmt: skip
+        check_memory(cfg, plan.shape, step.samples, prompt + plan.episode_budget,
+                     plan.algorithm.needs_reference, plan.device)  # fmt: skip
         if cfg.model not in TINY_MODELS or cfg.model_path:  # (tiny presets are built later)
-            cfg.model_spec()  # the weights are there (or --init random)
+            plan = plan.with_spec()  # the weights are there (or --init random)
+        plans.append(plan)
+    return plans
 
 
 def check_conformance(name: str, overrides: dict) -> None:
@@ -210,12 +194,15 @@ def check_experiment_folder(out: Path, resume: bool) -> None:
 
 
 def run_experiment(cfgs: list[RunConfig], out: Path, command: str, resume: bool,
-                   quiet: bool = False, jobs: int = 1,
-                   controls: dict | None = None) -> list[dict]:  # fmt: skip
+                   quiet: bool = False, jobs: int = 1, controls: dict | None = None,
+                   plans: list[RunPlan] | None = None) -> list[dict]:  # fmt: skip
     """Run every config into ``out/runs/<name>`` (skipping finished runs and resuming
     partial ones with ``resume``), ``jobs`` at a time (harness/jobs.py), then write
     tables, plots and report.md. ``controls`` (harness/controls.py) go into
-    experiment.json, and the report checks them."""
+    experiment.json, and the report checks them. ``plans``: the configs' plans from
+    ``preflight``, which the runs of this process read instead of resolving their configs
+    again (a worker process of ``jobs`` > 1 resolves its runs' configs itself: a plan
+    holds an env, which stays in the process that built it)."""
     from harness.analysis import write_analysis
     from harness.jobs import run_concurrently
 
@@ -235,11 +222,13 @@ def run_experiment(cfgs: list[RunConfig], out: Path, command: str, resume: bool,
             summary = run_concurrently(todo, runs_dir, command, resume, jobs, progress, overall)
         else:
             generators: dict[tuple, object] = {}
+            planned = {run_name(p.cfg): p for p in plans or []}
             for cfg in todo:
                 task = add_run_task(progress, run_name(cfg), cfg)
                 summary.append(train_one(
                     cfg, runs_dir / run_name(cfg), command, resume, generators,
                     on_record=lambda r, t=task, c=cfg: update_run_task(progress, t, c, r),
+                    plan=planned.pop(run_name(cfg), None),  # (its env freed after its run)
                 ))  # fmt: skip
                 progress.remove_task(task)
                 progress.advance(overall)

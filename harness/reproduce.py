@@ -32,6 +32,7 @@ from harness.runner import execute_run, read_metrics
 from harness.third_party import LOG_NAME, routed_to
 from zoo.core.config import ConfigError
 from zoo.run.loop import resolved_config
+from zoo.run.plan import RunPlan
 from zoo.run.run_config import RunConfig
 from zoo.run.runlog import is_timing_key, machine, package_versions, start_weights
 from zoo.run.wiring import build_services
@@ -188,13 +189,13 @@ def rerun(run_dir: Path, model_path: Path | None = None,
                               f"commit {commit})") from None  # fmt: skip
     if model_path is not None:
         cfg = dataclasses.replace(cfg, model_path=str(model_path))
-    cfg.validate()
     with (
         tempfile.TemporaryDirectory(prefix="reproduce-") as tmp,
         recorded_threads(config),
         routed_to(Path(tmp) / LOG_NAME, verbose),
     ):
-        services = build_services(cfg, quiet=True)
+        # resolved once (validated there): the services and config.json read the plan
+        services = build_services(RunPlan.resolve(cfg), quiet=True)
         try:
             resolved = Path(resolved_config(cfg, services)["model_path"])
             now = start_weights(resolved, cfg.init, cfg.seed)["start_weights_sha256"]

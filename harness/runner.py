@@ -18,6 +18,7 @@ from typing import Any
 from zoo.core.config import ConfigError, shown
 from zoo.run.checkpoint import has_checkpoint, load_checkpoint, save_checkpoint
 from zoo.run.loop import RLLoop, resolved_config
+from zoo.run.plan import RunPlan
 from zoo.run.run_config import NOT_DEFINING, RunConfig
 from zoo.run.runlog import (
     RESUME,
@@ -195,24 +196,28 @@ def run_name(cfg: RunConfig) -> str:
 
 def train_one(cfg: RunConfig, run_dir: Path, command: str, resume: bool,
               generators: dict[tuple, object], on_record=None,
-              hosts: list[str] | None = None) -> dict:  # fmt: skip
+              hosts: list[str] | None = None, plan: RunPlan | None = None) -> dict:  # fmt: skip
     """One run of an experiment. On the local placement the generation engine of each
     model is kept in ``generators`` and reused by the next run (its weights reset per run).
     ``hosts``: place the services on these of the placement file's hosts only (a worker's
     group with ``compare --jobs``); the run's recorded config keeps the file as given, so
     the run resumes on any group and its config equals that of ``--jobs 1``. The
     experiment is the folder ``run_dir`` is in, ``<experiment>/runs/<run>``
-    (run_experiment)."""
+    (run_experiment). ``plan``: the config's plan from the pre-flight checks (None: it is
+    resolved here, once, as in a worker process of ``compare --jobs``)."""
     key = (cfg.model, cfg.model_path, cfg.init, cfg.generator, cfg.device)
+    if plan is not None and plan.cfg != cfg:
+        raise ValueError(f"{run_name(cfg)}: the plan given is another config's")
     started = time.perf_counter()
+    plan = plan or RunPlan.resolve(cfg, spec=False)  # (build_services resolves the model)
     if cfg.placement == "local":
-        services = build_services(cfg, quiet=True, generator=generators.get(key))
+        services = build_services(plan, quiet=True, generator=generators.get(key))
         generators[key] = services.generator
     else:
-        placed = cfg
-        if hosts:
+        if hosts:  # nothing the plan resolved depends on the hosts
             placed = dataclasses.replace(cfg, distributed={**cfg.distributed, "hosts": hosts})
-        services = build_services(placed, quiet=True)
+            plan = plan.for_config(placed)
+        services = build_services(plan, quiet=True)
     startup = time.perf_counter() - started
     try:
         history = execute_run(cfg, run_dir, services, command=command, resume=resume,

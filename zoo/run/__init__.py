@@ -2,6 +2,7 @@
 what a run leaves on disk.
 
 run_config.py   ``RunConfig``: every setting of a run, validated, with its defaults
+plan.py         ``RunPlan``: a config resolved once (algorithm, env, device, budgets, model)
 wiring.py       ``build_services``: the run's services, placed locally or on Monarch
 rollout.py      prompt seeds and packing completions into a training batch
 loop.py         ``RLLoop``: one step, top to bottom, and the run

@@ -102,9 +102,11 @@ class RLLoop:
         services.algorithm.check_run(cfg.group_size, cfg.prompts_per_step * cfg.group_size)
         self.sampling = SamplingConfig(temperature=cfg.temperature, max_tokens=cfg.max_response_len)
         self.multi_turn = is_multi_turn(services.env)
-        self.budget = episode_budget(cfg, services.env)
+        plan = services.plan
+        self.budget = plan.episode_budget if plan is not None else episode_budget(cfg, services.env)
         """Tokens after the prompt per sample: max_response_len, or a multi-turn env's
-        token limit per episode (also the L_max of length shaping)."""
+        token limit per episode (also the L_max of length shaping); the plan's, resolved
+        once for the run."""
         check_greedy_baseline(cfg, services.algorithm)
         self.greedy_baseline = services.algorithm.needs_greedy_baseline
         """Generate, score and charge a greedy completion of every prompt (ReMax)."""
@@ -672,12 +674,16 @@ def _ratio(a: float, b: float) -> float:
 
 
 def resolved_config(cfg: RunConfig, services: Services) -> dict[str, Any]:
-    """The run config with every default filled in, for config.json."""
+    """The run config with every default filled in, for config.json: the model's folder
+    and the device as the run's plan resolved them (services assembled without a plan:
+    resolved here)."""
+    plan = services.plan
+    spec = plan.spec if plan is not None and plan.spec is not None else cfg.model_spec()
     return {
         "run": dataclasses.asdict(cfg),
         "algorithm": services.algorithm.describe(),
         "env": services.env.describe(),
-        "model_path": str(Path(cfg.model_spec().path)),
-        "device": cfg.resolved_device(),
+        "model_path": str(Path(spec.path)),
+        "device": plan.device if plan is not None else cfg.resolved_device(),
         "seed": cfg.seed,
     }

@@ -15,11 +15,11 @@ from typing import Any
 
 import torch
 
-from zoo.algorithms import Algorithm, get_algorithm
+from zoo.algorithms import Algorithm
 from zoo.core.config import ConfigError
-from zoo.envs import Env, Prompt, get_env, is_multi_turn
+from zoo.envs import Env, Prompt, is_multi_turn
 from zoo.models.presets import ModelShape
-from zoo.run.episodes import episode_budget
+from zoo.run.plan import RunPlan, plan_of
 from zoo.run.run_config import RunConfig
 from zoo.services.conversation import chat_prompt_ids, observation_ids
 from zoo.services.generation import make_generator
@@ -63,6 +63,10 @@ class Services:
     placement's RDMA backend moves them between its processes without the loop."""
     critic: ValueService | None = None
     """The value model of an algorithm with ``needs_values`` (PPO); None otherwise."""
+    plan: RunPlan | None = None
+    """The run's plan (zoo.run.plan), its model resolved: what the loop and config.json
+    read instead of resolving the config again. None: services assembled by hand (tests);
+    the loop then derives what it needs from the config."""
 
     def score_batch(self, prompts: list[Prompt], texts: list[str]) -> list[float]:
         return (self.scorer or self.env).score_batch(prompts, texts)
@@ -102,23 +106,23 @@ def critic_config_of(cfg: RunConfig, algorithm: Algorithm, device: str = "cpu") 
 
 
 def build_services(
-    cfg: RunConfig, quiet: bool = False, generator: GeneratorService | None = None
+    run: RunPlan | RunConfig, quiet: bool = False, generator: GeneratorService | None = None
 ) -> Services:
-    """The run's services, placed as ``cfg.placement`` says. Local: every service in this
-    process; a ``generator`` from an earlier run on the same model is reused (its weights
-    reset to the model's), so comparisons start the engine once. Monarch: generator,
-    trainer, reference and critic in their own processes (zoo.placement). The critic
-    (zoo.services.value) exists only for an algorithm with ``needs_values``."""
+    """The services of ``run`` (a plan, or a config resolved into one here), placed as its
+    ``placement`` says. Local: every service in this process; a ``generator`` from an
+    earlier run on the same model is reused (its weights reset to the model's), so
+    comparisons start the engine once. Monarch: generator, trainer, reference and critic in
+    their own processes (zoo.placement). The critic (zoo.services.value) exists only for an
+    algorithm with ``needs_values``."""
     from transformers import AutoTokenizer
 
-    algorithm = get_algorithm(cfg.algorithm, **cfg.algorithm_config)
-    env = get_env(cfg.env, **cfg.env_config)
-    spec = cfg.model_spec()
-    device = cfg.resolved_device()
+    plan = plan_of(run)  # the model's folder resolved (a tiny preset's weights built) here
+    cfg, algorithm, env, spec, device = plan.cfg, plan.algorithm, plan.env, plan.spec, plan.device
+    assert spec is not None  # (plan_of resolves it)
     torch.manual_seed(cfg.seed)
     tokenizer = AutoTokenizer.from_pretrained(spec.path)
     trainer_config = trainer_config_of(cfg, device)
-    budget = episode_budget(cfg, env)  # tokens after the prompt: a response, or an episode
+    budget = plan.episode_budget  # tokens after the prompt: a response, or an episode
     context_len = max_model_len(spec.path, cfg, budget)
     if is_multi_turn(env) and context_len <= budget:
         raise ConfigError(
@@ -127,7 +131,7 @@ def build_services(
         )
     encode = prompt_encoder(tokenizer, context_len - budget, cfg.long_prompts)
     check_held_out_prompts(env, encode, cfg.eval_split)
-    shared = dict(env=env, algorithm=algorithm, encode=encode,
+    shared = dict(env=env, algorithm=algorithm, encode=encode, plan=plan,
                   ledger=Ledger(ModelShape.from_hf_dir(spec.path)),
                   observe=functools.partial(observation_ids, tokenizer))  # fmt: skip
     if cfg.placement == "monarch":

@@ -1,0 +1,142 @@
+"""A run resolved once: ``RunPlan``, what a ``RunConfig`` names made into objects (the
+algorithm, the env, the device, the model's folder) and the numbers derived from them (the
+budget, the tokens after the prompt), so that the pre-flight checks, the services, the loop
+and config.json read one resolution instead of each redoing it.
+
+It resolves in stages, so that what fails fast still fails before the costly parts:
+``RunPlan.resolve(cfg, spec=False)`` validates the config and builds the algorithm and the
+env (cheap); ``with_estimate()`` reads the model's shape without its weights (the ledger's
+estimate of one step, for the pre-flight budget and memory checks); ``with_spec()``
+resolves the model's folder (a download for a Qwen3 preset, the shipped weights' build for
+a tiny one). Each stage runs once; a plan does not cross a process boundary (a worker of
+``compare --jobs`` and the Monarch actors resolve from the config again).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from zoo.algorithms import Algorithm, get_algorithm
+from zoo.envs import Env, get_env
+from zoo.models.presets import (
+    ModelShape,
+    ModelSpec,
+    check_model_name,
+    model_shape,
+    prefetch_model_config,
+)
+from zoo.run.episodes import episode_budget
+from zoo.run.run_config import RunConfig
+from zoo.services.ledger import Ledger
+
+ESTIMATE_PROMPTS = 8
+"""Train prompts whose longest sets the prompt length of the pre-flight estimates."""
+
+
+@dataclass(frozen=True)
+class StepEstimate:
+    """The ledger's estimate of one rollout batch before any weights load: what the
+    pre-flight checks hold the budget and the machine's memory against."""
+
+    prompt: int
+    """The longest of the first ESTIMATE_PROMPTS train prompts, in bytes (one token a byte
+    at most for the tiny tokenizer; an over-estimate for real ones)."""
+    response: int
+    """Half the response budget: a typical response."""
+    samples: int
+    """Completions per step: prompts per step x group size."""
+    flops: float
+    """Generation, the old-log-prob pass, a forward and backward per epoch, the reference's
+    pass where the algorithm needs it and the greedy baseline where it needs one."""
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """One run's config and everything resolved from it, each resolved once."""
+
+    cfg: RunConfig
+    algorithm: Algorithm
+    env: Env
+    device: str
+    """cpu or cuda (``RunConfig.resolved_device``)."""
+    budget: tuple[str, float]
+    """(unit, amount) of what ends the run (``RunConfig.budget``)."""
+    episode_budget: int
+    """Tokens after the prompt per sample: max_response_len, or a multi-turn env's token
+    limit per episode (zoo.run.episodes.episode_budget)."""
+    spec: ModelSpec | None = None
+    """The model's Hugging Face folder; None until ``with_spec()``."""
+    shape: ModelShape | None = None
+    """The model's shape by name, before its weights (``with_estimate()``)."""
+    step: StepEstimate | None = None
+    """The ledger's estimate of one step (``with_estimate()``)."""
+
+    @classmethod
+    def resolve(
+        cls,
+        cfg: RunConfig,
+        *,
+        spec: bool = True,
+        check_algorithm: Callable[[RunConfig, Algorithm], None] | None = None,
+    ) -> RunPlan:
+        """Validate ``cfg`` and resolve it (with ``spec``, the model's folder too).
+        ``check_algorithm`` runs once the algorithm is built and before the env is: the
+        pre-flight checks of the algorithm (harness.experiment) keep their place there."""
+        cfg.validate()
+        algorithm = get_algorithm(cfg.algorithm, **cfg.algorithm_config)
+        if check_algorithm is not None:
+            check_algorithm(cfg, algorithm)
+        env = get_env(cfg.env, **cfg.env_config)
+        if cfg.eval_split == "validation":
+            env.validation_prompts()  # (an env without one says so here)
+        check_model_name(cfg.model)  # cheap: before the device or the budget is looked at
+        plan = cls(cfg=cfg, algorithm=algorithm, env=env, device=cfg.resolved_device(),
+                   budget=cfg.budget, episode_budget=episode_budget(cfg, env))  # fmt: skip
+        return plan.with_spec() if spec else plan
+
+    def with_spec(self) -> RunPlan:
+        """This plan with the model's folder resolved (itself when it already is)."""
+        if self.spec is not None:
+            return self
+        return dataclasses.replace(self, spec=self.cfg.model_spec())
+
+    def with_estimate(self) -> RunPlan:
+        """This plan with the model's shape (online, a Qwen3 preset's config.json is
+        fetched first, not its weights, so that the shape is that of what will load) and
+        the ledger's estimate of one step."""
+        if self.step is not None:
+            return self
+        cfg, algorithm = self.cfg, self.algorithm
+        prefetch_model_config(cfg.model, cfg.model_path, cfg.init)
+        shape = model_shape(cfg.model, cfg.model_path)
+        prompt = max(len(self.env.train_prompt(i, cfg.seed).text.encode())
+                     for i in range(ESTIMATE_PROMPTS))  # fmt: skip
+        response = max(1, cfg.max_response_len // 2)
+        ledger = Ledger(shape)
+        # generation, the old-log-prob forward, and a forward + backward per epoch
+        per_sample = ledger.generation_flops(prompt, response) + (
+            1 + 3 * cfg.epochs
+        ) * ledger.scoring_flops(prompt, response)
+        if algorithm.needs_reference:
+            per_sample += ledger.scoring_flops(prompt, response)
+        samples = cfg.prompts_per_step * cfg.group_size
+        flops = samples * per_sample
+        if algorithm.needs_greedy_baseline:  # one greedy completion per prompt (ReMax)
+            flops += cfg.prompts_per_step * ledger.generation_flops(prompt, response)
+        step = StepEstimate(prompt=prompt, response=response, samples=samples, flops=flops)
+        return dataclasses.replace(self, shape=shape, step=step)
+
+    def for_config(self, cfg: RunConfig) -> RunPlan:
+        """This plan for ``cfg``, a copy of its config that differs only where nothing is
+        resolved from it (``compare --jobs``' hosts of a placement file)."""
+        return dataclasses.replace(self, cfg=cfg)
+
+
+def plan_of(run: RunConfig | RunPlan, *, spec: bool = True) -> RunPlan:
+    """``run`` if it is a plan (its model's folder resolved with ``spec``), else the plan
+    resolved from it: for callers that take either."""
+    if isinstance(run, RunPlan):
+        return run.with_spec() if spec else run
+    return RunPlan.resolve(run, spec=spec)
