@@ -4,7 +4,9 @@ what a run leaves on disk.
 run_config.py   ``RunConfig``: every setting of a run, validated, with its defaults
 plan.py         ``RunPlan``: a config resolved once (algorithm, env, device, budgets, model)
 wiring.py       ``build_services``: the run's services, placed locally or on Monarch
-rollout.py      prompt seeds and packing completions into a training batch
+rollout.py      ``Rollouts``: what a step samples; single-turn completions, prompt seeds,
+                packing completions into a training batch
+episodes.py     ``EpisodeRollouts``: a multi-turn env's episodes, turn by turn
 loop.py         ``RLLoop``: one step, top to bottom, and the run
 checkpoint.py   resumable checkpoints (written by the loop's process)
 runlog.py       provenance, metrics.jsonl, samples.jsonl

@@ -7,7 +7,9 @@ turn sends every episode still running in one more call, one sample each, seeded
 (prompt seed, group member, turn), so an episode's tokens do not depend on which others
 are still running. A later turn's context is the prompt's ids, every earlier turn's
 tokens as sampled and the observations' ids: the model's own tokens are never decoded and
-re-encoded (token in, token out).
+re-encoded (token in, token out). ``EpisodeRollouts`` gives a run these episodes in the
+shape of single-turn rollouts (zoo.run.rollout.Rollouts), with their own rewards, per-turn
+rewards and figures; ``make_rollouts`` picks one or the other for a run's env.
 
 An episode ends when the env says so (its reward, the finish reason of its last turn),
 at the env's turn limit, or when the next observation and at least one sampled token no
@@ -21,15 +23,21 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+import torch
 
 from zoo.core.config import ConfigError
 from zoo.core.types import Completion
 from zoo.envs import Env, Episode, Prompt, Reply, is_multi_turn
+from zoo.run.rollout import CompletionRollouts, Rollouts
 from zoo.run.run_config import RunConfig
 from zoo.services.conversation import ChatTemplateError
 from zoo.services.protocols import GeneratorService
 from zoo.services.sampling import SamplingConfig
+
+if TYPE_CHECKING:  # (the wiring builds the services; a rollout only calls them)
+    from zoo.run.wiring import Services
 
 Observe = Callable[[Prompt, list[str], str], list[int]]
 """(prompt, assistant turns so far, observation text) -> the observation's token ids
@@ -65,6 +73,45 @@ def episode_budget(cfg: RunConfig, env: Env) -> int:
     # Twice the longest episode: DAPO's overlong window (the last quarter by default) then
     # starts after every episode that fits in its turns.
     return 2 * (turns * cfg.max_response_len + (turns - 1) * observation)
+
+
+def make_rollouts(services: Services, sampling: SamplingConfig, token_limit: int) -> Rollouts:
+    """The run's rollouts, chosen once for its env: episodes of a multi-turn env, each at
+    most ``token_limit`` tokens after its prompt (``episode_budget``), else single-turn
+    completions (``sampling.max_tokens`` each)."""
+    if is_multi_turn(services.env):
+        return EpisodeRollouts(services, sampling, token_limit)
+    return CompletionRollouts(services, sampling)
+
+
+class EpisodeRollouts:
+    """Multi-turn rollouts (``zoo.run.rollout.Rollouts``): each sample an episode played by
+    ``rollout_episodes`` with the services' generator, env and observation encoder (read
+    at each call, so ones set on the services later are used); rewarded by the env when
+    it ended (no scoring call); its per-turn rewards (``per_turn_rewards``); and the turns and
+    tool calls of the episodes as figures (``episode_metrics``)."""
+
+    def __init__(self, services: Services, sampling: SamplingConfig, token_limit: int) -> None:
+        self.s = services
+        self.sampling = sampling  # the loop's own object: a change to it applies here
+        self.token_limit = token_limit
+
+    def sample(
+        self, prompts: list[Prompt], encoded: list[list[int]], n: int,
+        seeds: list[int] | None = None, greedy: bool = False,
+    ) -> list[list[Completion]]:  # fmt: skip
+        s = self.s
+        return rollout_episodes(s.env, s.generator, s.observe, prompts, encoded, n,
+                                self.sampling, self.token_limit, seeds, greedy)  # fmt: skip
+
+    def rewards(self, prompts: list[Prompt], groups: list[list[Completion]]) -> list[float]:
+        return [c.reward for g in groups for c in g]  # each set when its episode ended
+
+    def turn_rewards(self, groups: list[list[Completion]], rewards: torch.Tensor) -> torch.Tensor:
+        return per_turn_rewards(groups, rewards)
+
+    def metrics(self, groups: list[list[Completion]]) -> dict[str, float]:
+        return episode_metrics([(c.turns, c.tool_calls, c.tool_ok) for g in groups for c in g])
 
 
 def turn_seed(prompt_seed: int, member: int, turn: int) -> int:
@@ -216,6 +263,20 @@ def _call(env: Env, where: str, fn: Callable, *args: object) -> Any:
             "an env answers a malformed tool call with an observation, so this is a bug in "
             "the env"
         ) from exc
+
+
+def per_turn_rewards(groups: list[list[Completion]], rewards: torch.Tensor) -> torch.Tensor:
+    """[groups, G, K] per-turn rewards of multi-turn episodes (K: the most turns of any),
+    NaN after an episode's last turn, whose entry is its (possibly shaped) reward in
+    ``rewards`` [groups, G]."""
+    k = max(c.turns for g in groups for c in g)
+    out = torch.full((*rewards.shape, k), float("nan"))
+    for i, g in enumerate(groups):
+        for j, c in enumerate(g):
+            per_turn = list(c.turn_rewards or [0.0] * c.turns)
+            per_turn[-1] = float(rewards[i, j])
+            out[i, j, : len(per_turn)] = torch.tensor(per_turn)
+    return out
 
 
 def episode_metrics(stats: list[tuple[int, int, int]]) -> dict[str, float]:

@@ -1,12 +1,17 @@
 """The RL loop: one function per step, written against service interfaces.
 
     env.train_prompts        -> prompts (the env keeps the answers)
-    generator.generate       -> G completions per prompt (ids, sampler logprobs, version)
-    services.score_batch     -> rewards (the env, here or in scorer processes)
+    rollouts.sample          -> G samples per prompt (ids, sampler logprobs, version):
+                                generator.generate's completions, or a multi-turn env's
+                                episodes (zoo.run.rollout.Rollouts)
+    rollouts.rewards         -> rewards: services.score_batch (the env, here or in scorer
+                                processes), or each episode's own
     greedy baseline          -> only if algorithm.needs_greedy_baseline (ReMax): one greedy
                                 completion per prompt, same generator and weights, scored
                                 like the samples, charged to the ledger's baseline phase
     algorithm.shape_rewards  -> e.g. DAPO's overlong punishment
+    rollouts.turn_rewards    -> only if algorithm.uses_turn_rewards: per-turn rewards of
+                                episodes (none for single-turn completions)
     algorithm.advantages     -> per-response advantages
     algorithm.keep           -> e.g. DAPO's dynamic sampling (refill up to max rounds)
     trainer.logprobs         -> the old log-probs: the trainer's own, with the weights
@@ -40,10 +45,12 @@ the weights of those versions to compute the old log-probs with the weights that
 each batch. Services are built by ``build_services``, in this process or as Monarch actors
 (zoo.placement): a placement only has to provide objects with the same methods.
 
-A multi-turn env (zoo.envs.episode) samples episodes instead of single completions
-(zoo.run.episodes, sync mode only): each episode is one response of its group, its
-reward given by the env when it ended (no scoring call), its environment tokens masked
-out of everything the trainer computes, and every one of its tokens charged.
+What a sample is, is chosen once per run (``make_rollouts``), so the step never asks:
+a multi-turn env (zoo.envs.episode) samples episodes instead of single completions
+(``EpisodeRollouts``, zoo.run.episodes, sync mode only): each episode is one response of
+its group, its reward given by the env when it ended (no scoring call), its environment
+tokens masked out of everything the trainer computes, every one of its tokens charged,
+and its turns and tool calls in the step's record (``rollouts.metrics``).
 """
 
 from __future__ import annotations
@@ -68,15 +75,14 @@ from zoo.core.losses import (
     masked_mean,
 )
 from zoo.core.types import Completion, TrainBatch
-from zoo.envs import Prompt, is_multi_turn
-from zoo.run.episodes import episode_budget, episode_metrics, rollout_episodes
+from zoo.envs import Prompt
+from zoo.run.episodes import episode_budget, make_rollouts
 from zoo.run.rollout import (
     EVAL_SEED_OFFSET,
     last_token_rewards,
     rollout_batch,
     sampling_seed,
     stack_advantages,
-    turn_rewards,
 )
 from zoo.run.run_config import RunConfig
 from zoo.run.wiring import Services
@@ -101,19 +107,21 @@ class RLLoop:
         self.s = services
         services.algorithm.check_run(cfg.group_size, cfg.prompts_per_step * cfg.group_size)
         self.sampling = SamplingConfig(temperature=cfg.temperature, max_tokens=cfg.max_response_len)
-        self.multi_turn = is_multi_turn(services.env)
         plan = services.plan
         self.budget = plan.episode_budget if plan is not None else episode_budget(cfg, services.env)
         """Tokens after the prompt per sample: max_response_len, or a multi-turn env's
         token limit per episode (also the L_max of length shaping); the plan's, resolved
         once for the run."""
+        self.rollouts = make_rollouts(services, self.sampling, self.budget)
+        """What a sample is: a completion, or a multi-turn env's episode."""
         check_greedy_baseline(cfg, services.algorithm)
         self.greedy_baseline = services.algorithm.needs_greedy_baseline
         """Generate, score and charge a greedy completion of every prompt (ReMax)."""
         if self.greedy_baseline:
             services.ledger.open_phase("baseline")
-        self.episode_stats: list[tuple[int, int, int]] = []
-        """Multi-turn: (turns, tool calls, successful tool calls) of this step's episodes."""
+        self.drawn: list[list[Completion]] = []
+        """Every group sampled since the last step's record (stale ones too): its
+        ``rollouts.metrics``."""
         self.cursor = 0  # next index in the env's train stream for this seed
         self.samples = 0
         self.train_seconds = 0.0
@@ -144,7 +152,7 @@ class RLLoop:
             encoded = [s.encode(p) for p in prompts]
             seeds = [sampling_seed(cfg.seed, p.index) for p in prompts]
             with ledger.timed("generate"):  # a multi-turn env's steps included
-                groups = self._sample(prompts, encoded, cfg.group_size, seeds)
+                groups = self.rollouts.sample(prompts, encoded, cfg.group_size, seeds)
         else:
             _, prompts, pending = self.in_flight.popleft() if self.in_flight else self._submit(n)
             with ledger.timed("generate"):  # what overlapping did not hide
@@ -161,8 +169,7 @@ class RLLoop:
                     ),
                     len(c.token_ids),
                 )
-                if self.multi_turn:
-                    self.episode_stats.append((c.turns, c.tool_calls, c.tool_ok))
+        self.drawn += groups
         self.samples += n * cfg.group_size
         fresh = []
         for i, g in enumerate(groups):
@@ -173,19 +180,6 @@ class RLLoop:
             else:
                 self.stale_dropped += len(g)
         return [prompts[i] for i in fresh], [groups[i] for i in fresh]
-
-    def _sample(
-        self, prompts: list[Prompt], encoded: list[list[int]], n: int,
-        seeds: list[int] | None = None, greedy: bool = False,
-    ) -> list[list[Completion]]:  # fmt: skip
-        """``n`` samples of each prompt: completions from the generator, or a multi-turn
-        env's episodes (zoo.run.episodes)."""
-        s = self.s
-        if self.multi_turn:
-            return rollout_episodes(s.env, s.generator, s.observe, prompts, encoded, n,
-                                    self.sampling, self.budget, seeds, greedy)  # fmt: skip
-        return s.generator.generate(encoded, n=n, sampling=self.sampling, seeds=seeds,
-                                    greedy=greedy)  # fmt: skip
 
     def baseline_groups(
         self, prompts: list[Prompt], groups: list[list[Completion]]
@@ -200,8 +194,8 @@ class RLLoop:
         ledger = self.s.ledger
         with ledger.timed("baseline"):
             encoded = [g[0].prompt_ids for g in groups]
-            greedy = self._sample(prompts, encoded, 1, greedy=True)
-            rewards = torch.tensor(self._rewards(prompts, greedy))
+            greedy = self.rollouts.sample(prompts, encoded, 1, greedy=True)
+            rewards = torch.tensor(self.rollouts.rewards(prompts, greedy))
         for g in greedy:
             c = g[0]
             ledger.add(
@@ -213,14 +207,6 @@ class RLLoop:
             )
         self.samples += len(greedy)
         return rewards, torch.tensor([len(g[0].token_ids) for g in greedy])
-
-    def _rewards(self, prompts: list[Prompt], groups: list[list[Completion]]) -> list[float]:
-        """The reward of every sample, flat: an episode's own (the env gave it when the
-        episode ended), else one scoring call (envs may score a whole batch in parallel)."""
-        if self.multi_turn:
-            return [c.reward for g in groups for c in g]
-        return self.s.score_batch([p for p, g in zip(prompts, groups, strict=True) for _ in g],
-                                  [c.text for g in groups for c in g])  # fmt: skip
 
     def _next_prompts(self, n: int) -> list[Prompt]:
         prompts = self.s.env.train_prompts(self.cursor, n, self.cfg.seed)
@@ -262,7 +248,7 @@ class RLLoop:
             rounds += 1
             prompts, groups = self.sample_groups(cfg.prompts_per_step)
             with ledger.timed("score"):
-                flat = self._rewards(prompts, groups)
+                flat = self.rollouts.rewards(prompts, groups)
             rewards = torch.tensor(flat).view(len(groups), cfg.group_size)
             ledger.add("score", tokens=sum(len(c.token_ids) for g in groups for c in g))
             task_rewards += rewards.flatten().tolist()
@@ -271,8 +257,8 @@ class RLLoop:
             lengths = torch.tensor([[len(c.token_ids) for c in g] for g in groups])
             response_lengths += lengths.flatten().tolist()
             shaped = algo.shape_rewards(rewards, lengths, self.budget)
-            wanted = self.multi_turn and algo.uses_turn_rewards
-            per_turn = turn_rewards(groups, shaped) if wanted else None
+            wanted = algo.uses_turn_rewards
+            per_turn = self.rollouts.turn_rewards(groups, shaped) if wanted else None
             baseline = None
             if self.greedy_baseline:
                 greedy, greedy_len = self.baseline_groups(prompts, groups)
@@ -303,9 +289,8 @@ class RLLoop:
             "masked_responses": int(sum((~m).sum() for m in kept_in_loss)),
             **length_metrics(response_lengths, task_rewards),
         }
-        if self.multi_turn:
-            record.update(episode_metrics(self.episode_stats))
-        self.episode_stats = []
+        record.update(self.rollouts.metrics(self.drawn))
+        self.drawn = []
         if self.greedy_baseline:
             record.update(baseline_metrics(greedy_rewards, greedy_lengths))
         if kept_groups:
@@ -462,12 +447,10 @@ class RLLoop:
         start = time.perf_counter()
         prompts = s.env.eval_split(self.cfg.eval_split)
         encoded = [s.encode(p) for p in prompts]
-        groups = self._sample(prompts, encoded, n=1, greedy=True)
-        rewards = self._rewards(prompts, groups)
+        groups = self.rollouts.sample(prompts, encoded, n=1, greedy=True)
+        rewards = self.rollouts.rewards(prompts, groups)
         record = {"eval_reward": statistics.fmean(rewards)}
-        if self.multi_turn:
-            stats = [(g[0].turns, g[0].tool_calls, g[0].tool_ok) for g in groups]
-            record.update({f"eval_{k}": v for k, v in episode_metrics(stats).items()})
+        record.update({f"eval_{k}": v for k, v in self.rollouts.metrics(groups).items()})
         self.kept_samples += [
             {"kind": "eval", "index": p.index, "prompt": p.text, "completion": _shown(g[0]),
              "reference": s.env.reference_answer(p), "reward": float(r),
@@ -477,8 +460,8 @@ class RLLoop:
         if n:
             eval_seed = self.cfg.seed + EVAL_SEED_OFFSET
             seeds = [sampling_seed(eval_seed, i) for i in range(len(prompts))]
-            groups = self._sample(prompts, encoded, n, seeds)
-            flat = self._rewards(prompts, groups)
+            groups = self.rollouts.sample(prompts, encoded, n, seeds)
+            flat = self.rollouts.rewards(prompts, groups)
             record.update(sampled_metrics([flat[i * n : (i + 1) * n] for i in range(len(prompts))]))
         record["eval_seconds"] = time.perf_counter() - start
         return record

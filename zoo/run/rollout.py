@@ -1,12 +1,20 @@
-"""Rollouts: per-prompt sampler seeds, and groups of completions packed into the
-trainer's right-padded batch."""
+"""Rollouts: what a step draws for its prompts (``Rollouts``: single-turn completions
+here, multi-turn episodes in zoo.run.episodes), per-prompt sampler seeds, and groups of
+completions packed into the trainer's right-padded batch."""
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING, Protocol
 
 import torch
 
 from zoo.core.types import Completion
+from zoo.envs import Prompt
 from zoo.services.batch import RolloutBatch
+from zoo.services.sampling import SamplingConfig
+
+if TYPE_CHECKING:  # (the wiring builds the services; a rollout only calls them)
+    from zoo.run.wiring import Services
 
 EVAL_SEED_OFFSET = 7_919
 """Held-out sampling uses the seeds of run seed + this, apart from the training stream's."""
@@ -17,18 +25,66 @@ def sampling_seed(run_seed: int, prompt_index: int) -> int:
     return (run_seed * 1_000_003 + prompt_index) % (2**31)
 
 
-def turn_rewards(groups: list[list[Completion]], rewards: torch.Tensor) -> torch.Tensor:
-    """[groups, G, K] per-turn rewards of multi-turn episodes (K: the most turns of any),
-    NaN after an episode's last turn, whose entry is its (possibly shaped) reward in
-    ``rewards`` [groups, G]."""
-    k = max(c.turns for g in groups for c in g)
-    out = torch.full((*rewards.shape, k), float("nan"))
-    for i, g in enumerate(groups):
-        for j, c in enumerate(g):
-            per_turn = list(c.turn_rewards or [0.0] * c.turns)
-            per_turn[-1] = float(rewards[i, j])
-            out[i, j, : len(per_turn)] = torch.tensor(per_turn)
-    return out
+class Rollouts(Protocol):
+    """One shape for whatever a run samples per prompt, so the loop never asks which:
+    single-turn completions (``CompletionRollouts``) or a multi-turn env's episodes
+    (``zoo.run.episodes.EpisodeRollouts``), each sample one ``Completion`` of its group.
+    Chosen once per run by ``zoo.run.episodes.make_rollouts``."""
+
+    def sample(
+        self, prompts: list[Prompt], encoded: list[list[int]], n: int,
+        seeds: list[int] | None = None, greedy: bool = False,
+    ) -> list[list[Completion]]:  # fmt: skip
+        """``n`` samples of each prompt (``encoded``: its token ids), one group per prompt;
+        ``seeds``: one per prompt (None with ``greedy``)."""
+        ...
+
+    def rewards(self, prompts: list[Prompt], groups: list[list[Completion]]) -> list[float]:
+        """The task reward of every sample of ``groups`` (of ``prompts``), flat."""
+        ...
+
+    def turn_rewards(
+        self, groups: list[list[Completion]], rewards: torch.Tensor
+    ) -> torch.Tensor | None:
+        """[groups, G, K] per-turn rewards, the last turn of each sample holding its
+        (possibly shaped) reward in ``rewards`` [groups, G]; None when every sample is
+        one turn (its reward is ``rewards``)."""
+        ...
+
+    def metrics(self, groups: list[list[Completion]]) -> dict[str, float]:
+        """Figures of the samples themselves for the step's (or, prefixed ``eval_``, the
+        evaluation's) record; none for single-turn completions."""
+        ...
+
+
+class CompletionRollouts:
+    """Single-turn rollouts: completions from the services' generator, scored by
+    ``Services.score_batch`` (the env, here or in scorer processes). The services are
+    read at each call, so a generator or scorer set on them later is the one used."""
+
+    def __init__(self, services: Services, sampling: SamplingConfig) -> None:
+        self.s = services
+        self.sampling = sampling  # the loop's own object: a change to it applies here
+
+    def sample(
+        self, prompts: list[Prompt], encoded: list[list[int]], n: int,
+        seeds: list[int] | None = None, greedy: bool = False,
+    ) -> list[list[Completion]]:  # fmt: skip
+        return self.s.generator.generate(encoded, n=n, sampling=self.sampling, seeds=seeds,
+                                         greedy=greedy)  # fmt: skip
+
+    def rewards(self, prompts: list[Prompt], groups: list[list[Completion]]) -> list[float]:
+        # one scoring call for the whole batch (an env may score it in parallel)
+        return self.s.score_batch([p for p, g in zip(prompts, groups, strict=True) for _ in g],
+                                  [c.text for g in groups for c in g])  # fmt: skip
+
+    def turn_rewards(
+        self, groups: list[list[Completion]], rewards: torch.Tensor
+    ) -> torch.Tensor | None:
+        return None
+
+    def metrics(self, groups: list[list[Completion]]) -> dict[str, float]:
+        return {}
 
 
 def stack_advantages(advantages: list[torch.Tensor]) -> torch.Tensor:
