@@ -165,12 +165,13 @@ def test_the_shared_fields_are_declared_once_with_one_docstring():
 
 def test_no_plugin_writes_the_ppo_clip_body_again():
     """The clipped surrogate min(r A, clip(r) A) lives in zoo/core/losses.py; the
-    ratio-bounded built-ins reach it through ``policy_loss``."""
+    ratio-bounded built-ins (and ppo) reach it only through ``Algorithm.ratio_surrogate``,
+    which assembles it with the KL, the entropy options and the aggregation once."""
     for path in sorted(PLUGINS.glob("*.py")):
         text = path.read_text()
         assert "torch.minimum(ratio" not in text and "torch.min(ratio" not in text, path.name
     shared = (PLUGINS / "base.py").read_text()  # Algorithm.ratio_surrogate
     assert "policy_loss(self.config.loss" in shared
-    for name in RATIO_BOUNDED:
+    for name in [*RATIO_BOUNDED, "ppo"]:
         text = (PLUGINS / f"{name}.py").read_text()
-        assert "policy_loss(self.config.loss" in text or "self.ratio_surrogate(" in text, name
+        assert "self.ratio_surrogate(" in text and "policy_loss(" not in text, name
