@@ -366,11 +366,14 @@ BOARD_CAVEATS = {
     "range is left by nearly every sequence, CISPO's cap and SAPO's gate never bind and length "
     "normalisation has nothing to normalise; every algorithm ran at one learning rate tuned for "
     "GRPO and no controls were run. Mechanisms are ranked on running_sum.",
-    "pyfunc": "What this board can rank: little. Its rows started from a tiny-code warm start "
-    "fine-tuned on their own training functions, so training reward mostly paid for memorised "
-    "functions (0.68 -> 0.78 on them, held-out 0.19 -> 0.21-0.22); one learning rate, no "
-    "controls. pyfunc now sets 400 functions apart for the warm start and tiny-code ships "
-    "rebuilt on them; this board predates that and is not yet re-made.",
+    "pyfunc": "What this board can rank: nothing yet. Its re-made experiment (from the "
+    "tiny-code that ships, fine-tuned only on pyfunc's warm-start functions) shows every "
+    "algorithm learning on functions it never saw (held-out 0.141 -> 0.148-0.177), but its "
+    "positive control fails (grpo vs a quarter of its lr: +0.016, MDD 0.015): answers of "
+    "at most 12 tokens leave the ratio mechanisms nearly idle (0.2-0.3% of tokens clipped; "
+    "GSPO alone acts) and 5 seeds of ~25 steps cannot separate them. The older experiment "
+    "started from a warm start fine-tuned on its own training functions (memory, not "
+    "learning) and ran no controls.",
     "pyfunc_feedback": "What this board can rank: nothing yet. Two algorithms at 2 seeds, a "
     "short run that shows learning; its rows started from a tiny-code-feedback built before "
     "pyfunc set its warm-start functions apart.",
