@@ -48,6 +48,17 @@ def number(kind: type) -> Callable[[str], int | float]:
     return read
 
 
+def gpu_count(text: str) -> int:
+    """argparse type of --gpus: a whole number >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"a whole number of GPUs, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
 def folder(text: str) -> Path:
     """argparse type of --out: a path, not empty."""
     if not text.strip() or "\0" in text:
@@ -276,6 +287,16 @@ def build_parser() -> argparse.ArgumentParser:
                         help="where the run would write (default: results/)")  # fmt: skip
     doctor.add_argument("--only", action="append", choices=("sandbox", "vllm", "disk", "memory"),
                         help="run only these checks (repeatable; default: all)")  # fmt: skip
+    doctor.add_argument("--plan", action="store_true",
+                        help="instead of the checks, predict memory per GPU and seconds per "
+                        "step on --gpus GPUs of kind --gpu from the ledger's FLOPs and the "
+                        "efficiencies measured in leaderboards/gpu_check.md; needs no GPU "
+                        "and no weights")  # fmt: skip
+    doctor.add_argument("--gpus", type=gpu_count, default=None, metavar="N",
+                        help="with --plan: GPUs the run gets, the trainer split over them "
+                        "by FSDP2 (default 1)")  # fmt: skip
+    doctor.add_argument("--gpu", choices=("h200", "h100", "a100"), default=None,
+                        help="with --plan: the GPU kind (default h200)")  # fmt: skip
     add_training_arguments(doctor, "doctor")
 
     worker = sub.add_parser(
@@ -472,10 +493,18 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "run":
             return cmd_run(args)
         if args.command == "doctor":
-            from harness.doctor import CHECKS, cmd_doctor
+            from harness.doctor import CHECKS, cmd_doctor, cmd_doctor_plan
 
             # validated once, where cmd_doctor resolves it into the run's plan
-            cfg = run_config(args, args.algorithm, args.env, args.seed, validate=False)
+            cfg = run_config(
+                args, args.algorithm, args.env, args.seed, validate=False, weights=not args.plan
+            )  # (a plan reads the shape only)
+            if args.plan:
+                if args.only:
+                    raise ConfigError("--plan runs no checks: drop --only, or --plan")
+                return cmd_doctor_plan(cfg, args.gpus or 1, args.gpu or "h200")
+            if args.gpus is not None or args.gpu is not None:
+                raise ConfigError("--gpus and --gpu describe a --plan: add --plan")
             return cmd_doctor(cfg, args.out, args.only or CHECKS, args.verbose)
         if args.command == "worker":
             from monarch.actor import run_worker_loop_forever
@@ -566,9 +595,10 @@ def default_model(envs: list[str]) -> str:
 
 
 def run_config(args: argparse.Namespace, algorithm: str, env: str, seed: int,
-               validate: bool = True):  # fmt: skip
+               validate: bool = True, weights: bool = True):  # fmt: skip
     """The RunConfig the flags give, validated unless ``validate`` is False: for the
-    commands that resolve it into a plan (zoo.run.plan) next, which validates it once."""
+    commands that resolve it into a plan (zoo.run.plan) next, which validates it once.
+    ``weights``: a run needs the model's weights (``doctor --plan`` does not: the shape)."""
     from zoo.run.run_config import RunConfig, run_defaults
 
     if getattr(args, "budget_line", None) is None:  # (once per command)
@@ -586,7 +616,8 @@ def run_config(args: argparse.Namespace, algorithm: str, env: str, seed: int,
     from zoo.models.presets import check_weights_available
 
     # Offline with an empty cache, the missing weights come first: no other fix helps
-    check_weights_available(args.model, args.model_path, args.init)
+    if weights:
+        check_weights_available(args.model, args.model_path, args.init)
     cfg = RunConfig(
         algorithm=algorithm,
         env=env,

@@ -13,6 +13,8 @@ It takes the flags of ``run`` (the same RunConfig), and checks, for that run:
   check compute it) against this machine's memory (or the GPU's).
 
 Each check is PASS, WARN or FAIL with what to do; the exit status is 1 when one FAILs.
+``--plan`` runs none of them: it prints the run's capacity plan on N GPUs
+(harness/capacity.py), which needs neither a GPU nor the model's weights.
 """
 
 from __future__ import annotations
@@ -255,3 +257,11 @@ def cmd_doctor(cfg: RunConfig, out: Path, only: Iterable[str], verbose: bool = F
         print(f"doctor: {', '.join(failed)} failed; fix before a long run")
         return 1
     return 0
+
+
+def cmd_doctor_plan(cfg: RunConfig, gpus: int, gpu: str) -> int:
+    """``harness doctor --plan``: the run's capacity plan on ``gpus`` GPUs of kind ``gpu``
+    (harness.capacity); exit 1 when it does not fit their memory."""
+    from harness.capacity import cmd_plan
+
+    return cmd_plan(RunPlan.resolve(cfg, spec=False), gpus, gpu)
