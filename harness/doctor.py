@@ -80,15 +80,13 @@ def check_memory(run: RunConfig | RunPlan, capacity_bytes: int | None = None) ->
     sequence is the prompt and every token after it: a multi-turn episode's token limit.
     ``run``: the run's plan (a config is resolved into one here)."""
     from zoo.models.memory import memory_estimate
-    from zoo.models.presets import model_shape
-    from zoo.run.plan import ESTIMATE_PROMPTS, plan_of
+    from zoo.run.plan import plan_of
 
-    plan = plan_of(run, spec=False)
-    cfg, device, env = plan.cfg, plan.device, plan.env
-    shape = model_shape(cfg.model, cfg.model_path)
-    prompt = max(len(env.train_prompt(i, cfg.seed).text.encode())
-                 for i in range(ESTIMATE_PROMPTS))  # fmt: skip
-    sequences = cfg.prompts_per_step * cfg.group_size
+    # the plan's estimate of a step: the model's shape, the longest prompt, the samples
+    plan = plan_of(run, spec=False).with_estimate()
+    cfg, device, step = plan.cfg, plan.device, plan.step
+    assert step is not None and plan.shape is not None  # (with_estimate sets them)
+    shape, prompt, sequences = plan.shape, step.prompt, step.samples
     need = memory_estimate(
         shape, sequences=sequences, seq_len=prompt + plan.episode_budget,
         micro_batch=cfg.micro_batch_size or sequences,
