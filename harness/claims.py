@@ -172,9 +172,23 @@ CLAIMS = [
           "whose clip rarely binds", "Ahmadian et al., arXiv 2402.14740, abstract",
           "held-out greedy headline", checkpoint_score("headline"), +1,
           "the paper's baseline is PPO with a critic on RLHF; here grpo stands in"),
+    Claim("remax", "ppo",
+          "REINFORCE with the greedy answer's reward as baseline, and no value model, "
+          "performs as well as PPO with a critic while using less memory and time",
+          "Li et al., arXiv 2310.10505, abstract and Sec. 5", "held-out greedy headline",
+          checkpoint_score("headline"), +1,
+          "the headline only (the memory saving is of a 7B critic, nothing to measure on "
+          "a 0.5M model); matched FLOPs charge remax its greedy generation, ppo its critic"),
+    Claim("grpo", "ppo",
+          "dropping the value model for the group's mean reward as baseline does as well as "
+          "PPO with a learned critic", "Shao et al., arXiv 2402.03300, Sec. 4.1",
+          "held-out greedy headline", checkpoint_score("headline"), +1,
+          "direction only: the paper's comparison is on a 7B math model; each row at its "
+          "own tuned lr and clip"),
 ]  # fmt: skip
 """One central claim per built-in (two for GSPO; OPO's on-policy claim between the rows of
-the mini-batch ablation); ``custom`` (PPO's clipped surrogate
+the mini-batch ablation; ``ppo``, the critic baseline, is the other side of ReMax's and
+GRPO's claims); ``custom`` (PPO's clipped surrogate
 with group advantages) has none the testbed can test: PPO's claim is against an
 unclipped surrogate over many epochs on control tasks."""
 

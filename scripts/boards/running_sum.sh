@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The running_sum board, end to end, resumable: every step continues where the last
 # sitting stopped (--resume), so run it again after an interruption. Hours of CPU
-# (docs/statistics.md): the sweep is 112 runs, the board 160, the on-policy ablation 32 +
+# (docs/statistics.md): the sweep is 128 runs, the board 180, the on-policy ablation 32 +
 # 40, at ~5 minutes a run and 2 at a time on 2 cores.
 #
 #   bash scripts/boards/running_sum.sh [sweep|board|ablation|all]   (default all)
@@ -9,7 +9,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 py=.venv/bin/python
 what=${1:-all}
-builtins="grpo dr_grpo dapo gspo cispo sapo custom gpg opo reinforce_pp rloo gmpo clip_cov kl_cov"
+builtins="grpo dr_grpo dapo gspo cispo sapo custom gpg opo reinforce_pp rloo gmpo clip_cov kl_cov remax ppo"
 # the board's shared settings: the sweep's budget; 8 evaluation points (the sweep's 4 keep
 # tuning cheap; the compute fit needs more), pass@k from 4 samples at the 3 checkpoints the
 # headline averages
