@@ -19,7 +19,7 @@ from typing import Any
 
 import pandas as pd
 
-BENCHMARKS = ("rl_step", "generation", "utilisation", "scaling", "sandbox")
+BENCHMARKS = ("rl_step", "generation", "utilisation", "scaling", "sandbox", "board")
 
 TARGETS = {
     "rl_step": "framework overhead over the bare loop at most 15% in synchronous mode "
@@ -31,6 +31,8 @@ TARGETS = {
     "scaling": "no target: where the curves bend, and why",
     "sandbox": "a code verdict (candidate and tests in two sandboxes) at no less than half "
     "the executions per second of the one-process baseline",
+    "board": "no fixed ratio: a board's rows should cost little beyond their training "
+    "steps (start-up paid once per worker, evaluation a minor share)",
 }
 
 
@@ -51,6 +53,10 @@ def run_benchmark(name: str, root: Path, quick: bool) -> list[dict[str, Any]]:
         from benchmarks.scaling import scaling_table
 
         return scaling_table(root, quick)
+    if name == "board":
+        from benchmarks.board import board_table
+
+        return board_table(root, quick)
     from benchmarks.sandbox_bench import sandbox_table
 
     return sandbox_table(n=6 if quick else 40)
@@ -94,7 +100,7 @@ def write_report(sections: dict[str, dict[str, Any]], out: Path) -> Path:
     ]
     titles = {"rl_step": "1. RL step throughput", "generation": "2. Generation",
               "utilisation": "3. Training utilisation", "scaling": "4. How cost grows",
-              "sandbox": "5. Sandbox executions"}  # fmt: skip
+              "sandbox": "5. Sandbox executions", "board": "6. Board runs"}  # fmt: skip
     for name in [n for n in BENCHMARKS if n in sections]:
         section = sections[name]
         rows = section["rows"]

@@ -34,7 +34,7 @@ def test_every_benchmark_runs_on_tiny_settings(tmp_path, tiny_model_path):
     assert result.returncode == 0, result.stderr
     report = (tmp_path / "performance.md").read_text()
     for title in ("1. RL step throughput", "2. Generation", "3. Training utilisation",
-                  "4. How cost grows", "5. Sandbox executions"):  # fmt: skip
+                  "4. How cost grows", "5. Sandbox executions", "6. Board runs"):  # fmt: skip
         assert f"## {title}" in report
     for system in ("forge-zoo, local sync", "bare torch loop", "TRL GRPOTrainer"):
         assert system in report
@@ -42,6 +42,24 @@ def test_every_benchmark_runs_on_tiny_settings(tmp_path, tiny_model_path):
     for png in ("rl_step.png", "scaling.png"):
         data = (tmp_path / "perf" / png).read_bytes()
         assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 5000
+
+
+@pytest.mark.slow
+def test_the_board_benchmark_splits_a_boards_run_and_prices_the_bare_loop(tmp_path):
+    """benchmarks/board.py on tiny settings: each board's compare runs two runs, the second
+    on the first one's engine (start-up near zero), and the row's shares and ratios are
+    consistent with its seconds."""
+    from benchmarks.board import board_table
+
+    rows = board_table(tmp_path, quick=True)
+    assert [r["board"].split(" (")[0] for r in rows] == ["tiny arithmetic", "running_sum testbed"]
+    for r in rows:
+        assert r["steps per run"] == 3
+        assert r["start-up s, 2nd run"] < 0.5 * r["start-up s, 1st run"], r
+        assert 0 < r["training loop share"] + r["evaluation share"] < 1, r
+        assert r["bare loop s (same steps)"] > 0
+        assert r["bare s / run s"] == pytest.approx(r["bare loop s (same steps)"] / r["s per run"])
+        assert r["bare s / run s"] < r["bare s / training loop s"]
 
 
 @pytest.mark.parametrize("trainer", ["titan", "hf"])

@@ -188,6 +188,12 @@ def test_leaderboard_rows_carry_provenance_and_reproduce_matches(experiment):
     result = run_harness("reproduce", grpo["id"], "--leaderboards", "boards", cwd=root)
     assert result.returncode == 0, result.stdout + result.stderr[-2000:]
     assert result.stdout.count("MATCH") == 2
+    # One of the two ran on the engine compare had started for an earlier run (its
+    # start-up a fraction of the other's); reproduce builds every service afresh. Both
+    # matching exactly: a reused engine (weights reset) gives a fresh process's numbers.
+    runs = [experiment / "runs" / f"grpo__arithmetic__seed{s}" for s in (0, 1)]
+    startups = [json.loads((r / "complete.json").read_text())["startup_seconds"] for r in runs]
+    assert min(startups) < 0.5 * max(startups), startups
 
 
 def test_reproduce_detects_a_tampered_result(experiment, tmp_path):
