@@ -18,6 +18,7 @@ import pandas as pd
 
 from harness.claims import claims_table
 from harness.controls import board_power, control_verdicts
+from harness.eval_cost import evaluation_table
 from harness.fits import MIN_IDENTIFIED_SHARE, bootstrap_fit, extrapolation_check
 from harness.runner import read_metrics
 from harness.samples import write_samples_pages
@@ -626,6 +627,7 @@ def write_analysis(out: Path) -> dict[str, pd.DataFrame]:
         "pairs": pairs,
         "throughput": throughput_table(runs),
         "wall_time": wall_time_table(runs),
+        "evaluation": evaluation_table(runs, points, HEADLINE_POINTS),
         "off_policy": off_policy_table(runs),
     }
     claims = claims_table(runs, run_scores(points), tables["off_policy"])
@@ -841,6 +843,20 @@ def write_report(out: Path, tables: dict[str, str], power: list[str] | None = No
         "it. Runs that shared the machine's cores with others took longer than alone.",
         "",
         tables["wall_time"],
+        "",
+        "## What the evaluation costs and buys",
+        "",
+        "Per row (`harness/eval_cost.py`): evaluations per run and the mean seconds of one",
+        "that is greedy only and of one that also samples for pass@k; `checkpoint_sd`, how",
+        "much the reward moves between the checkpoints the headline averages (median over",
+        "runs), and `checkpoint_se`, that over the square root of their number: the part of",
+        "a run's headline that more evaluation points could shrink; `seed_sd`, the spread of",
+        "the headlines over seeds, which every interval and test above is made of;",
+        "`problems_se`, the standard error of a reward measured on this many held-out",
+        "problems, shared by every row (the same problems), so it cancels in a paired",
+        "difference and bounds only the absolute level.",
+        "",
+        tables["evaluation"],
         "",
     ]
     (out / "report.md").write_text("\n".join(lines))

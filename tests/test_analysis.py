@@ -139,3 +139,28 @@ def test_single_turn_report_has_no_tool_use(tmp_path: Path):
     assert "Tool use" not in (out / "report.md").read_text()
     assert not (out / "plots" / "tool_use.png").exists()
     assert not (out / "tables" / "tool_use.csv").exists()
+
+
+def test_evaluation_table_splits_the_headlines_noise_and_the_evaluations_cost():
+    """harness/eval_cost.py against numbers computed by hand: two seeds of one row, whose
+    last three checkpoints are 0.40, 0.50, 0.60 (+ 0.01 x seed), evaluated greedily in 2 s
+    and, at the last one, with samples in 10 s, on arithmetic's 500 held-out problems."""
+    from harness.eval_cost import evaluation_table
+
+    runs, rows = [], []
+    for seed in (0, 1):
+        records = [{"step": 4 * k, "eval_reward": 0.2 + 0.1 * k + 0.01 * seed,
+                    "eval_seconds": 10.0 if k == 4 else 2.0,
+                    **({"eval_mean_at_4": 0.3} if k == 4 else {})} for k in range(5)]  # fmt: skip
+        runs.append({"env": "arithmetic", "algorithm": "grpo", "seed": seed,
+                     "config": {"run": {"env": "arithmetic"}}, "records": records})  # fmt: skip
+        rows += [{"env": "arithmetic", "algorithm": "grpo", "seed": seed, "point": k,
+                  "reward": r["eval_reward"]} for k, r in enumerate(records)]  # fmt: skip
+    table = evaluation_table(runs, pd.DataFrame(rows), headline_points=3).iloc[0]
+    assert table["runs"] == 2 and table["evaluations_per_run"] == 5
+    assert table["greedy_s"] == pytest.approx(2.0) and table["sampled_s"] == pytest.approx(10.0)
+    assert table["checkpoint_sd"] == pytest.approx(0.1)  # sd of 0.4, 0.5, 0.6
+    assert table["checkpoint_se"] == pytest.approx(0.1 / 3**0.5)
+    assert table["seed_sd"] == pytest.approx(0.01 / 2**0.5)  # headlines 0.50 and 0.51
+    assert table["problems"] == 500
+    assert table["problems_se"] == pytest.approx((0.505 * 0.495 / 500) ** 0.5)
