@@ -57,7 +57,8 @@ GOLDEN_DIR = REPO / "tests" / "golden"
 SHORT_RUN = ["--budget-samples", "256", "--eval-points", "1", "--prompts-per-step", "16",
              "--eval-samples", "4", "--quiet"]  # fmt: skip
 BUILT_INS = ["custom", "dapo", "dr_grpo", "grpo", "gspo", "cispo", "sapo", "gpg", "opo",
-             "reinforce_pp", "rloo", "gmpo", "clip_cov", "kl_cov", "remax", "ppo"]  # fmt: skip
+             "reinforce_pp", "rloo", "gmpo", "clip_cov", "kl_cov", "remax", "ppo",
+             "gigpo"]  # fmt: skip
 """The built-in algorithms (`harness list algorithms`); test_golden_metrics checks the
 list is still complete."""
 CONTROLS = ["grpo_twin"]

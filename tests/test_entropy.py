@@ -25,7 +25,7 @@ from zoo.run.runlog import RunWriter
 from zoo.services.batch import RolloutBatch, response_logprobs, response_logprobs_and_entropy
 from zoo.services.trainer import Trainer, TrainerConfig, wants_entropy
 
-SURROGATE_FAMILY = ["grpo", "dr_grpo", "dapo", "rloo", "opo", "remax"]
+SURROGATE_FAMILY = ["grpo", "dr_grpo", "dapo", "rloo", "opo", "remax", "gigpo"]
 """Built-ins with the two options whose KL is a penalty in the loss (the PPO-clip family)."""
 ENTROPY_FAMILY = [*SURROGATE_FAMILY, "reinforce_pp"]
 """Every built-in with the two options (EntropyFields); reinforce_pp charges its KL in the
@@ -330,7 +330,7 @@ def test_the_suite_catches_an_entropy_option_done_wrong(plugin, options, caught_
 
 
 BOUNDS = {"grpo": (0.8, 1.2), "dr_grpo": (0.8, 1.2), "dapo": (0.8, 1.28), "rloo": (0.8, 1.2),
-          "opo": (0.8, 1.2), "remax": (0.8, 1.2)}  # fmt: skip
+          "opo": (0.8, 1.2), "remax": (0.8, 1.2), "gigpo": (0.8, 1.2)}  # fmt: skip
 
 
 @pytest.mark.parametrize("name", SURROGATE_FAMILY)

@@ -19,7 +19,7 @@ from zoo.core.losses import POLICY_LOSSES, log_ratio, policy_loss
 from zoo.core.types import TrainBatch
 
 PLUGINS = Path(__file__).resolve().parents[1] / "zoo" / "algorithms"
-RATIO_BOUNDED = ["grpo", "dr_grpo", "dapo", "rloo", "reinforce_pp", "opo", "remax"]
+RATIO_BOUNDED = ["grpo", "dr_grpo", "dapo", "rloo", "reinforce_pp", "opo", "remax", "gigpo"]
 
 
 def make_batch(
@@ -92,6 +92,7 @@ NEVER_ACTS = {
     "grpo": {"eps": 1 - 1e-9}, "rloo": {"eps": 1 - 1e-9}, "reinforce_pp": {"eps": 1 - 1e-9},
     "opo": {"eps": 1 - 1e-9}, "dr_grpo": {"clip_low": 1e-9, "clip_high": 1e9},
     "dapo": {"eps_low": 1 - 1e-9, "eps_high": 1e9}, "remax": {"eps": 1 - 1e-9},
+    "gigpo": {"eps": 1 - 1e-9},
 }  # fmt: skip
 
 

@@ -27,6 +27,7 @@ ALGORITHMS = Registry(
         "clip_cov": "zoo.algorithms.clip_cov:ClipCov",
         "kl_cov": "zoo.algorithms.kl_cov:KLCov",
         "remax": "zoo.algorithms.remax:ReMax",
+        "gigpo": "zoo.algorithms.gigpo:GiGPO",
         "ppo": "zoo.algorithms.ppo:PPO",
         "grpo_twin": "zoo.algorithms.controls:GRPOTwin",
     },

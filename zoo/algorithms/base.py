@@ -23,6 +23,16 @@ episode's last turn; the last turn's entry is the episode's reward). Such an ove
 return [groups, G, K] advantages, one per assistant turn: every token of turn k then
 carries advantage k. A single-turn env passes K = 1.
 
+Which turns share a state (GiGPO's anchor states, zoo/algorithms/gigpo.py): when
+``advantages`` has a ``turn_states`` parameter (``uses_turn_states``), the loop also passes
+a [groups, G, K] integer tensor (K as for ``turn_rewards``): entry [g, i, k] identifies the
+history the policy saw before turn k of episode i of group g, the prompt's ids and every
+token of the episode before that turn (its earlier turns as sampled and the observations'
+ids). Two turns of one group have equal ids exactly when those token sequences are equal
+(ids count from 0 within each group; compare them within a group only); -1 after an
+episode's last turn. Turn 0 of every episode of a group starts from the prompt alone, so
+it is one state. A single-turn env passes K = 1, every id 0.
+
 A greedy baseline (ReMax, arXiv 2310.10505): when ``advantages`` has a ``greedy_rewards``
 parameter (``needs_greedy_baseline``), the loop also generates one greedy completion of
 each prompt with the policy that sampled the group, scores it like the samples (shaped by
@@ -393,6 +403,13 @@ class Algorithm(ABC):
         return "turn_rewards" in inspect.signature(self.advantages).parameters
 
     @property
+    def uses_turn_states(self) -> bool:
+        """True when ``advantages`` declares ``turn_states``: only then does the loop build
+        the [groups, G, K] ids of the history before each turn (equal ids: identical
+        history; GiGPO's anchor states)."""
+        return "turn_states" in inspect.signature(self.advantages).parameters
+
+    @property
     def needs_greedy_baseline(self) -> bool:
         """True when ``advantages`` declares ``greedy_rewards``: only then does the loop
         generate one greedy (argmax) completion of each prompt besides its G samples, with
@@ -410,7 +427,7 @@ class Algorithm(ABC):
         options, aggregated by the class's ``aggregation``. ``kl_in_reward``: the KL enters
         the advantages as a reward-to-go instead (A - K, no gradient; REINFORCE++), and the
         loss has no penalty term. A plugin that uses it states only its advantages and
-        bounds (grpo, dr_grpo, dapo, rloo, opo, reinforce_pp, remax, ppo)."""
+        bounds (grpo, dr_grpo, dapo, rloo, opo, reinforce_pp, remax, gigpo, ppo)."""
         ratio = torch.exp(log_ratio(batch))
         if kl_in_reward:
             kl_return, kl_metrics = kl_reward_to_go(batch, beta, self.config.kl)
@@ -433,15 +450,18 @@ class Algorithm(ABC):
     def group_advantages(
         self, rewards: torch.Tensor, lengths: torch.Tensor,
         turn_rewards: torch.Tensor | None = None, greedy_rewards: torch.Tensor | None = None,
+        turn_states: torch.Tensor | None = None,
     ) -> torch.Tensor:  # fmt: skip
         """What the loop calls: ``advantages(rewards, ...)`` with ``lengths=``,
-        ``turn_rewards=`` and ``greedy_rewards=`` only for the parameters an override
-        declares (plugins written before they were passed keep working). ``turn_rewards``:
-        [groups, G, K], NaN past an episode's last turn; None: one turn each, whose reward
-        is ``rewards``. ``greedy_rewards``: [groups], the reward of each prompt's greedy
-        completion (shaped like ``rewards``), required when ``needs_greedy_baseline``.
-        Returns [groups, G] advantages, or [groups, G, K] from an override that assigns
-        credit per turn."""
+        ``turn_rewards=``, ``greedy_rewards=`` and ``turn_states=`` only for the parameters
+        an override declares (plugins written before they were passed keep working).
+        ``turn_rewards``: [groups, G, K], NaN past an episode's last turn; None: one turn
+        each, whose reward is ``rewards``. ``greedy_rewards``: [groups], the reward of each
+        prompt's greedy completion (shaped like ``rewards``), required when
+        ``needs_greedy_baseline``. ``turn_states``: [groups, G, K] ids of the history before
+        each turn, -1 past an episode's last turn; None: one turn each, all from the prompt
+        (ids 0). Returns [groups, G] advantages, or [groups, G, K] from an override that
+        assigns credit per turn."""
         params = inspect.signature(self.advantages).parameters
         extra: dict[str, torch.Tensor] = {}
         if "lengths" in params:
@@ -457,16 +477,44 @@ class Algorithm(ABC):
                     f"{tuple(rewards.shape[:1])}); got {got}"
                 )
             extra["greedy_rewards"] = greedy_rewards
+        if self.uses_turn_states:
+            extra["turn_states"] = self._turn_states(rewards, turn_rewards, turn_states)
         advantages = self.advantages(rewards, **extra)
         expected = [tuple(rewards.shape)]
-        if "turn_rewards" in extra:
-            expected.append(tuple(extra["turn_rewards"].shape))
+        for per_turn in ("turn_rewards", "turn_states"):
+            if per_turn in extra and tuple(extra[per_turn].shape) not in expected:
+                expected.append(tuple(extra[per_turn].shape))
         if tuple(advantages.shape) not in expected:
             raise ValueError(
                 f"algorithm {self.name!r}: advantages() returned shape {tuple(advantages.shape)}; "
                 f"expected one of {expected} ([groups, G] per episode, [groups, G, K] per turn)"
             )
         return advantages
+
+    def _turn_states(
+        self, rewards: torch.Tensor, turn_rewards: torch.Tensor | None,
+        turn_states: torch.Tensor | None,
+    ) -> torch.Tensor:  # fmt: skip
+        """The ``turn_states`` an override gets: the loop's, checked against the per-turn
+        rewards' shape; without them, one turn per episode, every one from the prompt."""
+        if turn_rewards is not None:
+            turns = turn_rewards.shape[-1]
+        else:
+            turns = 1 if turn_states is None else turn_states.shape[-1]
+        if turn_states is None:
+            if turns != 1:
+                raise ValueError(
+                    f"algorithm {self.name!r}: advantages() takes turn_states, the ids of the "
+                    f"history before each turn; a batch of {turns} turns needs them"
+                )
+            return torch.zeros((*rewards.shape, 1), dtype=torch.long)
+        want = (*rewards.shape, turns)
+        if tuple(turn_states.shape) != want:
+            raise ValueError(
+                f"algorithm {self.name!r}: turn_states of shape {tuple(turn_states.shape)}; "
+                f"expected {want} ([groups, G, K], as the per-turn rewards)"
+            )
+        return turn_states
 
     def token_advantages(
         self, rewards: torch.Tensor, values: torch.Tensor, mask: torch.Tensor

@@ -9,7 +9,8 @@ are still running. A later turn's context is the prompt's ids, every earlier tur
 tokens as sampled and the observations' ids: the model's own tokens are never decoded and
 re-encoded (token in, token out). ``EpisodeRollouts`` gives a run these episodes in the
 shape of single-turn rollouts (zoo.run.rollout.Rollouts), with their own rewards, per-turn
-rewards and figures; ``make_rollouts`` picks one or the other for a run's env.
+rewards, the states each turn starts from (``per_turn_states``) and figures;
+``make_rollouts`` picks one or the other for a run's env.
 
 An episode ends when the env says so (its reward, the finish reason of its last turn),
 at the env's turn limit, or when the next observation and at least one sampled token no
@@ -30,7 +31,7 @@ import torch
 from zoo.core.config import ConfigError
 from zoo.core.types import Completion
 from zoo.envs import Env, Episode, Prompt, Reply, is_multi_turn
-from zoo.run.rollout import CompletionRollouts, Rollouts
+from zoo.run.rollout import CompletionRollouts, Rollouts, turn_index
 from zoo.run.run_config import RunConfig
 from zoo.services.conversation import ChatTemplateError
 from zoo.services.protocols import GeneratorService
@@ -109,6 +110,9 @@ class EpisodeRollouts:
 
     def turn_rewards(self, groups: list[list[Completion]], rewards: torch.Tensor) -> torch.Tensor:
         return per_turn_rewards(groups, rewards)
+
+    def turn_states(self, groups: list[list[Completion]]) -> torch.Tensor:
+        return per_turn_states(groups)
 
     def metrics(self, groups: list[list[Completion]]) -> dict[str, float]:
         return episode_metrics([(c.turns, c.tool_calls, c.tool_ok) for g in groups for c in g])
@@ -276,6 +280,26 @@ def per_turn_rewards(groups: list[list[Completion]], rewards: torch.Tensor) -> t
             per_turn = list(c.turn_rewards or [0.0] * c.turns)
             per_turn[-1] = float(rewards[i, j])
             out[i, j, : len(per_turn)] = torch.tensor(per_turn)
+    return out
+
+
+def per_turn_states(groups: list[list[Completion]]) -> torch.Tensor:
+    """[groups, G, K] ids of the history each turn of multi-turn episodes starts from
+    (K: the most turns of any): the prompt's ids and every token of the episode before the
+    turn's first sampled token, earlier turns and observations included, exactly as the
+    model was given them. Within a group, equal ids mean equal token sequences (ids count
+    from 0 in order of first appearance); -1 after an episode's last turn."""
+    k = max(c.turns for g in groups for c in g)
+    out = torch.full((len(groups), len(groups[0]), k), -1, dtype=torch.long)
+    for i, g in enumerate(groups):
+        ids: dict[tuple[int, ...], int] = {}
+        for j, c in enumerate(g):
+            # each turn's first token: where the turn index (zoo.run.rollout) moves on
+            index = turn_index(c).tolist()
+            starts = [0] + [t for t in range(1, len(index)) if index[t] != index[t - 1]]
+            for turn, start in enumerate(starts[: c.turns]):
+                history = tuple(c.prompt_ids) + tuple(c.token_ids[:start])
+                out[i, j, turn] = ids.setdefault(history, len(ids))
     return out
 
 

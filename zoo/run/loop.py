@@ -12,6 +12,8 @@
     algorithm.shape_rewards  -> e.g. DAPO's overlong punishment
     rollouts.turn_rewards    -> only if algorithm.uses_turn_rewards: per-turn rewards of
                                 episodes (none for single-turn completions)
+    rollouts.turn_states     -> only if algorithm.uses_turn_states: ids of the history
+                                each turn starts from (GiGPO's anchor states)
     algorithm.advantages     -> per-response advantages
     algorithm.keep           -> e.g. DAPO's dynamic sampling (refill up to max rounds)
     trainer.logprobs         -> the old log-probs: the trainer's own, with the weights
@@ -259,6 +261,7 @@ class RLLoop:
             shaped = algo.shape_rewards(rewards, lengths, self.budget)
             wanted = algo.uses_turn_rewards
             per_turn = self.rollouts.turn_rewards(groups, shaped) if wanted else None
+            states = self.rollouts.turn_states(groups) if algo.uses_turn_states else None
             baseline = None
             if self.greedy_baseline:
                 greedy, greedy_len = self.baseline_groups(prompts, groups)
@@ -267,7 +270,7 @@ class RLLoop:
                 # shaped as the samples' rewards are, so that R - b compares like with like
                 baseline = algo.shape_rewards(greedy[:, None], greedy_len[:, None],
                                               self.budget)[:, 0]  # fmt: skip
-            advantages = algo.group_advantages(shaped, lengths, per_turn, baseline)
+            advantages = algo.group_advantages(shaped, lengths, per_turn, baseline, states)
             keep = algo.keep(rewards)
             truncated = torch.tensor([[c.finish_reason == "length" for c in g] for g in groups])
             in_loss = algo.train_mask(truncated)

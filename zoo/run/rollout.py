@@ -51,6 +51,12 @@ class Rollouts(Protocol):
         one turn (its reward is ``rewards``)."""
         ...
 
+    def turn_states(self, groups: list[list[Completion]]) -> torch.Tensor | None:
+        """[groups, G, K] ids of the history before each turn (equal within a group:
+        the same tokens), -1 after a sample's last turn; None when every sample is one
+        turn (all from the prompt)."""
+        ...
+
     def metrics(self, groups: list[list[Completion]]) -> dict[str, float]:
         """Figures of the samples themselves for the step's (or, prefixed ``eval_``, the
         evaluation's) record; none for single-turn completions."""
@@ -81,6 +87,9 @@ class CompletionRollouts:
     def turn_rewards(
         self, groups: list[list[Completion]], rewards: torch.Tensor
     ) -> torch.Tensor | None:
+        return None
+
+    def turn_states(self, groups: list[list[Completion]]) -> torch.Tensor | None:
         return None
 
     def metrics(self, groups: list[list[Completion]]) -> dict[str, float]:
