@@ -163,18 +163,23 @@ def test_the_ledger_charges_each_episode_once_with_its_env_tokens(episode_loop):
     ledger = loop.s.ledger
     _, groups = loop.sample_groups(4)
     episodes = [c for g in groups for c in g]
+    for c in episodes:  # a request per turn; turn 2's context: prompt, turn 1, observation
+        (p1, cached1, r1), (p2, cached2, r2) = c.turn_requests
+        assert (p1, p2, r1 + r2) == (len(c.prompt_ids), p1 + r1 + 3, sum(c.assistant_mask))
+        assert cached1 == cached2 == 0  # contexts shorter than one KV block: nothing cached
+    # each turn charged as the engine ran it (tests/test_prefix_caching.py: with hits)
     expected = sum(
-        ledger.generation_flops(
-            len(c.prompt_ids), len(c.token_ids), head_tokens=sum(c.assistant_mask)
-        )
+        sum(ledger.generation_flops(p, r, cached_tokens=cached) for p, cached, r in c.turn_requests)
         for c in episodes
-    )
+    )  # fmt: skip
     assert ledger.flops["generate"] == expected
     assert ledger.tokens["generate"] == sum(len(c.token_ids) for c in episodes)
     assert ledger.tokens["generate"] - sum(sum(c.assistant_mask) for c in episodes) == 3 * 16
-    # the head runs at sampled tokens only: less than if every token were the model's
-    assert expected < sum(ledger.generation_flops(len(c.prompt_ids), len(c.token_ids))
-                          for c in episodes)  # fmt: skip
+    # turn 2 recomputed the prompt and turn 1: more than one forward over each trajectory
+    assert expected > sum(
+        ledger.generation_flops(len(c.prompt_ids), len(c.token_ids), sum(c.assistant_mask))
+        for c in episodes
+    )
 
 
 def test_remax_gets_a_greedy_episode_of_each_prompt_as_its_baseline(episode_loop):
@@ -202,9 +207,9 @@ def test_remax_gets_a_greedy_episode_of_each_prompt_as_its_baseline(episode_loop
     assert lengths.tolist() == [len(c.token_ids) for c in episodes]
     ledger = s.ledger
     charge = [
-        ledger.generation_flops(len(c.prompt_ids), len(c.token_ids), sum(c.assistant_mask))
+        sum(ledger.generation_flops(p, r, cached_tokens=cached) for p, cached, r in c.turn_requests)
         for c in episodes
-    ]
+    ]  # fmt: skip
     assert ledger.flops["baseline"] == sum(charge)
     assert ledger.tokens["baseline"] == sum(len(c.token_ids) for c in episodes)
     record = loop.step()  # and a whole step trains with it, on the next prompts

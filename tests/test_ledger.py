@@ -3,10 +3,13 @@ matmuls (torch's FlopCounterMode) and a brute-force count of causal attention.""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
+from zoo.core.types import Completion
 from zoo.models.presets import ModelShape
 from zoo.models.titan import build_titan_model
 from zoo.services.batch import response_logprobs
@@ -54,6 +57,52 @@ def test_generation_counts_every_position_but_the_last_token(tiny_path):
     attention = attention_flops_by_hand(shape, prompt + response - 1)
     assert ledger.generation_flops(prompt, response) == body + head + attention
     assert ledger.generation_flops(prompt, 0) == 0
+
+
+def test_a_cached_prefix_is_attended_to_not_computed(tiny_path):
+    shape = ModelShape.from_hf_dir(tiny_path)
+    ledger = Ledger(shape)
+    prompt, response, cached = 40, 5, 32
+    computed = prompt + response - 1 - cached  # positions 32 .. 43
+    body = 2 * shape.body_params * computed
+    head = 2 * shape.head_params * response
+    pairs = sum(p + 1 for p in range(cached, prompt + response - 1))  # each sees 0 .. p
+    attention = shape.num_layers * shape.num_heads * 2 * (2 * shape.head_dim * pairs)
+    charged = ledger.generation_flops(prompt, response, cached_tokens=cached)
+    assert charged == body + head + attention
+
+
+def test_an_episode_is_charged_its_turns_as_the_engine_ran_them(tiny_path):
+    """Three turns of a 6-token prompt: 10, 8 and 4 sampled tokens, observations of 3 and
+    5 tokens; each turn's context is all before it."""
+    ledger = Ledger(ModelShape.from_hf_dir(tiny_path))
+    turns, observations, prompt = [10, 8, 4], [3, 5], 6
+    tokens, mask, contexts = [], [], []
+    for i, r in enumerate(turns):
+        contexts.append(prompt + len(tokens))
+        tokens += [1] * r
+        mask += [1] * r
+        if i < len(observations):
+            tokens += [2] * observations[i]
+            mask += [0] * observations[i]
+    episode = Completion(prompt_ids=[0] * prompt, token_ids=tokens, logprobs=[0.0] * len(tokens),
+                         text="", finish_reason="stop", policy_version=0, assistant_mask=mask,
+                         turns=3)  # fmt: skip
+    # no turn_requests (an episode from elsewhere): one forward over the trajectory
+    least = ledger.generation_flops(prompt, len(tokens), head_tokens=sum(turns))
+    assert ledger.sample_flops(episode) == least
+    # a cache that kept everything gives the same: each turn from its context's last token
+    # computed by an earlier turn (the one sampled last was never fed back)
+    kept = [(c, 0 if i == 0 else c - observations[i - 1] - 1, r)
+            for i, (c, r) in enumerate(zip(contexts, turns, strict=True))]  # fmt: skip
+    assert ledger.sample_flops(replace(episode, turn_requests=kept)) == pytest.approx(least)
+    # no cache: every turn recomputes its whole context
+    none = [(c, 0, r) for c, r in zip(contexts, turns, strict=True)]
+    uncached = sum(ledger.generation_flops(c, r) for c, r in zip(contexts, turns, strict=True))
+    assert ledger.sample_flops(replace(episode, turn_requests=none)) == uncached > least
+    # a single-turn completion: its whole prompt, whatever the engine took from its cache
+    single = Completion([0] * 200, [1] * 4, [0.0] * 4, "", "stop", 0, cached_tokens=128)
+    assert ledger.sample_flops(single) == ledger.generation_flops(200, 4)
 
 
 def test_tiny_model_parameter_counts(tiny_path):

@@ -42,6 +42,15 @@ class Completion:
     transcript: str | None = None
     """Multi-turn: every turn and observation as text, in order (samples.jsonl); ``text``
     is the final assistant turn alone."""
+    turn_requests: list[tuple[int, int, int]] | None = None
+    """Multi-turn: the generate request of each assistant turn as the generator ran it,
+    (context tokens sent, of which taken from its prefix cache, tokens sampled): what the
+    ledger charges (zoo.services.ledger)."""
+    # Every sample, single-turn or one turn of an episode (the generator sets it):
+    cached_tokens: int = 0
+    """Tokens at the start of ``prompt_ids`` whose keys and values the generator took from
+    its prefix cache instead of computing them (vLLM's ``num_cached_tokens``); 0 where it
+    computed the whole prompt (always with the transformers backend)."""
 
     @property
     def assistant_tokens(self) -> int:

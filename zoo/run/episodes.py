@@ -136,6 +136,7 @@ class _Trajectory:
     logprobs: list[float] = field(default_factory=list)
     mask: list[int] = field(default_factory=list)
     texts: list[str] = field(default_factory=list)  # assistant turns
+    requests: list[tuple[int, int, int]] = field(default_factory=list)  # Completion.turn_requests
     transcript: list[str] = field(default_factory=list)  # turns and observations
     turn_rewards: list[float] = field(default_factory=list)
     tool_calls: int = 0
@@ -151,7 +152,7 @@ class _Trajectory:
             policy_version=self.version, assistant_mask=self.mask, reward=self.reward,
             turn_rewards=self.turn_rewards, turns=len(self.texts),
             tool_calls=self.tool_calls, tool_ok=self.tool_ok,
-            transcript="".join(self.transcript),
+            transcript="".join(self.transcript), turn_requests=self.requests,
         )  # fmt: skip
 
 
@@ -223,6 +224,7 @@ def _take_turn(
     t.logprobs += c.logprobs
     t.mask += [1] * len(c.token_ids)
     t.texts.append(c.text)
+    t.requests.append((len(c.prompt_ids), c.cached_tokens, len(c.token_ids)))
     t.transcript.append(c.text)
     t.version = c.policy_version  # every turn of one rollout samples with one version
     t.turn_rewards.append(float(reply.reward))

@@ -163,14 +163,9 @@ class RLLoop:
                 self.in_flight.append(self._submit(n))
         for g in groups:
             for c in g:  # every generated token is charged, kept or not
-                # an episode: once, all its turns and observations (zoo.services.ledger)
-                ledger.add(
-                    "generate",
-                    ledger.generation_flops(
-                        len(c.prompt_ids), len(c.token_ids), head_tokens=c.assistant_tokens
-                    ),
-                    len(c.token_ids),
-                )
+                # an episode: once, each turn's request as the engine ran it (its cached
+                # prefix not charged); its tokens with the observations (zoo.services.ledger)
+                ledger.add("generate", ledger.sample_flops(c), len(c.token_ids))
         self.drawn += groups
         self.samples += n * cfg.group_size
         fresh = []
@@ -200,13 +195,7 @@ class RLLoop:
             rewards = torch.tensor(self.rollouts.rewards(prompts, greedy))
         for g in greedy:
             c = g[0]
-            ledger.add(
-                "baseline",
-                ledger.generation_flops(
-                    len(c.prompt_ids), len(c.token_ids), head_tokens=c.assistant_tokens
-                ),
-                len(c.token_ids),
-            )
+            ledger.add("baseline", ledger.sample_flops(c), len(c.token_ids))
         self.samples += len(greedy)
         return rewards, torch.tensor([len(g[0].token_ids) for g in greedy])
 

@@ -19,14 +19,18 @@ backward pass costs twice its forward, so training is 3x its forward.
   per rollout batch) costs the same as a reference forward, and training is charged once
   per pass over the batch (``epochs``);
 - a multi-turn episode (zoo.run.episodes) of T tokens after the prompt (assistant turns
-  and the env's observations between them), A of them sampled: charged once, when it
-  ends, as generation_flops(P, T, head_tokens=A). With prefix caching its turns together
-  cost one forward over the whole trajectory but its last token: each turn's prefill
-  covers only the observation before it (the prompt and earlier turns are cached), and
-  the LM head runs only where the model sampled. The engine may recompute more (here
-  vLLM runs without prefix caching); the ledger counts the model's necessary work, as for
-  single turns. Its tokens (observations included) count in ``generate_tokens``. The
-  reference and training passes see the trajectory as one response of T tokens;
+  and the env's observations between them): charged once, when it ends, what the
+  generator computed for it (``sample_flops``). Each turn is a generate request whose
+  context is the prompt and everything before the turn; the generator reports how many
+  of the context's first tokens it took from its prefix cache (``Completion.turn_requests``,
+  vLLM's ``num_cached_tokens``: whole KV blocks, never the context's last token; always 0
+  for the transformers backend, which recomputes every turn's context). A turn of C
+  context tokens, c of them cached, R sampled costs the forward over positions
+  c .. C + R - 2 with the LM head R times. With a cache that kept everything the turns
+  would add up to generation_flops(P, T, head_tokens=A) (A sampled tokens; the least any
+  engine can do); without one, each turn recomputes its whole context. Its tokens
+  (observations included) count in ``generate_tokens``. The reference and training
+  passes see the trajectory as one response of T tokens;
 - the greedy completion (or episode) of each prompt that an algorithm with a greedy
   baseline asks for (ReMax; ``Algorithm.needs_greedy_baseline``): charged as generation,
   to its own optional phase ``baseline``, which only such runs report;
@@ -45,6 +49,7 @@ from collections import defaultdict
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from zoo.core.types import Completion
 from zoo.models.presets import ModelShape
 
 PHASES = ("generate", "score", "old_logprobs", "reference", "train", "sync")
@@ -79,23 +84,48 @@ class Ledger:
             self.phases = (*self.phases, phase)
             self._mark = {**self._mark, **self._snapshot((phase,))}
 
-    def forward_flops(self, length: int, head_tokens: int) -> float:
-        """One forward pass over positions 0 .. length - 1, LM head on ``head_tokens``."""
+    def forward_flops(self, length: int, head_tokens: int, start: int = 0) -> float:
+        """One forward pass over positions ``start`` .. length - 1 (the positions before
+        ``start`` already cached: attended to, not computed), LM head on ``head_tokens``."""
         s = self.shape
-        visible = length * (length + 1) // 2  # sum over positions of (p + 1)
+        # sum over the computed positions of (p + 1)
+        visible = length * (length + 1) // 2 - start * (start + 1) // 2
         attention = 4.0 * s.num_layers * s.num_heads * s.head_dim * visible
-        return 2.0 * s.body_params * length + attention + 2.0 * s.head_params * head_tokens
+        computed = length - start
+        return 2.0 * s.body_params * computed + attention + 2.0 * s.head_params * head_tokens
 
     def generation_flops(
-        self, prompt_len: int, response_len: int, head_tokens: int | None = None
+        self,
+        prompt_len: int,
+        response_len: int,
+        head_tokens: int | None = None,
+        cached_tokens: int = 0,
     ) -> float:
         """Generating ``response_len`` tokens after a ``prompt_len``-token prompt, the LM
-        head at ``head_tokens`` of them (default: all; a multi-turn episode: its assistant
-        tokens, ``response_len`` counting its observations too)."""
+        head at ``head_tokens`` of them (default: all; an episode charged as one sequence:
+        its assistant tokens, ``response_len`` counting its observations too), the
+        prompt's first ``cached_tokens`` taken from a prefix cache (not computed)."""
         if response_len == 0:
             return 0.0
         head = response_len if head_tokens is None else head_tokens
-        return self.forward_flops(prompt_len + response_len - 1, head_tokens=head)
+        return self.forward_flops(
+            prompt_len + response_len - 1, head_tokens=head, start=cached_tokens
+        )
+
+    def sample_flops(self, c: Completion) -> float:
+        """What generating the sample ``c`` cost the generator. A multi-turn episode: the
+        sum of its turns' requests, each from the end of its cached prefix (module
+        docstring). A single-turn completion: ``generation_flops(P, R)``, its whole prompt,
+        as before prefix caching (the prompt's blocks that its group's other samples or an
+        earlier call left in vLLM's cache are charged again; docs/running.md)."""
+        if c.turn_requests is None:
+            return self.generation_flops(
+                len(c.prompt_ids), len(c.token_ids), head_tokens=c.assistant_tokens
+            )
+        return sum(
+            self.generation_flops(context, sampled, cached_tokens=cached)
+            for context, cached, sampled in c.turn_requests
+        )
 
     def scoring_flops(self, prompt_len: int, response_len: int) -> float:
         """A forward pass that scores a response (reference, or training's forward)."""

@@ -65,10 +65,14 @@ class VLLMGenerator:
         kv_cache_gib: int = 1,
         dtype: str = "float32",
         load_format: str = "auto",
+        prefix_caching: bool = True,
         **engine_args: Any,
     ) -> None:
         """``load_format="dummy"`` starts without reading weights (random ones), for a
-        model whose weights arrive by ``update_weights`` (``--init random``)."""
+        model whose weights arrive by ``update_weights`` (``--init random``).
+        ``prefix_caching``: vLLM's automatic prefix caching, which a multi-turn episode's
+        later turns use (their context starts with the earlier one's); each completion
+        reports the prompt tokens it took from the cache (``Completion.cached_tokens``)."""
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(kv_cache_gib))
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
         os.environ.setdefault("OMP_NUM_THREADS", str(torch.get_num_threads()))
@@ -89,7 +93,10 @@ class VLLMGenerator:
                 enforce_eager=True,
                 seed=seed,
                 max_model_len=max_model_len,
-                enable_prefix_caching=False,
+                # Whole KV blocks only (128 tokens on CPU): a request computes its prompt
+                # from its last cached block on, never its last token. Samples are the
+                # same with it or without (per-request seeds; tests/test_prefix_caching.py).
+                enable_prefix_caching=prefix_caching,
                 # The sampled token's log-probability under the distribution it was drawn
                 # from (after temperature), not vLLM's default raw_logprobs (temperature 1).
                 logprobs_mode="processed_logprobs",
@@ -136,30 +143,37 @@ class VLLMGenerator:
         greedy: bool = False,
     ) -> list[list[Completion]]:
         """``n`` completions for each prompt (token ids). ``seeds`` (one per prompt) make
-        the samples independent of batch composition; ``greedy`` decodes argmax."""
+        the samples independent of batch composition; ``greedy`` decodes argmax.
+
+        Each sample is its own request, seeded as vLLM seeds the samples of one request
+        with ``n`` (the prompt's seed + the sample's index), so the samples are those of one
+        request per prompt; but vLLM reports its prefix-cache hits per request, and the
+        ledger charges each sample what the engine computed for it."""
         from vllm import SamplingParams
         from vllm.inputs import TokensPrompt
 
-        params = []
-        for i in range(len(prompts)):
-            params.append(
-                SamplingParams(
-                    n=n,
-                    temperature=0.0 if greedy else sampling.temperature,
-                    top_p=1.0 if greedy else sampling.top_p,
-                    max_tokens=sampling.max_tokens,
-                    ignore_eos=sampling.ignore_eos,
-                    logprobs=0,
-                    seed=None if seeds is None or greedy else seeds[i],
-                    skip_special_tokens=True,
+        params, requests = [], []
+        for i, prompt in enumerate(prompts):
+            for j in range(n):
+                params.append(
+                    SamplingParams(
+                        n=1,
+                        temperature=0.0 if greedy else sampling.temperature,
+                        top_p=1.0 if greedy else sampling.top_p,
+                        max_tokens=sampling.max_tokens,
+                        ignore_eos=sampling.ignore_eos,
+                        logprobs=0,
+                        seed=None if seeds is None or greedy else seeds[i] + j,
+                        skip_special_tokens=True,
+                    )
                 )
-            )
-        requests = [TokensPrompt(prompt_token_ids=list(p)) for p in prompts]
+                requests.append(TokensPrompt(prompt_token_ids=list(prompt)))
         outputs = self.llm.generate(requests, params, use_tqdm=False)
         result = []
-        for prompt, out in zip(prompts, outputs, strict=True):
+        for i, prompt in enumerate(prompts):
             group = []
-            for c in out.outputs:
+            for out in outputs[i * n : (i + 1) * n]:
+                (c,) = out.outputs
                 ids = list(c.token_ids)
                 logprobs = [
                     float(step[tok].logprob) for tok, step in zip(ids, c.logprobs, strict=True)
@@ -172,6 +186,7 @@ class VLLMGenerator:
                         text=c.text,
                         finish_reason=c.finish_reason or "length",
                         policy_version=self.policy_version,
+                        cached_tokens=out.num_cached_tokens or 0,
                     )
                 )
             result.append(group)
@@ -188,6 +203,11 @@ class VLLMGenerator:
         self.llm.collective_rpc(
             "reload_weights", kwargs={"weights_iterator": list(weights.items())}
         )
+        # The prefix cache holds keys and values the old weights computed: a later prompt
+        # that starts like an earlier one would reuse them. Nothing is running (generate
+        # returns when its requests finish), so the whole cache can go.
+        if self.llm.llm_engine.vllm_config.cache_config.enable_prefix_caching:
+            self.llm.reset_prefix_cache()
         self.policy_version = version
 
 
