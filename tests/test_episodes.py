@@ -23,7 +23,7 @@ from zoo.run.episodes import EpisodeError, rollout_episodes
 from zoo.run.rollout import rollout_batch, sampling_seed
 from zoo.run.run_config import RunConfig
 from zoo.run.runlog import is_timing_key
-from zoo.services.conversation import observation_ids
+from zoo.services.conversation import Conversation
 
 OBSERVATION = "=?\n"
 CUT_REWARD = 0.5  # final_reward of a cut episode: apart from the env's own 0 and 1
@@ -89,7 +89,7 @@ def episode_loop(loop_for, tiny_path, monkeypatch):
 
     def build(cfg: RunConfig):
         loop = loop_for(cfg)
-        loop.s.observe = lambda prompt, turns, text: observation_ids(tokenizer, prompt, turns, text)
+        loop.s.observe = Conversation(tokenizer)
         return loop
 
     build.tokenizer = tokenizer

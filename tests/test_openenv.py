@@ -130,13 +130,13 @@ def test_one_rl_step_of_the_tiny_model_on_the_server(loop_for, tiny_path, url):
     from transformers import AutoTokenizer
 
     from zoo.run.run_config import RunConfig
-    from zoo.services.conversation import observation_ids
+    from zoo.services.conversation import Conversation
 
     cfg = RunConfig(env="openenv", env_config={"url": url, "eval_size": 8}, prompts_per_step=4,
                     group_size=4, steps=1, seed=1, eval_samples=0)  # fmt: skip
     loop = loop_for(cfg)
     tokenizer = AutoTokenizer.from_pretrained(tiny_path)
-    loop.s.observe = lambda prompt, turns, text: observation_ids(tokenizer, prompt, turns, text)
+    loop.s.observe = Conversation(tokenizer)
     seen: dict = {}
     sample = loop.sample_groups
     loop.sample_groups = lambda n: seen.setdefault("groups", sample(n))

@@ -19,7 +19,9 @@ class Completion:
     text: str
     """Decoded response without the end-of-text token."""
     finish_reason: str
-    """"stop" (end-of-text) or "length" (hit the generation budget)."""
+    """"stop" (end-of-text) or "length" (hit the generation budget); a multi-turn episode
+    may also end "malformed" (its last turn's tokens do not decode faithfully,
+    zoo.run.episodes)."""
     policy_version: int
     """Version of the weights that sampled it (0 = initial weights)."""
     # Multi-turn episodes (zoo.envs.episode, zoo.run.episodes) fill the fields below; a

@@ -17,6 +17,22 @@ at the env's turn limit, or when the next observation and at least one sampled t
 longer fit in the run's token limit for an episode; a cut episode gets
 ``episode.final_reward()`` and finish reason "length". Its trajectory ends with an
 assistant turn: the observation that would have followed is not part of it.
+
+The env acts on exactly the decoded text of the trained tokens, or the episode ends as
+malformed. A turn's text is not the generator's ``Completion.text`` (its detokenizer may
+skip special tokens, or hold back or replace the bytes of an incomplete character) but its
+``token_ids``, less the end-of-turn token, decoded once here by the run's tokenizer
+(``Conversation.turn_text`` in zoo.services.conversation); that text is what the env, the
+chat template's checks, the transcript and the episode's ``Completion.text`` get. The
+decoding must be faithful: the text re-encodes to the same tokens, or to another split of
+the same content (a model may sample a non-canonical split of a text; the env then acts
+on that very text). When it is not (a token the decoder drops, such as an id outside the
+vocabulary, or a byte-level token of part of a multi-byte character, which decodes to
+U+FFFD), the env is not called: the turn's tokens stay in the trajectory (trained on, as
+sampled), the episode ends with reward 0 and finish reason "malformed", and the env's
+``final_reward()`` is called only so it can release what it holds (its value is not used).
+``malformed_rate`` in a step's metrics (``eval_malformed_rate`` in an evaluation's) is the
+share of episodes that ended so.
 """
 
 from __future__ import annotations
@@ -42,7 +58,10 @@ if TYPE_CHECKING:  # (the wiring builds the services; a rollout only calls them)
 
 Observe = Callable[[Prompt, list[str], str], list[int]]
 """(prompt, assistant turns so far, observation text) -> the observation's token ids
-(zoo.services.conversation.observation_ids with the run's tokenizer)."""
+(zoo.services.conversation.observation_ids with the run's tokenizer). The rollout also
+needs its ``turn_text`` method: a ``zoo.services.conversation.Conversation``."""
+MALFORMED = "malformed"
+"""Finish reason of an episode whose last turn's tokens do not decode faithfully."""
 
 
 class EpisodeError(RuntimeError):
@@ -115,7 +134,10 @@ class EpisodeRollouts:
         return per_turn_states(groups)
 
     def metrics(self, groups: list[list[Completion]]) -> dict[str, float]:
-        return episode_metrics([(c.turns, c.tool_calls, c.tool_ok) for g in groups for c in g])
+        out = episode_metrics([(c.turns, c.tool_calls, c.tool_ok) for g in groups for c in g])
+        ended = [c.finish_reason for g in groups for c in g]
+        out["malformed_rate"] = ended.count(MALFORMED) / len(ended) if ended else 0.0
+        return out
 
 
 def turn_seed(prompt_seed: int, member: int, turn: int) -> int:
@@ -172,10 +194,11 @@ def rollout_episodes(
     each turn at most ``sampling.max_tokens`` tokens and each episode at most
     ``token_limit`` tokens after its prompt (>= ``sampling.max_tokens``). ``seeds``: one
     per prompt (None with ``greedy``)."""
-    if observe is None:
+    if observe is None or not callable(getattr(observe, "turn_text", None)):
         raise ConfigError(
-            f"env {env.name!r} is multi-turn, but the services give no observation encoder "
-            "(Services.observe)"
+            f"env {env.name!r} is multi-turn, but the services give no conversation (Services."
+            "observe: a zoo.services.conversation.Conversation, which encodes observations "
+            "and decodes turns)"
         )
     turn_limit = env.turn_limit()
     groups = [
@@ -188,6 +211,9 @@ def rollout_episodes(
     turn = 0
     while sampled:
         turn += 1
+        sampled = _decoded(env, sampled, observe, turn)  # (malformed turns end here)
+        if not sampled:
+            break
         # One env call for the turn of every running episode (an env runs their tool
         # calls together); the replies are the same as stepping them one by one.
         where = f"turn {turn} of {len(sampled)} episodes (the first on {_on(sampled[0][0].prompt)})"
@@ -212,6 +238,25 @@ def rollout_episodes(
             )  # fmt: skip
             sampled += [(t, g[0]) for t, g in zip(batch, out, strict=True)]
     return [[t.completion() for t in g] for g in groups]
+
+
+def _decoded(
+    env: Env, sampled: list[tuple[_Trajectory, Completion]], observe: Any, turn: int
+) -> list[tuple[_Trajectory, Completion]]:
+    """The sampled turns with their text decoded from their tokens (the module docstring);
+    an episode whose turn does not decode faithfully takes the turn and ends as malformed,
+    without the env seeing it."""
+    kept = []
+    for t, c in sampled:
+        text, faithful = observe.turn_text(c.token_ids, c.finish_reason)
+        c = dataclasses.replace(c, text=text)
+        if faithful:
+            kept.append((t, c))
+            continue
+        _take_turn(env, t, c, Reply(done=True), turn, turn, 0, observe)  # reward 0, ended
+        _call(env, _on(t.prompt, turn), t.episode.final_reward)  # (to release what it holds)
+        t.finish_reason = MALFORMED
+    return kept
 
 
 def _take_turn(

@@ -5,7 +5,6 @@ token ids. The loop (zoo.run.loop) only calls their methods."""
 from __future__ import annotations
 
 import dataclasses
-import functools
 import json
 import sys
 from collections.abc import Callable
@@ -21,7 +20,7 @@ from zoo.envs import Env, Prompt, is_multi_turn
 from zoo.models.presets import ModelShape
 from zoo.run.plan import RunPlan, plan_of
 from zoo.run.run_config import RunConfig
-from zoo.services.conversation import chat_prompt_ids, observation_ids
+from zoo.services.conversation import Conversation, chat_prompt_ids
 from zoo.services.generation import make_generator
 from zoo.services.ledger import Ledger
 from zoo.services.protocols import (
@@ -49,9 +48,10 @@ class Services:
     encode: Callable[[Prompt], list[int]]
     """Prompt -> token ids (plain text, or the chat template when the env asks for it)."""
     ledger: Ledger
-    observe: Callable[[Prompt, list[str], str], list[int]] | None = None
-    """Multi-turn envs: (prompt, assistant turns so far, observation) -> the observation's
-    token ids (zoo.services.conversation with the run's tokenizer); None: not needed."""
+    observe: Conversation | None = None
+    """Multi-turn envs: the run's tokenizer for the episodes, called as (prompt, assistant
+    turns so far, observation) -> the observation's token ids, and decoding each sampled
+    turn (zoo.services.conversation.Conversation); None: not needed."""
     close: Callable[[], None] = lambda: None
     """Release what the placement started (the Monarch placement's processes)."""
     scorer: ScorerService | None = None
@@ -133,7 +133,7 @@ def build_services(
     check_held_out_prompts(env, encode, cfg.eval_split)
     shared = dict(env=env, algorithm=algorithm, encode=encode, plan=plan,
                   ledger=Ledger(ModelShape.from_hf_dir(spec.path)),
-                  observe=functools.partial(observation_ids, tokenizer))  # fmt: skip
+                  observe=Conversation(tokenizer))  # fmt: skip
     if cfg.placement == "monarch":
         from zoo.placement.spawn import spawn_monarch_services
 
@@ -202,7 +202,8 @@ def prompt_encoder(
         elif not getattr(tokenizer, "chat_template", None):
             raise ConfigError(
                 "the env asks for chat-formatted prompts but this model's tokenizer has no "
-                "chat template; use --env-set prompt_format=plain"
+                "chat template; use --env-set prompt_format=plain (tool_arithmetic: "
+                "tool_format=calc)"
             )
         else:
             ids = chat_prompt_ids(tokenizer, prompt)  # (with the tools of meta["tools"])

@@ -57,6 +57,46 @@ class ChatTemplateError(ValueError):
     """The chat template would render the episode differently from the loop's tokens."""
 
 
+class Conversation:
+    """The run's tokenizer as a multi-turn rollout (zoo.run.episodes) uses it: called as
+    ``(prompt, turns, observation)`` it gives an observation's token ids
+    (``observation_ids``), and ``turn_text(token_ids, finish_reason)`` gives the text of a
+    sampled turn and whether it is faithful (``turn_text``)."""
+
+    def __init__(self, tokenizer: Any) -> None:
+        self.tokenizer = tokenizer
+
+    def __call__(self, prompt: Prompt, turns: list[str], observation: str) -> list[int]:
+        return observation_ids(self.tokenizer, prompt, turns, observation)
+
+    def turn_text(self, token_ids: list[int], finish_reason: str) -> tuple[str, bool]:
+        return turn_text(self.tokenizer, token_ids, finish_reason)
+
+
+def turn_text(tokenizer: Any, token_ids: list[int], finish_reason: str) -> tuple[str, bool]:
+    """(text, faithful) of one sampled assistant turn: ``token_ids`` as sampled, ending with
+    the end-of-turn token when ``finish_reason`` is "stop" (that token is not part of the
+    text), decoded once with nothing skipped or cleaned up.
+
+    Faithful means the text is exactly what the tokens say: re-encoding it gives the same
+    ids, or other ids with the same content (the tokenizer's pieces, joined, are equal: the
+    same text split into other tokens, which a model may sample). Not faithful: a token the
+    decoder drops (an id outside the vocabulary, e.g. the tiny model's padding rows) or an
+    incomplete UTF-8 sequence the decoder replaces with U+FFFD (a byte-level token of part
+    of a character); the rollout then ends the episode as malformed rather than hand the env
+    a text other than the trained tokens."""
+    ids = list(token_ids[:-1] if finish_reason == "stop" and token_ids else token_ids)
+    text = tokenizer.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False)
+    again = list(tokenizer.encode(text, add_special_tokens=False))
+    if again == ids:
+        return text, True
+    pieces = tokenizer.convert_ids_to_tokens(ids)
+    faithful = None not in pieces and "".join(pieces) == "".join(
+        tokenizer.convert_ids_to_tokens(again)
+    )
+    return text, faithful
+
+
 def chat_prompt_ids(tokenizer: Any, prompt: Prompt) -> list[int]:
     """The token ids of a chat prompt's first turn: its messages (and tools, when its meta
     has ``tools``) through the chat template, ending with the assistant header."""

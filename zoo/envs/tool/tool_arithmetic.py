@@ -29,6 +29,26 @@ chunk whose execution fails is rerun one expression per sandbox, so an expressio
 never depends on its batchmates. The episode is a pure function of the prompt and the turns it
 receives (up to a sandbox timeout on an overloaded machine).
 
+Qwen3's native tool calls (``tool_format="qwen3"``; the default, ``"calc"``, is the format
+above). The prompt is a chat prompt: the user message ``What is 47*86? ...`` and the
+calculator's JSON schema (``CALCULATOR``) in ``meta["tools"]``, which the chat template
+lists in its system message (Qwen3's: a ``<tools>`` block) when the run renders the prompt
+(zoo.services.conversation.chat_prompt_ids). A tool call is Qwen3's
+
+    <tool_call>
+    {"name": "calculator", "arguments": {"expression": "47*86"}}
+    </tool_call>
+
+anywhere in the turn's answer (the text after its reasoning, ``</think>``, if any), one call
+per turn (read by zoo.envs.tool.qwen3_calls); the observation is the value alone
+(``4042``), or ``error: <why>`` for a call that cannot run: not closed, not JSON, another
+tool, other arguments, an expression ``valid_expression`` refuses, or one that fails in
+the sandbox. The run's chat template
+writes the observation as a ``tool`` message (Qwen3's: ``<tool_response>`` in a user turn,
+zoo.services.conversation.observation_ids). A turn without ``<tool_call>`` is the final
+answer: the integer alone after the reasoning, reward 1 if it is the product, else 0. The
+expressions run as in the ``calc`` format (the same checks, the same sandbox).
+
 Splits: the held-out split is ``eval_size`` problems drawn once with a constant seed; the
 train stream is seeded and index-addressable and skips held-out problems.
 """
@@ -47,6 +67,13 @@ from zoo.envs.base import Prompt
 from zoo.envs.episode import Episode, MultiTurnEnv, Reply
 from zoo.envs.execution.pool import default_workers, require_sandbox, shared_pool
 from zoo.envs.execution.sandbox import ExecResult
+from zoo.envs.tool.qwen3_calls import (
+    CALL_CLOSE,
+    CALL_OPEN,
+    answer_text,
+    format_tool_call,
+    parse_tool_call,
+)
 
 EVAL_SEED = "tool-arithmetic-heldout-v1"
 TOOL_PREFIX = "calc:"
@@ -55,6 +82,22 @@ EXPRESSION = re.compile(r"[0-9+\-*/%() ]+")
 """What a tool call may contain. No letters, so no names, attributes or calls: nothing but
 integer arithmetic can be written; ``**`` is refused too (``9**9**9`` is 27 characters)."""
 ERROR_OBSERVATION = "=error\n"
+TOOL_FORMATS = ("calc", "qwen3")
+TOOL_NAME = "calculator"
+CALCULATOR = {
+    "type": "function",
+    "function": {
+        "name": TOOL_NAME,
+        "description": "Evaluate an integer arithmetic expression: digits, + - * / % ( ) "
+        "and spaces, at most 40 characters.",
+        "parameters": {
+            "type": "object",
+            "properties": {"expression": {"type": "string", "description": "for example 47*86"}},
+            "required": ["expression"],
+        },
+    },
+}
+"""The calculator's JSON schema (OpenAI function format) for chat templates' ``tools``."""
 CHUNK = 64
 """Expressions per sandboxed program (one process start, ~0.1-0.4 s, serves them all)."""
 
@@ -83,6 +126,11 @@ class ToolArithmeticConfig:
     memory_mb: int = 128
     sandbox_workers: int = 0
     """Sandboxes at a time (0: min(8, CPU count)); pools are shared per size."""
+    tool_format: str = "calc"
+    """How the tool is offered and called: "calc" (plain prompt ``47*86=``, calls
+    ``calc:47*86``) or "qwen3" (a chat prompt with the calculator's schema as the chat
+    template's ``tools``, calls in ``<tool_call>`` JSON, results as tool messages; needs a
+    model whose tokenizer has a chat template)."""
 
 
 def tool_expression(text: str) -> str | None:
@@ -90,6 +138,38 @@ def tool_expression(text: str) -> str | None:
     turn is not a tool call (then it is a final answer)."""
     text = text.strip()
     return text[len(TOOL_PREFIX) :].strip() if text.startswith(TOOL_PREFIX) else None
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """A turn read as a tool call: the expression to run, or None with why it cannot run."""
+
+    expression: str | None
+    error: str = ""
+
+
+def calculator_call(expression: str) -> str:
+    """A qwen3-format call of the calculator, as the model writes it."""
+    return format_tool_call(TOOL_NAME, {"expression": expression})
+
+
+def read_calculator_call(text: str) -> ToolCall | None:
+    """The qwen3-format calculator call of turn ``text``, None when it has none (a final
+    answer), or a ``ToolCall`` without expression saying what is wrong with it."""
+    call = parse_tool_call(text)
+    if call is None:
+        return None
+    if call.error:
+        return ToolCall(None, call.error)
+    if call.name != TOOL_NAME:
+        return ToolCall(None, f"error: unknown tool {call.name[:40]!r}; the tool is {TOOL_NAME}")
+    expression = call.arguments.get("expression")
+    if set(call.arguments) != {"expression"} or not isinstance(expression, str):
+        return ToolCall(None, f'error: {TOOL_NAME} takes {{"expression": "<arithmetic>"}}')
+    if not valid_expression(expression.strip()):
+        why = f"digits, + - * / % ( ) and spaces only, at most {MAX_EXPRESSION_CHARS} characters"
+        return ToolCall(None, f"error: the expression may hold {why}")
+    return ToolCall(expression.strip())
 
 
 def valid_expression(expr: str) -> bool:
@@ -112,19 +192,23 @@ class ToolArithmeticEpisode(Episode):
     def step(self, assistant_text: str) -> Reply:
         return self.env.step_batch([self], [assistant_text])[0]
 
-    def _reply(self, text: str, expr: str | None, value: str | None, info: dict) -> Reply:
-        """The reply to turn ``text``; ``value`` is the tool's result (None: error)."""
+    def _reply(self, text: str, call: ToolCall | None, value: str | None, info: dict) -> Reply:
+        """The reply to turn ``text``, read as ``call`` (None: a final answer); ``value`` is
+        the tool's result (None: error)."""
         if self.done:
             raise RuntimeError("step() after the episode ended")
         self.turns += 1
-        if expr is None:  # a final answer
+        if call is None:  # a final answer
             self.done = True
             return Reply(done=True, reward=self.env.score(self.prompt, text), info=info)
         ok = value is not None
         if self.turns >= self.env.turn_limit():  # no turn left to answer in
             self.done = True
             return Reply(done=True, reward=0.0, tool_call=True, tool_ok=ok, info=info)
-        observation = f"={value}\n" if ok else ERROR_OBSERVATION
+        if self.env.config.tool_format == "qwen3":
+            observation = value if ok else call.error or "error: the expression failed to run"
+        else:
+            observation = f"={value}\n" if ok else ERROR_OBSERVATION
         return Reply(observation=observation, tool_call=True, tool_ok=ok, info=info)
 
 
@@ -152,6 +236,11 @@ class ToolArithmetic(MultiTurnEnv):
             raise ConfigError(
                 "tool_arithmetic: need max_turns >= 1, timeout_s > 0, memory_mb >= 32"
             )
+        if cfg.tool_format not in TOOL_FORMATS:
+            raise ConfigError(
+                f"tool_arithmetic: tool_format must be one of {', '.join(TOOL_FORMATS)}, got "
+                f"{cfg.tool_format!r}"
+            )
         require_sandbox(self.name)
         self.workers = cfg.sandbox_workers or default_workers()
 
@@ -161,10 +250,17 @@ class ToolArithmetic(MultiTurnEnv):
         lo, hi = 10 ** (self.config.digits - 1), 10**self.config.digits - 1
         return rng.randint(lo, hi), rng.randint(lo, hi)
 
-    @staticmethod
-    def _prompt(problem: tuple[int, int], index: int, split: str) -> Prompt:
+    def _prompt(self, problem: tuple[int, int], index: int, split: str) -> Prompt:
         a, b = problem
-        return Prompt(text=f"{a}*{b}=", answer=a * b, index=index, split=split)
+        if self.config.tool_format == "calc":
+            return Prompt(text=f"{a}*{b}=", answer=a * b, index=index, split=split)
+        text = (
+            f"What is {a}*{b}? You may use the {TOOL_NAME} tool. Give the final answer as "
+            "the integer alone."
+        )
+        meta = {"prompt_format": "chat", "messages": [{"role": "user", "content": text}],
+                "tools": [CALCULATOR], "expression": f"{a}*{b}"}  # fmt: skip
+        return Prompt(text=text, answer=a * b, index=index, split=split, meta=meta)
 
     @cached_property
     def _heldout(self) -> list[tuple[int, int]]:
@@ -194,13 +290,27 @@ class ToolArithmetic(MultiTurnEnv):
         return str(prompt.answer)
 
     def score(self, prompt: Prompt, completion: str) -> float:
+        if self.config.tool_format == "qwen3":  # (the answer after the reasoning)
+            completion = answer_text(completion)
         return exact_integer_reward(completion, prompt.answer, max_chars=20)
 
     def tool_trace(self, prompt: Prompt) -> list[tuple[str, str]]:
         """The turns of a correct tool episode, as (assistant turn, observation) pairs; the
         last turn (the answer) ends the episode and has no observation ("")."""
+        if self.config.tool_format == "qwen3":
+            call = calculator_call(prompt.meta["expression"])
+            return [(call, str(prompt.answer)), (str(prompt.answer), "")]
         expr = prompt.text.removesuffix("=")
         return [(f"{TOOL_PREFIX}{expr}", f"={prompt.answer}\n"), (str(prompt.answer), "")]
+
+    def read_call(self, text: str) -> ToolCall | None:
+        """Turn ``text`` as a tool call in the env's format, or None for a final answer."""
+        if self.config.tool_format == "qwen3":
+            return read_calculator_call(text)
+        expr = tool_expression(text)
+        if expr is None:
+            return None
+        return ToolCall(expr) if valid_expression(expr) else ToolCall(None)
 
     def warm_start_trace(
         self, prompt: Prompt, batch: list[Prompt], rng: random.Random
@@ -217,18 +327,20 @@ class ToolArithmetic(MultiTurnEnv):
     def step_batch(self, episodes: list[ToolArithmeticEpisode], texts: list[str]) -> list[Reply]:
         """``episode.step(text)`` for many episodes at once (one turn each): their tool
         calls run together in the sandbox. Same replies as stepping them one by one."""
-        exprs = [tool_expression(t) for t in texts]
-        runnable = list(dict.fromkeys(e for e in exprs if e is not None and valid_expression(e)))
+        calls = [self.read_call(t) for t in texts]
+        runnable = list(dict.fromkeys(c.expression for c in calls if c and c.expression))
         values = dict(zip(runnable, self.evaluate(runnable), strict=True))
         replies = []
-        for episode, text, expr in zip(episodes, texts, exprs, strict=True):
-            if expr is None:
+        for episode, text, call in zip(episodes, texts, calls, strict=True):
+            value = None
+            if call is None:
                 info = {}
-            elif expr in values:
-                info = {"tool": "ran" if values[expr] is not None else "failed"}
+            elif call.expression is not None:
+                value = values[call.expression]
+                info = {"tool": "ran" if value is not None else "failed"}
             else:
-                info = {"tool": "refused"}  # not arithmetic or too long: never executed
-            replies.append(episode._reply(text, expr, values.get(expr), info))
+                info = {"tool": "refused"}  # malformed, not arithmetic or too long: never run
+            replies.append(episode._reply(text, call, value, info))
         return replies
 
     def evaluate(self, exprs: list[str]) -> list[str | None]:
@@ -257,7 +369,12 @@ class ToolArithmetic(MultiTurnEnv):
 
     def describe(self) -> dict[str, Any]:
         out = super().describe()
-        out["tool"] = f"{TOOL_PREFIX}<expression> -> =<value>\\n or {ERROR_OBSERVATION!r}"
+        if self.config.tool_format == "qwen3":
+            out["tool"] = (f"{CALL_OPEN}{{\"name\": \"{TOOL_NAME}\", \"arguments\": "
+                           f"{{\"expression\": ...}}}}{CALL_CLOSE} -> a tool message: <value> "
+                           "or error: <why>")  # fmt: skip
+        else:
+            out["tool"] = f"{TOOL_PREFIX}<expression> -> =<value>\\n or {ERROR_OBSERVATION!r}"
         return out
 
 
