@@ -8,8 +8,6 @@ empties the cache."""
 
 from __future__ import annotations
 
-import functools
-
 import pytest
 from transformers import AutoTokenizer
 
@@ -21,7 +19,7 @@ from zoo.run.loop import RLLoop
 from zoo.run.rollout import sampling_seed
 from zoo.run.run_config import RunConfig
 from zoo.run.wiring import build_services
-from zoo.services.conversation import observation_ids
+from zoo.services.conversation import Conversation
 from zoo.services.generation.vllm import VLLMGenerator
 from zoo.services.ledger import Ledger
 from zoo.services.sampling import SamplingConfig
@@ -121,7 +119,7 @@ def rollout(engine: VLLMGenerator, tool_path, greedy: bool = False):
     encoded = [list(p.text.encode()) for p in prompts]
     seeds = None if greedy else [sampling_seed(11, p.index) for p in prompts]
     sampling = SamplingConfig(temperature=1.0, max_tokens=TURN, ignore_eos=True)
-    groups = rollout_episodes(env, engine, functools.partial(observation_ids, tokenizer),
+    groups = rollout_episodes(env, engine, Conversation(tokenizer),
                               prompts, encoded, 1 if greedy else 4, sampling, 4 * TURN, seeds,
                               greedy)  # fmt: skip
     return [c for g in groups for c in g]
