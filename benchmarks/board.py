@@ -95,24 +95,11 @@ def run_parts(run_dir: Path) -> dict[str, Any]:
 def bare_seconds(env_name: str, parts: dict[str, Any]) -> float:
     """Summed step seconds of the bare loop over ``parts``' steps and shape (its model
     loading excluded: start-up is not part of a step)."""
-    from benchmarks.baselines.bare_grpo import BareGRPO
-    from zoo.envs import get_env
+    from benchmarks.rl_step import StepSetting, bare_records
 
-    env = get_env(env_name)
-    loop = BareGRPO(parts["model_path"])
-    n, group = parts["prompts_per_step"], parts["group_size"]
-    total = 0.0
-    for step in range(parts["steps"]):
-        prompts = env.train_prompts(step * n, n, 0)
-        repeated = [p for p in prompts for _ in range(group)]
-
-        def rewards(texts: list[str], repeated=repeated) -> list[float]:
-            return env.score_batch(repeated, texts)
-
-        record = loop.step([list(p.text.encode()) for p in prompts], rewards, group,
-                           parts["max_response_len"])  # fmt: skip
-        total += record["step_seconds"]
-    return total
+    setting = StepSetting(parts["prompts_per_step"], parts["group_size"],
+                          parts["max_response_len"], steps=parts["steps"], warmup=0)  # fmt: skip
+    return sum(r["step_seconds"] for r in bare_records(parts["model_path"], setting, env_name))
 
 
 def board_row(board: Board, root: Path, quick: bool) -> dict[str, Any]:

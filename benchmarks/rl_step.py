@@ -80,9 +80,9 @@ def forge_zoo_steps(
             "generator": services.generator, "weight_load_seconds": load}  # fmt: skip
 
 
-def arithmetic_batches(setting: StepSetting, seed: int = 0):
-    """The prompts of each step (the same for every system), and a reward function."""
-    env = get_env("arithmetic")
+def arithmetic_batches(setting: StepSetting, seed: int = 0, env_name: str = "arithmetic"):
+    """The prompts of each step (the same for every system), and the env that scores them."""
+    env = get_env(env_name)
     batches = [
         env.train_prompts(i * setting.prompts_per_step, setting.prompts_per_step, seed)
         for i in range(setting.warmup + setting.steps)
@@ -90,26 +90,33 @@ def arithmetic_batches(setting: StepSetting, seed: int = 0):
     return env, batches
 
 
-def bare_steps(model_path: Path, setting: StepSetting) -> dict[str, float]:
+def bare_records(model_path: Path, setting: StepSetting,
+                 env_name: str = "arithmetic") -> list[dict[str, float]]:  # fmt: skip
+    """The bare loop's record (``BareGRPO.step``: its seconds and reward) of every step
+    after ``setting.warmup``, on ``env_name``'s training prompts (byte-level ids: the tiny
+    models' tokenizer)."""
     from benchmarks.baselines.bare_grpo import BareGRPO
 
-    env, batches = arithmetic_batches(setting)
+    env, batches = arithmetic_batches(setting, env_name=env_name)
     loop = BareGRPO(model_path)
-    records, walls = [], []
+    records = []
     for i, prompts in enumerate(batches):
         repeated = [p for p in prompts for _ in range(setting.group_size)]
 
         def rewards(texts: list[str], repeated=repeated) -> list[float]:
             return env.score_batch(repeated, texts)
 
-        start = time.perf_counter()
         record = loop.step([list(p.text.encode()) for p in prompts], rewards,
                            setting.group_size, setting.max_new_tokens)  # fmt: skip
         if i >= setting.warmup:
-            walls.append(time.perf_counter() - start)
             records.append(record)
+    return records
+
+
+def bare_steps(model_path: Path, setting: StepSetting) -> dict[str, float]:
+    records = bare_records(model_path, setting)
     return {
-        "step_seconds": statistics.median(walls),
+        "step_seconds": statistics.median(r["step_seconds"] for r in records),
         "generate_seconds": statistics.median(r["generate_seconds"] for r in records),
         "train_seconds": statistics.median(r["train_seconds"] for r in records),
     }

@@ -180,13 +180,9 @@ def test_qwen3_drops_an_empty_think_block_of_an_earlier_turn_and_that_raises(qwe
 
 
 def test_plain_prompts_get_the_observation_bytes_alone():
-    from transformers import PreTrainedTokenizerFast
+    from zoo.models.tokenizer import hf_byte_tokenizer
 
-    from zoo.models.tokenizer import EOS_TOKEN, build_byte_tokenizer
-
-    tokenizer = PreTrainedTokenizerFast(
-        tokenizer_object=build_byte_tokenizer(), eos_token=EOS_TOKEN
-    )
+    tokenizer = hf_byte_tokenizer()
     prompt = Prompt(text="2+2=", answer=4, index=0, split="train", meta={"prompt_format": "plain"})
     observation = "wrong, try again: é\n"
     # One id per byte and nothing added: no special token, no template.

@@ -54,6 +54,17 @@ def build_byte_tokenizer() -> Tokenizer:
     return tok
 
 
+def hf_byte_tokenizer():
+    """The byte-level tokenizer as transformers loads it from a tiny model's folder
+    (``save_tokenizer``), built in memory: for code that has the model but not its folder
+    (the warm start's greedy episodes)."""
+    from transformers import PreTrainedTokenizerFast
+
+    return PreTrainedTokenizerFast(
+        tokenizer_object=build_byte_tokenizer(), eos_token=EOS_TOKEN, pad_token=EOS_TOKEN
+    )
+
+
 def save_tokenizer(directory: Path, chat_template: str | None = None) -> None:
     """Write tokenizer.json and the Hugging Face tokenizer config next to a model, with
     ``chat_template`` (Jinja) when given."""

@@ -13,7 +13,7 @@ import torch
 
 from zoo.core.types import Completion
 from zoo.envs import Env, Prompt
-from zoo.models.tokenizer import EOS_ID, EOS_TOKEN, build_byte_tokenizer, decode, encode
+from zoo.models.tokenizer import EOS_ID, decode, encode, hf_byte_tokenizer
 from zoo.run.episodes import rollout_episodes
 from zoo.services.conversation import Conversation
 from zoo.services.sampling import SamplingConfig
@@ -90,16 +90,6 @@ def greedy_accuracy(model: torch.nn.Module, env: Env, prompts: list[Prompt],
     return sum(s for group in by_len.values() for s in group) / len(prompts)
 
 
-def byte_tokenizer():
-    """The tiny models' byte-level tokenizer as transformers' tokenizer: plain prompts'
-    observations encode to their bytes, and turns decode as a run decodes them."""
-    from transformers import PreTrainedTokenizerFast
-
-    return PreTrainedTokenizerFast(
-        tokenizer_object=build_byte_tokenizer(), eos_token=EOS_TOKEN, pad_token=EOS_TOKEN
-    )
-
-
 def greedy_episodes(
     model: torch.nn.Module, env: Env, prompts: list[Prompt], max_new_tokens: int
 ) -> dict[str, float]:
@@ -110,7 +100,7 @@ def greedy_episodes(
     fraction of episodes with a tool call), ``direct_reward`` (mean reward of the others)
     and ``turns`` (mean assistant turns per episode)."""
     groups = rollout_episodes(
-        env, GreedyModel(model), Conversation(byte_tokenizer()), prompts,
+        env, GreedyModel(model), Conversation(hf_byte_tokenizer()), prompts,
         [encode(p.text) for p in prompts], n=1,
         sampling=SamplingConfig(max_tokens=max_new_tokens), token_limit=NO_TOKEN_LIMIT,
         greedy=True,

@@ -73,6 +73,7 @@ class VLLMGenerator:
         ``prefix_caching``: vLLM's automatic prefix caching, which a multi-turn episode's
         later turns use (their context starts with the earlier one's); each completion
         reports the prompt tokens it took from the cache (``Completion.cached_tokens``)."""
+        self.prefix_caching = prefix_caching
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(kv_cache_gib))
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
         os.environ.setdefault("OMP_NUM_THREADS", str(torch.get_num_threads()))
@@ -206,7 +207,7 @@ class VLLMGenerator:
         # The prefix cache holds keys and values the old weights computed: a later prompt
         # that starts like an earlier one would reuse them. Nothing is running (generate
         # returns when its requests finish), so the whole cache can go.
-        if self.llm.llm_engine.vllm_config.cache_config.enable_prefix_caching:
+        if self.prefix_caching:
             self.llm.reset_prefix_cache()
         self.policy_version = version
 
