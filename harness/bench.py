@@ -19,7 +19,8 @@ from typing import Any
 
 import pandas as pd
 
-BENCHMARKS = ("rl_step", "generation", "utilisation", "scaling", "sandbox", "board")
+BENCHMARKS = ("rl_step", "generation", "utilisation", "scaling", "sandbox", "board",
+              "evaluation")  # fmt: skip
 
 TARGETS = {
     "rl_step": "framework overhead over the bare loop at most 15% in synchronous mode "
@@ -33,6 +34,8 @@ TARGETS = {
     "the executions per second of the one-process baseline",
     "board": "no fixed ratio: a board's rows should cost little beyond their training "
     "steps (start-up paid once per worker, evaluation a minor share)",
+    "evaluation": "adopt one call for greedy and sampled evaluation if it is faster with "
+    "the same tokens",
 }
 
 
@@ -57,6 +60,10 @@ def run_benchmark(name: str, root: Path, quick: bool) -> list[dict[str, Any]]:
         from benchmarks.board import board_table
 
         return board_table(root, quick)
+    if name == "evaluation":
+        from benchmarks.evaluation import evaluation_table
+
+        return evaluation_table(root, quick)
     from benchmarks.sandbox_bench import sandbox_table
 
     return sandbox_table(n=6 if quick else 40)
@@ -100,7 +107,8 @@ def write_report(sections: dict[str, dict[str, Any]], out: Path) -> Path:
     ]
     titles = {"rl_step": "1. RL step throughput", "generation": "2. Generation",
               "utilisation": "3. Training utilisation", "scaling": "4. How cost grows",
-              "sandbox": "5. Sandbox executions", "board": "6. Board runs"}  # fmt: skip
+              "sandbox": "5. Sandbox executions", "board": "6. Board runs",
+              "evaluation": "7. Evaluation batching"}  # fmt: skip
     for name in [n for n in BENCHMARKS if n in sections]:
         section = sections[name]
         rows = section["rows"]

@@ -34,7 +34,8 @@ def test_every_benchmark_runs_on_tiny_settings(tmp_path, tiny_model_path):
     assert result.returncode == 0, result.stderr
     report = (tmp_path / "performance.md").read_text()
     for title in ("1. RL step throughput", "2. Generation", "3. Training utilisation",
-                  "4. How cost grows", "5. Sandbox executions", "6. Board runs"):  # fmt: skip
+                  "4. How cost grows", "5. Sandbox executions", "6. Board runs",
+                  "7. Evaluation batching"):  # fmt: skip
         assert f"## {title}" in report
     for system in ("forge-zoo, local sync", "bare torch loop", "TRL GRPOTrainer"):
         assert system in report
@@ -42,6 +43,16 @@ def test_every_benchmark_runs_on_tiny_settings(tmp_path, tiny_model_path):
     for png in ("rl_step.png", "scaling.png"):
         data = (tmp_path / "perf" / png).read_bytes()
         assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 5000
+
+
+@pytest.mark.slow
+def test_one_engine_call_for_greedy_and_sampled_evaluation_gives_the_same_tokens(tmp_path):
+    from benchmarks.evaluation import evaluation_table
+
+    (row,) = evaluation_table(tmp_path, quick=True)
+    assert row["same tokens"] == "yes"
+    assert row["two calls s"] > row["greedy call s"] > 0
+    assert row["two calls s / one call s"] == row["two calls s"] / row["one call s"]
 
 
 @pytest.mark.slow

@@ -105,6 +105,38 @@ def test_completions_are_well_formed_at_policy_version_0(generator):
                 assert len(c.token_ids) == MAX_TOKENS and EOS_ID not in c.token_ids
 
 
+def test_text_decoded_after_sampling_is_the_text_vllm_writes_while_sampling(generator):
+    # The generator asks vLLM for tokens only and decodes each finished completion once;
+    # that text must be vLLM's own, byte for byte. At temperature 2 (vLLM's highest) the
+    # tiny model samples stray bytes: invalid UTF-8, cut multi-byte characters; 16 tokens
+    # end on a stop, 3 mostly on the length limit.
+    assert generator._text_tokenizer is not None  # the tiny model's tokenizer is a fast one
+    prompts = mixed_length_prompts(8, seed=14)
+    seeds = list(range(200, 200 + len(prompts)))
+    ours, theirs = [], []
+    for max_tokens in (16, 3):
+        hot = SamplingConfig(temperature=2.0, max_tokens=max_tokens)
+        ours += [c for g in generator.generate(prompts, n=8, sampling=hot, seeds=seeds) for c in g]
+        saved, generator._text_tokenizer = generator._text_tokenizer, None  # vLLM decodes
+        try:
+            groups = generator.generate(prompts, n=8, sampling=hot, seeds=seeds)
+        finally:
+            generator._text_tokenizer = saved
+        theirs += [c for g in groups for c in g]
+    assert [c.token_ids for c in ours] == [c.token_ids for c in theirs]
+    assert [c.logprobs for c in ours] == [c.logprobs for c in theirs]
+    assert [c.text for c in ours] == [c.text for c in theirs]
+    not_utf8 = 0
+    for c in theirs:
+        body = c.token_ids[:-1] if c.finish_reason == "stop" else c.token_ids
+        try:
+            bytes(t for t in body if t < 256).decode()
+        except UnicodeDecodeError:
+            not_utf8 += 1
+    assert not_utf8 >= 8, not_utf8  # the hard cases were there
+    assert {c.finish_reason for c in theirs} == {"stop", "length"}
+
+
 def test_seeded_sampling_is_reproducible(generator):
     prompts = mixed_length_prompts(3, seed=13)
     seeds = [5, 6, 7, 8, 9, 10]

@@ -83,6 +83,7 @@ class VLLMGenerator:
         os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
         os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
         from vllm import LLM
+        from vllm.v1.engine.detokenizer import uses_fast_detokenizer
 
         _keep_parallel_groups_while_an_engine_lives()
         set_num_threads = torch.set_num_threads
@@ -129,6 +130,10 @@ class VLLMGenerator:
             logging.ERROR
         )
         _LIVE_ENGINES.add(self)
+        tokenizer = self.llm.get_tokenizer()
+        self._text_tokenizer = tokenizer if uses_fast_detokenizer(tokenizer) else None
+        """The tokenizer a completion's text is decoded with after it finishes (None: vLLM
+        decodes as it samples; its slow detokenizer is not worth replaying)."""
         self.policy_version = 0
         self.busy_seconds = 0.0
         self.generate([[0]], n=1, sampling=SamplingConfig(max_tokens=2), seeds=[0])  # warm-up
@@ -150,6 +155,21 @@ class VLLMGenerator:
         with ``n`` (the prompt's seed + the sample's index), so the samples are those of one
         request per prompt; but vLLM reports its prefix-cache hits per request, and the
         ledger charges each sample what the engine computed for it."""
+        params, requests = self.requests(prompts, n, sampling, seeds, greedy)
+        outputs = self.llm.generate(requests, params, use_tqdm=False)
+        return self.completions(prompts, n, params, outputs)
+
+    def requests(
+        self,
+        prompts: list[list[int]],
+        n: int,
+        sampling: SamplingConfig,
+        seeds: list[int] | None = None,
+        greedy: bool = False,
+    ) -> tuple[list[Any], list[Any]]:
+        """``generate``'s engine requests: (vLLM SamplingParams, TokensPrompt) lists, one
+        pair per sample, prompt by prompt. (benchmarks/evaluation.py sends two calls'
+        requests as one engine call.)"""
         from vllm import SamplingParams
         from vllm.inputs import TokensPrompt
 
@@ -166,25 +186,43 @@ class VLLMGenerator:
                         logprobs=0,
                         seed=None if seeds is None or greedy else seeds[i] + j,
                         skip_special_tokens=True,
+                        # Per-step detokenizing (each sampled token's log-prob entry is
+                        # decoded too) was 8% of a tiny batch's generate; the text is
+                        # decoded once at the end instead (_completion_text), the same.
+                        detokenize=self._text_tokenizer is None,
+                        # Each request has params of its own: vLLM's defensive deep copy
+                        # per request (5% of a tiny batch) buys nothing.
+                        skip_clone=True,
                     )
                 )
                 requests.append(TokensPrompt(prompt_token_ids=list(prompt)))
-        outputs = self.llm.generate(requests, params, use_tqdm=False)
+        return params, requests
+
+    def completions(
+        self, prompts: list[list[int]], n: int, params: list[Any], outputs: list[Any]
+    ) -> list[list[Completion]]:
+        """The engine's outputs of ``requests(prompts, n, ...)`` as ``n`` completions per
+        prompt."""
         result = []
         for i, prompt in enumerate(prompts):
             group = []
-            for out in outputs[i * n : (i + 1) * n]:
+            for out, request_params in zip(
+                outputs[i * n : (i + 1) * n], params[i * n : (i + 1) * n], strict=True
+            ):
                 (c,) = out.outputs
                 ids = list(c.token_ids)
                 logprobs = [
                     float(step[tok].logprob) for tok, step in zip(ids, c.logprobs, strict=True)
                 ]
+                text = c.text
+                if not request_params.detokenize:
+                    text = self._completion_text(prompt, c, request_params)
                 group.append(
                     Completion(
                         prompt_ids=list(prompt),
                         token_ids=ids,
                         logprobs=logprobs,
-                        text=c.text,
+                        text=text,
                         finish_reason=c.finish_reason or "length",
                         policy_version=self.policy_version,
                         cached_tokens=out.num_cached_tokens or 0,
@@ -192,6 +230,20 @@ class VLLMGenerator:
                 )
             result.append(group)
         return result
+
+    def _completion_text(self, prompt: list[int], c: Any, params: Any) -> str:
+        """The text vLLM would have returned for completion ``c`` had it detokenized while
+        sampling: its own fast detokenizer (tokenizers' DecodeStream primed with the
+        prompt, the stop token left out), run once over the finished tokens. Byte for byte
+        the same text, invalid UTF-8 included (tests/test_generator.py)."""
+        from types import SimpleNamespace
+
+        from vllm.v1.engine.detokenizer import FastIncrementalDetokenizer
+
+        request = SimpleNamespace(request_id="", prompt_token_ids=prompt, sampling_params=params)
+        detokenizer = FastIncrementalDetokenizer(self._text_tokenizer, request)
+        detokenizer.update(list(c.token_ids), stop_terminated=c.finish_reason == "stop")
+        return detokenizer.get_next_output_text(finished=True, delta=False)
 
     def update_weights(self, hf_state_dict: dict[str, torch.Tensor], version: int) -> None:
         """Load new weights (Hugging Face naming) into the running engine."""
