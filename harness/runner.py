@@ -82,7 +82,16 @@ def execute_run(
         # Through RunConfig, so fields added since the run started take their defaults.
         before = dataclasses.asdict(RunConfig.from_record(saved["run"]))
         if _defining(before) != _defining(config["run"]):
-            raise ConfigError(f"{out}: cannot resume, its config.json differs from this run's")
+            now = _defining(config["run"])
+            fields = ", ".join(
+                f"{k} (recorded {before.get(k)!r}, now {now.get(k)!r})"
+                for k in sorted(set(_defining(before)) | set(now))
+                if before.get(k) != now.get(k)
+            )
+            raise ConfigError(
+                f"{out}: cannot resume, its config.json differs from this run's in {fields}; "
+                "resume with the recorded values (their flags) or start it afresh"
+            )
         step = load_checkpoint(checkpoint_dir, loop)
         truncate_metrics(out, step)
         truncate_samples(out, step)

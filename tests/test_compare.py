@@ -329,10 +329,19 @@ def test_resume_accepts_runs_recorded_before_newer_config_fields(experiment, tmp
     assert (run_dir / "complete.json").exists()
     assert without_timing(metrics(run_dir)) == without_timing(before)
 
+    # a run recorded with another value of a field it still has: refused, the field named
+    config["run"]["sampled_eval_points"] = 0
+    (run_dir / "config.json").write_text(json.dumps(config))
+    (run_dir / "complete.json").unlink()
+    result = run_harness("compare", "grpo", "dapo", "--seeds", "2", "--budget", str(BUDGET),
+                         *SMALL, "--resume", "--out", str(out), cwd=tmp_path)  # fmt: skip
+    assert result.returncode == 2
+    assert "differs from this run's in sampled_eval_points (recorded 0, now 3)" in result.stderr
+    config["run"]["sampled_eval_points"] = 3
+
     # a run from before several updates per rollout batch would change its numbers: refused
     del config["run"]["mini_batches"]
     (run_dir / "config.json").write_text(json.dumps(config))
-    (run_dir / "complete.json").unlink()
     result = run_harness("compare", "grpo", "dapo", "--seeds", "2", "--budget", str(BUDGET),
                          *SMALL, "--resume", "--out", str(out), cwd=tmp_path)  # fmt: skip
     assert result.returncode == 2 and "recorded by an older forge-zoo" in result.stderr

@@ -69,7 +69,8 @@ def test_evaluate_reports_greedy_and_sampled_metrics_with_fixed_seeds(loop_for):
 
 def test_sampled_evaluation_only_at_the_last_points_gives_the_same_numbers_there(loop_for):
     """sampled_eval_points=2: the last two evaluations (steps 4 and 5 of 0, 2, 4, 5) carry
-    pass@k equal to a run that samples at every evaluation; the earlier ones greedy only."""
+    pass@k equal to a run that samples at every evaluation (0); the earlier ones greedy
+    only. (The default, 3, is this with the last three.)"""
     from zoo.run.run_config import RunConfig
 
     def evals(cfg: RunConfig) -> dict[int, dict]:
@@ -78,7 +79,8 @@ def test_sampled_evaluation_only_at_the_last_points_gives_the_same_numbers_there
         return {r["step"]: r for r in records if "eval_reward" in r}
 
     base = RunConfig(steps=5, eval_every=2, prompts_per_step=4, eval_samples=4, seed=5,
-                     checkpoint_every=0, env_config={"eval_size": 16})  # fmt: skip
+                     sampled_eval_points=0, checkpoint_every=0,
+                     env_config={"eval_size": 16})  # fmt: skip
     every = evals(base)
     last_two = evals(dataclasses.replace(base, sampled_eval_points=2))
     assert sorted(every) == sorted(last_two) == [0, 2, 4, 5]
