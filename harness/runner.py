@@ -81,12 +81,12 @@ def execute_run(
         saved = json.loads((out / "config.json").read_text())
         # Through RunConfig, so fields added since the run started take their defaults.
         before = dataclasses.asdict(RunConfig.from_record(saved["run"]))
-        if _defining(before) != _defining(config["run"]):
-            now = _defining(config["run"])
+        recorded, now = _defining(before), _defining(config["run"])
+        if recorded != now:
             fields = ", ".join(
-                f"{k} (recorded {before.get(k)!r}, now {now.get(k)!r})"
-                for k in sorted(set(_defining(before)) | set(now))
-                if before.get(k) != now.get(k)
+                f"{k} (recorded {recorded.get(k)!r}, now {now.get(k)!r})"
+                for k in sorted(set(recorded) | set(now))
+                if recorded.get(k) != now.get(k)
             )
             raise ConfigError(
                 f"{out}: cannot resume, its config.json differs from this run's in {fields}; "

@@ -15,6 +15,7 @@ import logging
 import os
 import weakref
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import torch
@@ -216,7 +217,7 @@ class VLLMGenerator:
                 ]
                 text = c.text
                 if not request_params.detokenize:
-                    text = self._completion_text(prompt, c, request_params)
+                    text = self._completion_text(prompt, ids, c.finish_reason, request_params)
                 group.append(
                     Completion(
                         prompt_ids=list(prompt),
@@ -231,18 +232,18 @@ class VLLMGenerator:
             result.append(group)
         return result
 
-    def _completion_text(self, prompt: list[int], c: Any, params: Any) -> str:
-        """The text vLLM would have returned for completion ``c`` had it detokenized while
+    def _completion_text(
+        self, prompt: list[int], ids: list[int], finish_reason: str | None, params: Any
+    ) -> str:
+        """The text vLLM would have returned for the completion ``ids`` had it detokenized while
         sampling: its own fast detokenizer (tokenizers' DecodeStream primed with the
         prompt, the stop token left out), run once over the finished tokens. Byte for byte
         the same text, invalid UTF-8 included (tests/test_generator.py)."""
-        from types import SimpleNamespace
-
         from vllm.v1.engine.detokenizer import FastIncrementalDetokenizer
 
         request = SimpleNamespace(request_id="", prompt_token_ids=prompt, sampling_params=params)
         detokenizer = FastIncrementalDetokenizer(self._text_tokenizer, request)
-        detokenizer.update(list(c.token_ids), stop_terminated=c.finish_reason == "stop")
+        detokenizer.update(ids, stop_terminated=finish_reason == "stop")
         return detokenizer.get_next_output_text(finished=True, delta=False)
 
     def update_weights(self, hf_state_dict: dict[str, torch.Tensor], version: int) -> None:
