@@ -142,8 +142,11 @@ def trl_steps(model_path: Path, setting: StepSetting, checkpointing: bool) -> di
 
 
 SYSTEMS = {
-    "forge-zoo, local sync, vLLM generator (default)": ("forge-zoo", "vllm"),
-    "forge-zoo, local sync, --generator hf": ("forge-zoo", "hf"),
+    "forge-zoo, local sync, default generator (by_size: transformers here)": (
+        "forge-zoo",
+        "by_size",
+    ),
+    "forge-zoo, local sync, --generator vllm": ("forge-zoo", "vllm"),
     "forge-zoo, Monarch sync (vLLM, RDMA weight sync)": ("forge-zoo-monarch", "sync"),
     "forge-zoo, Monarch sync, endpoint weight sync": ("forge-zoo-monarch", "sync-endpoint"),
     "forge-zoo, Monarch async, max_policy_age 1": ("forge-zoo-monarch", "async"),
@@ -152,8 +155,10 @@ SYSTEMS = {
     "TRL GRPOTrainer, gradient checkpointing off": ("trl", False),
 }
 """Row name -> (system, option). The bare loop is the floor the ratios are taken against.
-Monarch rows: generator, trainer (and the loop) in processes of their own on the same two
-cores; async overlaps generation of the next batch with training on this one."""
+The default generator, ``by_size``, is transformers for the tiny model on CPU
+(zoo.services.generation.SMALL_MODEL_PARAMS). Monarch rows (vLLM): generator, trainer (and
+the loop) in processes of their own on the same two cores; async overlaps generation of
+the next batch with training on this one."""
 
 
 def measure(system: str, option: Any, setting: StepSetting) -> dict[str, float]:
@@ -163,7 +168,7 @@ def measure(system: str, option: Any, setting: StepSetting) -> dict[str, float]:
     if system.startswith("forge-zoo"):
         if system == "forge-zoo":  # option: the generator backend
             run = {"generator_backend": option}
-        else:  # option: mode[-weight sync]
+        else:  # option: mode[-weight sync]; vLLM generates
             mode, _, sync = option.partition("-")
             run = {"placement": "monarch", "mode": mode, "weight_sync": sync or "rdma"}
         out = forge_zoo_steps(path, setting, **run)
@@ -179,8 +184,9 @@ def rl_step_table(setting: StepSetting, rounds: int = 3) -> list[dict[str, Any]]
     process-wide settings such as thread binding; no system should inherit another's),
     ``rounds`` times round-robin so that drift in the machine's speed hits every system
     alike: seconds per step (median over rounds of each round's median step), steps/s,
-    samples/s, bare seconds / this system's seconds (> 1: faster than the floor), and the
-    spread of the rounds (max - min over median)."""
+    samples/s, bare seconds / this system's seconds (> 1: faster than the floor), the same
+    with forge-zoo's old-log-prob pass taken out of its step (the baselines skip it), and
+    the spread of the rounds (max - min over median)."""
     measured: dict[str, list[dict[str, float]]] = {name: [] for name in SYSTEMS}
     for _ in range(rounds):
         for name in SYSTEMS:
@@ -204,11 +210,17 @@ def rl_step_table(setting: StepSetting, rounds: int = 3) -> list[dict[str, Any]]
             "samples/s": samples / r["step_seconds"],
             "generate s": r.get("generate_seconds", float("nan")),
             "train s": r.get("train_seconds", float("nan")),
+            "old log-probs s": r.get("old_logprobs_seconds", float("nan")),
             "weight sync s": r.get("sync_seconds", float("nan")),
             "generator weight load s": r.get("weight_load_seconds", float("nan")),
             "trainer idle s": r.get("trainer_idle_seconds", float("nan")),
             "generator idle s": r.get("generator_idle_seconds", float("nan")),
             "bare s / this s": floor / r["step_seconds"],
+            # the pass the bare loop and TRL skip on-policy: what the rest of the step costs
+            # (in async mode it overlaps generation: nothing to take out)
+            "bare s / this s less old log-probs": float("nan")
+            if "async" in name
+            else floor / (r["step_seconds"] - r.get("old_logprobs_seconds", 0.0)),
             f"spread of {rounds} rounds": r["spread"],
         }
         for name, r in results.items()

@@ -193,9 +193,9 @@ def test_weights_flow_trainer_to_vllm_in_hugging_face_naming(hf_cache, tmp_path,
 def test_auto_generator_falls_back_to_transformers_where_vllm_cannot_import(
     tmp_path, tiny_model_path
 ):
-    out = tmp_path / "run"
-    result = run_harness("run", "grpo", "--steps", "2", "--prompts-per-step", "16",
-                         "--quiet", "--out", str(out), cwd=tmp_path,
+    out = tmp_path / "run"  # (the default, by_size, would pick transformers for tiny anyway)
+    result = run_harness("run", "grpo", "--generator", "auto", "--steps", "2",
+                         "--prompts-per-step", "16", "--quiet", "--out", str(out), cwd=tmp_path,
                          without=("vllm",))  # fmt: skip
     assert result.returncode == 0, result.stderr
     notices = [line for line in result.stderr.splitlines() if "vLLM cannot be imported" in line]

@@ -265,8 +265,10 @@ class PlacementSection:
     device: str = "auto"
     """Where the trainer, reference and generator run: cpu, cuda, or auto (cuda when
     available). On cuda the trainer computes in bf16 and generation is bf16."""
-    generator: str = "auto"
-    """Generation backend: vllm, hf (transformers), or auto (vLLM where it imports)."""
+    generator: str = "by_size"
+    """Generation backend: vllm, hf (transformers), auto (vLLM where it imports), or
+    by_size: transformers for a model of under 10M weights on CPU (faster there, the same
+    distribution), otherwise as auto (zoo.services.generation.resolve_backend)."""
     placement: str = "local"
     """Where services run: local (this process) or monarch (generator, trainer and
     reference each in their own process, as Monarch actors; zoo.placement)."""

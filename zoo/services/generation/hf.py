@@ -1,15 +1,21 @@
-"""Generation with transformers' ``generate`` (KV cache, batched): the backend for places
-without vLLM (macOS, some clusters, the GPU check machine). Same fields as the vLLM
-backend: token ids, the sampler's logprob of each token, finish reason, policy version.
+"""Generation with transformers' ``generate`` (KV cache, batched): the backend for small
+models on CPU, where it is faster than vLLM (``--generator by_size``, the default), and
+for places without vLLM (macOS, some clusters, the GPU check machine). Same fields as the
+vLLM backend: token ids, the sampler's logprob of each token, finish reason, policy
+version, and the same text for the same tokens; the same sampling distribution
+(tests/test_hf_generator.py).
 
-Differences, stated plainly: prompts are left-padded into one batch; sampling uses the
-global torch generator seeded once per call (from the first prompt's seed), so samples
-depend on batch composition, unlike vLLM's per-request seeds.
+Differences, stated plainly: prompts are left-padded into one batch; sampling draws from
+a torch generator seeded once per call (from the first prompt's seed), so samples depend
+on batch composition, unlike vLLM's per-request seeds; there is no prefix cache, so a
+multi-turn episode's later turns are charged their whole context.
 """
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -30,7 +36,10 @@ class HFGenerator:
         init: str = "pretrained",
     ) -> None:
         from transformers import AutoConfig, AutoModelForCausalLM
+        from transformers.utils import logging as hf_logging
 
+        if os.environ.get("TQDM_DISABLE"):  # `harness run` without --verbose: no load bar
+            hf_logging.disable_progress_bar()  # (transformers' tqdm reads it at import)
         config = AutoConfig.from_pretrained(model_path)
         if init == "random":
             self.model = AutoModelForCausalLM.from_config(config, dtype=dtype)
@@ -59,7 +68,15 @@ class HFGenerator:
         seeds: list[int] | None = None,
         greedy: bool = False,
     ) -> list[list[Completion]]:
-        torch.manual_seed(seeds[0] if seeds else self.seed)
+        # generate samples from torch's global generator: seed it for this call, and
+        # give the caller (the trainer, in the same process) its own stream back after.
+        with torch.random.fork_rng(devices=[self.device] if self.device.type == "cuda" else []):
+            torch.manual_seed(seeds[0] if seeds else self.seed)
+            return self._generate(prompts, n, sampling, greedy)
+
+    def _generate(
+        self, prompts: list[list[int]], n: int, sampling: SamplingConfig, greedy: bool
+    ) -> list[list[Completion]]:
         width = max(map(len, prompts))
         rows = [p for p in prompts for _ in range(n)]
         ids = torch.tensor([[self.pad_id] * (width - len(p)) + list(p) for p in rows])
@@ -96,7 +113,7 @@ class HFGenerator:
             stop = tokens.index(self.eos_id) + 1 if finished else len(tokens)
             token_ids = tokens[:stop]
             text_ids = token_ids[:-1] if finished else token_ids
-            text = self.tokenizer.decode(text_ids) if self.tokenizer else ""
+            text = completion_text(self.tokenizer, rows[row], text_ids) if self.tokenizer else ""
             result[row // n].append(
                 Completion(
                     prompt_ids=list(rows[row]),
@@ -116,3 +133,18 @@ class HFGenerator:
         if unexpected or set(missing) - tied:
             raise KeyError(f"weight update mismatch: missing {missing}, unexpected {unexpected}")
         self.policy_version = version
+
+
+def completion_text(tokenizer: Any, prompt: list[int], ids: list[int]) -> str:
+    """The text of the completion ``ids`` (the stop token left out) as vLLM writes it:
+    decoded token by token after the prompt, bytes that do not yet make a character held
+    back, and those still held at the end left out (a plain ``decode`` writes U+FFFD for
+    them: "5" and a stray byte is "5" here, "5\ufffd" there). A slow tokenizer (no
+    ``tokenizers`` backend) decodes plainly."""
+    backend = getattr(tokenizer, "_tokenizer", None)
+    if backend is None:
+        return tokenizer.decode(ids, skip_special_tokens=True)
+    from tokenizers.decoders import DecodeStream
+
+    stream = DecodeStream(ids=list(prompt), skip_special_tokens=True)
+    return "".join(stream.step(backend, token) or "" for token in ids)
