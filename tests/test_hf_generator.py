@@ -51,6 +51,30 @@ def test_sampled_completions_are_well_formed(hf_generator, tiny_path):
     assert [[c.token_ids for c in g] for g in groups] == [[c.token_ids for c in g] for g in again]
 
 
+def test_a_sample_depends_on_its_seed_not_on_its_batch_nor_the_thread_count(hf_generator):
+    # Runs split a batch over generator replicas and train with one thread per job
+    # (compare --jobs): neither may change a sample, as neither changes vLLM's.
+    prompts, seeds = heldout_prompt_ids(8), list(range(50, 58))
+    sampling = SamplingConfig(max_tokens=6)
+    together = hf_generator.generate(prompts, n=4, sampling=sampling, seeds=seeds)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        alone = [hf_generator.generate([p], n=4, sampling=sampling, seeds=[s])[0]
+                 for p, s in zip(prompts[-3:], seeds[-3:], strict=True)]  # fmt: skip
+    finally:
+        torch.set_num_threads(threads)
+    assert [[c.token_ids for c in g] for g in together[-3:]] == [
+        [c.token_ids for c in g] for g in alone
+    ]
+    # and the sampler's log-probs, which the mismatch metrics and corrections read
+    assert [[c.logprobs for c in g] for g in together[-3:]] == [
+        [c.logprobs for c in g] for g in alone
+    ]
+    reseeded = hf_generator.generate(prompts[-3:], n=4, sampling=sampling, seeds=seeds[:3])
+    assert [[c.token_ids for c in g] for g in reseeded] != [[c.token_ids for c in g] for g in alone]
+
+
 def test_text_is_the_text_vllm_writes_for_the_same_tokens(generator, tiny_path):
     # At temperature 2 the tiny model samples stray bytes (a cut multi-byte character, a
     # byte that starts none): vLLM leaves them out of the text, a plain decode writes

@@ -299,12 +299,14 @@ def test_async_mode_trains_the_tiny_model(tmp_path, tiny_model_path):
     assert max(r.get("policy_age_max", 0) for r in records) == 1
 
 
-def local_run_and_placed_config(tmp_path: Path, placement: str) -> tuple[list[dict], RunConfig]:
+def local_run_and_placed_config(
+    tmp_path: Path, placement: str, generator: str = "by_size"
+) -> tuple[list[dict], RunConfig]:
     """A 3-step run with the local placement (its metrics), and the same run's config
     under the placement file ``placement`` (YAML text)."""
     config = tmp_path / "placement.yaml"
     config.write_text(placement)
-    cfg = RunConfig(steps=3, prompts_per_step=32, eval_every=3, device="cpu")
+    cfg = RunConfig(steps=3, prompts_per_step=32, eval_every=3, device="cpu", generator=generator)
     expected = execute_run(cfg, tmp_path / "local", build_services(cfg, quiet=True),
                            command="test")  # fmt: skip
     placed = replace(cfg, placement="monarch",
@@ -350,7 +352,7 @@ def test_a_tensor_parallel_generator_gives_the_one_process_run(tmp_path, tiny_mo
     over two worker processes it starts itself, and takes RDMA weight updates. Samples
     (hence rewards) are the local placement's, losses equal to float rounding."""
     expected, split_cfg = local_run_and_placed_config(
-        tmp_path, "services:\n  generator: {procs: 2}\n"
+        tmp_path, "services:\n  generator: {procs: 2}\n", generator="vllm"
     )
     services = build_services(split_cfg, quiet=True)
     try:

@@ -5,10 +5,11 @@ vLLM backend: token ids, the sampler's logprob of each token, finish reason, pol
 version, and the same text for the same tokens; the same sampling distribution
 (tests/test_hf_generator.py).
 
-Differences, stated plainly: prompts are left-padded into one batch; sampling draws from
-a torch generator seeded once per call (from the first prompt's seed), so samples depend
-on batch composition, unlike vLLM's per-request seeds; there is no prefix cache, so a
-multi-turn episode's later turns are charged their whole context.
+Each sample has its own seeded generator (SeededSampling), as each vLLM request does, so
+a sample does not depend on the batch it is drawn in; the samples themselves differ from
+vLLM's (another way of drawing). Differences, stated plainly: prompts are left-padded into
+one batch, and there is no prefix cache, so a multi-turn episode's later turns are
+computed, and charged, in full.
 """
 
 from __future__ import annotations
@@ -41,10 +42,19 @@ class HFGenerator:
         if os.environ.get("TQDM_DISABLE"):  # `harness run` without --verbose: no load bar
             hf_logging.disable_progress_bar()  # (transformers' tqdm reads it at import)
         config = AutoConfig.from_pretrained(model_path)
+        # On CPU, torch's fused attention rounds differently with 1 and 2 threads (2.6e-6
+        # in a tiny model's log-probs), so a run of `compare --jobs 2` (one thread per
+        # worker) would not reproduce in a process with two; eager attention does not
+        # depend on the thread count, and is as fast at the sizes this backend runs on CPU.
+        attention = "eager" if torch.device(device).type == "cpu" else None
         if init == "random":
-            self.model = AutoModelForCausalLM.from_config(config, dtype=dtype)
+            self.model = AutoModelForCausalLM.from_config(
+                config, dtype=dtype, attn_implementation=attention
+            )
         else:
-            self.model = AutoModelForCausalLM.from_pretrained(model_path, dtype=dtype)
+            self.model = AutoModelForCausalLM.from_pretrained(
+                model_path, dtype=dtype, attn_implementation=attention
+            )
         self.model.to(device).eval().requires_grad_(False)
         self.device = torch.device(device)
         self.seed = seed
@@ -57,6 +67,7 @@ class HFGenerator:
             self.tokenizer = AutoTokenizer.from_pretrained(model_path)
         self.policy_version = 0
         self.busy_seconds = 0.0
+        self.unseeded_calls = 0
 
     @counts_busy
     @torch.no_grad()
@@ -68,26 +79,26 @@ class HFGenerator:
         seeds: list[int] | None = None,
         greedy: bool = False,
     ) -> list[list[Completion]]:
-        # generate samples from torch's global generator: seed it for this call, and
-        # give the caller (the trainer, in the same process) its own stream back after.
-        with torch.random.fork_rng(devices=[self.device] if self.device.type == "cuda" else []):
-            torch.manual_seed(seeds[0] if seeds else self.seed)
-            return self._generate(prompts, n, sampling, greedy)
-
-    def _generate(
-        self, prompts: list[list[int]], n: int, sampling: SamplingConfig, greedy: bool
-    ) -> list[list[Completion]]:
         width = max(map(len, prompts))
         rows = [p for p in prompts for _ in range(n)]
         ids = torch.tensor([[self.pad_id] * (width - len(p)) + list(p) for p in rows])
         attention = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in rows])
+        sampler = []
+        if not greedy:
+            if seeds is None:  # a fresh stream per call, reproducible per generator
+                self.unseeded_calls += 1
+                seeds = [
+                    self.seed + self.unseeded_calls * 1_000_003 + i for i in range(len(prompts))
+                ]
+            if sampling.top_p < 1.0:
+                raise ValueError("the transformers backend samples with top_p 1 only")
+            row_seeds = [seed + j for seed in seeds for j in range(n)]  # as vLLM seeds n samples
+            sampler = [SeededSampling(row_seeds, sampling.temperature, self.device)]
         out = self.model.generate(
             input_ids=ids.to(self.device),
             attention_mask=attention.to(self.device),
-            do_sample=not greedy,
-            temperature=None if greedy else sampling.temperature,
-            top_p=None if greedy else sampling.top_p,
-            top_k=None,
+            do_sample=False,  # the argmax of SeededSampling's noisy logits, when sampling
+            logits_processor=sampler,
             max_new_tokens=sampling.max_tokens,
             min_new_tokens=sampling.max_tokens if sampling.ignore_eos else None,
             eos_token_id=self.eos_id,
@@ -133,6 +144,25 @@ class HFGenerator:
         if unexpected or set(missing) - tied:
             raise KeyError(f"weight update mismatch: missing {missing}, unexpected {unexpected}")
         self.policy_version = version
+
+
+class SeededSampling:
+    """Sampling from softmax(logits / T) by the Gumbel-max trick, each row with its own
+    seeded generator: the token is argmax(logits / T - log E), E ~ Exp(1) per token, drawn
+    from the row's generator one vocabulary-wide draw per step. A sample depends on its
+    seed and the model only, not on the other rows of the batch nor on torch's thread
+    count (the global generator's ``multinomial`` depends on both), as vLLM's seeded
+    requests do. A logits processor of transformers' ``generate`` run greedily."""
+
+    def __init__(self, seeds: list[int], temperature: float, device: torch.device) -> None:
+        self.generators = [torch.Generator(device).manual_seed(s) for s in seeds]
+        self.temperature = temperature
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        noise = torch.empty(scores.shape, dtype=torch.float32, device=scores.device)
+        for row, generator in zip(noise, self.generators, strict=True):
+            row.exponential_(generator=generator)
+        return scores.float() / self.temperature - noise.log()
 
 
 def completion_text(tokenizer: Any, prompt: list[int], ids: list[int]) -> str:
