@@ -280,7 +280,9 @@ def main() -> int:
     produced = []
 
     def generate():
-        groups = gen.generate(prompts, n=args.gen_samples, sampling=sampling, seeds=[0])
+        groups = gen.generate(
+            prompts, n=args.gen_samples, sampling=sampling, seeds=list(range(len(prompts)))
+        )
         produced.append(sum(len(c.token_ids) for g in groups for c in g))
 
     gen_s = timed(generate, device, repeats=2, warmup=1)
@@ -297,7 +299,7 @@ def main() -> int:
     # ---- trainer-sampler log-prob gap: the generator (bf16 weights, KV-cache decoding)
     # against the trainer's forward (float32 masters under bf16 autocast) on the same
     # sampled tokens, with the same weights ----
-    groups = gen.generate(prompts[:8], n=2, sampling=sampling, seeds=[2])
+    groups = gen.generate(prompts[:8], n=2, sampling=sampling, seeds=[2] * len(prompts[:8]))
     batch = sampled_batch(groups)
     if trainer is not None:
         trained = trainer.logprobs(batch)

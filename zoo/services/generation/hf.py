@@ -92,6 +92,8 @@ class HFGenerator:
                 ]
             if sampling.top_p < 1.0:
                 raise ValueError("the transformers backend samples with top_p 1 only")
+            if len(seeds) != len(prompts):
+                raise ValueError(f"one seed per prompt: {len(seeds)} for {len(prompts)}")
             row_seeds = [seed + j for seed in seeds for j in range(n)]  # as vLLM seeds n samples
             sampler = [SeededSampling(row_seeds, sampling.temperature, self.device)]
         out = self.model.generate(
@@ -152,16 +154,26 @@ class SeededSampling:
     from the row's generator one vocabulary-wide draw per step. A sample depends on its
     seed and the model only, not on the other rows of the batch nor on torch's thread
     count (the global generator's ``multinomial`` depends on both), as vLLM's seeded
-    requests do. A logits processor of transformers' ``generate`` run greedily."""
+    requests do. A logits processor of transformers' ``generate`` run greedily.
+
+    On a GPU (where this backend stands in for vLLM only, and a draw per row would be a
+    kernel launch per row and token) the whole batch draws from the first row's generator:
+    the same distribution, but samples that depend on the batch."""
 
     def __init__(self, seeds: list[int], temperature: float, device: torch.device) -> None:
-        self.generators = [torch.Generator(device).manual_seed(s) for s in seeds]
+        per_row = device.type == "cpu"
+        self.generators = [
+            torch.Generator(device).manual_seed(s) for s in seeds[: None if per_row else 1]
+        ]
         self.temperature = temperature
 
     def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
         noise = torch.empty(scores.shape, dtype=torch.float32, device=scores.device)
-        for row, generator in zip(noise, self.generators, strict=True):
-            row.exponential_(generator=generator)
+        if len(self.generators) == 1:
+            noise.exponential_(generator=self.generators[0])
+        else:
+            for row, generator in zip(noise, self.generators, strict=True):
+                row.exponential_(generator=generator)
         return scores.float() / self.temperature - noise.log()
 
 
