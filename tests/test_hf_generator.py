@@ -12,8 +12,8 @@ from zoo.envs import get_env
 from zoo.models.presets import ModelShape, qwen3_config_dir
 from zoo.models.tokenizer import EOS_ID as EOS
 from zoo.services.generation import SMALL_MODEL_PARAMS, resolve_backend
-from zoo.services.generation.hf import HFGenerator, completion_text
-from zoo.services.sampling import SamplingConfig
+from zoo.services.generation.hf import HFGenerator
+from zoo.services.sampling import SamplingConfig, completion_text
 
 
 @pytest.fixture(scope="module")

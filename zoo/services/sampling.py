@@ -1,4 +1,5 @@
-"""What both generation backends share: the sampling settings and the busy-time counter.
+"""What both generation backends share: the sampling settings, the busy-time counter and
+the text of a completion.
 
 The backends of zoo.services.generation (``vllm.py``, ``hf.py``) both import from here,
 so neither imports the other.
@@ -38,3 +39,18 @@ def counts_busy(generate: Callable) -> Callable:
             self.busy_seconds += time.perf_counter() - start
 
     return timed
+
+
+def completion_text(tokenizer: Any, prompt: list[int], ids: list[int]) -> str:
+    """The text of the completion ``ids`` (the stop token left out) as vLLM writes it:
+    decoded token by token after the prompt, bytes that do not yet make a character held
+    back, and those still held at the end left out (a plain ``decode`` writes U+FFFD for
+    them: "5" and a stray byte is "5" here, "5\ufffd" there). A slow tokenizer (no
+    ``tokenizers`` backend) decodes plainly."""
+    backend = getattr(tokenizer, "_tokenizer", None)
+    if backend is None:
+        return tokenizer.decode(ids, skip_special_tokens=True)
+    from tokenizers.decoders import DecodeStream
+
+    stream = DecodeStream(ids=list(prompt), skip_special_tokens=True)
+    return "".join(stream.step(backend, token) or "" for token in ids)

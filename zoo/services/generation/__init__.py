@@ -25,7 +25,7 @@ SMALL_MODEL_PARAMS = 10_000_000
 """Below this many weights (zoo.models.presets.ModelShape.params) a CPU generates faster
 with transformers than with vLLM, whose per-request Python and scheduling outweigh the
 arithmetic: new tokens per second, vLLM over transformers, on 128 prompts x 8 samples
-(leaderboards/performance.md, section 2, and docs/performance_notes.md): 0.49-0.57 on the
+(leaderboards/performance.md, section 2, and leaderboards/performance_notes.md): 0.49-0.57 on the
 0.5M tiny model, 0.92 at 10M (6 tokens; 0.99 at 32), 1.23-1.45 at 50M."""
 
 

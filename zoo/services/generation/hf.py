@@ -16,12 +16,11 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
 
 import torch
 
 from zoo.core.types import Completion
-from zoo.services.sampling import SamplingConfig, counts_busy
+from zoo.services.sampling import SamplingConfig, completion_text, counts_busy
 
 
 class HFGenerator:
@@ -161,32 +160,15 @@ class SeededSampling:
     the same distribution, but samples that depend on the batch."""
 
     def __init__(self, seeds: list[int], temperature: float, device: torch.device) -> None:
-        per_row = device.type == "cpu"
-        self.generators = [
-            torch.Generator(device).manual_seed(s) for s in seeds[: None if per_row else 1]
-        ]
+        self.per_row = device.type == "cpu"
+        self.generators = [torch.Generator(device).manual_seed(s) for s in seeds]
         self.temperature = temperature
 
     def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
         noise = torch.empty(scores.shape, dtype=torch.float32, device=scores.device)
-        if len(self.generators) == 1:
-            noise.exponential_(generator=self.generators[0])
-        else:
+        if self.per_row:
             for row, generator in zip(noise, self.generators, strict=True):
                 row.exponential_(generator=generator)
+        else:
+            noise.exponential_(generator=self.generators[0])
         return scores.float() / self.temperature - noise.log()
-
-
-def completion_text(tokenizer: Any, prompt: list[int], ids: list[int]) -> str:
-    """The text of the completion ``ids`` (the stop token left out) as vLLM writes it:
-    decoded token by token after the prompt, bytes that do not yet make a character held
-    back, and those still held at the end left out (a plain ``decode`` writes U+FFFD for
-    them: "5" and a stray byte is "5" here, "5\ufffd" there). A slow tokenizer (no
-    ``tokenizers`` backend) decodes plainly."""
-    backend = getattr(tokenizer, "_tokenizer", None)
-    if backend is None:
-        return tokenizer.decode(ids, skip_special_tokens=True)
-    from tokenizers.decoders import DecodeStream
-
-    stream = DecodeStream(ids=list(prompt), skip_special_tokens=True)
-    return "".join(stream.step(backend, token) or "" for token in ids)

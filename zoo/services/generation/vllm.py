@@ -15,13 +15,12 @@ import logging
 import os
 import weakref
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import torch
 
 from zoo.core.types import Completion
-from zoo.services.sampling import SamplingConfig, counts_busy
+from zoo.services.sampling import SamplingConfig, completion_text, counts_busy
 
 MAX_BATCHED_TOKENS = 64 * 1024
 """vLLM's token budget per scheduler step (prompts of a step, each counted once per sample)."""
@@ -189,7 +188,7 @@ class VLLMGenerator:
                         skip_special_tokens=True,
                         # Per-step detokenizing (each sampled token's log-prob entry is
                         # decoded too) was 8% of a tiny batch's generate; the text is
-                        # decoded once at the end instead (_completion_text), the same.
+                        # decoded once at the end instead (completion_text), the same.
                         detokenize=self._text_tokenizer is None,
                         # Each request has params of its own: vLLM's defensive deep copy
                         # per request (5% of a tiny batch) buys nothing.
@@ -217,7 +216,8 @@ class VLLMGenerator:
                 ]
                 text = c.text
                 if not request_params.detokenize:
-                    text = self._completion_text(prompt, ids, c.finish_reason, request_params)
+                    body = ids[:-1] if c.finish_reason == "stop" else ids
+                    text = completion_text(self._text_tokenizer, prompt, body)
                 group.append(
                     Completion(
                         prompt_ids=list(prompt),
@@ -231,20 +231,6 @@ class VLLMGenerator:
                 )
             result.append(group)
         return result
-
-    def _completion_text(
-        self, prompt: list[int], ids: list[int], finish_reason: str | None, params: Any
-    ) -> str:
-        """The text vLLM would have returned for the completion ``ids`` had it detokenized while
-        sampling: its own fast detokenizer (tokenizers' DecodeStream primed with the
-        prompt, the stop token left out), run once over the finished tokens. Byte for byte
-        the same text, invalid UTF-8 included (tests/test_generator.py)."""
-        from vllm.v1.engine.detokenizer import FastIncrementalDetokenizer
-
-        request = SimpleNamespace(request_id="", prompt_token_ids=prompt, sampling_params=params)
-        detokenizer = FastIncrementalDetokenizer(self._text_tokenizer, request)
-        detokenizer.update(ids, stop_terminated=finish_reason == "stop")
-        return detokenizer.get_next_output_text(finished=True, delta=False)
 
     def update_weights(self, hf_state_dict: dict[str, torch.Tensor], version: int) -> None:
         """Load new weights (Hugging Face naming) into the running engine."""
