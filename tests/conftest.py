@@ -1,7 +1,9 @@
 """Shared fixtures: the tiny model is built once per session (or reused from
-$FORGE_ZOO_CACHE when CI provides one), and one in-process vLLM engine serves every
-generator test. The Hugging Face Hub is switched off for every test (HF_HUB_OFFLINE=1);
-tests/test_hub_downloads.py serves its own on 127.0.0.1."""
+$FORGE_ZOO_CACHE when CI provides one); one in-process vLLM engine serves every vLLM
+generator test, and one transformers generator (what a default run of the tiny model
+samples with: ``by_size``) every in-process training loop. The Hugging Face Hub is
+switched off for every test (HF_HUB_OFFLINE=1); tests/test_hub_downloads.py serves its
+own on 127.0.0.1."""
 
 from __future__ import annotations
 
@@ -41,6 +43,19 @@ def generator(tiny_path: Path):
 
 
 @pytest.fixture(scope="session")
+def tiny_generator(tiny_path: Path):
+    """The generator a default run of the tiny model uses (``--generator by_size``:
+    transformers on CPU), one for the session, under the in-process loops of
+    ``loop_for`` and ``loop_builder``. The same rule as ``generator``: a test that changes
+    its weights restores the tiny model's (version 0) before it returns."""
+    from zoo.services.generation import resolve_backend
+    from zoo.services.generation.hf import HFGenerator
+
+    assert resolve_backend("by_size", tiny_path, "cpu") == "hf"  # what the loop stands for
+    return HFGenerator(tiny_path, seed=0)
+
+
+@pytest.fixture(scope="session")
 def tiny_model_path(tiny_path: Path) -> Path:
     """Alias of ``tiny_path`` (the name tests/test_cli.py asks for). Subprocesses inherit
     $FORGE_ZOO_CACHE from this process, so they reuse the same build."""
@@ -48,18 +63,18 @@ def tiny_model_path(tiny_path: Path) -> Path:
 
 
 @pytest.fixture
-def loop_for(tiny_path: Path, generator):
-    """``loop_for(cfg)``: an RLLoop in this process on the session's vLLM engine (reset
-    to the tiny model's weights) and a fresh trainer with the run's settings; the
-    engine's weights are restored afterwards."""
-    build, restore = loop_builder(tiny_path, generator)
+def loop_for(tiny_path: Path, tiny_generator):
+    """``loop_for(cfg)``: an RLLoop in this process on the session's transformers
+    generator (``tiny_generator``, reset to the tiny model's weights) and a fresh trainer
+    with the run's settings; the generator's weights are restored afterwards."""
+    build, restore = loop_builder(tiny_path, tiny_generator)
     yield build
     restore()
 
 
 def loop_builder(tiny_path: Path, generator):
     """(build, restore): ``build(cfg)`` makes an RLLoop as ``loop_for`` does; ``restore()``
-    puts the tiny model's weights back into the engine (for fixtures of a wider scope)."""
+    puts the tiny model's weights back into ``generator`` (for fixtures of a wider scope)."""
     import torch
 
     from zoo.algorithms import get_algorithm

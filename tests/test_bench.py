@@ -15,6 +15,7 @@ def test_an_unknown_benchmark_is_refused_with_the_valid_names(tmp_path):
     assert "rl_step" in result.stderr and "sandbox" in result.stderr
 
 
+@pytest.mark.slow  # ~10 s: two benchmarks end to end
 def test_utilisation_and_sandbox_benchmarks_write_their_tables(tmp_path, tiny_model_path):
     (tmp_path / "gpu_check.md").write_text("## GPU check\n\nkept verbatim\n")
     result = run_harness("bench", "--quick", "--only", "utilisation", "--only", "sandbox",

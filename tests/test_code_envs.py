@@ -588,6 +588,7 @@ def test_tiny_code_warm_start_reached_its_target_through_the_sandbox(tiny_code_p
     assert info["history"][-1]["accuracy"] >= info["recipe"]["target_accuracy"]
 
 
+@pytest.mark.slow  # ~18 s: trains through the sandbox
 def test_tiny_model_trains_on_pyfunc_for_a_few_steps_end_to_end(tiny_code_path, tmp_path):
     result = run_harness(
         "run", "grpo", "--env", "pyfunc", "--model", "tiny-code", "--steps", "3",

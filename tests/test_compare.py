@@ -58,6 +58,7 @@ def test_a_default_compare_prints_no_third_party_warnings(experiment):
     assert "Held-out" in printed or "report" in printed  # forge-zoo's own output is there
 
 
+@pytest.mark.slow  # ~17 s: starts a vLLM engine in a subprocess
 def test_a_vllm_run_sends_third_party_output_to_its_log(tmp_path):
     result = run_harness("run", "grpo", "--generator", "vllm", "--steps", "1",
                          "--prompts-per-step", "4", "--eval-points", "1", "--eval-samples",
@@ -225,6 +226,7 @@ def test_reproduce_detects_a_tampered_result(experiment, tmp_path):
     assert "DIFFERS" in result.stdout and "eval_reward" in result.stdout
 
 
+@pytest.mark.slow  # ~15 s: a run and its reproduction
 def test_reproduce_of_a_run_from_other_start_weights_names_them_and_the_way_out(
     experiment, tiny_model_path, tmp_path
 ):

@@ -244,6 +244,7 @@ print("REPORT" + json.dumps(out))
     return json.loads(lines[-1][len("REPORT") :])
 
 
+@pytest.mark.slow  # ~14 s: three data sets through the local Hub
 def test_math_mbpp_and_humaneval_download_by_name_then_read_from_the_cache(hub, tmp_path):
     specs = {
         "math": {},

@@ -178,6 +178,7 @@ def test_replicas_on_two_hosts_survive_killed_replicas_with_unchanged_numbers(
     assert recorded["distributed"]["hosts"] == addresses
 
 
+@pytest.mark.slow  # ~24 s: a Monarch run of 5 async steps
 def test_async_mode_overlaps_and_respects_max_policy_age(tmp_path, tiny_model_path):
     """Batches are requested max_policy_age steps ahead: from the first step that can
     have them, samples are exactly that many versions old, never older; none is dropped.

@@ -164,6 +164,7 @@ def test_check_plugin_of_an_unknown_name_exits_2(plugin_site, tmp_path):
     assert result.returncode == 2 and "vanilla_pg" in result.stderr and "grpo" in result.stderr
 
 
+@pytest.mark.slow  # ~14 s: a two-algorithm compare
 def test_example_plugin_compares_against_a_builtin(plugin_site, tiny_model_path, tmp_path):
     args = ["--seeds", "1", "--budget", "1e10", "--prompts-per-step", "16", "--eval-points", "2"]
     names = ("grpo", "vanilla_pg")

@@ -169,6 +169,7 @@ def test_parsing_a_call_is_linear_in_the_turns_length():
         assert call is not None and call.expression is None
 
 
+@pytest.mark.slow  # ~19 s: builds a Qwen3-shaped model and trains it
 def test_a_qwen3_tool_episode_end_to_end_on_a_small_model(env, qwen3, tiny_path, tmp_path):
     prompt = env.eval_prompts()[0]
     prompt_ids = chat_prompt_ids(qwen3, prompt)

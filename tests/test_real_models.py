@@ -165,6 +165,7 @@ def weights_flow(configs: list[RunConfig], hub_cache: str) -> None:
         assert greedy_agrees_with_trainer(services, prompts) < 1e-4
 
 
+@pytest.mark.slow  # ~18 s: a vLLM engine on a Qwen3 preset
 def test_weights_flow_trainer_to_vllm_in_hugging_face_naming(hf_cache, tmp_path,
                                                              qwen3_checkpoint):  # fmt: skip
     """Pretrained weights from the cache, and random ones the trainer made (vLLM starts

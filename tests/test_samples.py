@@ -79,7 +79,7 @@ def test_samples_are_kept_per_step_and_eval_and_survive_a_kill_and_resume(loop_f
 
 
 @pytest.fixture(scope="module")
-def experiment(tiny_path, generator, tmp_path_factory) -> Path:
+def experiment(tiny_path, tiny_generator, tmp_path_factory) -> Path:
     """A small experiment written as `compare` writes one (runs of grpo and dapo, 2 seeds
     each, then tables, plots, samples pages, report.md), and a leaderboard from it."""
     from conftest import loop_builder
@@ -88,7 +88,7 @@ def experiment(tiny_path, generator, tmp_path_factory) -> Path:
     from harness.experiment import run_name, write_manifest
     from harness.leaderboard import build_leaderboards
 
-    build, restore = loop_builder(tiny_path, generator)
+    build, restore = loop_builder(tiny_path, tiny_generator)
     root = tmp_path_factory.mktemp("samples")
     out = root / "results" / "exp"
     base = RunConfig(steps=2, prompts_per_step=8, eval_every=1, checkpoint_every=0,
