@@ -119,6 +119,45 @@ def test_advantages_match_a_plain_python_reference(gamma, omega, norm):
     torch.testing.assert_close(advantages(algo), torch.tensor(want, dtype=torch.float64))
 
 
+def departures(turn_rewards, states, gamma) -> dict[str, float]:
+    """gigpo's step metrics in plain Python: over reached turns, the share in a step group
+    of two or more, and the share of those whose A_S differs from A_E by over 1e-3."""
+    episode = reference(turn_rewards, states, gamma, 0.0)  # A_E on every turn
+    both = reference(turn_rewards, states, gamma, 1.0)  # A_E + A_S
+    turns = shared = departs = 0
+    for rows, ids, a_e, a in zip(turn_rewards, states, episode, both, strict=True):
+        reached = [row[: sum(r == r for r in got)] for row, got in zip(ids, rows, strict=True)]
+        flat = [sid for row in reached for sid in row]
+        for i, row in enumerate(reached):
+            for t, sid in enumerate(row):
+                turns += 1
+                if flat.count(sid) >= 2:
+                    shared += 1
+                    departs += abs((a[i][t] - a_e[i][t]) - a_e[i][t]) > 1e-3
+    return {"step_group_shared_frac": shared / turns, "step_adv_departs_frac": departs / turns}
+
+
+def test_the_step_metrics_count_the_turns_whose_step_level_term_departs():
+    """On the hand-made batch: 13 turns; 10 in a step group of two or more (the 4 first
+    turns of each prompt, the 2 turns of state 1); A_S differs from A_E on the first turns
+    of prompt 0 (1.02 against 1.16, ...) and on both turns of state 1 (+-0.71 against
+    +-1.16), not on prompt 1's (0 and 0): 6. Read once per step: then reset."""
+    algo = get_algorithm("gigpo", gamma=0.9)
+    advantages(algo)
+    metrics = algo.advantage_metrics()
+    assert metrics == pytest.approx({"step_group_shared_frac": 10 / 13,
+                                     "step_adv_departs_frac": 6 / 13})  # fmt: skip
+    assert metrics == pytest.approx(departures(TURN_REWARDS, STATES, 0.9))
+    assert algo.advantage_metrics() == {}
+    advantages(algo), advantages(algo)  # two sampling rounds of one step: summed
+    assert algo.advantage_metrics() == pytest.approx(metrics)
+    # single-turn: A_S = A_E on every turn, all in the one step group of the prompt
+    rewards = torch.tensor(SINGLE)
+    algo.group_advantages(rewards, torch.ones(4, 4), rewards[..., None], None,
+                          torch.zeros(4, 4, 1, dtype=torch.long))  # fmt: skip
+    assert algo.advantage_metrics() == {"step_group_shared_frac": 1.0, "step_adv_departs_frac": 0.0}
+
+
 def test_defaults_are_the_papers():
     algo = get_algorithm("gigpo")
     c = algo.config
@@ -246,7 +285,7 @@ def test_the_loop_passes_each_turns_state_and_lays_gigpos_advantages_on_its_toke
     train, sample = loop.train, loop.sample_groups
     loop.train = lambda batch, shapes: seen.setdefault("batch", batch) and train(batch, shapes)
     loop.sample_groups = lambda n: seen.setdefault("groups", sample(n))
-    loop.step()
+    record = loop.step()
     _, groups = seen["groups"]
     (turn_rewards, turn_states), = algo.seen  # fmt: skip
     assert turn_states.shape == turn_rewards.shape == (4, 4, 3)
@@ -264,6 +303,8 @@ def test_the_loop_passes_each_turns_state_and_lays_gigpos_advantages_on_its_toke
     states = [[[hash(h) for h in histories(c)] for c in g] for g in groups]
     rewards = [[c.turn_rewards for c in g] for g in groups]
     want = reference(rewards, states, 0.8, 1.0)
+    step_metrics = {k: record[k] for k in ("step_group_shared_frac", "step_adv_departs_frac")}
+    assert step_metrics == pytest.approx(departures(rewards, states, 0.8))
     batch = seen["batch"]
     for g, group in enumerate(groups):
         for i, c in enumerate(group):

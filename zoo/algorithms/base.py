@@ -447,6 +447,13 @@ class Algorithm(ABC):
         return LossOutput(loss, {"loss": float(loss.detach()), **policy.metrics, **kl_metrics,
                                  **entropy_metrics})  # fmt: skip
 
+    def advantage_metrics(self) -> dict[str, float]:
+        """Figures of the advantages this algorithm gave since it was last asked, for the
+        step's record (the loop asks once per step, after all its sampling rounds): an
+        override's own, e.g. how often gigpo's step-level term differs from its
+        episode-level one. None by default."""
+        return {}
+
     def group_advantages(
         self, rewards: torch.Tensor, lengths: torch.Tensor,
         turn_rewards: torch.Tensor | None = None, greedy_rewards: torch.Tensor | None = None,

@@ -43,6 +43,9 @@ from zoo.core.losses import STD_EPS, group_center, group_norm
 from zoo.core.types import LossOutput, TrainBatch
 
 NORMS = ("std", "none")
+DEPARTS_TOL = 1e-3
+"""|A_S - A_E| above which a turn's step-level advantage counts as departing from its
+episode-level one (advantages are in units of a group's std: a thousandth of one)."""
 
 
 @dataclass
@@ -77,6 +80,7 @@ class GiGPO(Algorithm):
             raise ConfigError(f"{owner}: gamma must lie in [0, 1], got {c.gamma}")
         if c.omega < 0.0:
             raise ConfigError(f"{owner}: omega must be >= 0, got {c.omega}")
+        self._tally = [0, 0, 0]  # turns, in a shared step group, departing: since last read
 
     def advantages(
         self, rewards: torch.Tensor, turn_rewards: torch.Tensor, turn_states: torch.Tensor
@@ -95,9 +99,33 @@ class GiGPO(Algorithm):
         for t in reversed(range(step_rewards.shape[-1])):
             later = step_rewards[..., t] + c.gamma * later
             to_go[..., t] = later
-        step = self.step_relative(to_go.flatten(1), turn_states.flatten(1))
-        combined = torch.where(reached, episode[..., None] + c.omega * step.view_as(to_go), 0.0)
+        step = self.step_relative(to_go.flatten(1), turn_states.flatten(1)).view_as(to_go)
+        combined = torch.where(reached, episode[..., None] + c.omega * step, 0.0)
+        self._tally_departures(episode, step, turn_states)
         return combined if combined.shape[-1] > 1 else combined[..., 0]  # single-turn: [groups, G]
+
+    def _tally_departures(
+        self, episode: torch.Tensor, step: torch.Tensor, states: torch.Tensor
+    ) -> None:
+        """Count the reached turns, those whose step group holds two turns or more (where
+        A_S compares anything), and of those the ones whose A_S departs from A_E: where
+        none does, A = (1 + omega) A_E and gigpo is GRPO with a larger step."""
+        flat = states.flatten(1)
+        peers = ((flat[:, :, None] == flat[:, None, :]) & (flat[:, None, :] >= 0)).sum(-1)
+        reached = states >= 0
+        shared = reached & (peers.view_as(states) >= 2)
+        departs = shared & ((step - episode[..., None]).abs() > DEPARTS_TOL)
+        counts = (int(reached.sum()), int(shared.sum()), int(departs.sum()))
+        self._tally = [a + b for a, b in zip(self._tally, counts, strict=True)]
+
+    def advantage_metrics(self) -> dict[str, float]:
+        """Over the turns of this step's episodes: ``step_group_shared_frac``, the share in a
+        step group of two or more, and ``step_adv_departs_frac``, the share whose A_S differs
+        from A_E by more than ``DEPARTS_TOL`` (0 in a single-turn env, where A_S = A_E)."""
+        (turns, shared, departs), self._tally = self._tally, [0, 0, 0]
+        if not turns:
+            return {}
+        return {"step_group_shared_frac": shared / turns, "step_adv_departs_frac": departs / turns}
 
     def step_relative(self, returns: torch.Tensor, states: torch.Tensor) -> torch.Tensor:
         """[groups, N] returns and state ids (-1: none) -> each one's return relative to

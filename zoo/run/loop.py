@@ -282,6 +282,7 @@ class RLLoop:
             **length_metrics(response_lengths, task_rewards),
         }
         record.update(self.rollouts.metrics(self.drawn))
+        record.update(algo.advantage_metrics())
         self.drawn = []
         if self.greedy_baseline:
             record.update(baseline_metrics(greedy_rewards, greedy_lengths))
