@@ -1,8 +1,9 @@
 """RL step throughput: forge-zoo's synchronous GRPO step against two baselines on the same
 tiny model weights, prompts, group size, batch, max new tokens and one optimizer step per
-batch (``mini_batches`` 1; beta = 0 everywhere: no reference model). forge-zoo also runs
-its old-log-prob pass (a forward over the batch, for the trainer-sampler mismatch metrics),
-which the baselines skip in this on-policy regime:
+batch (``mini_batches`` 1; beta = 0 everywhere: no reference model). In this on-policy
+regime forge-zoo skips its old-log-prob pass as the baselines do (``old_logprob_pass``
+when_needed: the one update's forward is pi_old); its mismatch metrics come from that
+forward:
 
 - bare: ~100 lines of plain torch (benchmarks/baselines/bare_grpo.py), the floor;
 - TRL: GRPOTrainer (trl 1.16, CPU, no vLLM), with its default config and with gradient
@@ -184,9 +185,8 @@ def rl_step_table(setting: StepSetting, rounds: int = 3) -> list[dict[str, Any]]
     process-wide settings such as thread binding; no system should inherit another's),
     ``rounds`` times round-robin so that drift in the machine's speed hits every system
     alike: seconds per step (median over rounds of each round's median step), steps/s,
-    samples/s, bare seconds / this system's seconds (> 1: faster than the floor), the same
-    with forge-zoo's old-log-prob pass taken out of its step (the baselines skip it), and
-    the spread of the rounds (max - min over median)."""
+    samples/s, bare seconds / this system's seconds (> 1: faster than the floor) and the
+    spread of the rounds (max - min over median)."""
     measured: dict[str, list[dict[str, float]]] = {name: [] for name in SYSTEMS}
     for _ in range(rounds):
         for name in SYSTEMS:
@@ -216,11 +216,6 @@ def rl_step_table(setting: StepSetting, rounds: int = 3) -> list[dict[str, Any]]
             "trainer idle s": r.get("trainer_idle_seconds", float("nan")),
             "generator idle s": r.get("generator_idle_seconds", float("nan")),
             "bare s / this s": floor / r["step_seconds"],
-            # the pass the bare loop and TRL skip on-policy: what the rest of the step costs
-            # (in async mode it overlaps generation: nothing to take out)
-            "bare s / this s less old log-probs": float("nan")
-            if "async" in name
-            else floor / (r["step_seconds"] - r.get("old_logprobs_seconds", 0.0)),
             f"spread of {rounds} rounds": r["spread"],
         }
         for name, r in results.items()

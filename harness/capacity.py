@@ -133,6 +133,7 @@ class Workload:
             max_len=step.prompt + plan.episode_budget,
             micro_batch=cfg.micro_batch_size or step.samples,
             epochs=cfg.epochs,
+            old_logprobs=not cfg.skips_old_logprob_pass(algorithm),
             reference=algorithm.needs_reference,
             critic=algorithm.needs_values,
             greedy_prompts=cfg.prompts_per_step if algorithm.needs_greedy_baseline else 0,

@@ -16,6 +16,7 @@ from zoo.core.config import ConfigError
 from zoo.envs import get_env
 from zoo.run.rollout import rollout_batch
 from zoo.run.run_config import RunConfig
+from zoo.run.runlog import is_timing_key
 from zoo.services.batch import RolloutBatch, response_logprobs
 from zoo.services.reference import Reference
 from zoo.services.sampling import SamplingConfig
@@ -139,6 +140,7 @@ def test_greedy_temperature_is_refused_with_the_reason():
         ({"epochs": 0}, "epochs must be >= 1"),
         ({"mini_batches": 9, "prompts_per_step": 8}, "a mini-batch holds whole groups"),
         ({"correction": "icepop"}, "valid: none, tis, mis-token, mis-sequence, bypass"),
+        ({"old_logprob_pass": "never"}, "valid: when_needed, always"),
         ({"correction_low": 1.5}, "correction_low <= 1"),
         ({"warmup_ratio": 1.0}, "warmup_ratio must be in"),
         ({"warmup_ratio": 0.1, "warmup_steps": 5}, "leave --warmup-steps"),
@@ -192,6 +194,31 @@ def test_the_ledger_charges_the_old_log_prob_pass_and_every_epoch(loop_for):
     assert a["old_logprobs"] > 0 and a["old_logprobs"] == b["old_logprobs"]
     assert a["train"] == pytest.approx(3 * a["old_logprobs"])  # backward = 2 x forward
     assert b["train"] == pytest.approx(2 * a["train"])
+
+
+def test_one_on_policy_update_takes_its_own_forward_as_the_old_policy(loop_for):
+    """mini_batches 1 and nothing reading pi_old before training: no old-log-prob pass
+    (none charged), and the same numbers as with it (grpo, with its reference, two steps:
+    every metric, the mismatch metrics too, and the weights), since the update's forward
+    at the weights that sampled the batch is pi_old. Several updates, or a correction,
+    still run the pass."""
+    records, flops, finals = {}, {}, {}
+    for mode in ("when_needed", "always"):
+        loop = loop_for(RunConfig(algorithm="grpo", prompts_per_step=16, mini_batches=1,
+                                  old_logprob_pass=mode, seed=5))  # fmt: skip
+        records[mode] = [loop.step(), loop.step()]
+        flops[mode], finals[mode] = dict(loop.s.ledger.flops), weights(loop.s.trainer)
+    assert flops["when_needed"].get("old_logprobs", 0) == 0 < flops["always"]["old_logprobs"]
+    assert flops["when_needed"]["train"] == flops["always"]["train"]
+    numbers = {m: [{k: v for k, v in r.items() if not is_timing_key(k)} for r in rs]
+               for m, rs in records.items()}  # fmt: skip
+    assert "mismatch_logprob_max" in numbers["when_needed"][0]
+    assert numbers["when_needed"] == numbers["always"]
+    assert all(torch.equal(finals["when_needed"][k], v) for k, v in finals["always"].items())
+    for change in ({"mini_batches": 2}, {"correction": "tis"}):
+        loop = loop_for(RunConfig(algorithm="grpo", prompts_per_step=16, **change))
+        loop.step()
+        assert loop.s.ledger.flops["old_logprobs"] > 0, change
 
 
 @pytest.mark.parametrize("correction", ["none", "tis", "mis-token", "mis-sequence", "bypass"])

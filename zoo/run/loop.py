@@ -327,14 +327,21 @@ class RLLoop:
         if cfg.budget[0] == "seconds":  # (train_seconds counts finished steps only)
             spent += time.perf_counter() - self.step_started
         batch.budget_spent = min(1.0, spent / cfg.budget[1])
-        with ledger.timed("old_logprobs"):
-            batch.old_logprobs = s.trainer.logprobs(batch)
-        ledger.add("old_logprobs", forward, tokens)
+        # (every row sampled by the current weights: so in sync mode)
+        own_forward = cfg.skips_old_logprob_pass(s.algorithm) and bool(
+            (batch.policy_versions == self.version).all()
+        )
+        if not own_forward:
+            with ledger.timed("old_logprobs"):
+                batch.old_logprobs = s.trainer.logprobs(batch)
+            ledger.add("old_logprobs", forward, tokens)
         if s.algorithm.needs_reference:
             with ledger.timed("reference"):
                 batch.ref_logprobs = s.reference.logprobs(batch)
             ledger.add("reference", forward, tokens)
-        record = mismatch_metrics(batch.old_logprobs, batch.sampler_logprobs, batch.mask)
+        record = {}
+        if not own_forward:  # (else the update's forward gives them, below)
+            record = mismatch_metrics(batch.old_logprobs, batch.sampler_logprobs, batch.mask)
         if s.algorithm.needs_values:  # GAE's advantages, before a correction weighs them
             record.update(self.critic_targets(batch, shapes))
         weights, correction = correction_weights(
@@ -350,8 +357,12 @@ class RLLoop:
             batch.old_logprobs = batch.sampler_logprobs
         next_kl_coef = self.kl_control(batch, record)
         with ledger.timed("train"):
-            record.update(s.trainer.train(batch, s.algorithm.loss))
+            trained = s.trainer.train(batch, s.algorithm.loss)
         ledger.add("train", cfg.epochs * 3 * forward, cfg.epochs * tokens)
+        if own_forward:
+            batch.old_logprobs = trained.pop("old_logprobs")
+            record.update(mismatch_metrics(batch.old_logprobs, batch.sampler_logprobs, batch.mask))
+        record.update(trained)
         if s.algorithm.needs_values:  # the critic's forward and backward, per pass
             with ledger.timed("critic_train"):
                 record.update(s.critic.train(batch, s.algorithm.value_loss))

@@ -115,9 +115,10 @@ class RunPlan:
                      for i in range(ESTIMATE_PROMPTS))  # fmt: skip
         response = max(1, cfg.max_response_len // 2)
         ledger = Ledger(shape)
-        # generation, the old-log-prob forward, and a forward + backward per epoch
+        # generation, the old-log-prob forward (unless skipped), a forward + backward per epoch
+        old_pass = 0 if cfg.skips_old_logprob_pass(algorithm) else 1
         per_sample = ledger.generation_flops(prompt, response) + (
-            1 + 3 * cfg.epochs
+            old_pass + 3 * cfg.epochs
         ) * ledger.scoring_flops(prompt, response)
         if algorithm.needs_reference:
             per_sample += ledger.scoring_flops(prompt, response)

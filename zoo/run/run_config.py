@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -16,7 +16,10 @@ from zoo.models.presets import INITS, TINY_MODELS, ModelSpec, resolve_model
 from zoo.run.trackers import check_installed, parse_report_to
 from zoo.services.generation import GENERATOR_BACKENDS
 from zoo.services.offpolicy import CORRECTIONS
-from zoo.services.trainer import LR_SCHEDULES, OptimizerSection, RegimeSection
+from zoo.services.trainer import LR_SCHEDULES, OLD_LOGPROB_PASSES, OptimizerSection, RegimeSection
+
+if TYPE_CHECKING:
+    from zoo.algorithms.base import Algorithm
 
 MAX_SAMPLES_PER_PROMPT = 16384
 """vLLM's bound on samples of one prompt (group_size, eval_samples): checked before a run."""
@@ -51,6 +54,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "long_prompts": LONG_PROMPTS,
     "lr_schedule": LR_SCHEDULES,
     "eval_split": EVAL_SPLITS,
+    "old_logprob_pass": OLD_LOGPROB_PASSES,
 }
 """The valid values of RunConfig's string fields that have a fixed set: ``validate`` and
 the command line (harness/cli.py builds its flags from RunConfig) read them here."""
@@ -397,6 +401,22 @@ class RunConfig(
             )
         return cls(**{**ADDED_LATER, **run})
 
+    def skips_old_logprob_pass(self, algorithm: Algorithm) -> bool:
+        """Does the trainer's one update take its own forward as pi_old, so that the
+        old-log-prob pass is skipped (``old_logprob_pass`` when_needed)? Where one update
+        (mini_batches and epochs 1) trains, synchronously, a batch the current weights
+        sampled, and nothing reads pi_old before it: no correction, no KL in the reward,
+        no adaptive KL, no critic. The ratio is then 1 in value (its gradient the policy
+        gradient), as in TRL and verl with one update per batch."""
+        return (
+            self.old_logprob_pass == "when_needed"
+            and self.mini_batches * self.epochs == 1
+            and self.mode == "sync"
+            and self.correction == "none"
+            and not (algorithm.needs_values or algorithm.kl_in_reward_by_loop)
+            and algorithm.options.kl_target <= 0
+        )
+
     @property
     def schedule_over_budget(self) -> bool:
         """Does the learning rate follow the share of the budget spent (not optimizer
@@ -416,7 +436,7 @@ NOT_DEFINING = ("report_to",)
 leaderboard rows are grouped without them."""
 
 ADDED_LATER = {"eval_samples": 0, "sampled_eval_points": 0, "eval_split": "heldout",
-               "warmup_ratio": 0.0}  # fmt: skip
+               "warmup_ratio": 0.0, "old_logprob_pass": "always"}  # fmt: skip
 """Fields added since runs were first recorded, with the value that reproduces what a
 run recorded without them did (RunConfig.from_record)."""
 

@@ -115,6 +115,10 @@ class OptimizerSection:
             raise ConfigError(f"grad_clip must be > 0 (inf: no clipping), got {self.grad_clip}")
 
 
+OLD_LOGPROB_PASSES = ("when_needed", "always")
+"""When the trainer runs its old-log-prob pass (RegimeSection.old_logprob_pass)."""
+
+
 @dataclass
 class RegimeSection:
     """How a rollout batch is trained: the "training regime" section of a run's config."""
@@ -129,8 +133,20 @@ class RegimeSection:
     1 (with epochs 1) is the on-policy regime, in which they never do."""
     epochs: int = 1
     """Passes over each rollout batch (verl: ppo_epochs; TRL: num_iterations)."""
+    old_logprob_pass: str = "when_needed"
+    """The trainer's forward over a batch before it trains on it, for log pi_old:
+    "when_needed" skips it where one update trains a batch the current weights sampled
+    (mini_batches and epochs 1, synchronous) and nothing reads pi_old before training (no
+    correction, adaptive KL, KL in the reward or critic): that update's own forward, at the
+    same weights, is pi_old (as TRL and verl do), and gives the mismatch metrics after it;
+    "always" runs it (what runs recorded before this field did)."""
 
     def validate(self) -> None:
+        if self.old_logprob_pass not in OLD_LOGPROB_PASSES:
+            raise ConfigError(
+                f"unknown old_logprob_pass {self.old_logprob_pass!r}; valid: "
+                f"{', '.join(OLD_LOGPROB_PASSES)}"
+            )
         if self.micro_batch_size < 0:
             raise ConfigError(
                 "micro_batch_size must be >= 0 (0: the whole mini-batch), got "
@@ -342,36 +358,47 @@ class Trainer:
         """Train on one rollout batch: ``epochs`` passes, each over ``mini_batches``
         group-aligned mini-batches, one optimizer step each; then the policy version
         advances by one. ``batch.old_logprobs`` must be set when there is more than one
-        update (``logprobs`` gives them). Returns the updates' metrics combined
-        (``combine_updates``), ``updates``, ``staleness_kl`` (the policy KL at the first
-        update, before any step on this batch: 0 when the batch was sampled by the current
-        weights) and ``response_tokens`` of the whole batch."""
+        update (``logprobs`` gives them); without them the one update's own forward is
+        pi_old, and the result holds it too, as ``old_logprobs`` ([B, T], what ``logprobs``
+        would have given). Returns the updates' metrics combined (``combine_updates``),
+        ``updates``, ``staleness_kl`` (the policy KL at the first update, before any step on
+        this batch: 0 when the batch was sampled by the current weights) and
+        ``response_tokens`` of the whole batch."""
         slices = mini_batch_slices(batch.size, batch.group_size, self.config.mini_batches)
-        if batch.old_logprobs is None and len(slices) * self.config.epochs > 1:
+        own_forward = batch.old_logprobs is None
+        if own_forward and len(slices) * self.config.epochs > 1:
             raise ValueError("several updates per batch need batch.old_logprobs (logprobs())")
         if self.max_policy_age:  # later batches may have been sampled by this version
             self.kept_weights[self.version] = [p.detach().clone() for p in self._parameters()]
             oldest = self.version + 1 - self.max_policy_age
             self.kept_weights = {v: w for v, w in self.kept_weights.items() if v >= oldest}
+        kept = torch.zeros(batch.size, batch.mask.shape[1]) if own_forward else None
         updates = [
-            self.step(batch.rows(rows), loss_fn)
+            self.step(batch.rows(rows), loss_fn, kept)
             for _ in range(self.config.epochs)
             for rows in slices
         ]
         self.version += 1
-        return {
+        out = {
             **combine_updates(updates),
             "updates": len(updates),
             "staleness_kl": updates[0]["policy_kl"],
             "response_tokens": int(batch.mask.sum()),
         }
+        if kept is not None:
+            out["old_logprobs"] = self.parallel.gather_rows(kept.to(self.device)).cpu()
+        return out
 
-    def step(self, batch: RolloutBatch, loss_fn: Callable[[TrainBatch], LossOutput]) -> dict:
+    def step(
+        self, batch: RolloutBatch, loss_fn: Callable[[TrainBatch], LossOutput],
+        kept: torch.Tensor | None = None,
+    ) -> dict:  # fmt: skip
         """One optimizer step on ``batch`` (the policy version is ``train``'s to change);
         returns the loss metrics, ``policy_kl`` (k3 estimate of KL(pi_old || pi_theta) on
-        its tokens) and the gradient norm. Split: every rank passes the same whole batch,
-        trains on its own rows (``self.parallel.micro_batches``), and gets the whole
-        batch's metrics.
+        its tokens) and the gradient norm. ``kept`` ([rows of batch, T]): where to write
+        the forward's log-probs (this rank's rows), when they are pi_old. Split: every rank
+        passes the same whole batch, trains on its own rows (``self.parallel.micro_batches``),
+        and gets the whole batch's metrics.
 
         Combining metrics: a loss reports each metric over the rows of its micro-batch;
         the batch's value is the sum over micro-batches (and ranks) of the value times
@@ -394,7 +421,7 @@ class Trainer:
         self.optimizer.zero_grad(set_to_none=True)
         sums: dict[str, float] = {}
         loss_total = 0.0  # micro-batch losses add up: each divides by whole-batch counts
-        for _, mb in self.parallel.micro_batches(batch, self.config.micro_batch_size):
+        for first, mb in self.parallel.micro_batches(batch, self.config.micro_batch_size):
             mb = mb.to(self.device)
             entropy = None
             if with_entropy:
@@ -402,6 +429,8 @@ class Trainer:
             else:
                 logprobs = self._logprobs(mb, width)
             old = mb.old_logprobs if mb.old_logprobs is not None else logprobs.detach()
+            if kept is not None:
+                kept[first : first + mb.size] = old.float().cpu()
             train_batch = TrainBatch(
                 logprobs=logprobs,
                 old_logprobs=old,
