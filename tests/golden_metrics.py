@@ -175,10 +175,26 @@ def produce_at(commit: str, work: Path) -> dict[str, list[dict[str, Any]]]:
     return produce(work / "runs", root=tree, algorithms=known or BUILT_INS)
 
 
+def added_fields(
+    golden: dict[str, list[dict[str, Any]]], fresh: dict[str, list[dict[str, Any]]]
+) -> list[str]:
+    """Fields the fresh runs log that the reference's same runs do not: metrics added
+    since it was recorded, which change none of its numbers (``run: field, ...``)."""
+    out = []
+    for run, records in golden.items():
+        recorded = {k for r in records for k in r}
+        new = sorted({k for r in fresh.get(run, []) for k in r} - recorded)
+        if new:
+            out.append(f"{run}: {', '.join(new)}")
+    return out
+
+
 def differences(
     golden: dict[str, list[dict[str, Any]]], fresh: dict[str, list[dict[str, Any]]]
 ) -> list[str]:
-    """One line per disagreement, exact: ``run step N field: golden X, now Y``."""
+    """One line per disagreement, exact: ``run step N field: golden X, now Y``. A field
+    the reference's run never logged is an addition (``added_fields``), not a
+    disagreement; one it logged must be there, with the same value."""
     out = []
     for run, records in golden.items():
         got = fresh.get(run)
@@ -189,8 +205,9 @@ def differences(
             steps = [r["step"] for r in records], [r["step"] for r in got]
             out.append(f"{run}: steps {steps[1]}, golden {steps[0]}")
             continue
+        recorded = {k for r in records for k in r}
         for want, have in zip(records, got, strict=True):
-            for key in sorted(set(want) | set(have)):
+            for key in sorted(set(want) | (set(have) & recorded)):
                 if key not in want or key not in have:
                     out.append(f"{run} step {want['step']} {key}: only in "
                                f"{'the golden run' if key in want else 'this run'}")  # fmt: skip
@@ -237,6 +254,8 @@ def main() -> int:
     found = differences(reference, runs)
     if missing := unguarded(reference):
         print(f"unguarded (not in the reference): {', '.join(missing)}")
+    if added := added_fields(reference, runs):
+        print("fields added since the reference:\n" + "\n".join(added))
     print("\n".join(found) or "same metrics")
     return 1 if found else 0
 

@@ -13,6 +13,7 @@ import pytest
 from golden_metrics import (
     BUILT_INS,
     CONTROLS,
+    added_fields,
     differences,
     golden_path,
     goldens,
@@ -73,6 +74,13 @@ def test_the_comparison_is_exact_and_names_the_run_step_and_field():
     ]
     assert differences(golden, {"grpo/local": [record]}) == []
     assert differences(golden, {}) == ["grpo/local: missing"]
+    # a metric added since the golden changes none of its numbers: reported, not a failure;
+    # one the golden holds that is gone is a failure
+    added = {"grpo/local": [{**record, "new_frac": 0.5}]}
+    assert differences(golden, added) == []
+    assert added_fields(golden, added) == ["grpo/local: new_frac"]
+    gone = {"grpo/local": [{k: v for k, v in record.items() if k != "loss"}]}
+    assert differences(golden, gone) == ["grpo/local step 1 loss: only in the golden run"]
 
 
 @pytest.mark.slow
@@ -92,7 +100,10 @@ def test_the_runs_give_the_golden_metrics_of_this_cpu_class(tmp_path, tiny_model
             warnings.warn(f"no golden for {machine()}; {source}", stacklevel=1)
     if missing := unguarded(reference):
         warnings.warn(f"not in {source}, so unguarded here: {', '.join(missing)}", stacklevel=1)
-    found = differences(reference, produce(tmp_path / "head"))
+    runs = produce(tmp_path / "head")
+    if added := added_fields(reference, runs):
+        warnings.warn(f"fields added since {source}: {'; '.join(added)}", stacklevel=1)
+    found = differences(reference, runs)
     assert found == [], f"differs from {source}:\n" + "\n".join(found)
 
 
