@@ -219,6 +219,10 @@ def test_one_on_policy_update_takes_its_own_forward_as_the_old_policy(loop_for):
         loop = loop_for(RunConfig(algorithm="grpo", prompts_per_step=16, **change))
         loop.step()
         assert loop.s.ledger.flops["old_logprobs"] > 0, change
+    # a run recorded before the setting existed re-runs as it ran: with the pass
+    recorded = dataclasses.asdict(RunConfig(mini_batches=1))
+    del recorded["old_logprob_pass"]
+    assert RunConfig.from_record(recorded).old_logprob_pass == "always"
 
 
 @pytest.mark.parametrize("correction", ["none", "tis", "mis-token", "mis-sequence", "bypass"])
