@@ -214,6 +214,7 @@ def test_beta_zero_never_runs_the_reference(tiny_model_path, tmp_path):
         assert r["reference_flops"] == 0 and r["reference_seconds"] == 0
 
 
+@pytest.mark.slow  # ~18 s: two runs (default-set resume tests match runs exactly too)
 def test_same_seed_gives_identical_metrics(tiny_model_path, tmp_path):
     runs = []
     for name in ("a", "b"):
