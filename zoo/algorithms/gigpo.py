@@ -110,10 +110,8 @@ class GiGPO(Algorithm):
         """Count the reached turns, those whose step group holds two turns or more (where
         A_S compares anything), and of those the ones whose A_S departs from A_E: where
         none does, A = (1 + omega) A_E and gigpo is GRPO with a larger step."""
-        flat = states.flatten(1)
-        peers = ((flat[:, :, None] == flat[:, None, :]) & (flat[:, None, :] >= 0)).sum(-1)
         reached = states >= 0
-        shared = reached & (peers.view_as(states) >= 2)
+        shared = same_state(states.flatten(1)).sum(-1).view_as(states) >= 2  # (reached only)
         departs = shared & ((step - episode[..., None]).abs() > DEPARTS_TOL)
         counts = (int(reached.sum()), int(shared.sum()), int(departs.sum()))
         self._tally = [a + b for a, b in zip(self._tally, counts, strict=True)]
@@ -131,7 +129,7 @@ class GiGPO(Algorithm):
         """[groups, N] returns and state ids (-1: none) -> each one's return relative to
         the mean of its step group (equal ids in its row), divided by F of that group."""
         on = states >= 0
-        same = (states[:, :, None] == states[:, None, :]) & on[:, :, None] & on[:, None, :]
+        same = same_state(states)
         peers = returns[:, None, :].expand_as(same)
         n = same.sum(-1).clamp(min=1)
         mean = torch.where(same, peers, 0.0).sum(-1) / n
@@ -148,3 +146,10 @@ class GiGPO(Algorithm):
         # min(r A, clip(r, 1 - eps, 1 + eps) A) - beta KL: Algorithm.ratio_surrogate
         eps = self.config.eps
         return self.ratio_surrogate(batch, 1 - eps, 1 + eps, self.config.beta)
+
+
+def same_state(states: torch.Tensor) -> torch.Tensor:
+    """[groups, N] state ids (-1: none) -> [groups, N, N]: do turns i and j of a group start
+    from the same state (both reached)? Row i's sum is the size of i's step group."""
+    on = states >= 0
+    return (states[:, :, None] == states[:, None, :]) & on[:, :, None] & on[:, None, :]

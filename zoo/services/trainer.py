@@ -372,7 +372,9 @@ class Trainer:
             self.kept_weights[self.version] = [p.detach().clone() for p in self._parameters()]
             oldest = self.version + 1 - self.max_policy_age
             self.kept_weights = {v: w for v, w in self.kept_weights.items() if v >= oldest}
-        kept = torch.zeros(batch.size, batch.mask.shape[1]) if own_forward else None
+        kept = None  # this rank's rows of the one update's log-probs, when they are pi_old
+        if own_forward:
+            kept = torch.zeros(batch.size, batch.mask.shape[1], device=self.device)
         updates = [
             self.step(batch.rows(rows), loss_fn, kept)
             for _ in range(self.config.epochs)
@@ -386,7 +388,7 @@ class Trainer:
             "response_tokens": int(batch.mask.sum()),
         }
         if kept is not None:
-            out["old_logprobs"] = self.parallel.gather_rows(kept.to(self.device)).cpu()
+            out["old_logprobs"] = self.parallel.gather_rows(kept).cpu()
         return out
 
     def step(
@@ -430,7 +432,7 @@ class Trainer:
                 logprobs = self._logprobs(mb, width)
             old = mb.old_logprobs if mb.old_logprobs is not None else logprobs.detach()
             if kept is not None:
-                kept[first : first + mb.size] = old.float().cpu()
+                kept[first : first + mb.size] = old.float()
             train_batch = TrainBatch(
                 logprobs=logprobs,
                 old_logprobs=old,
