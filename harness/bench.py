@@ -20,7 +20,7 @@ from typing import Any
 import pandas as pd
 
 BENCHMARKS = ("rl_step", "generation", "utilisation", "scaling", "sandbox", "board",
-              "evaluation")  # fmt: skip
+              "evaluation", "eval_overlap")  # fmt: skip
 
 TARGETS = {
     "rl_step": "framework overhead over the bare loop at most 15% in synchronous mode "
@@ -36,6 +36,8 @@ TARGETS = {
     "steps (start-up paid once per worker, evaluation a minor share)",
     "evaluation": "adopt one call for greedy and sampled evaluation if it is faster with "
     "the same tokens",
+    "eval_overlap": "the same numbers with the overlap on; make it the default where it "
+    "makes a run faster",
 }
 
 
@@ -64,6 +66,10 @@ def run_benchmark(name: str, root: Path, quick: bool) -> list[dict[str, Any]]:
         from benchmarks.evaluation import evaluation_table
 
         return evaluation_table(root, quick)
+    if name == "eval_overlap":
+        from benchmarks.eval_overlap import eval_overlap_table
+
+        return eval_overlap_table(root, quick)
     from benchmarks.sandbox_bench import sandbox_table
 
     return sandbox_table(n=6 if quick else 40)
@@ -108,7 +114,8 @@ def write_report(sections: dict[str, dict[str, Any]], out: Path) -> Path:
     titles = {"rl_step": "1. RL step throughput", "generation": "2. Generation",
               "utilisation": "3. Training utilisation", "scaling": "4. How cost grows",
               "sandbox": "5. Sandbox executions", "board": "6. Board runs",
-              "evaluation": "7. Evaluation batching"}  # fmt: skip
+              "evaluation": "7. Evaluation batching",
+              "eval_overlap": "8. Evaluation overlapped with training"}  # fmt: skip
     for name in [n for n in BENCHMARKS if n in sections]:
         section = sections[name]
         rows = section["rows"]

@@ -242,13 +242,13 @@ def build_parser() -> argparse.ArgumentParser:
         "bench", help="run the performance benchmarks, write performance.md and plots",
         description="Run the benchmarks under benchmarks/ (RL step against TRL and a bare "
         "torch loop, generation against transformers, training utilisation, cost scaling, "
-        "sandbox, board runs) and write OUT/performance.md, OUT/perf/*.png and "
-        "OUT/perf/bench.json. Takes ~35 minutes on 2 cores (board alone ~20); --quick runs "
-        "tiny settings.",
+        "sandbox, board runs, evaluation batching and overlap) and write OUT/performance.md, "
+        "OUT/perf/*.png and OUT/perf/bench.json. Takes ~40 minutes on 2 cores (board alone "
+        "~20, eval_overlap ~5); --quick runs tiny settings.",
     )  # fmt: skip
     bench.add_argument("--only", action="append", metavar="NAME",
                        help="run only these (repeatable): rl_step, generation, utilisation, "
-                       "scaling, sandbox, board")  # fmt: skip
+                       "scaling, sandbox, board, evaluation, eval_overlap")  # fmt: skip
     bench.add_argument(
         "--out",
         type=Path,

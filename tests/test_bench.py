@@ -36,7 +36,7 @@ def test_every_benchmark_runs_on_tiny_settings(tmp_path, tiny_model_path):
     report = (tmp_path / "performance.md").read_text()
     for title in ("1. RL step throughput", "2. Generation", "3. Training utilisation",
                   "4. How cost grows", "5. Sandbox executions", "6. Board runs",
-                  "7. Evaluation batching"):  # fmt: skip
+                  "7. Evaluation batching", "8. Evaluation overlapped with training"):  # fmt: skip
         assert f"## {title}" in report
     for system in ("forge-zoo, local sync", "bare torch loop", "TRL GRPOTrainer"):
         assert system in report

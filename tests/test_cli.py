@@ -72,7 +72,7 @@ def test_every_run_config_field_is_reachable_from_the_command_line():
         else:
             value = baseline[f.name] / 2 or 1e12
         flag = "--" + f.name.replace("_", "-")
-        extra = ["--placement", "monarch"] if f.name == "mode" else []
+        extra = ["--placement", "monarch"] if f.name in ("mode", "eval_overlap") else []
         cfg = dataclasses.asdict(parse(flag, str(value), *extra))
         assert cfg[f.name] == value, f.name
         moved = {k for k in cfg if cfg[k] != baseline[k]} - {f.name, "placement"}

@@ -140,3 +140,26 @@ def test_warm_start_selects_on_its_own_validation_split_never_the_held_out_one(
     assert len(info["history"]) == 2 and len(evaluated) == 200  # two evaluations of 100
     assert all(p.split == "train" for p in evaluated)
     assert not texts & held_out and not texts & trained and trained
+
+
+def test_eval_overlap_is_refused_where_nothing_can_overlap(loop_for):
+    """eval_overlap on needs the Monarch placement in sync mode (RunConfig.validate), a
+    single-turn env and generators that take requests without waiting (the loop)."""
+    from zoo.run.episodes import EpisodeRollouts
+    from zoo.run.loop import check_eval_overlap
+    from zoo.run.run_config import RunConfig
+
+    for placement, mode in (("local", "sync"), ("monarch", "async")):
+        cfg = RunConfig(eval_overlap="on", placement=placement, mode=mode)
+        with pytest.raises(ConfigError, match=f"eval_overlap on needs .*got placement "
+                                              f"'{placement}', mode '{mode}'"):  # fmt: skip
+            cfg.validate()
+    RunConfig(eval_overlap="on", placement="monarch").validate()  # what it needs
+    with pytest.raises(ConfigError, match=r"unknown eval_overlap 'yes'; valid: off, on"):
+        RunConfig(eval_overlap="yes").validate()
+    loop = loop_for(RunConfig(prompts_per_step=8))
+    with pytest.raises(ConfigError, match="HFGenerator does not"):
+        check_eval_overlap(loop.rollouts, loop.s)
+    episodes = EpisodeRollouts(loop.s, loop.sampling, token_limit=16)
+    with pytest.raises(ConfigError, match=r"needs a single-turn env; .* plays multi-turn"):
+        check_eval_overlap(episodes, loop.s)

@@ -127,6 +127,44 @@ def test_a_save_killed_on_monarch_resumes_to_the_uninterrupted_numbers(
     assert checkpoint.checkpoint_step(out / "checkpoint") == 3
 
 
+@pytest.mark.slow  # ~25 s: a Monarch run and a local one
+def test_an_evaluation_overlapped_with_training_gives_the_same_numbers(tmp_path, monkeypatch):
+    """eval_overlap on: step k's evaluation runs on the generator while the trainer
+    trains step k+1, its record written after. Metrics and kept samples match a local
+    run's (which evaluates in place); the evaluations of the checkpoint's step (3) and the
+    last step (4) run in place, so steps 1 and 2 are the ones sent, during steps 2 and 3."""
+    from zoo.run.runlog import read_samples
+
+    cfg = RunConfig(steps=4, prompts_per_step=16, eval_every=1, checkpoint_every=3,
+                    eval_samples=2, sampled_eval_points=0, device="cpu",
+                    env_config={"eval_size": 50})  # fmt: skip
+    sent: list[int] = []  # the step whose weights each evaluation sent during training had
+    send = RLLoop._submit_eval
+
+    def recorded_send(loop: RLLoop, sampled: bool):
+        sent.append(loop.step_index)
+        return send(loop, sampled)
+
+    monkeypatch.setattr(RLLoop, "_submit_eval", recorded_send)
+    runs = {}
+    for placement, overlap in (("local", "off"), ("monarch", "on")):
+        run_cfg = replace(cfg, placement=placement, eval_overlap=overlap)
+        services = build_services(run_cfg, quiet=True)
+        try:
+            execute_run(run_cfg, tmp_path / placement, services, command="test")
+        finally:
+            services.close()
+        runs[placement] = tmp_path / placement
+    assert sent == [1, 2]
+    local, remote = read_metrics(runs["local"]), read_metrics(runs["monarch"])
+    assert [r["step"] for r in remote] == [0, 1, 2, 3, 4]
+    assert all("eval_pass_at_1" in r for r in remote)
+    assert numbers(local) == numbers(remote)
+    rows = read_samples(runs["monarch"])
+    assert rows == read_samples(runs["local"])
+    assert all(r["policy_version"] == r["step"] for r in rows if r["kind"] == "eval")
+
+
 def parent_pid(pid: int) -> int:
     return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
 

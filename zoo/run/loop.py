@@ -81,6 +81,7 @@ from zoo.envs import Prompt
 from zoo.run.episodes import episode_budget, make_rollouts
 from zoo.run.rollout import (
     EVAL_SEED_OFFSET,
+    CompletionRollouts,
     last_token_rewards,
     rollout_batch,
     sampling_seed,
@@ -101,6 +102,17 @@ SAMPLE_GROUPS = 2
 """Groups (prompts, with all their G completions) per step kept for samples.jsonl."""
 EVAL_SAMPLES = 4
 """Held-out problems per evaluation kept for samples.jsonl (greedy completion, reference)."""
+
+
+@dataclasses.dataclass
+class EvalInFlight:
+    """An evaluation's requests, sent to the generators and not yet answered
+    (``eval_overlap``)."""
+
+    prompts: list[Prompt]
+    greedy: PendingGeneration
+    drawn: PendingGeneration | None  # the n samples per prompt, if this one draws them
+    send_seconds: float
 
 
 class RLLoop:
@@ -138,6 +150,13 @@ class RLLoop:
         self.kept_samples: list[dict[str, Any]] = []
         """Sample rows of the last step and evaluation, not yet handed to ``run``'s
         ``samples`` callback."""
+        self.eval_to_send: bool | None = None
+        """eval_overlap: the evaluation of the last step's weights that the next step sends
+        to the generators once it has sampled (its ``sampled`` argument); None: none."""
+        self.eval_answered: tuple[dict[str, float], list[dict[str, Any]]] | None = None
+        """eval_overlap: that evaluation's record and sample rows, once back."""
+        if cfg.eval_overlap == "on":
+            check_eval_overlap(self.rollouts, services)
 
     def sample_groups(self, n: int) -> tuple[list[Prompt], list[list[Completion]]]:
         """The next ``n`` prompts of the train stream and G completions of each, less any
@@ -286,22 +305,33 @@ class RLLoop:
         self.drawn = []
         if self.greedy_baseline:
             record.update(baseline_metrics(greedy_rewards, greedy_lengths))
+        # eval_overlap: the last step's weights are evaluated while this step trains; the
+        # generators hold those weights until the answer is back (before the sync below)
+        in_flight = self._submit_eval(self.eval_to_send) if self.eval_to_send is not None else None
+        self.eval_to_send = None
         if kept_groups:
             batch = rollout_batch(
                 kept_groups, stack_advantages(kept_adv), torch.stack(kept_in_loss)
             )
             shapes = [(len(c.prompt_ids), len(c.token_ids)) for g in kept_groups for c in g]
             record.update(self.train(batch, shapes))
+        eval_wall = eval_busy = 0.0  # the evaluation's, not this step's
+        if in_flight is not None:
+            waited, busy = time.perf_counter(), s.generator.busy_seconds
+            self.eval_answered = self._collect_eval(in_flight)
+            eval_wall = time.perf_counter() - waited + in_flight.send_seconds
+            eval_busy = s.generator.busy_seconds - busy
+        if kept_groups:
             with ledger.timed("sync"):
                 s.sync_weights()
-        wall = time.perf_counter() - start
+        wall = time.perf_counter() - start - eval_wall
         self.train_seconds += wall
         spent = {k: v - phase_before.get(k, 0.0) for k, v in ledger.seconds.items()}
         # Idle: wall seconds of this step a service was not working for it (the trainer
         # works in old_logprobs, train and in exporting its weights for sync; generator
         # busy time is summed over replicas and counted when its samples arrive).
         trainer_busy = sum(spent.get(p, 0.0) for p in ("old_logprobs", "train", "sync"))
-        generator_busy = s.generator.busy_seconds - busy_before
+        generator_busy = s.generator.busy_seconds - busy_before - eval_busy
         record["trainer_idle_seconds"] = max(0.0, wall - trainer_busy)
         record["generator_busy_seconds"] = generator_busy
         record["generator_idle_seconds"] = max(0.0, wall * s.generator.replicas - generator_busy)
@@ -447,28 +477,67 @@ class RLLoop:
         sampled ones seeded per turn as in training), rewarded by the env, and adds
         eval_turns_mean, eval_tool_calls_mean and eval_tool_success_rate of the greedy
         episodes."""
-        s, n = self.s, self.cfg.eval_samples if sampled else 0
         start = time.perf_counter()
-        prompts = s.env.eval_split(self.cfg.eval_split)
-        encoded = [s.encode(p) for p in prompts]
-        groups = self.rollouts.sample(prompts, encoded, n=1, greedy=True)
-        rewards = self.rollouts.rewards(prompts, groups)
-        record = {"eval_reward": statistics.fmean(rewards)}
-        record.update({f"eval_{k}": v for k, v in self.rollouts.metrics(groups).items()})
-        self.kept_samples += [
-            {"kind": "eval", "index": p.index, "prompt": p.text, "completion": _shown(g[0]),
-             "reference": s.env.reference_answer(p), "reward": float(r),
-             "finish_reason": g[0].finish_reason, "policy_version": g[0].policy_version}
-            for p, g, r in zip(prompts[:EVAL_SAMPLES], groups, rewards, strict=False)
-        ]  # fmt: skip
-        if n:
-            eval_seed = self.cfg.seed + EVAL_SEED_OFFSET
-            seeds = [sampling_seed(eval_seed, i) for i in range(len(prompts))]
-            groups = self.rollouts.sample(prompts, encoded, n, seeds)
-            flat = self.rollouts.rewards(prompts, groups)
-            record.update(sampled_metrics([flat[i * n : (i + 1) * n] for i in range(len(prompts))]))
+        prompts, encoded, n, seeds = self._eval_requests(sampled)
+        greedy = self.rollouts.sample(prompts, encoded, n=1, greedy=True)
+        drawn = self.rollouts.sample(prompts, encoded, n, seeds) if n else None
+        record, rows = self._eval_record(prompts, greedy, drawn)
+        self.kept_samples += rows
         record["eval_seconds"] = time.perf_counter() - start
         return record
+
+    def _eval_requests(self, sampled: bool) -> tuple[list[Prompt], list[list[int]], int, list[int]]:
+        """The held-out prompts, their ids, the samples per prompt (0: greedy only) and
+        their seeds."""
+        s, n = self.s, self.cfg.eval_samples if sampled else 0
+        prompts = s.env.eval_split(self.cfg.eval_split)
+        eval_seed = self.cfg.seed + EVAL_SEED_OFFSET
+        seeds = [sampling_seed(eval_seed, i) for i in range(len(prompts))]
+        return prompts, [s.encode(p) for p in prompts], n, seeds
+
+    def _eval_record(
+        self,
+        prompts: list[Prompt],
+        greedy: list[list[Completion]],
+        drawn: list[list[Completion]] | None,
+    ) -> tuple[dict[str, float], list[dict[str, Any]]]:
+        """An evaluation's record from its greedy completions and, if any, its n sampled
+        completions per prompt; and its sample rows for samples.jsonl."""
+        rewards = self.rollouts.rewards(prompts, greedy)
+        record = {"eval_reward": statistics.fmean(rewards)}
+        record.update({f"eval_{k}": v for k, v in self.rollouts.metrics(greedy).items()})
+        rows = [
+            {"kind": "eval", "index": p.index, "prompt": p.text, "completion": _shown(g[0]),
+             "reference": self.s.env.reference_answer(p), "reward": float(r),
+             "finish_reason": g[0].finish_reason, "policy_version": g[0].policy_version}
+            for p, g, r in zip(prompts[:EVAL_SAMPLES], greedy, rewards, strict=False)
+        ]  # fmt: skip
+        if drawn is not None:
+            n = len(drawn[0])
+            flat = self.rollouts.rewards(prompts, drawn)
+            record.update(sampled_metrics([flat[i * n : (i + 1) * n] for i in range(len(prompts))]))
+        return record, rows
+
+    def _submit_eval(self, sampled: bool) -> EvalInFlight:
+        """Send an evaluation's requests to the generators without waiting for them
+        (``eval_overlap``): the same requests ``evaluate`` makes, greedy and sampled."""
+        start = time.perf_counter()
+        prompts, encoded, n, seeds = self._eval_requests(sampled)
+        generator, sampling = self.s.generator, self.sampling
+        assert isinstance(generator, AsyncGeneratorService)  # (checked in __init__)
+        greedy = generator.submit(encoded, n=1, sampling=sampling, greedy=True)
+        drawn = generator.submit(encoded, n=n, sampling=sampling, seeds=seeds) if n else None
+        return EvalInFlight(prompts, greedy, drawn, time.perf_counter() - start)
+
+    def _collect_eval(self, flight: EvalInFlight) -> tuple[dict[str, float], list[dict[str, Any]]]:
+        """Wait for an evaluation sent by ``_submit_eval``; its record and sample rows.
+        Its ``eval_seconds`` are the wall seconds it added to the run: sending, waiting
+        for what training did not hide, and scoring."""
+        start = time.perf_counter()
+        drawn = flight.drawn.result() if flight.drawn is not None else None
+        record, rows = self._eval_record(flight.prompts, flight.greedy.result(), drawn)
+        record["eval_seconds"] = flight.send_seconds + time.perf_counter() - start
+        return record, rows
 
     def spent(self, step: int) -> float:
         """How much of the run's budget is used, in its unit."""
@@ -519,15 +588,42 @@ class RLLoop:
         cfg, ledger = self.cfg, self.s.ledger
         _, amount = cfg.budget
         history = []
+
+        def write(record: dict[str, Any], rows: list[dict[str, Any]]) -> None:
+            if samples and rows:
+                samples([{"step": record["step"], **row} for row in rows])
+            log(record)
+            history.append(record)
+
+        def close(record: dict[str, Any], rows: list[dict[str, Any]]) -> None:
+            """Write a finished step's samples and record, stop on a non-finite figure,
+            checkpoint and report it."""
+            step = record["step"]
+            write(record, rows)
+            bad = [k for k, v in record.items() if isinstance(v, float) and not math.isfinite(v)]
+            if bad:
+                raise FloatingPointError(f"step {step}: {', '.join(bad)} not finite; stopping")
+            if checkpoint and cfg.checkpoint_every and step % cfg.checkpoint_every == 0:
+                checkpoint(step)
+            if on_step:
+                on_step(record)
+
         if self.step_index == 0:
             first = {"step": 0, "samples": 0, "flops": 0.0, "seconds": 0.0,
                      **self.evaluate(self.sampled_eval_due(0))}  # fmt: skip
-            self._hand_over_samples(0, samples)
-            log(first)
-            history.append(first)
+            write(first, self._taken_rows())
+        waiting: tuple[dict[str, Any], list[dict[str, Any]]] | None = None
+        """eval_overlap: the last step's record and sample rows, written once the
+        evaluation of its weights, sent during this step's training, is back."""
         while self.spent(self.step_index) < amount:
             step = self.step_index + 1
             record = {"step": step, **self.step()}
+            self.step_index = step  # the trainer's state is now this step's
+            if waiting is not None:  # its evaluation ran during this step's training
+                assert self.eval_answered is not None
+                (done, rows), (evaluation, eval_rows) = waiting, self.eval_answered
+                waiting = self.eval_answered = None
+                close({**done, **evaluation}, rows + eval_rows)
             delta = ledger.step_delta()
             record.update(delta)
             record.update(
@@ -541,27 +637,34 @@ class RLLoop:
                     ),
                 }
             )
-            if self.eval_due(step) or self.spent(step) >= amount:
-                record.update(self.evaluate(self.sampled_eval_due(step)))
-            self._hand_over_samples(step, samples)
-            log(record)
-            history.append(record)
-            self.step_index = step  # only now is the step complete (and checkpointable)
-            bad = [k for k, v in record.items() if isinstance(v, float) and not math.isfinite(v)]
-            if bad:
-                raise FloatingPointError(f"step {step}: {', '.join(bad)} not finite; stopping")
-            if checkpoint and cfg.checkpoint_every and step % cfg.checkpoint_every == 0:
-                checkpoint(step)
-            if on_step:
-                on_step(record)
+            last = self.spent(step) >= amount
+            if self.eval_due(step) or last:
+                sampled = self.sampled_eval_due(step)
+                if self._may_defer_eval(step, last, record):
+                    self.eval_to_send = sampled
+                    waiting = (record, self._taken_rows())
+                    continue
+                record.update(self.evaluate(sampled))
+            close(record, self._taken_rows())
         return history
 
-    def _hand_over_samples(
-        self, step: int, samples: Callable[[list[dict[str, Any]]], None] | None
-    ) -> None:
+    def _may_defer_eval(self, step: int, last: bool, record: dict[str, Any]) -> bool:
+        """Does this step's evaluation run during the next step's training (eval_overlap)?
+        Not at the last step (there is no next one), nor at a checkpoint's step (a
+        checkpoint never holds a step whose record is not written), nor after a
+        non-finite figure (the run stops there)."""
+        cfg = self.cfg
+        return (
+            cfg.eval_overlap == "on"
+            and not last
+            and not (cfg.checkpoint_every and step % cfg.checkpoint_every == 0)
+            and all(math.isfinite(v) for v in record.values() if isinstance(v, float))
+        )
+
+    def _taken_rows(self) -> list[dict[str, Any]]:
+        """The sample rows kept since last taken (``kept_samples``), now handed over."""
         rows, self.kept_samples = self.kept_samples, []
-        if samples and rows:
-            samples([{"step": step, **row} for row in rows])
+        return rows
 
     def state(self) -> dict[str, Any]:
         """Everything needed to continue this run exactly (with the trainer's state)."""
@@ -587,6 +690,22 @@ class RLLoop:
         for name in ("flops", "tokens", "seconds"):
             getattr(ledger, name).update(state["ledger"][name])
         ledger.step_delta()  # the next step's delta starts from the restored totals
+
+
+def check_eval_overlap(rollouts: object, services: Services) -> None:
+    """Refuse ``eval_overlap`` on for what it cannot overlap: a multi-turn env's evaluation
+    is episodes, each a conversation of calls (not requests sent at once), and an
+    in-process generator cannot take requests while this process trains."""
+    if not isinstance(rollouts, CompletionRollouts):
+        raise ConfigError(
+            f"eval_overlap on needs a single-turn env; {services.env.name!r} plays "
+            "multi-turn episodes, whose evaluation runs in place: use --eval-overlap off"
+        )
+    if not isinstance(services.generator, AsyncGeneratorService):
+        raise ConfigError(
+            "eval_overlap on needs generators that take requests without waiting "
+            f"(the Monarch placement's); {type(services.generator).__name__} does not"
+        )
 
 
 def check_greedy_baseline(cfg: RunConfig, algorithm: Algorithm) -> None:

@@ -41,6 +41,8 @@ DEVICES = ("auto", "cpu", "cuda")
 """Where the trainer, reference and generator run (RunConfig.device)."""
 EVAL_SPLITS = ("heldout", "validation")
 """What a run evaluates on (RunConfig.eval_split)."""
+EVAL_OVERLAPS = ("off", "on")
+"""Whether an evaluation runs while the trainer trains the next step (RunConfig.eval_overlap)."""
 LONG_PROMPTS = ("refuse", "truncate-left")
 """What a run does with a prompt longer than the context leaves for it (RunConfig)."""
 CHOICES: dict[str, tuple[str, ...]] = {
@@ -54,6 +56,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "long_prompts": LONG_PROMPTS,
     "lr_schedule": LR_SCHEDULES,
     "eval_split": EVAL_SPLITS,
+    "eval_overlap": EVAL_OVERLAPS,
     "old_logprob_pass": OLD_LOGPROB_PASSES,
 }
 """The valid values of RunConfig's string fields that have a fixed set: ``validate`` and
@@ -239,6 +242,14 @@ class EvaluationSection:
     eval_points: int = 8
     """With a budget: evaluate when 1/K, 2/K, ... K/K of it is spent (same points for all
     algorithms; evaluation is not charged to the budget)."""
+    eval_overlap: str = "off"
+    """on: the evaluation of step k's weights runs on the generators while the trainer
+    trains step k+1, and step k's record is written when it is back. The same numbers as
+    off (tested): the generators keep step k's weights until it is back, and its samples
+    are seeded per problem. Needs --placement monarch (the generators in processes of
+    their own), sync mode and a single-turn env; the evaluations of a checkpoint's step
+    and of the last step run in place, so a checkpoint never holds a step without its
+    record. It does not change what a run computes, so a resume may change it."""
 
     def validate(self) -> None:
         for name in ("eval_every", "eval_points"):
@@ -256,10 +267,11 @@ class EvaluationSection:
                 "sampled_eval_points must be >= 0 (0: every evaluation): "
                 f"{self.sampled_eval_points}"
             )
-        if self.eval_split not in EVAL_SPLITS:
-            raise ConfigError(
-                f"unknown eval_split {self.eval_split!r}; valid: {', '.join(EVAL_SPLITS)}"
-            )
+        for name, valid in (("eval_split", EVAL_SPLITS), ("eval_overlap", EVAL_OVERLAPS)):
+            if getattr(self, name) not in valid:
+                raise ConfigError(
+                    f"unknown {name} {getattr(self, name)!r}; valid: {', '.join(valid)}"
+                )
 
 
 @dataclass
@@ -379,6 +391,13 @@ class RunConfig(
                 check_number(value, f.name, RUN_LIMITS.get(f.name))
         for _, section in SECTIONS:
             section.validate(self)
+        if self.eval_overlap == "on" and (self.placement != "monarch" or self.mode != "sync"):
+            raise ConfigError(
+                f"eval_overlap on needs --placement monarch and --mode sync (got placement "
+                f"{self.placement!r}, mode {self.mode!r}): the evaluation runs on the "
+                "generators while the trainer, in its own process, trains the next step; "
+                "async mode keeps the generators busy with the next batches instead"
+            )
         if self.mini_batches > self.prompts_per_step:
             raise ConfigError(
                 f"mini_batches {self.mini_batches} > prompts_per_step {self.prompts_per_step}: "
@@ -431,7 +450,7 @@ PREDATES_REGIME = ("mini_batches", "epochs")
 """Run-config fields whose absence marks a run recorded before several updates per
 rollout batch (RunConfig.from_record)."""
 
-NOT_DEFINING = ("report_to",)
+NOT_DEFINING = ("report_to", "eval_overlap")
 """Run-config fields that do not change what a run computes: a resume may change them, and
 leaderboard rows are grouped without them."""
 

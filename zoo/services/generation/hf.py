@@ -6,7 +6,8 @@ version, and the same text for the same tokens; the same sampling distribution
 (tests/test_hf_generator.py).
 
 Each sample has its own seeded generator (SeededSampling), as each vLLM request does, so
-a sample does not depend on the batch it is drawn in; the samples themselves differ from
+a sample does not depend on the batch it is drawn in (its log-probs, on some CPUs, to
+float32 rounding: tests/test_hf_generator.py); the samples themselves differ from
 vLLM's (another way of drawing). Differences, stated plainly: prompts are left-padded into
 one batch, and there is no prefix cache, so a multi-turn episode's later turns are
 computed, and charged, in full.
@@ -44,7 +45,9 @@ class HFGenerator:
         # On CPU, torch's fused attention rounds differently with 1 and 2 threads (2.6e-6
         # in a tiny model's log-probs), so a run of `compare --jobs 2` (one thread per
         # worker) would not reproduce in a process with two; eager attention does not
-        # depend on the thread count, and is as fast at the sizes this backend runs on CPU.
+        # depend on the thread count on the AMD EPYC class, and is as fast at the sizes this
+        # backend runs on CPU. (On an Intel Xeon the matmuls still move log-probs by ~1e-6
+        # with the thread count and batch rows; `reproduce` runs with the recorded threads.)
         attention = "eager" if torch.device(device).type == "cpu" else None
         if init == "random":
             self.model = AutoModelForCausalLM.from_config(
