@@ -21,17 +21,13 @@ start-up and bookkeeping add).
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
-REPO = Path(__file__).resolve().parents[1]
+from benchmarks.common import timed_harness
 
 
 @dataclass(frozen=True)
@@ -60,15 +56,9 @@ def run_compare(board: Board, out: Path, quick: bool) -> tuple[float, list[Path]
     flags = list(board.flags)
     if quick:  # (the last of a repeated flag wins; --steps replaces the budget)
         flags = [f for f in flags if f not in ("--budget", "4e12")] + list(QUICK_FLAGS)
-    command = [sys.executable, "-m", "harness", "compare", "grpo", "--seeds", "2",
-               "--jobs", "1", "--quiet", "--env", board.env, "--model", board.model,
-               *flags, "--out", str(out)]  # fmt: skip
-    start = time.perf_counter()
-    done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, check=False,
-                          env={**os.environ, "TQDM_DISABLE": "1"})  # fmt: skip
-    elapsed = time.perf_counter() - start
-    if done.returncode != 0:
-        raise RuntimeError(f"{' '.join(command)} failed:\n{done.stderr[-3000:]}")
+    elapsed = timed_harness("compare", "grpo", "--seeds", "2", "--jobs", "1", "--quiet",
+                            "--env", board.env, "--model", board.model, *flags,
+                            "--out", str(out))  # fmt: skip
     return elapsed, sorted((out / "runs").iterdir())
 
 

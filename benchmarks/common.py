@@ -8,6 +8,8 @@ import json
 import os
 import platform
 import statistics
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -61,6 +63,22 @@ def model_dir(name: str, root: Path) -> tuple[Path, str]:
 
         return tiny_model_path(), "pretrained"
     return random_model_dir(name, root), "random"
+
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def timed_harness(*args: str) -> float:
+    """Wall seconds of one ``python -m harness ARGS`` subprocess (no progress bars); its
+    stderr's tail in the error if it fails."""
+    command = [sys.executable, "-m", "harness", *args]
+    start = time.perf_counter()
+    done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, check=False,
+                          env={**os.environ, "TQDM_DISABLE": "1"})  # fmt: skip
+    elapsed = time.perf_counter() - start
+    if done.returncode != 0:
+        raise RuntimeError(f"{' '.join(command)} failed:\n{done.stderr[-3000:]}")
+    return elapsed
 
 
 def seconds(fn: Callable[[], object], repeats: int, warmup: int = 1) -> float:

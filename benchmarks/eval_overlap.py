@@ -17,15 +17,11 @@ run over this one's.
 from __future__ import annotations
 
 import json
-import os
 import statistics
-import subprocess
-import sys
-import time
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
+from benchmarks.common import timed_harness
 
 BOARD_FLAGS = ("--budget", "2e12")
 """The tiny arithmetic board's run (its other settings are the defaults)."""
@@ -37,15 +33,9 @@ QUICK_FLAGS = ("--steps", "4", "--prompts-per-step", "8", "--eval-every", "1",
 
 def timed_run(overlap: str, out: Path, quick: bool) -> tuple[float, list[dict[str, Any]]]:
     """Wall seconds of one ``harness run`` and its metrics."""
-    command = [sys.executable, "-m", "harness", "run", "grpo", "--placement", "monarch",
-               "--eval-overlap", overlap, *(QUICK_FLAGS if quick else BOARD_FLAGS),
-               "--quiet", "--out", str(out)]  # fmt: skip
-    start = time.perf_counter()
-    done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, check=False,
-                          env={**os.environ, "TQDM_DISABLE": "1"})  # fmt: skip
-    elapsed = time.perf_counter() - start
-    if done.returncode != 0:
-        raise RuntimeError(f"{' '.join(command)} failed:\n{done.stderr[-3000:]}")
+    flags = QUICK_FLAGS if quick else BOARD_FLAGS
+    elapsed = timed_harness("run", "grpo", "--placement", "monarch", "--eval-overlap", overlap,
+                            *flags, "--quiet", "--out", str(out))  # fmt: skip
     lines = (out / "metrics.jsonl").read_text().splitlines()
     return elapsed, [json.loads(line) for line in lines]
 
