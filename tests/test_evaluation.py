@@ -163,3 +163,12 @@ def test_eval_overlap_is_refused_where_nothing_can_overlap(loop_for):
     episodes = EpisodeRollouts(loop.s, loop.sampling, token_limit=16)
     with pytest.raises(ConfigError, match=r"needs a single-turn env; .* plays multi-turn"):
         check_eval_overlap(episodes, loop.s)
+
+
+def test_a_record_names_its_non_finite_figures():
+    # The loop stops at a step with one (and never defers that step's evaluation).
+    from zoo.run.loop import non_finite
+
+    record = {"step": 3, "loss": float("nan"), "kl": float("inf"), "reward": 0.5, "kind": "x"}
+    assert non_finite(record) == ["loss", "kl"]
+    assert non_finite({"step": 3, "reward": 0.5}) == []

@@ -600,8 +600,7 @@ class RLLoop:
             checkpoint and report it."""
             step = record["step"]
             write(record, rows)
-            bad = [k for k, v in record.items() if isinstance(v, float) and not math.isfinite(v)]
-            if bad:
+            if bad := non_finite(record):
                 raise FloatingPointError(f"step {step}: {', '.join(bad)} not finite; stopping")
             if checkpoint and cfg.checkpoint_every and step % cfg.checkpoint_every == 0:
                 checkpoint(step)
@@ -658,7 +657,7 @@ class RLLoop:
             cfg.eval_overlap == "on"
             and not last
             and not (cfg.checkpoint_every and step % cfg.checkpoint_every == 0)
-            and all(math.isfinite(v) for v in record.values() if isinstance(v, float))
+            and not non_finite(record)
         )
 
     def _taken_rows(self) -> list[dict[str, Any]]:
@@ -690,6 +689,11 @@ class RLLoop:
         for name in ("flops", "tokens", "seconds"):
             getattr(ledger, name).update(state["ledger"][name])
         ledger.step_delta()  # the next step's delta starts from the restored totals
+
+
+def non_finite(record: dict[str, Any]) -> list[str]:
+    """The names of a step record's figures that are NaN or infinite (the run stops there)."""
+    return [k for k, v in record.items() if isinstance(v, float) and not math.isfinite(v)]
 
 
 def check_eval_overlap(rollouts: object, services: Services) -> None:
