@@ -734,27 +734,35 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 def cmd_tune(args: argparse.Namespace) -> int:
     from harness.experiment import check_experiment_folder, preflight, run_experiment
-    from harness.tuning import SWEEP, load_plan, tuning_configs, write_selection
+    from harness.tuning import SWEEP, extend_edges, load_plan, tuning_configs, write_selection
 
     plan = load_plan(args.plan)
-    cfgs = tuning_configs(plan)
     if args.only:
         unknown = sorted(set(args.only) - set(plan.algorithms))
         if unknown:
             raise ConfigError(f"--only {unknown[0]}: not in the plan ({plan.algorithms})")
-    todo = [c for c in cfgs if not args.only or c.algorithm in args.only]
     if args.jobs < 1:
         raise ConfigError(f"--jobs must be >= 1, got {args.jobs}")
     check_experiment_folder(args.out, args.resume)
-    plans = preflight(todo)
-    with routed_to(args.out / LOG_NAME, args.verbose):
-        run_experiment(todo, args.out, command_line(), args.resume, quiet=args.quiet,
-                       jobs=args.jobs, plans=plans if args.jobs == 1 else None)  # fmt: skip
-    try:
-        write_selection(args.out, plan)
-    except ConfigError as exc:
-        print(f"no selection yet: {exc}")
-        return 0
+    resume, extended = args.resume, {}
+    while True:  # the grid, then each edge extension (TunePlan.extend) until none is due
+        todo = [c for c in tuning_configs(plan) if not args.only or c.algorithm in args.only]
+        plans = preflight(todo)
+        with routed_to(args.out / LOG_NAME, args.verbose):
+            run_experiment(todo, args.out, command_line(), resume, quiet=args.quiet,
+                           jobs=args.jobs, plans=plans if args.jobs == 1 else None)  # fmt: skip
+        resume = True  # the runs so far stay; only new settings run
+        try:
+            selection = write_selection(args.out, plan, extended)
+        except ConfigError as exc:
+            print(f"no selection yet: {exc}")
+            return 0
+        added = extend_edges(plan, selection)
+        if not added:
+            break
+        for algorithm, values in added.items():
+            extended.setdefault(algorithm, []).extend(values)
+            print(f"{algorithm}: chose the grid's edge; adding {', '.join(values)}")
     print(f"wrote {args.out / 'selection.json'} and {args.out / SWEEP}")
     return 0
 

@@ -46,6 +46,7 @@ PLAN_KEYS = {
     "env_config",
     "arms",
     "require_acting",
+    "extend",
 }
 IN_BAND_MOST_STEPS = 0.5
 """A setting's mechanism acts when its acting share lies in the band (1-50% of its units,
@@ -79,6 +80,12 @@ class TunePlan:
     """Select among the settings whose mechanism acts (``IN_BAND_MOST_STEPS``); an
     algorithm with no such setting, or no mechanism, selects among all, and sweep.md says
     so. A board whose rows must show their mechanisms at work sets it."""
+    extend: dict[str, list[float]] = field(default_factory=dict)
+    """Axis -> [lowest, highest] value it may reach: where an algorithm's chosen value of
+    that axis is the smallest or largest its grid tried, the sweep adds the next value
+    outward (the grid's own ratio between neighbours) and runs it, until the choice is
+    interior or the next value would pass the bound (``extend_edges``). Only for grids
+    given as axes (a product), and the same rule for every algorithm."""
     grids: dict[str, dict[str, list] | list[dict[str, Any]]] = field(default_factory=dict)
     """Algorithm (or "default") -> either axis -> values (the settings are their product)
     or a list of settings (tables of values), for constants that move together."""
@@ -145,7 +152,9 @@ def load_plan(path: Path) -> TunePlan:
                     seed_start=int(raw.get("seed_start", 100)), run=dict(raw.get("run", {})),
                     env_config=dict(raw.get("env_config", {})), grids=grids,
                     arms=list(raw.get("arms", [])),
-                    require_acting=bool(raw.get("require_acting", False)))  # fmt: skip
+                    require_acting=bool(raw.get("require_acting", False)),
+                    extend={k: [float(v) for v in b]
+                            for k, b in raw.get("extend", {}).items()})  # fmt: skip
     known = ALGORITHMS.names()
     for name in plan.algorithms:
         if name not in known:
@@ -163,6 +172,16 @@ def load_plan(path: Path) -> TunePlan:
                     f"tuning plan {path}: {arm} has {len(settings)} settings, the plan gives "
                     f"every algorithm {plan.settings} (the same tuning budget for all)"
                 )
+    for axis, bounds in plan.extend.items():
+        if len(bounds) != 2 or not 0 < bounds[0] < bounds[1]:
+            raise ConfigError(f"tuning plan {path}: extend.{axis} must be [lowest, highest] with "
+                              f"0 < lowest < highest, got {bounds}")  # fmt: skip
+        for name in plan.algorithms:
+            grid = plan.grids.get(name, plan.grids.get("default"))
+            if not isinstance(grid, dict) or len(grid.get(axis, [])) < 2:
+                raise ConfigError(f"tuning plan {path}: extend.{axis} needs every algorithm's "
+                                  f"grid to give {axis} as an axis of two or more values "
+                                  f"({name}'s does not)")  # fmt: skip
     bad = set(plan.run) & set(NOT_IN_PLAN_RUN)
     if bad:
         raise ConfigError(f"tuning plan {path}: [run] cannot set {sorted(bad)}")
@@ -231,7 +250,8 @@ def select(out: Path, plan: TunePlan) -> dict[str, Any]:
         pool = eligible or list(range(len(rows)))
         best = max(pool, key=lambda i: (rows[i]["validation_headline"], -i))
         chosen[algorithm] = {"setting": rows[best]["setting"], "sweep": rows,
-                             "acts": rows[best]["acts"]}  # fmt: skip
+                             "acts": rows[best]["acts"],
+                             "runner_up": runner_up_gap(rows, best)}  # fmt: skip
     return {
         "env": plan.env, "model": plan.model, "split": "validation",
         "seeds": list(range(plan.seed_start, plan.seed_start + plan.seeds)),
@@ -244,6 +264,53 @@ def select(out: Path, plan: TunePlan) -> dict[str, Any]:
         "require_acting": plan.require_acting,
         "algorithms": chosen,
     }  # fmt: skip
+
+
+def extend_edges(plan: TunePlan, selection: dict[str, Any]) -> dict[str, list[str]]:
+    """Grow ``plan``'s grids where the selection chose an extendable axis's smallest or
+    largest value (``TunePlan.extend``): that algorithm's axis gains the next value outward,
+    the grid's ratio between its two outermost neighbours away, unless it passes the
+    bound. Returns algorithm -> the values added (empty: every choice interior or capped),
+    after which the sweep runs the new settings and selects again."""
+    added: dict[str, list[str]] = {}
+    for algorithm, entry in selection["algorithms"].items():
+        grid = plan.grids.get(algorithm, plan.grids.get("default"))
+        if "@" in algorithm or not isinstance(grid, dict):
+            continue
+        for axis, (lowest, highest) in plan.extend.items():
+            values = sorted(float(v) for v in grid[axis])
+            chosen = float(entry["setting"][axis])
+            if chosen == values[0]:
+                new = values[0] * values[0] / values[1]
+            elif chosen == values[-1]:
+                new = values[-1] * values[-1] / values[-2]
+            else:
+                continue
+            if not lowest * (1 - 1e-9) <= new <= highest * (1 + 1e-9):
+                continue
+            grid = {**grid, axis: sorted([*grid[axis], new])}
+            plan.grids[algorithm] = grid
+            added.setdefault(algorithm, []).append(f"{axis}={value_text(new)}")
+    return added
+
+
+def runner_up_gap(rows: list[dict[str, Any]], best: int) -> dict[str, Any] | None:
+    """The chosen setting against the next best, seed by seed (every setting runs the
+    same tuning seeds): the mean difference with its 95% paired t-interval, and whether the
+    interval holds 0 ("within noise": these seeds cannot tell the two apart)."""
+    from harness.stats import t_interval
+
+    others = [i for i in range(len(rows)) if i != best]
+    if not others:
+        return None
+    second = max(others, key=lambda i: (rows[i]["validation_headline"], -i))
+    a = [float(v) for v in str(rows[best]["per_seed"]).split()]
+    b = [float(v) for v in str(rows[second]["per_seed"]).split()]
+    if len(a) != len(b) or len(a) < 2:
+        return None
+    mean, low, high = t_interval([x - y for x, y in zip(a, b, strict=True)])
+    return {"runner_up": rows[second]["setting"], "difference": mean, "ci_low": low,
+            "ci_high": high, "within_noise": bool(low <= 0 <= high)}  # fmt: skip
 
 
 def _number(value: Any) -> float | None:
@@ -272,6 +339,12 @@ def sweep_markdown(selection: dict[str, Any]) -> str:
     def pct(value: float | None) -> str:
         return "n/a" if value is None else f"{value:.2%}"
 
+    if selection.get("extend"):
+        bounds = ", ".join(f"{k} within [{lo:g}, {hi:g}]" for k, (lo, hi) in
+                           selection["extend"].items())  # fmt: skip
+        added = "; ".join(f"{a}: {', '.join(v)}" for a, v in selection.get("extended", {}).items())
+        lines[4:4] = [f"A choice on the grid's edge extends it outward ({bounds}); added: "
+                      f"{added or 'none'}.", ""]  # fmt: skip
     for algorithm, entry in selection["algorithms"].items():
         edges = grid_edges(entry)
         for row in entry["sweep"]:
@@ -287,7 +360,22 @@ def sweep_markdown(selection: dict[str, Any]) -> str:
                 f"| {pct(row['mechanism_in_band_steps'])} | {pct(row['grad_clip_frac'])} "
                 f"| {mark} |"
             )
+    notes = [runner_up_text(a, e["runner_up"]) for a, e in selection["algorithms"].items()
+             if e.get("runner_up")]  # fmt: skip
+    if notes:
+        lines += ["", "Chosen against the runner-up (paired over the tuning seeds, 95% "
+                  "t-interval of the difference):", "", *notes]  # fmt: skip
     return "\n".join(lines) + "\n"
+
+
+def runner_up_text(algorithm: str, gap: dict[str, Any]) -> str:
+    setting = ", ".join(f"{k}={v}" for k, v in gap["runner_up"].items())
+    verdict = ("**within noise**: these seeds cannot tell them apart" if gap["within_noise"]
+               else "separated")  # fmt: skip
+    return (
+        f"- {algorithm}: {gap['difference']:+.3f} [{gap['ci_low']:+.3f}, "
+        f"{gap['ci_high']:+.3f}] over {setting}; {verdict}"
+    )
 
 
 def grid_edges(entry: dict[str, Any]) -> list[str]:
@@ -305,8 +393,14 @@ def grid_edges(entry: dict[str, Any]) -> list[str]:
     return edges
 
 
-def write_selection(out: Path, plan: TunePlan) -> dict[str, Any]:
+def write_selection(
+    out: Path, plan: TunePlan, extended: dict[str, list[str]] | None = None
+) -> dict[str, Any]:
+    """select(), with the grid extensions made so far (algorithm -> settings added), to
+    selection.json and sweep.md."""
     selection = select(out, plan)
+    selection["extended"] = extended or {}
+    selection["extend"] = plan.extend
     (out / SELECTION).write_text(json.dumps(selection, indent=2) + "\n")
     (out / SWEEP).write_text(sweep_markdown(selection))
     return selection

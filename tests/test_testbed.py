@@ -1,12 +1,13 @@
-"""The testbed gives every mechanism purchase: a short run of every built-in on
-running_sum from the shipped tiny-sum start (at its paper's constants, except the two that
-act on nothing here, at the constant the tuning plan tries instead) changes the gradient of
-a nonzero share of the units its mechanism governs without governing them all, and its
-answers are tens of tokens. Slow: 14 short runs in three compares (a few minutes)."""
+"""The running_sum testbed at the papers' constants: every built-in runs there as its paper
+wrote it, reports how much its mechanism acted (whatever that is: nothing is forced into a
+band), answers in tens of tokens, and about half of the groups carry a gradient from the
+start (tiny-sum samples at temperature 0.7 for that; zoo/run/run_config.py). Slow: one
+short compare of every built-in (a few minutes)."""
 
 from __future__ import annotations
 
 import json
+import math
 import statistics
 
 import pytest
@@ -16,51 +17,43 @@ from harness.tuning import load_plan
 from zoo.algorithms import ALGORITHMS, list_algorithms
 
 PLAN = REPO / "configs" / "tune" / "running_sum.toml"
-SATURATED = 0.5
 
 
-INERT_AT_PAPER = {"cispo": ["eps_high=0.006"], "sapo": ["tau_pos=100", "tau_neg=105"]}
-"""Mechanisms whose paper constant acts on no token of the testbed at its default settings
-(measured: CISPO's cap at eps_high 4, ratios stay below 5; SAPO's gate at tau 1 cuts
-0.04% of tokens), run at the constant the tuning plan tries instead."""
-
-
-def test_the_inert_constants_are_those_the_tuning_plan_tries():
+def test_the_tuning_plan_tunes_only_the_learning_rate_over_one_grid_for_all():
     plan = load_plan(PLAN)
-    for name, sets in INERT_AT_PAPER.items():
-        tried = {f"{k}={v}" for s in plan.grid_of(name) for k, v in s.items() if k != "lr"}
-        assert set(sets) <= tried, (name, tried)
+    grids = {tuple(sorted(s.items())) for a in plan.algorithms for s in plan.grid_of(a)}
+    assert {k for g in grids for k, _ in g} == {"lr"}  # the papers' constants otherwise
+    assert {tuple(tuple(s.items()) for s in plan.grid_of(a)) for a in plan.algorithms} == {
+        tuple(tuple(s.items()) for s in plan.grid_of(plan.algorithms[0]))
+    }
+    assert not plan.require_acting and "lr" in plan.extend
 
 
 @pytest.mark.slow
-def test_every_mechanism_acts_on_some_units_and_governs_none_entirely(tmp_path):
+def test_every_built_in_at_its_papers_constants_reports_what_acts(tmp_path):
     built_ins = [n for n in list_algorithms() if ALGORITHMS.load(n).family != "control"]
-    assert set(built_ins) == set(load_plan(PLAN).algorithms)  # the plan tunes them all
     short = ["--env", "running_sum", "--model", "tiny-sum", "--seeds", "1",
-             "--budget-samples", "512", "--prompts-per-step", "16", "--eval-points", "1",
+             "--budget-samples", "1024", "--prompts-per-step", "64", "--eval-points", "1",
              "--eval-samples", "0", "--env-set", "eval_size=32", "--quiet"]  # fmt: skip
-    for name, sets in INERT_AT_PAPER.items():
-        flags = [a for kv in sets for a in ("--set", kv)]
-        result = run_harness("compare", name, *short, *flags, "--out", str(tmp_path / name),
-                             cwd=tmp_path, timeout=1200)  # fmt: skip
-        assert result.returncode == 0, result.stderr[-3000:]
-    plain = [n for n in built_ins if n not in INERT_AT_PAPER]
-    result = run_harness("compare", *plain, *short, "--out", str(tmp_path / "plain"),
-                         cwd=tmp_path, timeout=1800)  # fmt: skip
+    result = run_harness("compare", *built_ins, *short, "--out", str(tmp_path / "all"),
+                         cwd=tmp_path, timeout=2400)  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
+    informative = []
     for name in built_ins:
-        folder = tmp_path / (name if name in INERT_AT_PAPER else "plain") / "runs"
-        metrics = folder / f"{name}__running_sum__seed0" / "metrics.jsonl"
+        metrics = tmp_path / "all" / "runs" / f"{name}__running_sum__seed0" / "metrics.jsonl"
         records = [json.loads(line) for line in metrics.read_text().splitlines()]
         steps = [r for r in records if r["step"] > 0]
-        assert len(steps) >= 2, name  # (dapo: dynamic sampling spends the budget sooner)
+        assert steps, name
+        assert json.loads((metrics.parent / "config.json").read_text())["run"]["temperature"] == 0.7
         lengths = [r["response_len_mean"] for r in steps]
         assert 10 < statistics.fmean(lengths) < 64, (name, lengths)
-        cls = ALGORITHMS.load(name)
-        shares = cls.acting_shares()
+        informative.append(steps[0]["informative_group_frac"])
+        shares = ALGORITHMS.load(name).acting_shares()
         if not shares:  # gpg: no ratio, no clip, nothing declared
             assert name == "gpg"
             continue
-        acting = [sum(r[m] for m in shares) for r in steps]
-        assert max(acting) > 0, f"{name}: {shares} never acted: {acting}"
-        assert max(acting) < SATURATED, f"{name}: {shares} saturated: {acting}"
+        for r in steps:  # reported every step, a share of units, whatever its size
+            total = sum(r[m] for m in shares)
+            assert math.isfinite(total) and 0 <= total <= 1, (name, shares, r)
+    # about half the groups of the first step carry a gradient (256 prompts: 0.51)
+    assert statistics.fmean(informative) > 0.4, informative

@@ -15,7 +15,15 @@ import torch
 from harness_cli import REPO, run_harness
 
 from harness.controls import CONTROL_SEED_OFFSET, board_power, control_configs, control_verdicts
-from harness.tuning import apply_setting, load_plan, select, sweep_markdown, tuning_configs
+from harness.tuning import (
+    apply_setting,
+    extend_edges,
+    load_plan,
+    runner_up_gap,
+    select,
+    sweep_markdown,
+    tuning_configs,
+)
 from zoo.algorithms import get_algorithm
 from zoo.core.config import ConfigError
 from zoo.core.types import TrainBatch
@@ -312,3 +320,63 @@ def test_each_arm_of_an_ablation_is_tuned_and_selected_on_its_own(tmp_path):
     )
     with pytest.raises(ConfigError, match="grpo@mini_batches=4 has 5 settings"):
         load_plan(write_plan(tmp_path, unfair))
+
+
+EXTENDING = """
+env = "running_sum"
+model = "tiny-sum"
+algorithms = ["grpo", "dapo", "gspo"]
+seeds = 2
+settings = 3
+
+[grid.default]
+lr = [1e-5, 2e-5, 4e-5]
+
+[extend]
+lr = [5e-6, 4e-5]
+"""
+
+
+def _chosen(lr: str) -> dict:
+    return {"setting": {"lr": lr}, "sweep": []}
+
+
+def test_a_choice_on_the_grids_edge_extends_it_outward_up_to_the_bound(tmp_path):
+    plan = load_plan(write_plan(tmp_path, EXTENDING))
+    selection = {"algorithms": {"grpo": _chosen("1e-05"), "dapo": _chosen("2e-05"),
+                                "gspo": _chosen("4e-05")}}  # fmt: skip
+    added = extend_edges(plan, selection)
+    # grpo at the low edge gains 5e-6 (the grid's factor of 2); dapo is interior; gspo's
+    # next value, 8e-5, passes the bound of 4e-5
+    assert added == {"grpo": ["lr=5e-06"]}
+    assert [s["lr"] for s in plan.grid_of("grpo")] == ["5e-06", "1e-05", "2e-05", "4e-05"]
+    assert [s["lr"] for s in plan.grid_of("dapo")] == ["1e-05", "2e-05", "4e-05"]
+    assert len(tuning_configs(plan)) == (4 + 3 + 3) * 2
+    selection["algorithms"]["grpo"] = _chosen("5e-06")  # the bound itself: no further
+    assert extend_edges(plan, selection) == {}
+
+
+def test_an_extension_needs_the_axis_in_every_grid(tmp_path):
+    bad = EXTENDING.replace("[extend]", "[grid.gspo]\neps_high = [4e-4, 4e-3]\n\n[extend]")
+    bad = bad.replace("settings = 3", "settings = 2").replace(
+        "lr = [1e-5, 2e-5, 4e-5]", "lr = [1e-5, 2e-5]"
+    )
+    with pytest.raises(ConfigError, match="gspo's does not"):
+        load_plan(write_plan(tmp_path, bad))
+
+
+def test_the_runner_up_within_noise_is_said():
+    def row(lr: str, mean: float, seeds: str) -> dict:
+        return {"setting": {"lr": lr}, "validation_headline": mean, "per_seed": seeds}
+
+    rows = [
+        row("1e-05", 0.40, "0.41 0.38 0.41"),
+        row("2e-05", 0.39, "0.39 0.39 0.39"),
+        row("4e-05", 0.30, "0.30 0.31 0.29"),
+    ]
+    close = runner_up_gap(rows, 0)
+    assert close["runner_up"] == {"lr": "2e-05"} and close["within_noise"]
+    assert close["difference"] == pytest.approx(0.01)
+    rows[1]["per_seed"], rows[1]["validation_headline"] = "0.31 0.28 0.31", 0.30
+    rows[2]["validation_headline"] = 0.29
+    assert not runner_up_gap(rows, 0)["within_noise"]  # 0.10 lower on every seed

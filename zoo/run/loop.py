@@ -253,6 +253,7 @@ class RLLoop:
         response_lengths: list[int] = []
         greedy_rewards: list[float] = []
         greedy_lengths: list[int] = []
+        informative = drawn_groups = 0  # groups whose task rewards differ: they carry gradient
         rounds = 0
         while len(kept_groups) < cfg.prompts_per_step and rounds < cfg.max_sampling_rounds:
             rounds += 1
@@ -262,6 +263,8 @@ class RLLoop:
             rewards = torch.tensor(flat).view(len(groups), cfg.group_size)
             ledger.add("score", tokens=sum(len(c.token_ids) for g in groups for c in g))
             task_rewards += rewards.flatten().tolist()
+            informative += int((rewards.amax(dim=1) > rewards.amin(dim=1)).sum())
+            drawn_groups += len(groups)
             # an episode's length is every token after its prompt, observations included,
             # against its token limit (self.budget)
             lengths = torch.tensor([[len(c.token_ids) for c in g] for g in groups])
@@ -297,6 +300,7 @@ class RLLoop:
             "reward_std": statistics.pstdev(task_rewards),
             "sampling_rounds": rounds,
             "kept_groups": len(kept_groups),
+            "informative_group_frac": informative / drawn_groups,
             "masked_responses": int(sum((~m).sum() for m in kept_in_loss)),
             **length_metrics(response_lengths, task_rewards),
         }

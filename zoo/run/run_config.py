@@ -469,10 +469,11 @@ REAL_MODEL_DEFAULTS = {
     "mini_batches": 4,
     "epochs": 1,
     "grad_clip": 1.0,
+    "temperature": 1.0,
 }
 """Where a run of a real model starts when the command line does not say: the scale of
-published GRPO/DAPO recipes for 1-8B models (lr 1e-6, G = 8 or 16, responses of ~1k
-tokens for GSM8K-level math), cut to a batch one GPU node handles, trained in 4
+published GRPO/DAPO recipes for 1-8B models (lr 1e-6, G = 8 or 16, sampling at T = 1,
+responses of ~1k tokens for GSM8K-level math), cut to a batch one GPU node handles, trained in 4
 mini-batches per rollout batch (verl's common train / mini-batch ratio; DAPO uses 16).
 Not measured here (no GPU): a starting point."""
 
@@ -481,14 +482,24 @@ TINY_PRESET_DEFAULTS = {
     "tiny-code": {"max_response_len": 12, "prompts_per_step": 64},
     "tiny-tool": {"max_response_len": 16, "prompts_per_step": 64},
     "tiny-code-feedback": {"max_response_len": 12, "prompts_per_step": 64},
-    "tiny-sum": {"max_response_len": 64, "prompts_per_step": 64, "grad_clip": 2.0},
+    "tiny-sum": {
+        "max_response_len": 64,
+        "prompts_per_step": 64,
+        "grad_clip": 2.0,
+        "temperature": 0.7,
+    },
 }
 """Where the tiny presets other than ``tiny`` differ from RunConfig's defaults: their envs'
 answers are longer (a pyfunc expression takes up to 9 tokens with its end; a tool call up
 to 11, and DAPO's overlong window must stay clear of both), and 64 prompts per step keep a
 step's sandbox executions in check. tiny-sum clips the gradient norm at 2: at 1 the bound
 rescaled 18-59% of DAPO's optimizer steps on running_sum (median norm 0.9-1.07), while the
-largest norm any built-in reached there was 1.36 (results/archive/tune-running-sum-grad-clip-1/)."""
+largest norm any built-in reached there was 1.36 (results/archive/tune-running-sum-grad-clip-1/).
+tiny-sum samples at temperature 0.7 so that about half of running_sum's groups carry a
+gradient from the start: from the shipped start (greedy 0.30), 256 prompts x 8 gave a
+sampled reward of 0.055 and 36% of groups with differing rewards at T = 1, 0.084 and 45% at
+0.8, 0.104 and 51% at 0.7, 0.122 and 52% at 0.6 (docs/envs.md; fewer terms, 2-4, gave 28%:
+the warm start learned 3-5)."""
 
 
 TINY_BUDGETS = {"tiny-sum": 4e12}
