@@ -16,8 +16,9 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
+from harness.board import board_lines, board_tables, experiment_design
 from harness.claims import claims_table
-from harness.controls import board_power, control_verdicts
+from harness.controls import legacy_board_power, legacy_verdicts
 from harness.eval_cost import evaluation_table
 from harness.fits import MIN_IDENTIFIED_SHARE, bootstrap_fit, extrapolation_check
 from harness.runner import read_metrics
@@ -138,6 +139,11 @@ def checkpoint_rows(run: dict) -> list[dict]:
     run logged there."""
     unit, amount, points = budget_of(run)
     evals = [r for r in run["records"] if "eval_reward" in r]
+    # optimizer steps taken by each step's end (records from before "updates": nan)
+    updates = np.cumsum(
+        [r.get("updates", 0 if r["step"] == 0 else math.nan) for r in run["records"]]
+    )
+    steps_at = {r["step"]: float(u) for r, u in zip(run["records"], updates, strict=True)}
     rows = []
     for k in range(points + 1):
         target = amount * k / points
@@ -147,6 +153,7 @@ def checkpoint_rows(run: dict) -> list[dict]:
         rows.append({"env": run["env"], "algorithm": run["algorithm"], "seed": run["seed"],
                      "point": k, "budget_fraction": k / points, "flops": hit["flops"],
                      "seconds": hit["seconds"], "reward": hit["eval_reward"],
+                     "optimizer_steps": 0.0 if k == 0 else steps_at.get(hit["step"], math.nan),
                      **{m: hit[m] for m in SAMPLED_METRICS if m in hit}})  # fmt: skip
     return rows
 
@@ -224,7 +231,11 @@ def summary_table(points: pd.DataFrame, pairs: pd.DataFrame | None = None) -> pd
                 row[key] = g[key].mean()
         row.update(fit_columns(points[(points.env == env) & (points.algorithm == algo)]))
         rows.append(row)
-    return pd.DataFrame(rows)
+    table = pd.DataFrame(rows)
+    if pairs is None:  # many-to-one: resolution and verdicts live in the verdicts table,
+        # at the level the family decides (harness/board.py), not per pair at 5%
+        table = table.drop(columns=["mdd_80", "tie_group"])
+    return table
 
 
 def fit_columns(points: pd.DataFrame) -> dict:
@@ -503,19 +514,40 @@ def plot_tool_use(runs: list[dict], path: Path) -> None:
     plt.close(fig)
 
 
-def plot_curves(table: pd.DataFrame, x: str, xlabel: str, path: Path) -> None:
-    envs = sorted(table["env"].unique())
-    fig, axes = plt.subplots(1, len(envs), figsize=(6 * len(envs), 4), squeeze=False)
-    for ax, env in zip(axes[0], envs, strict=True):
-        for algo, g in table[table["env"] == env].groupby("algorithm"):
-            g = g.sort_values("point")
-            ax.plot(g[x], g["reward_mean"], marker="o", label=algo)
-            ax.fill_between(g[x], g["ci_low"], g["ci_high"], alpha=0.2)
-        ax.set_title(f"{env}: held-out greedy reward (mean, 95% t-interval)")
-        ax.set_xlabel(xlabel)
-        ax.set_ylabel("held-out reward")
+def plot_curves(
+    table: pd.DataFrame, x: str, xlabel: str, path: Path, baseline: str | None = None
+) -> None:
+    """Held-out reward against ``x``: small multiples, one panel per row, each beside the
+    baseline (dashed black; default the first row by name), mean over seeds with its 95%
+    t-band, one colour per row, so no panel holds more than two curves."""
+    panels = []
+    for env in sorted(table["env"].unique()):
+        e = table[table["env"] == env]
+        names = sorted(e["algorithm"].unique())
+        base = baseline if baseline in names else names[0]
+        others = [a for a in names if a != base] or [base]
+        panels += [(env, base, a, e) for a in others]
+    cols = min(4, len(panels))
+    rows = math.ceil(len(panels) / cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(3.6 * cols, 2.9 * rows), squeeze=False,
+                             sharey=True)  # fmt: skip
+    colours = plt.get_cmap("tab10")
+    for i, (ax, (env, base, algo, e)) in enumerate(zip(axes.flat, panels, strict=False)):
+        for name, style in ((base, {"color": "black", "linestyle": "--"}),
+                            (algo, {"color": colours(i % 10)})):  # fmt: skip
+            g = e[e["algorithm"] == name].sort_values("point")
+            ax.plot(g[x], g["reward_mean"], marker="o", markersize=3, label=name, **style)
+            ax.fill_between(g[x], g["ci_low"], g["ci_high"], alpha=0.15, color=style["color"])
+            if name == algo:
+                break  # (one panel, one row: a lone baseline)
+        ax.set_title(f"{algo}" + (f" ({env})" if table["env"].nunique() > 1 else ""), fontsize=9)
         ax.grid(alpha=0.3)
-        ax.legend()
+        ax.tick_params(labelsize=7)
+        ax.legend(fontsize=7, loc="lower right")
+    for ax in axes.flat[len(panels) :]:
+        ax.set_visible(False)
+    fig.supxlabel(xlabel, fontsize=9)
+    fig.supylabel("held-out greedy reward (mean, 95% t-band)", fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -613,24 +645,38 @@ def write_table(df: pd.DataFrame, directory: Path, name: str) -> str:
 
 
 def write_analysis(out: Path) -> dict[str, pd.DataFrame]:
+    """Every table, plot and report.md of an experiment folder. The design experiment.json
+    records decides the verdicts: many-to-one against a baseline (harness/board.py), with
+    every pair as well under ``--pairs all``; experiments recorded before the design keep
+    their all-pairs tables and tie groups."""
     runs = load_runs(out)
     if not runs:
         raise FileNotFoundError(f"{out}/runs holds no run with metrics")
+    manifest = json.loads((out / "experiment.json").read_text())
+    design = experiment_design(manifest)
+    controls = manifest.get("controls")
     tables_dir, plots_dir = out / "tables", out / "plots"
     tables_dir.mkdir(exist_ok=True)
     plots_dir.mkdir(exist_ok=True)
     points = pd.DataFrame([row for run in runs for row in checkpoint_rows(run)])
-    pairs = pairs_table(points)
+    scores = run_scores(points)
+    pairs = pairs_table(points) if design["pairs"] == "all" else None
     tables = {
         "reward_at_checkpoints": reward_table(points),
         "summary": summary_table(points, pairs),
-        "pairs": pairs,
         "throughput": throughput_table(runs),
         "wall_time": wall_time_table(runs),
         "evaluation": evaluation_table(runs, points, HEADLINE_POINTS),
         "off_policy": off_policy_table(runs),
     }
-    claims = claims_table(runs, run_scores(points), tables["off_policy"])
+    if pairs is not None:
+        tables["pairs"] = pairs
+    board = {}
+    if design["kind"] != "legacy":
+        board = board_tables(points, scores, runs, design, controls, tables["off_policy"])
+        tables.update(board)
+    delta = design.get("delta", 0.02)
+    claims = claims_table(runs, scores, tables["off_policy"], delta)
     if len(claims):  # boards that ran a built-in and its paper's baseline
         tables["claims"] = claims
     if tool_runs(runs):  # multi-turn envs only: single-turn reports stay as they were
@@ -639,19 +685,25 @@ def write_analysis(out: Path) -> dict[str, pd.DataFrame]:
     text = {name: write_table(df, tables_dir, name) for name, df in tables.items()}
     if "claims" in tables:  # the report's view: one line per claim (the CSV has it all)
         text["claims"] = claims_markdown(tables["claims"])
+    baseline = design.get("baseline")
     plot_curves(tables["reward_at_checkpoints"], "flops", "model FLOPs (ledger)",
-                plots_dir / "reward_vs_flops.png")  # fmt: skip
+                plots_dir / "reward_vs_flops.png", baseline)  # fmt: skip
     plot_curves(tables["reward_at_checkpoints"], "seconds", "wall seconds of training",
-                plots_dir / "reward_vs_seconds.png")  # fmt: skip
+                plots_dir / "reward_vs_seconds.png", baseline)  # fmt: skip
     plot_throughput(tables["throughput"], plots_dir / "throughput.png")
     if points["env"].nunique() > 1:
-        plot_profile(run_scores(points), points, plots_dir / "performance_profile.png")
+        plot_profile(scores, points, plots_dir / "performance_profile.png")
     write_samples_pages(out)
-    controls = json.loads((out / "experiment.json").read_text()).get("controls")
-    if controls:
-        tables["controls"] = pd.DataFrame(control_verdicts(pairs, controls))
-        text["controls"] = write_table(tables["controls"], tables_dir, "controls")
-    write_report(out, text, board_power(pairs, controls))
+    if design["kind"] == "legacy":
+        if controls:
+            tables["controls"] = pd.DataFrame(legacy_verdicts(pairs, controls))
+            text["controls"] = write_table(tables["controls"], tables_dir, "controls")
+        opening = ["## Can this board rank?", "", *legacy_board_power(pairs, controls), ""]
+    elif board:
+        opening = board_lines(board, design, runs, manifest.get("power_plan"))
+    else:
+        opening = [f"The baseline {baseline} has no finished runs: no verdicts yet.", ""]
+    write_report(out, text, opening, design)
     return tables
 
 
@@ -667,9 +719,13 @@ def samples_section(out: Path) -> list[str]:
         "What the policy wrote: per run, the first groups of every step (reward, advantage,",
         "finish reason, policy version) and the first held-out problems at every evaluation",
         "point (greedy completion beside the reference), with a step selector and filter;",
-        "the pages open offline. [All runs](samples/index.html):",
+        "the pages open offline. [All runs](samples/index.html).",
+        "",
+        f"<details><summary>The {len(runs)} runs' pages</summary>",
         "",
         *[f"- [{p.stem}](samples/{p.name})" for p in runs],
+        "",
+        "</details>",
         "",
     ]
 
@@ -729,9 +785,12 @@ def claims_section(tables: dict[str, str]) -> list[str]:
     ]
 
 
-def write_report(out: Path, tables: dict[str, str], power: list[str] | None = None) -> None:
-    """report.md: how the experiment was run, then its plots and tables; ``power`` is the
-    "Can this board rank?" section (harness/controls.py board_power)."""
+def write_report(
+    out: Path, tables: dict[str, str], opening: list[str], design: dict | None = None
+) -> None:
+    """report.md: what was run, then ``opening`` (a many-to-one board's verdicts, power,
+    controls and budget, harness/board.py; a legacy board's "Can this board rank?"), then
+    the plots, the claims, the detail tables, and the samples pages last."""
     manifest = json.loads((out / "experiment.json").read_text())
     m = manifest["machine"]
     versions = ", ".join(f"{k} {v}" for k, v in manifest["versions"].items())
@@ -751,6 +810,7 @@ def write_report(out: Path, tables: dict[str, str], power: list[str] | None = No
         "",
         f"Headline, fixed before the runs: {experiment_headline(out)}.",
         "",
+        *opening,
         "## Held-out reward against compute",
         "",
         "![reward vs FLOPs](plots/reward_vs_flops.png)",
@@ -762,19 +822,23 @@ def write_report(out: Path, tables: dict[str, str], power: list[str] | None = No
         ),
         "",
         *tool_use_section(tables),
-        *samples_section(out),
-        *(["## Can this board rank?", "", *power, ""] if power else []),
         *claims_section(tables),
         "## Summary: headline, pass@k, area under the curve, sigmoid compute fit",
         "",
         "`per_seed`: each seed's headline. `headline_mean` [`ci_low`, `ci_high`]: mean over",
         "seeds with a 95% Student t interval (an IQM with a bootstrap interval only from 10",
-        "seeds up). `mdd_80`: the smallest difference of means a t-test at 5% detects with",
-        "80% power at this seed spread, for two algorithms with this many seeds each: gaps",
-        "below it are not resolved. `tie_group`: algorithms not separated from the best of",
-        "their group at Holm-adjusted p < 0.05 share a group (1 = the top group); a ranking",
-        "inside a group is not supported by these seeds. `pass_at_k`, `mean_at_8`: sampled",
-        "at the run's temperature, 8 samples per held-out problem, same last checkpoints.",
+        "seeds up). `pass_at_k`, `mean_at_8`: sampled at the run's temperature, 8 samples",
+        "per held-out problem, same last checkpoints.",
+        *(
+            []
+            if "pairs" not in tables
+            else [
+                "`mdd_80`: the smallest difference of means a t-test at 5% detects with 80% power",
+                "at this seed spread, for one pair of algorithms with this many seeds each.",
+                "`tie_group`: algorithms not separated from the best of their group at",
+                "Holm-adjusted p < 0.05 over every pair share a group (1 = the top group).",
+            ]
+        ),
         "",
         "Fit: R(C) = R0 + (A - R0) / (1 + (C_mid / C)^B) (Khatri et al., arXiv 2510.13786)",
         f"on every seed's checkpoints after the first, intervals from {FIT_BOOTSTRAP_REPS}",
@@ -788,15 +852,7 @@ def write_report(out: Path, tables: dict[str, str], power: list[str] | None = No
         "",
         tables["summary"],
         "",
-        "## Pairs: probability of improvement",
-        "",
-        "`p_a_better`: P(headline of a > headline of b), seed by seed where `paired`",
-        "(rliable's probability of improvement; its interval needs 10 seeds). `p_value`:",
-        "paired (or Welch) t-test of the means; `p_holm`: Holm-adjusted over every pair of",
-        "the env. `mdd_80`: the difference this comparison could detect with 80% power.",
-        "",
-        tables["pairs"],
-        "",
+        *pairs_section(tables),
         "## Reward at each compute checkpoint",
         "",
         tables["reward_at_checkpoints"],
@@ -858,5 +914,26 @@ def write_report(out: Path, tables: dict[str, str], power: list[str] | None = No
         "",
         tables["evaluation"],
         "",
+        *samples_section(out),
     ]
+    if design and design.get("kind") != "legacy":
+        lines[1:1] = ["", f"Design: many-to-one against {design['baseline']} (docs/statistics.md)."]
     (out / "report.md").write_text("\n".join(lines))
+
+
+def pairs_section(tables: dict[str, str]) -> list[str]:
+    """Every pair of rows, for legacy boards and ``compare --pairs all``."""
+    if "pairs" not in tables:
+        return []
+    return [
+        "## Pairs: probability of improvement",
+        "",
+        "`p_a_better`: P(headline of a > headline of b), seed by seed where `paired`",
+        "(rliable's probability of improvement; its interval needs 10 seeds). `p_value`:",
+        "paired (or Welch) t-test of the means; `p_holm`: Holm-adjusted over every pair of",
+        "the env, a family of its own: the verdicts against the baseline do not use it.",
+        "`mdd_80`: the difference this comparison could detect with 80% power at 5%.",
+        "",
+        tables["pairs"],
+        "",
+    ]

@@ -15,7 +15,6 @@ import typing
 from collections.abc import Callable
 from pathlib import Path
 
-from harness.controls import CONTROL_SEED_OFFSET
 from harness.third_party import LOG_NAME, routed_to
 from zoo.core.config import ConfigError, coerce, field_docs, parse_overrides, shown
 from zoo.core.registry import PluginError
@@ -147,13 +146,73 @@ def build_parser() -> argparse.ArgumentParser:
         help="run each algorithm at the setting `harness tune` selected for it (its "
         "selection.json); the rows keep the algorithms' plain names",
     )  # fmt: skip
-    compare.add_argument(
-        "--controls", action="store_true",
-        help="add the board's controls: grpo_twin (an exact copy of grpo) at grpo's seeds "
-        f"+ {CONTROL_SEED_OFFSET}, which must tie with grpo, and grpo at a quarter of its "
-        "learning rate (row grpo@quarter_lr), which must come out below it; the report says "
-        "whether both did, and a board whose controls fail cannot rank (needs grpo)",
-    )  # fmt: skip
+    verdicts = compare.add_argument_group(
+        "verdicts (docs/statistics.md): every row against one baseline, paired by seed"
+    )
+    verdicts.add_argument(
+        "--baseline",
+        metavar="ROW",
+        default=None,
+        help="the row every other row is compared with (default: the first ALGORITHM)",
+    )
+    verdicts.add_argument(
+        "--delta",
+        type=number(float),
+        default=None,
+        metavar="D",
+        help="the equivalence margin and the resolution the report states power at, in "
+        "headline units (held-out reward; default 0.02)",
+    )
+    verdicts.add_argument(
+        "--pairs",
+        choices=("baseline", "all"),
+        default="baseline",
+        help="baseline (default): each row against the baseline, one family of k - 1 "
+        "comparisons; all: also every pair, Holm over all of them, with tie groups",
+    )
+    verdicts.add_argument(
+        "--resolve",
+        type=number(float),
+        default=None,
+        metavar="DELTA",
+        help="plan the seeds: run --seeds seeds as a pilot, estimate the paired spread, then "
+        "run the seeds the family needs to detect or exclude DELTA at 80%% power (sets "
+        "--delta), at least --min-seeds and at most --max-seeds",
+    )
+    verdicts.add_argument(
+        "--min-seeds",
+        type=number(int),
+        default=0,
+        metavar="N",
+        help="with --resolve: run at least N seeds (default 0)",
+    )
+    verdicts.add_argument(
+        "--max-seeds",
+        type=number(int),
+        default=60,
+        metavar="N",
+        help="with --resolve: run at most N seeds (default 60)",
+    )
+    verdicts.add_argument(
+        "--controls",
+        action="store_true",
+        help="add the board's controls, judged by the same rule: <baseline>@twin (the baseline "
+        "at the same seeds with independent sampling noise), which must not separate, and "
+        "the baseline at fractions of its learning rate (<baseline>@half_lr, @quarter_lr), "
+        "which must come out worse; a board whose controls fail cannot rank",
+    )
+    verdicts.add_argument(
+        "--control-lr-factors",
+        default="0.5,0.25",
+        metavar="F1,F2",
+        help="the positive controls' learning-rate fractions (default 0.5,0.25)",
+    )
+    verdicts.add_argument(
+        "--allow-mixed",
+        action="store_true",
+        help="let --resume add runs made at another commit or on another CPU model than the "
+        "experiment's (refused by default: one commit and one CPU class per experiment)",
+    )
 
     tune = sub.add_parser(
         "tune",
@@ -678,6 +737,7 @@ def _train(plan, out: Path, args: argparse.Namespace) -> list[dict]:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
+    from harness.board import new_design
     from harness.experiment import (
         check_experiment_folder,
         check_size,
@@ -688,6 +748,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         run_experiment,
         variants,
     )
+    from harness.verdicts import DEFAULT_DELTA
 
     if args.resume and not args.out:
         raise ConfigError("--resume needs --out DIR, the experiment folder to continue")
@@ -698,38 +759,79 @@ def cmd_compare(args: argparse.Namespace) -> int:
         raise ConfigError("name each algorithm once, and give --seeds >= 1")
     if args.jobs < 1:
         raise ConfigError(f"--jobs must be >= 1, got {args.jobs}")
+    delta = args.resolve if args.resolve is not None else (args.delta or DEFAULT_DELTA)
+    if not 0 < delta < 1:
+        raise ConfigError(f"--delta/--resolve must lie in (0, 1) (headline units), got {delta}")
+    if args.resolve is not None and not 2 <= args.seeds <= args.max_seeds:
+        raise ConfigError(f"--resolve runs --seeds as its pilot: give 2 <= --seeds <= --max-seeds "
+                          f"({args.max_seeds}), got {args.seeds}")  # fmt: skip
+    factors = parse_factors(args.control_lr_factors)
     base = run_config(args, args.algorithms[0], envs[0], 0)
     print(args.budget_line, flush=True)
     vary = parse_vary(args.vary)
+    grid = variants(vary, args.vary_one_at_a_time)
     check_size(len(args.algorithms), len(envs), count_variants(vary, args.vary_one_at_a_time),
-               args.seeds, args.jobs)  # fmt: skip
-    cfgs = expand(base, args.algorithms, envs, args.seeds, variants(vary, args.vary_one_at_a_time))
-    controls = None
-    if args.tuned:
-        from harness.tuning import read_selection, tuned
+               max(args.seeds, args.max_seeds if args.resolve else 0), args.jobs)  # fmt: skip
 
-        selection = read_selection(args.tuned)
-        cfgs = [tuned(c, selection) for c in cfgs]
-    if args.controls:
+    def board(seeds: int) -> tuple[list, dict | None]:
+        cfgs = expand(base, args.algorithms, envs, seeds, grid)
+        if args.tuned:
+            from harness.tuning import read_selection, tuned
+
+            selection = read_selection(args.tuned)
+            cfgs = [tuned(c, selection) for c in cfgs]
+        if not args.controls:
+            return cfgs, None
         from harness.controls import control_configs
 
-        control_cfgs, controls = control_configs(cfgs, args.seeds)
-        cfgs += control_cfgs
+        control_cfgs, record = control_configs(cfgs, baseline, factors)
+        return cfgs + control_cfgs, record
+
+    rows = sorted({c.variant or c.algorithm for c in expand(base, args.algorithms, envs, 1, grid)})
+    baseline = args.baseline or (args.algorithms[0] if args.algorithms[0] in rows else rows[0])
+    if baseline not in rows:
+        raise ConfigError(f"--baseline {baseline}: not a row of this comparison (rows: {rows})")
+    design = new_design(baseline, args.pairs, delta)
+    cfgs, controls = board(args.seeds)
     stamp = time.strftime("%Y%m%d-%H%M%S")
     out = args.out or RESULTS / f"compare-{'-'.join(args.algorithms)}-{args.model}-{stamp}"
     check_experiment_folder(out, args.resume)
-    plans = preflight(cfgs, conformance=not args.skip_conformance)
-    if args.jobs > 1:
-        from harness.jobs import worker_slots
 
-        worker_slots(cfgs, args.jobs)  # refuses hosts or GPUs too few for N at once
-        plans = []  # (each worker resolves its runs itself: the envs stay here unused)
-    with routed_to(out / LOG_NAME, args.verbose):
-        summary = run_experiment(cfgs, out, command_line(), args.resume, quiet=args.quiet,
-                                 jobs=args.jobs, controls=controls, plans=plans)  # fmt: skip
+    def run(cfgs: list, resume: bool, plan: dict | None = None) -> list[dict]:
+        plans = preflight(cfgs, conformance=not args.skip_conformance)
+        if args.jobs > 1:
+            from harness.jobs import worker_slots
+
+            worker_slots(cfgs, args.jobs)  # refuses hosts or GPUs too few for N at once
+            plans = []  # (each worker resolves its runs itself: the envs stay here unused)
+        with routed_to(out / LOG_NAME, args.verbose):
+            return run_experiment(cfgs, out, command_line(), resume, quiet=args.quiet,
+                                  jobs=args.jobs, controls=controls, plans=plans,
+                                  design=design, power_plan=plan,
+                                  allow_mixed=args.allow_mixed)  # fmt: skip
+
+    summary = run(cfgs, args.resume)
+    if args.resolve is not None:
+        from harness.board import seed_plan
+
+        plan = seed_plan(out, design, controls, args.seeds, args.min_seeds, args.max_seeds)
+        print(plan["text"], flush=True)
+        cfgs, _ = board(plan["seeds"])
+        summary += run(cfgs, True, plan)
     print_summary(out)
     print(f"{len(summary)} runs done this time; experiment folder: {out} (report.md)")
     return 0
+
+
+def parse_factors(text: str) -> tuple[float, ...]:
+    """--control-lr-factors: comma-separated fractions in (0, 1)."""
+    try:
+        factors = tuple(float(f) for f in text.split(","))
+    except ValueError:
+        raise ConfigError(f"--control-lr-factors {text!r}: give fractions like 0.5,0.25") from None
+    if not factors or any(not 0 < f < 1 for f in factors):
+        raise ConfigError(f"--control-lr-factors {text!r}: each must lie in (0, 1)")
+    return factors
 
 
 def cmd_tune(args: argparse.Namespace) -> int:
@@ -821,18 +923,25 @@ def print_summary(out: Path) -> None:
 
     from harness.analysis import experiment_headline
 
-    df = pd.read_csv(out / "tables" / "summary.csv").sort_values(
-        ["env", "tie_group", "headline_mean"], ascending=[True, True, False]
-    )
+    df = pd.read_csv(out / "tables" / "summary.csv")
+    verdicts_csv = out / "tables" / "verdicts.csv"
+    if verdicts_csv.exists():  # many-to-one: each row's verdict against the baseline
+        v = pd.read_csv(verdicts_csv)[["env", "algorithm", "verdict_text"]]
+        df = df.merge(v, on=["env", "algorithm"], how="left")
+        group = df.verdict_text.fillna("-").astype(str)
+        group_title = "verdict"
+    else:  # every pair (--pairs all, or an experiment from before verdicts)
+        group = df.tie_group.astype(str) if "tie_group" in df else pd.Series("-", index=df.index)
+        group_title = "tie group"
+    df = df.assign(group=group).sort_values(["env", "headline_mean"], ascending=[True, False])
     # The caption names the checkpoints this experiment's eval points give; fit A is "-"
     # wherever summary.csv withholds it (harness/fits.py bootstrap_fit says when).
     title = "held-out reward (mean over seeds, 95% t-interval)"
     rows = pd.DataFrame({
-        "env": df.env, "tie group": df.tie_group.astype(str), "algorithm": df.algorithm,
+        "env": df.env, "algorithm": df.algorithm, group_title: df.group,
         "seeds": df.seeds.astype(str),
         "headline": [f"{m:.3f} [{lo:.3f}, {hi:.3f}]"
                      for m, lo, hi in zip(df.headline_mean, df.ci_low, df.ci_high, strict=True)],
-        "MDD 80%": df.mdd_80.map("{:.3f}".format),
         "pass@1": df.get("pass_at_1", pd.Series(float("nan"), df.index)).map("{:.3f}".format),
         "pass@8": df.get("pass_at_8", pd.Series(float("nan"), df.index)).map("{:.3f}".format),
         "AUC": df.auc_mean.map("{:.3f}".format),

@@ -132,11 +132,14 @@ def check_memory(cfg: RunConfig, shape, sequences: int, seq_len: int, reference:
 
 
 def write_manifest(out: Path, cfgs: list[RunConfig], command: str, resume: bool,
-                   controls: dict | None = None) -> dict:  # fmt: skip
-    """Write ``out/experiment.json``, stating the headline metric before any run. A resume
-    keeps the first start's ``created`` (ISO UTC) and its ``command`` (unless the resume
-    asks for other runs, e.g. more seeds: then its own) and appends ``{"at", "command"}``
-    to ``resumed``; the runs, versions and machine are this process's."""
+                   controls: dict | None = None, design: dict | None = None,
+                   power_plan: dict | None = None) -> dict:  # fmt: skip
+    """Write ``out/experiment.json``, stating the headline metric and the decision design
+    (baseline, pairs, delta, alpha: harness/board.py) before any run. A resume keeps the
+    first start's ``created`` (ISO UTC) and its ``command`` (unless the resume asks for
+    other runs, e.g. more seeds: then its own) and appends ``{"at", "command"}`` to
+    ``resumed``; the runs, versions and machine are this process's. ``power_plan``: how
+    the seeds were chosen (compare --resolve)."""
     from harness.analysis import HEADLINE
 
     path = out / "experiment.json"
@@ -151,6 +154,10 @@ def write_manifest(out: Path, cfgs: list[RunConfig], command: str, resume: bool,
     }
     if controls:
         manifest["controls"] = controls
+    if design:
+        manifest["design"] = design
+    if power_plan:
+        manifest["power_plan"] = power_plan
     if resume and path.exists():
         first = json.loads(path.read_text())
         if set(first.get("runs", {})) == set(manifest["runs"]):  # else: the new command's runs
@@ -193,9 +200,57 @@ def check_experiment_folder(out: Path, resume: bool) -> None:
         raise ConfigError(f"{out} already holds runs; add --resume to continue it")
 
 
-def run_experiment(cfgs: list[RunConfig], out: Path, command: str, resume: bool,
-                   quiet: bool = False, jobs: int = 1, controls: dict | None = None,
-                   plans: list[RunPlan] | None = None) -> list[dict]:  # fmt: skip
+def check_one_provenance(runs_dir: Path) -> None:
+    """One commit and one CPU class per experiment: refuse to add runs to an experiment
+    whose recorded runs were made at another commit, from modified code, or on another CPU
+    model than this process (``--allow-mixed`` lifts it; the report lists each row's commits
+    and machines). Runs without a config.json have not started and do not count."""
+    from zoo.run.runlog import cpu_model, git_commit
+
+    here = git_commit()
+    cpu = cpu_model()
+    for path in sorted(runs_dir.glob("*/config.json")):
+        try:
+            recorded = json.loads(path.read_text())
+        except (OSError, json.JSONDecodeError):
+            continue  # a damaged file is reported where it is read (harness/analysis.py)
+        git, made_on = recorded.get("git", {}), recorded.get("machine", {}).get("cpu")
+        differs = []
+        if code_of(git) != code_of(here):
+            differs.append(f"code {code_text(git)}, here {code_text(here)}")
+        if made_on != cpu:
+            differs.append(f"made on {made_on}, this machine is {cpu}")
+        if differs:
+            raise ConfigError(
+                f"--resume: {path.parent.name} was made under other conditions "
+                f"({'; '.join(differs)}); one experiment holds runs of one commit and one "
+                "CPU class. Check out that commit on such a machine, or add --allow-mixed "
+                "(the report then lists each row's commits and machines)"
+            )
+
+
+def code_of(git: dict) -> tuple:
+    """What identifies a run's code: its commit and, when modified, the diff's hash."""
+    return git.get("commit"), git.get("diff_sha256") if git.get("dirty") else None
+
+
+def code_text(git: dict) -> str:
+    return str(git.get("commit"))[:7] + (" with local changes" if git.get("dirty") else "")
+
+
+def run_experiment(
+    cfgs: list[RunConfig],
+    out: Path,
+    command: str,
+    resume: bool,
+    quiet: bool = False,
+    jobs: int = 1,
+    controls: dict | None = None,
+    plans: list[RunPlan] | None = None,
+    design: dict | None = None,
+    power_plan: dict | None = None,
+    allow_mixed: bool = False,
+) -> list[dict]:
     """Run every config into ``out/runs/<name>`` (skipping finished runs and resuming
     partial ones with ``resume``), ``jobs`` at a time (harness/jobs.py), then write
     tables, plots and report.md. ``controls`` (harness/controls.py) go into
@@ -210,7 +265,9 @@ def run_experiment(cfgs: list[RunConfig], out: Path, command: str, resume: bool,
     if out.exists() and any(runs_dir.glob("*/metrics.jsonl")) and not resume:
         raise ConfigError(f"{out} already holds runs; add --resume to continue it")
     runs_dir.mkdir(parents=True, exist_ok=True)
-    write_manifest(out, cfgs, command, resume, controls)
+    if resume and not allow_mixed:
+        check_one_provenance(runs_dir)
+    write_manifest(out, cfgs, command, resume, controls, design, power_plan)
 
     todo = [cfg for cfg in cfgs if not is_complete(runs_dir / run_name(cfg))]
     summary = []

@@ -171,7 +171,7 @@ class RLLoop:
         if cfg.mode == "sync":
             prompts = self._next_prompts(n)
             encoded = [s.encode(p) for p in prompts]
-            seeds = [sampling_seed(cfg.seed, p.index) for p in prompts]
+            seeds = [sampling_seed(cfg.seed, p.index, cfg.noise_seed) for p in prompts]
             with ledger.timed("generate"):  # a multi-turn env's steps included
                 groups = self.rollouts.sample(prompts, encoded, cfg.group_size, seeds)
         else:
@@ -235,7 +235,7 @@ class RLLoop:
         prompts = self._next_prompts(n)
         pending = s.generator.submit(
             [s.encode(p) for p in prompts], n=cfg.group_size, sampling=self.sampling,
-            seeds=[sampling_seed(cfg.seed, p.index) for p in prompts],
+            seeds=[sampling_seed(cfg.seed, p.index, cfg.noise_seed) for p in prompts],
         )  # fmt: skip
         return start, prompts, pending
 

@@ -20,9 +20,14 @@ EVAL_SEED_OFFSET = 7_919
 """Held-out sampling uses the seeds of run seed + this, apart from the training stream's."""
 
 
-def sampling_seed(run_seed: int, prompt_index: int) -> int:
-    """Per-prompt sampler seed: samples do not depend on how prompts are batched."""
-    return (run_seed * 1_000_003 + prompt_index) % (2**31)
+def sampling_seed(run_seed: int, prompt_index: int, noise_seed: int = 0) -> int:
+    """Per-prompt sampler seed: samples do not depend on how prompts are batched. A
+    ``noise_seed`` other than 0 (RunConfig.noise_seed) mixes into it multiplicatively, so
+    it gives other seeds than any (run_seed, prompt_index) pair alone."""
+    base = (run_seed * 1_000_003 + prompt_index) % (2**31)
+    if noise_seed == 0:
+        return base
+    return (base * 2_654_435_761 + noise_seed * 40_503 + 1) % (2**31)
 
 
 class Rollouts(Protocol):

@@ -115,6 +115,10 @@ class SamplingSection:
     tokens at the same T."""
     max_sampling_rounds: int = 10
     """Bound on refills when the algorithm drops groups (DAPO's dynamic sampling)."""
+    noise_seed: int = 0
+    """Draws the training samples' noise anew while the prompts' order, the evaluation and
+    the trainer keep ``seed``'s: two runs that differ only here see the same prompts with
+    independent sampling noise (a board's A/A control, harness/controls.py)."""
     long_prompts: str = "refuse"
     """A prompt longer than the context leaves next to the response budget: refuse (the
     run stops with the count of such held-out prompts before it starts, or names the train
@@ -124,6 +128,8 @@ class SamplingSection:
         for name in ("prompts_per_step", "max_response_len", "max_sampling_rounds"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.noise_seed < 0:
+            raise ConfigError(f"noise_seed must be >= 0, got {self.noise_seed}")
         if self.group_size < 2:
             raise ConfigError(
                 f"group_size must be >= 2 (group advantages need a baseline), got {self.group_size}"
@@ -455,7 +461,7 @@ NOT_DEFINING = ("report_to", "eval_overlap")
 leaderboard rows are grouped without them."""
 
 ADDED_LATER = {"eval_samples": 0, "sampled_eval_points": 0, "eval_split": "heldout",
-               "warmup_ratio": 0.0, "old_logprob_pass": "always"}  # fmt: skip
+               "warmup_ratio": 0.0, "old_logprob_pass": "always", "noise_seed": 0}  # fmt: skip
 """Fields added since runs were first recorded, with the value that reproduces what a
 run recorded without them did (RunConfig.from_record)."""
 
