@@ -401,3 +401,19 @@ def test_a_cut_checkpoint_on_resume_is_one_line_through_the_real_command(recorde
     assert result.returncode == 2, result.stderr[-3000:]
     assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr
     assert "trainer_state.pt: cut short" in result.stderr
+
+
+@pytest.mark.slow  # ~30 s: two worker processes start
+def test_a_damaged_checkpoint_stops_compare_resume_in_workers_in_one_line(recorded, tmp_path):
+    """With --jobs the resume runs in worker processes: the refusal comes back whole."""
+    w = copy_of(recorded, tmp_path)
+    for run in (SEED0, SEED1):  # both unfinished: the runs go to the workers
+        (w / run / "complete.json").unlink()
+    state = w / SEED1 / "checkpoint" / checkpoint.STATE_FILE
+    damage(state, "emptied")
+    argv = [*COMMANDS["compare --resume"](w), "--jobs", "2"]
+    code, err = call(argv, timeout_s=600)
+    assert "empty; no other checkpoint of the run reads whole" in check_one_line_naming(
+        state, code, err, argv
+    )
+    assert (w / SEED0 / "complete.json").exists()  # the healthy run finished meanwhile

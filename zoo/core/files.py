@@ -39,6 +39,9 @@ class UnreadableFile(ConfigError):
         self.advice = advice
         super().__init__(f"{path}: {self.problem}" + (f"; {advice}" if advice else ""))
 
+    def __reduce__(self) -> tuple:  # (rebuilt whole when a worker process raises it)
+        return (UnreadableFile, (self.path, self.problem, self.advice))
+
     def advised(self, advice: str) -> UnreadableFile:
         """The same problem with ``advice`` (what to do, in the caller's terms)."""
         return UnreadableFile(self.path, self.problem, advice)
