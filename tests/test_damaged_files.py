@@ -342,6 +342,53 @@ def test_a_run_stopped_before_its_first_checkpoint_starts_over_keeping_its_recor
     assert (out / "complete.json").exists()
 
 
+# ------------------------------------------------------------------ the reader
+
+
+@pytest.mark.parametrize(
+    ("data", "rows", "torn", "refusal"),
+    [
+        (b'{"step": 0}\n{"step": 1}\n', 2, None, None),
+        # a kill mid-append: the start of a record, unended (here inside a character)
+        (b'{"step": 0}\n{"step": 1, "text": "caf\xc3', 1, 2, "line 2, the last, is cut short"),
+        # whole but unended (a cut just before the newline): nothing lost
+        (b'{"step": 0}\n{"step": 1}', 2, None, None),
+        # unended lines that are not the start of a record are damage, not a cut
+        (b'{"step": 0}\n\xff\xfe{', None, None, "line 2 is not UTF-8 text"),
+        (b'{"step": 0}\nnot json', None, None, "line 2 is not a JSON record"),
+        (b'{"step": 0}\n{"step"\n{"step": 2}\n', None, None, "line 2 is not a JSON record"),
+        (b"[0]\n", None, None, "line 1 holds a JSON list, not a record"),
+    ],
+)
+def test_json_lines_tell_a_write_cut_mid_line_from_damage(tmp_path, data, rows, torn, refusal):
+    from zoo.core.files import UnreadableFile, read_json_lines
+
+    path = tmp_path / "metrics.jsonl"
+    path.write_bytes(data)
+    if rows is None:
+        for torn_ok in (False, True):
+            with pytest.raises(UnreadableFile, match=f"^{path}: {refusal}"):
+                read_json_lines(path, torn_ok=torn_ok)
+        return
+    found = read_json_lines(path, torn_ok=True)
+    assert (len(found.rows), found.torn) == (rows, torn)
+    if torn is None:
+        assert read_json_lines(path).rows == found.rows
+    else:  # every other reader refuses the cut line: only a resume may drop it
+        with pytest.raises(UnreadableFile, match=refusal):
+            read_json_lines(path)
+
+
+def test_a_refusal_raised_in_a_worker_process_comes_back_whole():
+    import pickle
+
+    from zoo.core.files import UnreadableFile
+
+    refusal = UnreadableFile("/run/metrics.jsonl", "empty", "restore it")
+    back = pickle.loads(pickle.dumps(refusal))
+    assert (str(back), back.path, back.problem) == (str(refusal), refusal.path, "empty")
+
+
 # ------------------------------------------------------------------ headlines and seeds
 
 

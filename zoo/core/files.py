@@ -15,6 +15,7 @@ step the line belonged to).
 
 from __future__ import annotations
 
+import codecs
 import json
 import pickle
 import re
@@ -148,7 +149,7 @@ def read_json_lines(path: Path, torn_ok: bool = False) -> JsonLines:
                 continue
             row = json.loads(text)
         except (UnreadableFile, json.JSONDecodeError, RecursionError) as exc:
-            if not ended:  # the last line, without its newline: a write cut short
+            if not ended and _looks_cut(raw):  # the last line, unended: a write cut short
                 if torn_ok:
                     found.torn = number
                     break
@@ -165,6 +166,17 @@ def read_json_lines(path: Path, torn_ok: bool = False) -> JsonLines:
         found.rows.append(row)
         found.unterminated = not ended
     return found
+
+
+def _looks_cut(raw: bytes) -> bool:
+    """Whether a line reads as the start of a JSON record that stops early: UTF-8 up to
+    its end (where a cut may split a character) and opening with "{". Anything else in
+    its place was written by something other than an append that was stopped."""
+    try:
+        text = codecs.getincrementaldecoder("utf-8")().decode(raw, final=False)
+    except UnicodeDecodeError:
+        return False
+    return text.lstrip().startswith("{")
 
 
 def read_table(path: Path, columns: tuple[str, ...] = ()) -> pd.DataFrame:
