@@ -19,7 +19,6 @@ from typing import Any
 from zoo.core.config import ConfigError, shown
 from zoo.core.files import UnreadableFile, read_json, read_json_lines
 from zoo.run.checkpoint import (
-    DAMAGED,
     find_checkpoint,
     load_checkpoint,
     save_checkpoint,
@@ -188,10 +187,10 @@ def execute_run(
             )
         texts, notes = kept_on_resume(out, found.step)  # (refuses before any write)
         step = load_checkpoint(checkpoint_dir, loop, found)
-        for folder, problem in found.passed_over:
+        kept = set_aside_damaged(found)
+        for (folder, problem), target in zip(found.passed_over, kept, strict=True):
             note(f"{problem.path}: {problem.problem}; resuming from the checkpoint of step "
-                 f"{step} ({folder.name} kept as {folder.name}{DAMAGED})")  # fmt: skip
-        set_aside_damaged(found)
+                 f"{step} ({folder.name} kept as {target.name})")  # fmt: skip
         for path, text in texts.items():
             write_whole(path, text, RESUME)
         for text in notes:

@@ -275,10 +275,11 @@ def find_checkpoint(directory: Path) -> Found | None:
 def set_aside_damaged(found: Found) -> list[Path]:
     """Rename the damaged checkpoints newer than the one resumed from to ``<name>.damaged``
     (nothing is deleted): the link and the next saves then pass them by. Returns their new
-    paths."""
+    paths, one per ``found.passed_over``."""
     moved = []
     for folder, _ in found.passed_over:
         if not folder.exists():
+            moved.append(folder)
             continue
         target = folder.with_name(folder.name + DAMAGED)
         n = 1
