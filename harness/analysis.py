@@ -4,7 +4,6 @@ only the run folders, so it can be re-done at any time: `harness analyze DIR`.""
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO
@@ -34,6 +33,8 @@ from harness.stats import (
     tie_groups,
 )
 from harness.walltime import wall_time_table
+from zoo.core.config import ConfigError
+from zoo.core.files import UnreadableFile, read_json
 from zoo.services.ledger import OPTIONAL_PHASES, PHASES
 
 if TYPE_CHECKING:
@@ -54,20 +55,60 @@ def budget_of(run: dict) -> tuple[str, float, int]:
 
 
 def load_runs(out: Path) -> list[dict]:
+    """The runs of an experiment folder that hold records. A config.json or metrics.jsonl
+    that cannot be read whole is an UnreadableFile naming it (exit status 2): a row must
+    not lose a seed to a damaged file without a word."""
     runs = []
     for run_dir in sorted((out / "runs").iterdir()):
         if not (run_dir / "config.json").exists():
             continue
-        config = json.loads((run_dir / "config.json").read_text())
+        config = read_json(run_dir / "config.json")
         records = read_metrics(run_dir)
         if records:
-            run = config["run"]
+            run = config.get("run")
+            if not isinstance(run, dict) or not {"algorithm", "env", "seed"} <= set(run):
+                raise UnreadableFile(run_dir / "config.json", "holds no run config")
             runs.append({"dir": run_dir, "config": config, "records": records,
                          # the row: the algorithm, or its setting in an ablation (--vary)
                          "algorithm": run.get("variant") or run["algorithm"],
                          "plugin": run["algorithm"], "env": run["env"],
                          "seed": run["seed"]})  # fmt: skip
     return runs
+
+
+def check_headlines(out: Path, runs: list[dict], manifest: dict) -> None:
+    """Refuse (ConfigError, exit status 2) an experiment whose summary would rank a row on
+    fewer seeds than experiment.json says it ran (a run with no records, or whose
+    evaluations stop short of its budget), or on a headline that is not a number. Said
+    before anything is written, naming the first such run."""
+    points = pd.DataFrame([row for run in runs for row in checkpoint_rows(run)])
+    scores = run_scores(points) if len(points) else pd.DataFrame()
+    headlines = {(r.env, r.algorithm, r.seed): r.headline for r in scores.itertuples()}
+    loaded = {r["dir"].name: r for r in runs}
+    problems = []
+    for name in manifest.get("runs") or {}:
+        run = loaded.get(name)
+        if run is not None and (run["env"], run["algorithm"], run["seed"]) in headlines:
+            continue
+        folder = out / "runs" / name
+        if run is not None:
+            problems.append(f"the evaluations of {folder} stop before the end of its budget")
+        elif (folder / "config.json").exists():
+            problems.append(f"{folder / 'metrics.jsonl'} holds no record")
+        else:
+            problems.append(f"{folder} holds no config.json")
+    for run in runs:  # (a mean over checkpoints would pass over a NaN among them)
+        bad = [r for r in run["records"] if not math.isfinite(r.get("eval_reward", 0.0))]
+        if bad:
+            problems.append(f"{run['dir'] / 'metrics.jsonl'} gives eval_reward "
+                            f"{bad[0]['eval_reward']} at step {bad[0].get('step')}")  # fmt: skip
+    if problems:
+        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        raise ConfigError(
+            f"{problems[0]}{more}: the summary of {out} would rank its row on fewer seeds "
+            "than it ran, or on no number. Continue the experiment (compare --resume), or "
+            "restore the run"
+        )
 
 
 HEADLINE_POINTS = 3
@@ -109,7 +150,7 @@ def experiment_headline(out: Path, env: str | None = None) -> str:
     when its runs differ; HEADLINE when no config says how many it had."""
     points, splits = set(), set()
     for path in (out / "runs").glob("*/config.json"):
-        run = json.loads(path.read_text()).get("run", {})
+        run = read_json(path).get("run", {})
         if env is not None and run.get("env", env) != env:
             continue
         splits.add(run.get("eval_split", "heldout"))
@@ -652,7 +693,8 @@ def write_analysis(out: Path) -> dict[str, pd.DataFrame]:
     runs = load_runs(out)
     if not runs:
         raise FileNotFoundError(f"{out}/runs holds no run with metrics")
-    manifest = json.loads((out / "experiment.json").read_text())
+    manifest = read_json(out / "experiment.json")
+    check_headlines(out, runs, manifest)
     design = experiment_design(manifest)
     controls = manifest.get("controls")
     tables_dir, plots_dir = out / "tables", out / "plots"
@@ -791,7 +833,7 @@ def write_report(
     """report.md: what was run, then ``opening`` (a many-to-one board's verdicts, power,
     controls and budget, harness/board.py; a legacy board's "Can this board rank?"), then
     the plots, the claims, the detail tables, and the samples pages last."""
-    manifest = json.loads((out / "experiment.json").read_text())
+    manifest = read_json(out / "experiment.json")
     m = manifest["machine"]
     versions = ", ".join(f"{k} {v}" for k, v in manifest["versions"].items())
     lines = [

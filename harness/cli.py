@@ -88,7 +88,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--seed",
         type=number(int),
         default=0,
-        help="seeds the prompts' order, the sampler and the trainer (default 0)",
+        help="seeds the prompts' order, the sampler and the trainer (a whole number >= 0; "
+        "default 0)",
     )
     run.add_argument("--out", type=folder, help="run folder (default: results/<run-id>)")
     run.add_argument("--resume", action="store_true",

@@ -6,8 +6,9 @@ It takes the flags of ``run`` (the same RunConfig), and checks, for that run:
   on and to write a file into a folder of this host; both must fail (zoo/envs/execution/sandbox.py);
 - vllm: a vLLM engine starts in this process on the tiny model (its shipped weights,
   zoo/models/tiny.py) and generates; skipped with ``--generator hf``;
-- disk: free space where the run writes (``--out``, else ``results/``) against two
-  checkpoints of the model (a save writes the new one before it removes the old), plus
+- disk: that a file can be written where the run writes (``--out``, else ``results/``;
+  the nearest folder of it that exists), and its free space against two checkpoints of
+  the model (a save writes the new one before it removes the old), plus
   the metrics; how much the cadence (``--checkpoint-every``) writes over the run is shown;
 - memory: the run's estimate (zoo/models/memory.py, as ``list models`` and the pre-flight
   check compute it) against this machine's memory (or the GPU's).
@@ -58,6 +59,11 @@ def check_disk(cfg: RunConfig, out: Path, free_bytes: int | None = None) -> Chec
     from zoo.models.presets import model_shape
 
     where = next((p for p in [out, *out.parents] if p.exists()), Path.cwd())
+    refused = write_refused(where)
+    if refused:
+        return Check("disk", "FAIL", f"cannot write in {where} ({refused})",
+                     "give --out a folder this user can write to (permissions, a read-only "
+                     "mount)")  # fmt: skip
     free = shutil.disk_usage(where).free if free_bytes is None else free_bytes
     one = checkpoint_bytes(model_shape(cfg.model, cfg.model_path).params)
     need = 2 * one + 16 * 2**20
@@ -73,6 +79,25 @@ def check_disk(cfg: RunConfig, out: Path, free_bytes: int | None = None) -> Chec
         return Check("disk", "WARN", detail,
                      "little room to spare: free space, or --out on a larger disk")  # fmt: skip
     return Check("disk", "PASS", detail)
+
+
+def write_refused(folder: Path) -> str:
+    """Why a file cannot be written, flushed and removed in ``folder`` ("" when it can):
+    free space says nothing of a folder that refuses writes (its permissions, a read-only
+    mount), and a run would fail at its first record there."""
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".forge-zoo-doctor-", dir=folder)
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    try:
+        os.write(fd, b"forge-zoo doctor\n")
+        os.fsync(fd)
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    finally:
+        os.close(fd)
+        os.unlink(probe)
+    return ""
 
 
 def check_memory(run: RunConfig | RunPlan, capacity_bytes: int | None = None) -> Check:

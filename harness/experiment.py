@@ -21,6 +21,7 @@ from pathlib import Path
 from harness.runner import check_out, is_complete, run_name, train_one
 from zoo.algorithms import Algorithm
 from zoo.core.config import ConfigError, coerce, shown
+from zoo.core.files import UnreadableFile, read_json
 from zoo.models.memory import memory_estimate
 from zoo.models.presets import TINY_MODELS, check_weights_available
 from zoo.run.loop import check_greedy_baseline
@@ -159,7 +160,7 @@ def write_manifest(out: Path, cfgs: list[RunConfig], command: str, resume: bool,
     if power_plan:
         manifest["power_plan"] = power_plan
     if resume and path.exists():
-        first = json.loads(path.read_text())
+        first = read_json(path)
         if set(first.get("runs", {})) == set(manifest["runs"]):  # else: the new command's runs
             manifest["command"] = first.get("command", command)
         manifest["created"] = first.get("created", now)
@@ -191,11 +192,16 @@ def check_experiment_folder(out: Path, resume: bool) -> None:
     """``check_out``, then: with ``resume``, ``out`` must hold an experiment (its
     experiment.json); without, it must not hold runs already."""
     check_out(out)
-    if resume and not (out / "experiment.json").is_file():
+    if resume and not (out / "experiment.json").exists():
         raise ConfigError(
             f"--resume: {out} holds no experiment to continue (no experiment.json); leave "
             "out --resume to start one there"
         )
+    if resume:  # its first command and date are kept from it: read it whole, or stop here
+        try:
+            read_json(out / "experiment.json")
+        except UnreadableFile as exc:
+            raise exc.advised("nothing was changed: restore it to continue") from None
     if not resume and any((out / "runs").glob("*/metrics.jsonl")):
         raise ConfigError(f"{out} already holds runs; add --resume to continue it")
 

@@ -220,10 +220,12 @@ def last_record(run_dir: Path) -> dict | None:
     path = run_dir / "metrics.jsonl"
     if not path.exists():
         return None
-    lines = path.read_text().splitlines()
+    # (the progress bars only: a damaged file is the worker's to refuse, in its words)
+    lines = path.read_text(errors="replace").splitlines()
     for line in reversed(lines):
         try:
-            return json.loads(line)
-        except json.JSONDecodeError:
+            record = json.loads(line)
+        except (json.JSONDecodeError, RecursionError):
             continue  # a line being written
+        return record if isinstance(record, dict) else None
     return None

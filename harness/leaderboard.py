@@ -25,10 +25,11 @@ import pandas as pd
 from harness.analysis import HEADLINE, experiment_headline, plot_seed_curves, write_analysis
 from harness.controls import control_verdicts
 from harness.fits import MIN_IDENTIFIED_SHARE, share_shortfall
-from harness.runner import read_metrics
+from harness.runner import read_metrics, row_of
 from harness.samples import STYLE as SAMPLES_STYLE
 from harness.samples import last_eval_samples, samples_table, write_samples_pages
 from zoo.core.config import ConfigError
+from zoo.core.files import UnreadableFile, read_json, read_table
 from zoo.run.runlog import SAMPLES, read_sessions
 
 
@@ -45,12 +46,12 @@ def run_provenance(run_dir: Path) -> dict:
     """What a run folder says about the code and weights behind it. Runs recorded before a
     field existed read as unknown (None): no sessions.jsonl, no start-weights hash, no
     finish time."""
-    config = json.loads((run_dir / "config.json").read_text())
+    config = read_json(run_dir / "config.json")
     git = config.get("git") or {}
     states = [(git.get("commit"), git.get("dirty"))]
     states += [(s.get("commit"), s.get("dirty")) for s in read_sessions(run_dir)]
     complete = run_dir / "complete.json"
-    finished = json.loads(complete.read_text()).get("finished") if complete.exists() else None
+    finished = read_json(complete).get("finished") if complete.exists() else None
     return {
         "run": run_dir.name,
         "states": states,
@@ -67,7 +68,7 @@ def run_provenance(run_dir: Path) -> dict:
 def unfinished_runs(experiment: Path) -> list[str]:
     """The runs ``experiment.json`` lists whose folder holds no ``complete.json``: a board
     still running (or stopped) between sittings. Its rows would rank part of its seeds."""
-    runs = json.loads((experiment / "experiment.json").read_text()).get("runs", {})
+    runs = read_json(experiment / "experiment.json").get("runs", {})
     return [name for name in runs if not (experiment / "runs" / name / "complete.json").exists()]
 
 
@@ -142,17 +143,23 @@ STAT_FIELDS = (
 
 def experiment_rows(experiment: Path) -> list[dict]:
     summary_csv = experiment / "tables" / "summary.csv"
-    if not summary_csv.exists() or "headline_mean" not in pd.read_csv(summary_csv, nrows=0):
+    if not summary_csv.exists() or "headline_mean" not in read_table(summary_csv):
         write_analysis(experiment)  # none yet, or written by an older version
-    manifest = json.loads((experiment / "experiment.json").read_text())
-    summary = pd.read_csv(experiment / "tables" / "summary.csv")
-    throughput = pd.read_csv(experiment / "tables" / "throughput.csv")
+    manifest = read_json(experiment / "experiment.json")
+    summary = read_table(summary_csv, ("env", "algorithm", "seeds", "headline_mean"))
+    check_summary(summary_csv, summary, manifest)
+    throughput_csv = experiment / "tables" / "throughput.csv"
+    throughput = read_table(throughput_csv, ("env", "algorithm", "generate_tokens_per_s",
+                                             "train_tokens_per_s"))  # fmt: skip
     mechanisms = mechanism_cells(experiment / "tables" / "off_policy.csv")
     rows = []
     for r in summary.itertuples():
         run_dirs = sorted((experiment / "runs").glob(f"{r.algorithm}__{r.env}__seed*"))
-        config = json.loads((run_dirs[0] / "config.json").read_text())
+        config = read_json(run_dirs[0] / "config.json")
         t = throughput[(throughput.algorithm == r.algorithm) & (throughput.env == r.env)]
+        if t.empty:
+            raise UnreadableFile(throughput_csv, f"has no row for {r.algorithm} on {r.env}",
+                                 REANALYSE.format(experiment=experiment))  # fmt: skip
         rows.append({
             "id": f"{config['run']['model']}__{r.env}__{r.algorithm}__{experiment.name}",
             "model": config["run"]["model"], "env": r.env, "algorithm": r.algorithm,
@@ -170,6 +177,35 @@ def experiment_rows(experiment: Path) -> list[dict]:
     return rows
 
 
+REANALYSE = "re-write the tables from the runs with `python -m harness analyze {experiment}`"
+
+
+def check_summary(path: Path, summary: pd.DataFrame, manifest: dict) -> None:
+    """The cached summary.csv must rank every row of the experiment on every seed
+    experiment.json lists for it, with a headline that is a number: a board built from a
+    summary cut short, or from one an older analysis wrote over a missing seed, would
+    publish it. A ConfigError naming the row otherwise (harness/analysis.py's
+    check_headlines refuses such a summary when the tables are re-written)."""
+    advice = REANALYSE.format(experiment=path.parents[1])
+    expected: dict[tuple[str, str], int] = {}
+    for name in manifest.get("runs") or {}:
+        key = row_of(name)
+        if key is not None:
+            expected[key] = expected.get(key, 0) + 1
+    found = {(r.env, r.algorithm): r for r in summary.itertuples()}
+    for (env, row), seeds in expected.items():
+        if (env, row) not in found:
+            raise UnreadableFile(path, f"has no row for {row} on {env}", advice)
+        r = found[(env, row)]
+        if r.seeds != seeds:
+            raise UnreadableFile(path, f"ranks {row} on {env} on {r.seeds} of the {seeds} seeds "
+                                 "experiment.json lists", advice)  # fmt: skip
+    for r in summary.itertuples():
+        if not isinstance(r.headline_mean, float) or r.headline_mean != r.headline_mean:
+            raise UnreadableFile(path, f"gives {r.algorithm} on {r.env} no headline "
+                                 f"({r.headline_mean})", advice)  # fmt: skip
+
+
 def mechanism_cells(off_policy_csv: Path) -> dict[tuple[str, str], str]:
     """Per (env, algorithm), what its mechanism did (harness/analysis.py off_policy_table):
     the mean share of tokens or sequences whose gradient it changed, beside the share
@@ -177,7 +213,7 @@ def mechanism_cells(off_policy_csv: Path) -> dict[tuple[str, str], str]:
     logged no acting shares (made before they existed) get none."""
     if not off_policy_csv.exists():
         return {}
-    table = pd.read_csv(off_policy_csv)
+    table = read_table(off_policy_csv)
     if "mechanism_acting" not in table:
         return {}
     cells = {}
@@ -246,7 +282,9 @@ def pairs_frame(experiment: Path, env: str) -> pd.DataFrame | None:
     path = experiment / "tables" / "pairs.csv"
     if not path.exists():
         return None
-    p = pd.read_csv(path)
+    p = read_table(path)
+    if p.empty:  # (no pair: one row, or a table written before pairs existed)
+        return None
     p = p[p.env == env]
     if p.empty:
         return None
@@ -393,7 +431,7 @@ def caveat_lines(env: str) -> list[str]:
 def is_tuning_sweep(experiment: Path) -> bool:
     """An experiment of ``harness tune``: scored on the validation split, its rows are
     settings to choose from, not a board (its sweep.md is published beside the board)."""
-    runs = json.loads((experiment / "experiment.json").read_text()).get("runs", {})
+    runs = read_json(experiment / "experiment.json").get("runs", {})
     return any(r.get("eval_split") == "validation" for r in runs.values())
 
 
@@ -405,7 +443,7 @@ def build_leaderboards(results: Path, out: Path, allow_dirty: bool = False) -> l
     experiments = [e for e in sorted(p.parent for p in results.glob("*/experiment.json"))
                    if not is_tuning_sweep(e)]  # fmt: skip
     for e in [e for e in experiments if unfinished_runs(e)]:
-        total = len(json.loads((e / "experiment.json").read_text()).get("runs", {}))
+        total = len(read_json(e / "experiment.json").get("runs", {}))
         print(f"skipped {e}: {total - len(unfinished_runs(e))} of {total} runs finished; a "
               f"board enters the leaderboard whole (continue it with compare --resume)",
               file=sys.stderr)  # fmt: skip
@@ -588,11 +626,11 @@ def control_cells(experiment: Path, env: str) -> dict[str, tuple[str, str]] | No
     """Per row of an experiment run with controls (harness/controls.py), what its controls
     column says, with the longer reason as a tooltip: the anchor, and each control's
     verdict with its Holm-adjusted p. None when the experiment ran no controls."""
-    controls = json.loads((experiment / "experiment.json").read_text()).get("controls")
+    controls = read_json(experiment / "experiment.json").get("controls")
     if not controls:
         return None
     path = experiment / "tables" / "pairs.csv"
-    pairs = pd.read_csv(path) if path.exists() else pd.DataFrame()
+    pairs = read_table(path) if path.exists() else pd.DataFrame()
     verdicts = {v["control"]: v for v in control_verdicts(pairs, controls) if v["env"] == env}
     cells = {}
     for kind, spec in controls.items():
@@ -726,9 +764,13 @@ def seed_curves(e: pd.DataFrame) -> tuple[pd.DataFrame, str]:
     points = []
     for r in e.itertuples():
         for run in r.runs:
-            config = json.loads((Path(run) / "config.json").read_text()).get("run", {})
+            config = read_json(Path(run) / "config.json").get("run", {})
             seed = config.get("seed", Path(run).name.rpartition("seed")[2])
-            for record in read_metrics(Path(run)):
+            records = read_metrics(Path(run))
+            if not any("eval_reward" in record for record in records):
+                raise UnreadableFile(Path(run) / "metrics.jsonl", "holds no evaluation, though "
+                                     "tables/summary.csv ranks the run")  # fmt: skip
+            for record in records:
                 if "eval_reward" in record:
                     points.append({"algorithm": r.algorithm, "seed": seed,
                                    "flops": record.get("flops"), "step": record["step"],
@@ -827,7 +869,7 @@ def exact_setup_lines(g: pd.DataFrame) -> list[str]:
     when all runs share one, else one item per setup with the rows made on it (and how many
     of a row's runs, when not all). Package versions are named once when all runs share
     them, else as part of each setup."""
-    runs = {(r.Index, run): setup_class(json.loads((Path(run) / "config.json").read_text()))
+    runs = {(r.Index, run): setup_class(read_json(Path(run) / "config.json"))
             for r in g.itertuples() for run in r.runs}  # fmt: skip
     shared = len({versions for _, versions in runs.values()}) == 1
     rows_by_setup: dict[str, list[str]] = {}
@@ -879,8 +921,15 @@ def _png_uri(png: bytes, colors: int = 64) -> str:
 
 
 def find_row(leaderboards: Path, row_id: str) -> dict:
-    rows = json.loads((leaderboards / "leaderboard.json").read_text())
-    for row in rows:
-        if row["id"] == row_id:
+    """The row ``row_id`` of ``leaderboards``/leaderboard.json (KeyError: no such row;
+    FileNotFoundError: no such file; UnreadableFile: a damaged one)."""
+    path = leaderboards / "leaderboard.json"
+    if not path.exists():
+        raise FileNotFoundError(path)
+    rows = read_json(path, kind=list)
+    for number, row in enumerate(rows, start=1):
+        if not isinstance(row, dict) or not isinstance(row.get("runs"), list):
+            raise UnreadableFile(path, f"row {number} is not a leaderboard row")
+        if row.get("id") == row_id:
             return row
     raise KeyError(row_id)

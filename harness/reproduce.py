@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
 import math
 import os
 import tempfile
@@ -31,6 +30,7 @@ from scipy import stats as sps
 from harness.runner import execute_run, read_metrics
 from harness.third_party import LOG_NAME, routed_to
 from zoo.core.config import ConfigError
+from zoo.core.files import UnreadableFile, read_json
 from zoo.run.loop import resolved_config
 from zoo.run.plan import RunPlan
 from zoo.run.run_config import RunConfig
@@ -166,10 +166,16 @@ def recorded_threads(config: dict[str, Any]) -> Iterator[None]:
 
 
 def read_config(run_dir: Path) -> dict[str, Any]:
+    """A run folder's config.json; a damaged one (or one with no run section) is an
+    UnreadableFile naming it: a sibling's too, so a row is never checked on fewer seeds
+    than it has without a word."""
     path = run_dir / "config.json"
     if not path.exists():
         raise ConfigError(f"{run_dir}: no config.json (not a run folder)")
-    return json.loads(path.read_text())
+    config = read_json(path)
+    if not isinstance(config.get("run"), dict):
+        raise UnreadableFile(path, 'holds no run config (its "run" section)')
+    return config
 
 
 def rerun(run_dir: Path, model_path: Path | None = None,
@@ -218,7 +224,7 @@ def reproduce_run(run_dir: Path, model_path: Path | None = None,
         return Verdict(False, False, f"no exact comparison possible here: {obstacle}")
     recorded = read_metrics(run_dir)
     if not recorded:
-        raise ConfigError(f"{run_dir}: no metrics.jsonl to compare against")
+        raise ConfigError(f"{run_dir / 'metrics.jsonl'}: no record to compare against")
     try:
         fresh = rerun(run_dir, model_path, verbose)
     except NotReproducible as exc:
@@ -253,7 +259,10 @@ def headline(config: dict[str, Any], records: list[dict[str, Any]]) -> float:
 
 
 def recorded_headline(run_dir: Path) -> float:
-    return headline(read_config(run_dir), read_metrics(run_dir))
+    records = read_metrics(run_dir)
+    if not records:  # (an emptied file, or none: the row's spread cannot count this seed)
+        raise UnreadableFile(run_dir / "metrics.jsonl", "holds no record, so no headline")
+    return headline(read_config(run_dir), records)
 
 
 @dataclass(frozen=True)

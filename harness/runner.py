@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -16,17 +17,23 @@ from pathlib import Path
 from typing import Any
 
 from zoo.core.config import ConfigError, shown
-from zoo.run.checkpoint import has_checkpoint, load_checkpoint, save_checkpoint
+from zoo.core.files import UnreadableFile, read_json, read_json_lines
+from zoo.run.checkpoint import (
+    find_checkpoint,
+    load_checkpoint,
+    save_checkpoint,
+    set_aside_damaged,
+)
 from zoo.run.loop import RLLoop, resolved_config
 from zoo.run.plan import RunPlan
 from zoo.run.run_config import NOT_DEFINING, RunConfig
 from zoo.run.runlog import (
     RESUME,
     SAMPLES,
+    SESSIONS,
     RunWriter,
     now_iso,
     start_weights,
-    truncate_samples,
     write_whole,
 )
 from zoo.run.trackers import STATE_FILE as TRACKER_STATE
@@ -41,16 +48,94 @@ def is_complete(out: Path) -> bool:
 
 
 def read_metrics(out: Path) -> list[dict[str, Any]]:
+    """The records of ``out/metrics.jsonl`` (none when there is no such file); a damaged
+    file, a cut last line included, is an UnreadableFile naming it."""
+    return read_json_lines(out / "metrics.jsonl").rows
+
+
+def holds_metrics(out: Path) -> bool:
+    """Whether ``out`` holds a run's records (a metrics.jsonl that is not empty)."""
     path = out / "metrics.jsonl"
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return path.is_file() and path.stat().st_size > 0
 
 
-def truncate_metrics(out: Path, last_step: int) -> None:
-    """Keep the records up to ``last_step`` (those after a checkpoint are re-done)."""
-    kept = [r for r in read_metrics(out) if r["step"] <= last_step]
-    write_whole(out / "metrics.jsonl", "".join(json.dumps(r) + "\n" for r in kept), RESUME)
+EARLIER_STARTS = "earlier-starts"
+"""Where a run that starts over (it stopped before its first checkpoint) keeps what its
+earlier start recorded: ``earlier-starts/<k>/`` (metrics, samples, sessions, config,
+source diffs). Nothing recorded is deleted."""
+
+
+def set_aside_start(out: Path) -> Path | None:
+    """Move the records of a start that left no checkpoint into a new
+    ``earlier-starts/<k>/`` (None when it recorded nothing)."""
+    records = [out / "metrics.jsonl", out / SAMPLES, out / SESSIONS]
+    if not any(p.is_file() and p.stat().st_size for p in records):
+        return None
+    k = 1
+    while (out / EARLIER_STARTS / str(k)).exists():
+        k += 1
+    kept = out / EARLIER_STARTS / str(k)
+    kept.mkdir(parents=True)
+    for path in [*records, out / "config.json", *sorted(out.glob("source*.diff"))]:
+        if path.exists():
+            path.rename(kept / path.name)
+    return kept
+
+
+def kept_on_resume(out: Path, step: int) -> tuple[dict[Path, str], list[str]]:
+    """What a resume from the checkpoint of ``step`` makes of the run's record files:
+    (path -> its new text, notes). metrics.jsonl and samples.jsonl keep their records up
+    to ``step`` (the later ones are re-done); sessions.jsonl keeps all of its. A last line
+    cut short by a stop mid-write (zoo.core.files.JsonLines.torn) is dropped, with a
+    note: it belonged to a step after the checkpoint, or to no step at all. Any other
+    damage, or records that do not reach ``step`` (a resume cannot re-do them), is an
+    UnreadableFile, raised before anything is written."""
+    advice = "nothing was changed: restore the file, or start the run afresh in another --out"
+    texts: dict[Path, str] = {}
+    notes: list[str] = []
+    for path in (out / "metrics.jsonl", out / SAMPLES):
+        if path.name == SAMPLES and not path.exists():
+            continue  # (a run recorded before samples.jsonl existed)
+        try:
+            lines = read_json_lines(path, torn_ok=True)
+        except UnreadableFile as exc:
+            raise exc.advised(advice) from None
+        steps = [r["step"] for r in lines.rows if isinstance(r.get("step"), int)]
+        reached = max(steps, default=None)
+        if reached is None or reached < step:
+            held = "no record" if reached is None else f"records up to step {reached}"
+            cut = f" (then line {lines.torn}, cut short)" if lines.torn else ""
+            raise UnreadableFile(
+                path, f"holds {held}{cut}, but the checkpoint to resume from is of step "
+                f"{step}: the records between are lost and a resume cannot re-do them", advice,
+            )  # fmt: skip
+        if lines.torn:
+            notes.append(f"{path}: line {lines.torn}, the last, was cut short by a stop "
+                         f"mid-write (a step after the checkpoint of step {step}); dropped, "
+                         "the step is re-done")  # fmt: skip
+        kept = [r for r in lines.rows if isinstance(r.get("step"), int) and r["step"] <= step]
+        texts[path] = "".join(json.dumps(r) + "\n" for r in kept)
+    path = out / SESSIONS
+    if path.exists():
+        try:
+            lines = read_json_lines(path, torn_ok=True)
+        except UnreadableFile as exc:
+            raise exc.advised(advice) from None
+        if not lines.rows:
+            raise UnreadableFile(path, "holds no session, though every start of a run "
+                                 "records one there", advice)  # fmt: skip
+        if lines.torn or lines.unterminated:  # the next session's line would join it
+            texts[path] = "".join(json.dumps(r) + "\n" for r in lines.rows)
+        if lines.torn:
+            notes.append(f"{path}: line {lines.torn}, the last, was cut short by a stop "
+                         "mid-write; dropped")  # fmt: skip
+    return texts, notes
+
+
+def note(text: str) -> None:
+    """A line about what a resume did, on the terminal (third_party.routed_to keeps
+    ``sys.stderr`` there)."""
+    print(f"note: {text}", file=sys.stderr, flush=True)
 
 
 def execute_run(
@@ -77,10 +162,18 @@ def execute_run(
     config = {"run_id": out.name, "command": command, **resolved_config(cfg, services)}
     model_path = Path(config["model_path"])
     checkpoint_dir = out / "checkpoint"
-    if resume and has_checkpoint(checkpoint_dir):
-        saved = json.loads((out / "config.json").read_text())
-        # Through RunConfig, so fields added since the run started take their defaults.
-        before = dataclasses.asdict(RunConfig.from_record(saved["run"]))
+    found = find_checkpoint(checkpoint_dir) if resume else None  # (UnreadableFile: none whole)
+    if found is not None:
+        config_file = out / "config.json"
+        try:
+            saved = read_json(config_file)
+            # Through RunConfig, so fields added since the run started take their defaults.
+            before = dataclasses.asdict(RunConfig.from_record(saved["run"]))
+        except UnreadableFile as exc:
+            raise exc.advised("nothing was changed: restore it to resume") from None
+        except (KeyError, TypeError, AttributeError):
+            raise UnreadableFile(config_file, 'holds no run config (its "run" section)',
+                                 "nothing was changed: restore it to resume") from None  # fmt: skip
         recorded, now = _defining(before), _defining(config["run"])
         if recorded != now:
             fields = ", ".join(
@@ -92,14 +185,23 @@ def execute_run(
                 f"{out}: cannot resume, its config.json differs from this run's in {fields}; "
                 "resume with the recorded values (their flags) or start it afresh"
             )
-        step = load_checkpoint(checkpoint_dir, loop)
-        truncate_metrics(out, step)
-        truncate_samples(out, step)
-    elif read_metrics(out):
-        if not resume:
+        texts, notes = kept_on_resume(out, found.step)  # (refuses before any write)
+        step = load_checkpoint(checkpoint_dir, loop, found)
+        kept = set_aside_damaged(found)
+        for (folder, problem), target in zip(found.passed_over, kept, strict=True):
+            note(f"{problem.path}: {problem.problem}; resuming from the checkpoint of step "
+                 f"{step} ({folder.name} kept as {target.name})")  # fmt: skip
+        for path, text in texts.items():
+            write_whole(path, text, RESUME)
+        for text in notes:
+            note(text)
+    else:
+        if not resume and holds_metrics(out):
             raise ConfigError(f"{out} already holds a run; use --resume or another --out")
-        (out / "metrics.jsonl").unlink()  # started, but no checkpoint yet: start over
-        (out / SAMPLES).unlink(missing_ok=True)
+        earlier = set_aside_start(out)  # a start that stopped before its first checkpoint
+        if earlier is not None:
+            note(f"{out}: no checkpoint was saved before the run stopped, so it starts over; "
+                 f"what it recorded is kept in {earlier}")  # fmt: skip
     writer = RunWriter(out)
     if loop.step_index == 0:  # a first start (a resume keeps config.json as it was)
         writer.write_config({**config, **start_weights(model_path, cfg.init, cfg.seed)})
@@ -107,7 +209,7 @@ def execute_run(
     writer.start_session(loop.step_index, hosts or (cfg.distributed or {}).get("hosts"))
     if cfg.report_to:
         try:
-            recorded = json.loads((out / "config.json").read_text())
+            recorded = read_json(out / "config.json")
             writer.trackers = Trackers(parse_report_to(cfg.report_to), out, recorded,
                                        loop.step_index, experiment)  # fmt: skip
         except BaseException:
@@ -185,12 +287,16 @@ def check_run_folder(out: Path, resume: bool) -> None:
     """``check_out``, then: with ``resume``, ``out`` must hold a run to continue (its
     config.json or a checkpoint); without, it must not hold one already."""
     check_out(out)
-    if resume and not ((out / "config.json").is_file() or has_checkpoint(out / "checkpoint")):
+    if resume and not (
+        (out / "config.json").exists()
+        or os.path.lexists(out / "checkpoint")
+        or (out / "checkpoints").is_dir()
+    ):
         raise ConfigError(
             f"--resume: {out} holds no run to continue (no config.json, no checkpoint); "
             "leave out --resume to start one there"
         )
-    if not resume and read_metrics(out):
+    if not resume and holds_metrics(out):
         raise ConfigError(f"{out} already holds a run; use --resume or another --out")
 
 
@@ -201,6 +307,12 @@ def _defining(run: dict[str, Any]) -> dict[str, Any]:
 def run_name(cfg: RunConfig) -> str:
     """``<row>__<env>__seed<k>``; the row is the algorithm, or its variant in an ablation."""
     return f"{cfg.variant or cfg.algorithm}__{cfg.env}__seed{cfg.seed}"
+
+
+def row_of(name: str) -> tuple[str, str] | None:
+    """(env, row) of a run named by ``run_name`` (None for another name)."""
+    row, env, seed = [*name.rsplit("__", 2), "", ""][:3]
+    return (env, row) if row and env and seed.startswith("seed") else None
 
 
 def train_one(cfg: RunConfig, run_dir: Path, command: str, resume: bool,

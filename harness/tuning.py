@@ -30,6 +30,7 @@ import pandas as pd
 
 from harness.experiment import apply_setting, with_variant
 from zoo.core.config import ConfigError
+from zoo.core.files import UnreadableFile, read_json
 from zoo.run.run_config import RunConfig, run_defaults
 
 SELECTION = "selection.json"
@@ -407,11 +408,19 @@ def write_selection(
 
 
 def read_selection(path: Path) -> dict[str, Any]:
+    """A selection.json (``harness tune``), refused in one line when it is missing,
+    damaged or not a selection (zoo.core.files)."""
+    if not path.exists():
+        raise ConfigError(f"--tuned {path}: no such file (harness tune writes it)")
     try:
-        selection = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise ConfigError(f"--tuned {path}: no such file (harness tune writes it)") from None
-    if "algorithms" not in selection:
+        selection = read_json(path)
+    except UnreadableFile as exc:
+        raise exc.advised("re-write it with `harness tune PLAN --out DIR --resume`") from None
+    chosen = selection.get("algorithms")
+    if not isinstance(chosen, dict) or not all(
+        isinstance(entry, dict) and isinstance(entry.get("setting"), dict)
+        for entry in chosen.values()
+    ):
         raise ConfigError(f"--tuned {path}: not a selection written by harness tune")
     return selection
 

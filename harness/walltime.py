@@ -14,10 +14,9 @@ session holds beyond steps and evaluations (checkpoints, metric and sample files
 
 from __future__ import annotations
 
-import json
-
 import pandas as pd
 
+from zoo.core.files import read_json
 from zoo.services.ledger import ALL_PHASES, PHASES
 
 
@@ -27,7 +26,7 @@ def run_wall_time(run: dict) -> dict[str, float] | None:
     done = run["dir"] / "complete.json"
     if not done.is_file():
         return None
-    complete = json.loads(done.read_text())
+    complete = read_json(done)
     if len(complete.get("sessions", [])) > 1 or "wall_seconds_this_session" not in complete:
         return None
     records = run["records"]

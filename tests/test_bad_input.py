@@ -42,6 +42,7 @@ def run_case(tmp_path: Path) -> dict[str, tuple[list[str], str]]:
                          "steps must be <= 1000000"),
         "steps 1.5": (["run", "grpo", "--steps", "1.5", *out], "not an integer"),
         "seed 1e23": (["run", "grpo", "--seed", "1e23", *out], "int64"),
+        "seed -1": (["run", "grpo", "--seed", "-1", *out], "seed must be >= 0, got -1"),
         "budget samples 1e30": (["run", "grpo", "--budget-samples", "1e30", *out], "int64"),
         "eval points 1e15": (["run", "grpo", "--budget", "1e15", "--eval-points", "1e15", *out],
                              "eval_points must be <= 10000"),

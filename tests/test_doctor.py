@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import contextlib
 import io
+import os
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -74,3 +76,31 @@ def test_the_whole_doctor_passes_here_through_the_command(tiny_model_path, tmp_p
         assert name in result.stdout
     assert "FAIL" not in result.stdout and "generated" in result.stdout
     assert not Path(tmp_path / "run").exists()  # the doctor writes nothing there
+
+
+def test_the_disk_check_fails_where_no_file_can_be_written(tmp_path):
+    """Free space says nothing of a folder that refuses writes: the disk check writes a
+    file where the run would (here a read-only mount, or a folder without write
+    permission where the tests do not run as root) and fails when it cannot."""
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    if os.geteuid() == 0:  # root writes through permissions: mount the folder read-only
+        mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=64m", "tmpfs",
+                                  str(locked)], capture_output=True)  # fmt: skip
+        if mounted.returncode != 0:
+            pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.decode().strip()}")
+    else:
+        locked.chmod(0o500)
+    try:
+        check = check_disk(RunConfig(), locked / "run", free_bytes=100 * 2**30)
+        assert check.status == "FAIL" and f"cannot write in {locked}" in check.detail, check
+        code, text = doctor("--only", "disk", "--out", str(locked / "run"))
+        assert code == 1 and "disk failed" in text
+    finally:
+        if os.geteuid() == 0:
+            subprocess.run(["umount", "-l", str(locked)], check=False)
+        else:
+            locked.chmod(0o700)
+    # a folder that takes writes passes, and keeps nothing of the probe
+    assert check_disk(RunConfig(), tmp_path / "run", free_bytes=100 * 2**30).status == "PASS"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["locked"]

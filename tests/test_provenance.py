@@ -201,12 +201,19 @@ def test_execute_run_records_sessions_and_the_finish(tmp_path, monkeypatch, fres
         (directory / "trainer_state.pt").write_text(json.dumps({"step": loop.step_index}))
         (directory / "checkpoint.json").write_text(json.dumps({"step": loop.step_index}))
 
-    def load(directory, loop):
-        loop.step_index = json.loads((directory / "trainer_state.pt").read_text())["step"]
+    def find(directory):
+        if not (directory / "checkpoint.json").exists():
+            return None
+        step = json.loads((directory / "trainer_state.pt").read_text())["step"]
+        return SimpleNamespace(step=step, passed_over=[])
+
+    def load(directory, loop, found):
+        loop.step_index = found.step
         return loop.step_index
 
     monkeypatch.setattr(runner, "RLLoop", FakeLoop)
     monkeypatch.setattr(runner, "save_checkpoint", save)
+    monkeypatch.setattr(runner, "find_checkpoint", find)
     monkeypatch.setattr(runner, "load_checkpoint", load)
     monkeypatch.setattr(runner, "resolved_config", lambda c, s: {
         "run": dataclasses.asdict(c), "model_path": str(model), "seed": c.seed})  # fmt: skip

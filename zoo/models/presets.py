@@ -126,10 +126,17 @@ def check_model_name(name: str) -> None:
 def check_checkpoint(path: Path, init: str = "pretrained") -> None:
     """Raise ConfigError unless ``path`` holds a Qwen3 checkpoint in Hugging Face format
     (weights only needed with ``init="pretrained"``)."""
+    from zoo.core.files import check_safetensors, read_json
+
     config_file = path / "config.json"
     if not config_file.exists():
         raise ConfigError(f"{path}: no config.json; expected a Hugging Face checkpoint folder")
-    model_type = json.loads(config_file.read_text()).get("model_type")
+    # Every JSON file of the folder (model config, tokenizer, generation config) and every
+    # weights file's header, read now: a damaged one is named here, in one line, rather
+    # than by whichever library trips on it later (several, in other processes).
+    for file in sorted(path.glob("*.json")):
+        read_json(file)
+    model_type = read_json(config_file).get("model_type")
     if model_type != "qwen3":
         raise ConfigError(
             f"{path}: model_type {model_type!r}; the trainer builds Qwen3 models "
@@ -142,6 +149,9 @@ def check_checkpoint(path: Path, init: str = "pretrained") -> None:
             f"{path}: config.json but no *.safetensors weights; add them, or pass --init "
             "random to build the architecture with random weights"
         )
+    if init == "pretrained":
+        for weights in sorted(path.glob("*.safetensors")):
+            check_safetensors(weights)
 
 
 def hf_cache_snapshot(hf_id: str) -> Path | None:
@@ -285,7 +295,9 @@ class ModelShape:
 
     @classmethod
     def from_hf_dir(cls, path: Path) -> ModelShape:
-        return cls.from_config(json.loads((Path(path) / "config.json").read_text()))
+        from zoo.core.files import read_json
+
+        return cls.from_config(read_json(Path(path) / "config.json"))
 
     @classmethod
     def from_config(cls, c: dict) -> ModelShape:

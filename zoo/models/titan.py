@@ -68,15 +68,16 @@ def titan_qwen3_config(path: Path):
 
 
 def load_hf_state_dict(path: Path) -> dict[str, torch.Tensor]:
-    """All tensors of the checkpoint's safetensors files, in Hugging Face naming."""
-    from safetensors.torch import load_file
+    """All tensors of the checkpoint's safetensors files, in Hugging Face naming (a file
+    cut short or not safetensors is an UnreadableFile naming it)."""
+    from zoo.core.files import load_safetensors
 
     files = sorted(Path(path).glob("*.safetensors"))
     if not files:
         raise ConfigError(f"{path}: no *.safetensors weights found")
     state: dict[str, torch.Tensor] = {}
     for f in files:
-        state.update(load_file(str(f)))
+        state.update(load_safetensors(f))
     return state
 
 

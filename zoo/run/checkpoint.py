@@ -26,15 +26,16 @@ from __future__ import annotations
 import errno
 import json
 import os
-import pickle
 import re
 import shutil
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from zoo.core.config import ConfigError
+from zoo.core.files import UnreadableFile, load_torch, read_json
 from zoo.models.titan import load_hf_state_dict
 from zoo.run.runlog import RESUME, StorageError, fsync_path
 
@@ -124,7 +125,7 @@ def save_checkpoint(directory: Path, loop: RLLoop, source_model: Path) -> None:
     fsync_path(directory.parent)
     reached("link switched")
     for old in root.iterdir():
-        if old != final:
+        if old != final and DAMAGED not in old.name:  # (set aside by a resume: kept)
             shutil.rmtree(old, ignore_errors=True)
     for leftover in ("tmp", "old"):  # the previous layout's
         shutil.rmtree(directory.with_name(f"{directory.name}.{leftover}"), ignore_errors=True)
@@ -169,16 +170,22 @@ def checkpoint_step(folder: Path) -> int | None:
         return None
 
 
+def _candidates(directory: Path) -> list[Path]:
+    """Every folder that may hold the run's checkpoint: the link's target, the previous
+    layout's folders and every step folder (finished or not)."""
+    found = [directory, *(directory.with_name(f"{directory.name}.{s}") for s in ("old", "tmp"))]
+    root = directory.parent / STEPS
+    if root.is_dir():
+        found += [p for p in root.iterdir() if STEP_DIR.fullmatch(p.name.removesuffix(".tmp"))]
+    return [p for p in found if p.is_dir()]
+
+
 def current(directory: Path) -> Path | None:
     """The current complete checkpoint of the run whose link is ``directory``: the link's
     target, or else the complete candidate folder with the highest step."""
     if checkpoint_step(directory) is not None:
         return directory.resolve()
-    candidates = [directory.with_name(f"{directory.name}.{s}") for s in ("old", "tmp")]
-    root = directory.parent / STEPS
-    if root.is_dir():
-        candidates += [p for p in root.iterdir() if STEP_DIR.fullmatch(p.name.removesuffix(".tmp"))]
-    steps = [(step, p) for p in candidates if (step := checkpoint_step(p)) is not None]
+    steps = [(step, p) for p in _candidates(directory) if (step := checkpoint_step(p)) is not None]
     return max(steps)[1].resolve() if steps else None
 
 
@@ -186,18 +193,118 @@ def has_checkpoint(directory: Path) -> bool:
     return current(directory) is not None
 
 
-def load_checkpoint(directory: Path, loop: RLLoop) -> int:
-    """Restore trainer, optimizer, loop and ledger state from the current checkpoint,
-    push the weights to the generator; returns the step it was taken after."""
-    folder = current(directory)
-    if folder is None:
-        raise FileNotFoundError(f"no complete checkpoint at {directory}")
-    trainer = loop.s.trainer
+DAMAGED = ".damaged"
+"""Suffix a resume gives a checkpoint folder it found damaged and passed over: kept for a
+look, out of the way of the saves (whose clean-up leaves it alone)."""
+
+
+@dataclass
+class Found:
+    """A checkpoint read whole (``find_checkpoint``), not yet loaded into a loop."""
+
+    folder: Path
+    step: int
+    state: dict[str, Any]
+    weights: dict[str, torch.Tensor]
+    passed_over: list[tuple[Path, UnreadableFile]] = field(default_factory=list)
+    """The checkpoints found damaged (folder, what is wrong), newest first."""
+
+
+def read_checkpoint(folder: Path) -> tuple[int, dict[str, Any], dict[str, torch.Tensor]]:
+    """(step, trainer state, weights) of a checkpoint folder, every file read whole; an
+    UnreadableFile names the first one that is not."""
+    marker = read_json(folder / MARKER)
+    step = marker.get("step")
+    if not isinstance(step, int) or isinstance(step, bool) or step < 0:
+        raise UnreadableFile(folder / MARKER, f"holds no step number ({shown_value(marker)})")
     state = load_state_file(folder / STATE_FILE)
-    trainer.load_state(load_hf_state_dict(folder), state["optimizer"], state["version"])
+    wanted = ("loop", "optimizer", "version")
+    if not isinstance(state, dict) or not all(k in state for k in wanted):
+        raise UnreadableFile(folder / STATE_FILE, f"holds no trainer state ({', '.join(wanted)})")
+    return step, state, load_hf_state_dict(folder)
+
+
+def shown_value(value: object, limit: int = 60) -> str:
+    text = json.dumps(value, default=str)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _saved(folder: Path) -> bool:
+    """Whether a save got as far as this folder: anything but a step folder still being
+    written (``.tmp``, no marker yet), which a kill leaves behind and the next save
+    replaces."""
+    return not folder.name.endswith(".tmp") or (folder / MARKER).exists()
+
+
+def find_checkpoint(directory: Path) -> Found | None:
+    """The newest checkpoint of the run (link ``directory``) whose files all read whole,
+    with the newer ones found damaged. None when no save ever finished (nothing to resume
+    from: a run killed before its first checkpoint). Where saves finished but none reads
+    whole, an UnreadableFile naming the newest one's damaged file."""
+    folders = {p.resolve() for p in _candidates(directory) if _saved(p)}
+    if directory.is_symlink() and not directory.exists():  # the link's target is gone
+        dangling = UnreadableFile(directory, f"links to {os.readlink(directory)}, which is missing")
+    else:
+        dangling = None
+    if not folders and dangling is None:
+        return None
+
+    def order(folder: Path) -> int:  # by the step its marker or its name says
+        step = checkpoint_step(folder)
+        named = STEP_DIR.fullmatch(folder.name.removesuffix(".tmp"))
+        return step if step is not None else int(named.group(1)) if named else -1
+
+    passed_over: list[tuple[Path, UnreadableFile]] = []
+    for folder in sorted(folders, key=order, reverse=True):
+        try:
+            step, state, weights = read_checkpoint(folder)
+        except UnreadableFile as exc:
+            passed_over.append((folder, exc))
+            continue
+        return Found(folder, step, state, weights, passed_over)
+    first = passed_over[0][1] if passed_over else dangling
+    assert first is not None
+    others = len(passed_over) - 1
+    raise first.advised(
+        "no other checkpoint of the run reads whole"
+        + (f" ({others} more damaged)" if others > 0 else "")
+        + "; nothing was changed: restore the file, or start the run afresh in another --out"
+    )
+
+
+def set_aside_damaged(found: Found) -> list[Path]:
+    """Rename the damaged checkpoints newer than the one resumed from to ``<name>.damaged``
+    (nothing is deleted): the link and the next saves then pass them by. Returns their new
+    paths, one per ``found.passed_over``."""
+    moved = []
+    for folder, _ in found.passed_over:
+        if not folder.exists():
+            moved.append(folder)
+            continue
+        target = folder.with_name(folder.name + DAMAGED)
+        n = 1
+        while target.exists():
+            n += 1
+            target = folder.with_name(f"{folder.name}{DAMAGED}-{n}")
+        folder.rename(target)
+        moved.append(target)
+    return moved
+
+
+def load_checkpoint(directory: Path, loop: RLLoop, found: Found | None = None) -> int:
+    """Restore trainer, optimizer, loop and ledger state from the checkpoint ``found``
+    (default: ``find_checkpoint(directory)``), push the weights to the generator; returns
+    the step it was taken after."""
+    found = found or find_checkpoint(directory)
+    if found is None:
+        raise FileNotFoundError(f"no complete checkpoint at {directory}")
+    trainer, state = loop.s.trainer, found.state
+    trainer.load_state(found.weights, state["optimizer"], state["version"])
     if loop.s.critic is not None:
         if "critic" not in state:
-            raise ConfigError(f"{folder} holds no critic for algorithm {loop.s.algorithm.name!r}")
+            raise ConfigError(
+                f"{found.folder} holds no critic for algorithm {loop.s.algorithm.name!r}"
+            )
         loop.s.critic.load_state(state["critic"])
     loop.load_state(state["loop"])
     loop.s.sync_weights()
@@ -210,14 +317,10 @@ def load_state_file(path: Path) -> dict:
     step's KL weight (``RLLoop.state``), the optimizer's state dict, the policy version,
     and a learned critic's weights and optimizer state).
     A file that holds other objects is refused, not unpickled: resuming a run folder from
-    elsewhere must not run code it carries."""
+    elsewhere must not run code it carries (zoo.core.files.load_torch)."""
     try:
-        return torch.load(path, weights_only=True)
-    except pickle.UnpicklingError as exc:
-        found = re.search(r"GLOBAL ([\w.]+)", str(exc))  # the object torch refused
-        what = f" ({found.group(1)})" if found else ""
-        raise ConfigError(
-            f"{path} holds objects other than tensors and plain values{what}; they are not "
-            "loaded, since unpickling them could run code. Resume only from checkpoints "
-            "forge-zoo wrote"
-        ) from None
+        return load_torch(path)
+    except UnreadableFile as exc:
+        if "unpickling" in exc.problem:
+            raise exc.advised("resume only from checkpoints forge-zoo wrote") from None
+        raise

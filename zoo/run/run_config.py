@@ -88,6 +88,8 @@ class RunSection:
     def validate(self) -> None:
         if self.init not in INITS:
             raise ConfigError(f"unknown init {self.init!r}; valid: {', '.join(INITS)}")
+        if self.seed < 0:  # (numpy's and the env's generators take none below 0)
+            raise ConfigError(f"seed must be >= 0, got {self.seed}")
 
     def model_spec(self) -> ModelSpec:
         return resolve_model(self.model, model_path=self.model_path, init=self.init)

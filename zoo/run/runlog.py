@@ -22,6 +22,8 @@ from importlib.metadata import PackageNotFoundError, distributions, version
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from zoo.core.files import UnreadableFile, read_json_lines
+
 if TYPE_CHECKING:
     from zoo.run.trackers import Trackers
 
@@ -357,34 +359,31 @@ class RunWriter:
 
 
 def read_sessions(run_dir: Path) -> list[dict[str, Any]]:
-    """The starts and resumes of a run (none for a run recorded before sessions.jsonl)."""
+    """The starts and resumes of a run (none for a run recorded before sessions.jsonl); a
+    damaged file (zoo.core.files.read_json_lines), or one that exists with no session in
+    it (every start writes its line first), is an UnreadableFile naming it."""
     path = run_dir / SESSIONS
     if not path.exists():
         return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    rows = read_json_lines(path).rows
+    if not rows:
+        raise UnreadableFile(path, "holds no session, though every start of a run records one")
+    return rows
 
 
 def read_samples(run_dir: Path) -> list[dict[str, Any]]:
-    """The rows of a run's samples.jsonl (none before it existed); a line cut short by a
-    kill is skipped."""
+    """The rows of a run's samples.jsonl (none before it existed). A damaged file is an
+    UnreadableFile naming it, and so is an empty one beside records in metrics.jsonl:
+    every step writes its samples before its record."""
     path = run_dir / SAMPLES
     if not path.exists():
         return []
-    rows = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        with contextlib.suppress(json.JSONDecodeError):
-            rows.append(json.loads(line))
-    return [r for r in rows if isinstance(r, dict)]
-
-
-def truncate_samples(run_dir: Path, last_step: int) -> None:
-    """Keep the samples up to ``last_step`` (a resume re-does the steps after its
-    checkpoint, and their samples), dropping any torn line; replaced in one rename."""
-    path = run_dir / SAMPLES
-    if not path.exists():
-        return
-    kept = [r for r in read_samples(run_dir) if r.get("step", last_step + 1) <= last_step]
-    write_whole(path, "".join(json.dumps(r) + "\n" for r in kept), RESUME)
+    rows = read_json_lines(path).rows
+    metrics = run_dir / "metrics.jsonl"
+    if not rows and metrics.is_file() and metrics.stat().st_size:
+        raise UnreadableFile(path, "holds no sample, though metrics.jsonl holds records "
+                             "(every step writes its samples first)")  # fmt: skip
+    return rows
 
 
 TIMING_KEYS_SUFFIX = ("_seconds", "tokens_per_s", "seconds")

@@ -58,6 +58,7 @@ from urllib.parse import urlparse
 from urllib.request import url2pathname
 
 from zoo.core.config import ConfigError
+from zoo.core.files import read_json
 from zoo.services.ledger import ALL_PHASES
 
 TRACKERS = ("tensorboard", "wandb", "mlflow")
@@ -361,7 +362,7 @@ class Trackers:
         self.names = names
         self.run_dir = run_dir
         state_path = run_dir / STATE_FILE
-        state = json.loads(state_path.read_text()) if state_path.exists() else {}
+        state = read_json(state_path) if state_path.exists() else {}
         experiment_dir = Path(os.path.abspath(experiment or run_dir))
         state.setdefault("experiment", experiment_dir.name)
         self.experiment: str = state["experiment"]
