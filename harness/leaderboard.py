@@ -23,7 +23,7 @@ from pathlib import Path
 import pandas as pd
 
 from harness.analysis import HEADLINE, experiment_headline, plot_seed_curves, write_analysis
-from harness.controls import control_verdicts
+from harness.controls import legacy_verdicts
 from harness.fits import MIN_IDENTIFIED_SHARE, share_shortfall
 from harness.runner import read_metrics, row_of
 from harness.samples import STYLE as SAMPLES_STYLE
@@ -152,6 +152,7 @@ def experiment_rows(experiment: Path) -> list[dict]:
     throughput = read_table(throughput_csv, ("env", "algorithm", "generate_tokens_per_s",
                                              "train_tokens_per_s"))  # fmt: skip
     mechanisms = mechanism_cells(experiment / "tables" / "off_policy.csv")
+    verdicts = verdict_cells(experiment, manifest)
     rows = []
     for r in summary.itertuples():
         run_dirs = sorted((experiment / "runs").glob(f"{r.algorithm}__{r.env}__seed*"))
@@ -173,8 +174,27 @@ def experiment_rows(experiment: Path) -> list[dict]:
             "experiment": str(experiment),
             "runs": [str(d) for d in run_dirs],
             "mechanism": mechanisms.get((r.env, r.algorithm), "not recorded"),
+            "design": "many_to_one" if manifest.get("design") else "legacy",
+            **verdicts.get((r.env, r.algorithm), {"verdict": None, "vs_baseline": None}),
         })  # fmt: skip
     return rows
+
+
+def verdict_cells(experiment: Path, manifest: dict) -> dict[tuple[str, str], dict]:
+    """(env, row) -> its verdict against the baseline and its difference with the 95%
+    interval, from tables/verdicts.csv (many-to-one experiments only: harness/board.py)."""
+    path = experiment / "tables" / "verdicts.csv"
+    if not manifest.get("design") or not path.exists():
+        return {}
+    table = read_table(path, ("env", "algorithm", "verdict_text", "difference"))
+    return {
+        (r.env, r.algorithm): {
+            "verdict": r.verdict_text,
+            "vs_baseline": "" if r.verdict_text == "baseline"
+            else _interval(r.difference, r.ci_low, r.ci_high, "+.3f"),
+        }
+        for r in table.itertuples()
+    }  # fmt: skip
 
 
 REANALYSE = "re-write the tables from the runs with `python -m harness analyze {experiment}`"
@@ -363,11 +383,13 @@ def _budget(run: dict) -> str:
 LEGEND = (
     "Headline ({headline}) with a 95% Student t interval over seeds; `per seed`: each "
     "seed's value. Each experiment is one matched-compute comparison; rows of different "
-    "experiments are not compared. Tie group: algorithms of one experiment whose difference "
-    "from the best of their group is not significant (t-test, Holm-adjusted over all pairs, "
-    "5%) share a group; 1 is the top group, and no order inside a group is supported by "
-    "these seeds. MDD 80%: the smallest "
-    "difference of means these seeds detect with 80% power at this row's seed spread. "
+    "experiments are not compared. Verdict (experiments since 2026-12-06): each row against "
+    "the experiment's baseline, paired by seed, better / worse / equivalent within ±delta / "
+    "unresolved, all of an experiment's verdicts one family at 5% (docs/statistics.md); the "
+    "interval is that of the difference. Tie group (older experiments): algorithms whose "
+    "difference from the best of their group is not significant (Holm over all pairs, 5%) "
+    "share a group, which orders nothing inside it. MDD 80% (older experiments): the "
+    "smallest difference one pair's seeds detect at 5% with 80% power. "
     "pass@k: unbiased estimator (Chen et al. 2021) from 8 samples per held-out problem at "
     "the run's temperature, same checkpoints. AUC: area under the reward curve over the "
     "budget. Mechanism: the mean share of response tokens (GSPO: sequences) whose gradient "
@@ -476,23 +498,31 @@ def build_leaderboards(results: Path, out: Path, allow_dirty: bool = False) -> l
     boards = []
     for (model, env), g in frame.groupby(["model", "env"]):
         # tie groups and pairs are within one experiment (one matched-compute comparison)
-        g = g.sort_values(["experiment", "tie_group", "reward"], ascending=[True, True, False])
+        g = g.sort_values(["experiment", "reward"], ascending=[True, False])
         path = out / f"{model}__{env}.md"
         path.write_text(board_markdown(model, env, g, shipped[model]))
         written.append(path)
         boards.append((model, env, g))
+    # the boards with a many-to-one experiment (verdicts, controls at delta) come first
+    boards.sort(key=lambda b: (not (b[2].design == "many_to_one").any(), b[0], b[1]))
     (out / "index.html").write_text(index_html(boards, shipped, out))
     written.append(out / "index.html")
     return written
 
 
 def board_columns(e: pd.DataFrame, shipped: str | None) -> pd.DataFrame:
-    """Every column of a Markdown board, for the rows ``e`` of one experiment."""
+    """Every column of a Markdown board, for the rows ``e`` of one experiment: its verdict
+    against the baseline (a many-to-one experiment) or its tie group (an old one)."""
+    if (e.design == "many_to_one").all():
+        first = {"verdict": e.verdict, "vs baseline [95% CI]": e.vs_baseline}
+    else:
+        first = {"tie group": e.tie_group.map(lambda v: _num(v, ".0f"))}
     return pd.DataFrame({
-        "tie group": e.tie_group.map(lambda v: _num(v, ".0f")), "algorithm": e.algorithm,
+        **first, "algorithm": e.algorithm,
         "headline [95% t-CI]": [_interval(r.reward, r.ci_low, r.ci_high)
                                 for r in e.itertuples()],
-        "per seed": e.per_seed, "MDD 80%": e.mdd_80.map(_num),
+        "per seed": e.per_seed,
+        **({"MDD 80% (one pair)": e.mdd_80.map(_num)} if e.mdd_80.notna().any() else {}),
         "pass@1": e.pass_at_1.map(_num), "pass@8": e.pass_at_8.map(_num),
         "AUC": e.auc_mean.map(_num), "mechanism": e.mechanism,
         "compute fit": [fit_cell(r) for r in e.itertuples()],
@@ -514,14 +544,27 @@ def board_markdown(model: str, env: str, g: pd.DataFrame, shipped: str | None) -
           *start_weights_lines(g, model, shipped)]  # fmt: skip
     for experiment in experiments:
         e = g[g.experiment == experiment]
-        md += [f"## {Path(experiment).name}", "", f"    {e.command.iloc[0]}", "",
-               board_columns(e, shipped).to_markdown(index=False), ""]  # fmt: skip
+        md += [f"## {Path(experiment).name}", "", *design_note(e), f"    {e.command.iloc[0]}",
+               "", board_columns(e, shipped).to_markdown(index=False), ""]  # fmt: skip
         pairs = pairs_markdown(Path(experiment), env)
         md += ["Pairs: probability of improvement", "", pairs, ""] if pairs else []
     notes = provenance_notes(g)
     md += ["Provenance:", "", *[f"- {n}" for n in notes], ""] if notes else []
     md += ["Versions: " + json.dumps(g.versions.iloc[0])]
     return "\n".join(md) + "\n"
+
+
+OLD_DESIGN = (
+    "Made under the old design (before 2026-12-06): decisions by Holm over every pair, "
+    "resolution stated per pair at 5% (about half the real one), tie groups that neither "
+    "order nor call equal, and, on running_sum, clip ranges shrunk ~33x from the papers' "
+    "so that no row is its paper's algorithm. Read it as exploratory (docs/leaderboards.md)."
+)
+
+
+def design_note(e: pd.DataFrame) -> list[str]:
+    """The line an old-design experiment's table opens with (none for a new one)."""
+    return [] if (e.design == "many_to_one").all() else [f"*{OLD_DESIGN}*", ""]
 
 
 PAGE_STYLE = (
@@ -625,13 +668,24 @@ def _html_table(header: list[str], rows: list[list[Cell]], cls: str,
 def control_cells(experiment: Path, env: str) -> dict[str, tuple[str, str]] | None:
     """Per row of an experiment run with controls (harness/controls.py), what its controls
     column says, with the longer reason as a tooltip: the anchor, and each control's
-    verdict with its Holm-adjusted p. None when the experiment ran no controls."""
-    controls = read_json(experiment / "experiment.json").get("controls")
+    verdict. None when the experiment ran no controls."""
+    manifest = read_json(experiment / "experiment.json")
+    controls = manifest.get("controls")
     if not controls:
         return None
+    if controls.get("design") == "many_to_one":
+        path = experiment / "tables" / "controls.csv"
+        checks = read_table(path) if path.exists() else pd.DataFrame()
+        checks = checks[(checks.env == env) & (checks.control != "decision rule")] if len(
+            checks) else checks  # fmt: skip
+        cells = {controls["baseline"]: ("baseline of the controls", "each control's comparison")}
+        for c in checks.itertuples():
+            cells[c.row] = (f"{c.control}: {c.verdict} (came out {c.came_out})",
+                            f"must come out {c.expect}: {c.why}")  # fmt: skip
+        return cells
     path = experiment / "tables" / "pairs.csv"
     pairs = read_table(path) if path.exists() else pd.DataFrame()
-    verdicts = {v["control"]: v for v in control_verdicts(pairs, controls) if v["env"] == env}
+    verdicts = {v["control"]: v for v in legacy_verdicts(pairs, controls) if v["env"] == env}
     cells = {}
     for kind, spec in controls.items():
         anchor, row = spec["rows"]
@@ -654,8 +708,11 @@ def experiment_html(experiment: Path, env: str, e: pd.DataFrame, shipped: str | 
     name = experiment.name
     controls = control_cells(experiment, env)
     rows = []
+    verdicts = (e.design == "many_to_one").all()
     for i, r in enumerate(e.itertuples()):
-        row = [escape(r.algorithm), _num(r.tie_group, ".0f"),
+        group = escape(f"{r.verdict} {r.vs_baseline or ''}".strip()) if verdicts else _num(
+            r.tie_group, ".0f")  # fmt: skip
+        row = [escape(r.algorithm), group,
                escape(_interval(r.reward, r.ci_low, r.ci_high)), _num(r.pass_at_1),
                _num(getattr(r, "pass_at_4", None)), _num(r.pass_at_8), str(r.seeds)]  # fmt: skip
         if controls is not None:
@@ -666,8 +723,8 @@ def experiment_html(experiment: Path, env: str, e: pd.DataFrame, shipped: str | 
             text = f"none run: {why}" if len(e) > 2 else "none run"
             row.append((f" class='note' rowspan='{len(e)}' title='{escape(why)}'", text))
         rows.append(row)
-    header = ["algorithm", "tie group", "headline [95% t-CI]", "pass@1", "pass@4", "pass@8",
-              "seeds", "controls"]  # fmt: skip
+    header = ["algorithm", "verdict vs baseline [95% CI]" if verdicts else "tie group",
+              "headline [95% t-CI]", "pass@1", "pass@4", "pass@8", "seeds", "controls"]  # fmt: skip
     table = _html_table(header, rows, "board", numeric=(1, 2, 3, 4, 5, 6))
     starts = sorted({s for s in e.start_weights_shipped if s is not None})
     weights = {(): "", (True,): "shipped start weights",
@@ -682,8 +739,10 @@ def experiment_html(experiment: Path, env: str, e: pd.DataFrame, shipped: str | 
     return (
         f"<section class='experiment' id='{escape(_anchor(str(experiment)))}'>"
         f"<h3>{escape(name)}</h3><p class='meta'>{' · '.join(m for m in meta if m)}</p>"
-        f"<p class='meta'><code>{escape(e.command.iloc[0])}</code></p>{table}"
-        "<div class='more'>"
+        f"<p class='meta'><code>{escape(e.command.iloc[0])}</code></p>"
+        + "".join(f"<p class='caveat'>{escape(x.strip('*'))}</p>" for x in design_note(e) if x)
+        + table
+        + "<div class='more'>"
         + _details("fits", "Compute fits: A, B, C_mid with 95% bootstrap intervals",
                    fits_table(e))
         + _details("stats", "Per seed, MDD, AUC, mechanism, budget, throughput",
@@ -735,8 +794,8 @@ def stats_table(e: pd.DataFrame) -> str:
     rows = [[escape(r.algorithm), escape(str(r.per_seed)), _num(r.mdd_80), _num(r.auc_mean),
              escape(r.mechanism), escape(r.budget), f"{r.generate_tokens_per_s:,.0f}",
              f"{r.train_tokens_per_s:,.0f}"] for r in e.itertuples()]  # fmt: skip
-    header = ["algorithm", "per seed", "MDD 80%", "AUC", "mechanism", "budget", "gen tok/s",
-              "train tok/s"]  # fmt: skip
+    header = ["algorithm", "per seed", "MDD 80% (one pair)", "AUC", "mechanism", "budget",
+              "gen tok/s", "train tok/s"]  # fmt: skip
     return _html_table(header, rows, "detail", numeric=(2, 3, 6, 7))
 
 

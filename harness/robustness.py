@@ -337,7 +337,7 @@ def step_matched_scores(points: pd.DataFrame) -> tuple[pd.DataFrame, dict[str, i
             run = run.sort_values("point")
             if run["point"].iloc[0] != 0:
                 raise ValueError(f"{env}/{algo}/seed {seed}: no start checkpoint (point 0)")
-            x = run["optimizer_steps"].to_numpy(dtype=float)
+            x = run["optimizer_steps"].to_numpy(dtype=float, copy=True)
             x[0] = 0.0 if math.isnan(x[0]) else x[0]
             if x[0] != 0 or (np.diff(x) < 0).any() or np.isnan(x).any():
                 raise ValueError(

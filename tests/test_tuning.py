@@ -14,7 +14,7 @@ import pytest
 import torch
 from harness_cli import REPO, run_harness
 
-from harness.controls import CONTROL_SEED_OFFSET, board_power, control_configs, control_verdicts
+from harness.controls import control_configs, control_verdicts, power_at_resolution
 from harness.tuning import (
     apply_setting,
     extend_edges,
@@ -165,18 +165,34 @@ def test_tuned_settings_keep_the_row_name_and_reach_run_and_algorithm():
     assert get_algorithm("gspo", **out.algorithm_config).config.eps_high == 0.004
 
 
-def test_controls_are_grpos_twin_at_offset_seeds_and_grpo_at_a_quarter_lr():
+def test_controls_are_the_baseline_with_other_noise_and_at_fractions_of_its_lr():
     board = [RunConfig(algorithm=a, seed=s, lr=1e-4) for a in ("grpo", "dapo") for s in (0, 1)]
-    extra, record = control_configs(board, seeds=2)
-    twins = [c for c in extra if c.algorithm == "grpo_twin"]
+    extra, record = control_configs(board, "grpo")
+    twins = [c for c in extra if c.variant == "grpo@twin"]
+    half = [c for c in extra if c.variant == "grpo@half_lr"]
     quarter = [c for c in extra if c.variant == "grpo@quarter_lr"]
-    assert [c.seed for c in twins] == [CONTROL_SEED_OFFSET, CONTROL_SEED_OFFSET + 1]
+    # the twin: the baseline's seeds and prompts (paired), other sampling noise
+    assert [c.seed for c in twins] == [0, 1] and {c.noise_seed for c in twins} == {1}
+    same = {k: v for k, v in asdict(twins[0]).items() if k not in ("variant", "noise_seed")}
+    assert same == {k: v for k, v in asdict(board[0]).items() if k not in ("variant", "noise_seed")}
     assert [c.seed for c in quarter] == [0, 1] and {c.lr for c in quarter} == {2.5e-5}
-    same = {k: v for k, v in asdict(twins[0]).items() if k not in ("algorithm", "seed")}
-    assert same == {k: v for k, v in asdict(board[0]).items() if k not in ("algorithm", "seed")}
-    assert record["negative"]["rows"] == ["grpo", "grpo_twin"]
-    with pytest.raises(ConfigError, match="needs grpo"):
-        control_configs([RunConfig(algorithm="dapo")], seeds=1)
+    assert {c.lr for c in half} == {5e-5}
+    assert record["negative"]["row"] == "grpo@twin"
+    assert [p["row"] for p in record["positive"]] == ["grpo@half_lr", "grpo@quarter_lr"]
+    dapo_based, _ = control_configs(board, "dapo", (0.3,))
+    assert {c.variant for c in dapo_based} == {"dapo@twin", "dapo@lr_x0.3"}
+    with pytest.raises(ConfigError, match="needs the baseline 'gspo'"):
+        control_configs(board, "gspo")
+
+
+def test_another_noise_seed_samples_other_noise_for_the_same_prompts():
+    from zoo.run.rollout import sampling_seed
+
+    assert sampling_seed(3, 17) == sampling_seed(3, 17, 0)  # recorded runs unchanged
+    seeds = {sampling_seed(s, i, n) for s in range(20) for i in range(50) for n in (0, 1)}
+    assert len(seeds) == 20 * 50 * 2  # no collision between the twins and the board's seeds
+    with pytest.raises(ConfigError, match="noise_seed must be >= 0"):
+        RunConfig(noise_seed=-1).validate()
 
 
 def test_grpo_twin_is_grpo_exactly():
@@ -200,32 +216,32 @@ def test_grpo_twin_is_grpo_exactly():
     assert l1 == l2 and torch.equal(g1, g2)
 
 
-def pairs_of(rows: list[tuple[str, str, float, float]]) -> pd.DataFrame:
-    return pd.DataFrame([{"env": "running_sum", "a": a, "b": b, "mean_a_minus_b": d,
-                          "p_holm": p, "mdd_80": 0.02} for a, b, d, p in rows])  # fmt: skip
+CONTROLS = control_configs([RunConfig(algorithm="grpo")], "grpo")[1]
 
 
-CONTROLS = control_configs([RunConfig(algorithm="grpo")], 1)[1]
+def verdict_rows(rows: list[tuple[str, str, float]]) -> pd.DataFrame:
+    return pd.DataFrame([{"algorithm": a, "verdict": v, "difference": d,
+                          "p_difference_adjusted": 0.01, "p_equivalence_adjusted": 0.5}
+                         for a, v, d in rows])  # fmt: skip
 
 
 def test_controls_pass_only_as_they_must():
-    good = pairs_of([("grpo", "grpo_twin", 0.004, 0.9), ("grpo", "grpo@quarter_lr", 0.05, 0.001),
-                     ("dapo", "grpo", 0.03, 0.01)])  # fmt: skip
-    assert [v["verdict"] for v in control_verdicts(good, CONTROLS)] == ["passed", "passed"]
-    text = "\n".join(board_power(good, CONTROLS))
-    assert "both controls passed" in text and "median 0.020" in text
-    # the twin separated (a false positive), and the weaker variant came out on top
-    bad = pairs_of([("grpo", "grpo_twin", 0.04, 0.01), ("grpo", "grpo@quarter_lr", -0.05, 0.001)])
-    assert [v["verdict"] for v in control_verdicts(bad, CONTROLS)] == ["failed", "failed"]
-    assert "cannot rank" in "\n".join(board_power(bad, CONTROLS))
-    # unseparated weaker variant: too little power
-    weak = pairs_of([("grpo", "grpo_twin", 0.0, 0.9), ("grpo", "grpo@quarter_lr", 0.05, 0.2)])
-    assert [v["verdict"] for v in control_verdicts(weak, CONTROLS)] == ["passed", "failed"]
-    missing = pairs_of([("grpo", "dapo", 0.0, 0.9)])
-    assert "cannot rank" in "\n".join(board_power(missing, CONTROLS))
-    assert "No controls were run" in "\n".join(board_power(missing, None))
-    lone = "\n".join(board_power(pd.DataFrame(), CONTROLS))  # a compare of one algorithm
-    assert "no pair to compare" in lone and "cannot rank" not in lone
+    good = verdict_rows([
+        ("grpo@twin", "equivalent", 0.004), ("grpo@half_lr", "worse", -0.02),
+        ("grpo@quarter_lr", "worse", -0.05), ("dapo", "better", 0.03),
+    ])  # fmt: skip
+    checks = control_verdicts(good, CONTROLS, 0.02)
+    assert [c["verdict"] for c in checks] == ["passed", "passed", "passed"]
+    assert "0.020 (1.0 x delta, grpo@half_lr)" in power_at_resolution(checks, 0.02)
+    # the twin separated (a false positive), and a weaker variant came out on top
+    bad = verdict_rows([("grpo@twin", "better", 0.04), ("grpo@half_lr", "better", 0.02),
+                        ("grpo@quarter_lr", "unresolved", -0.01)])  # fmt: skip
+    assert [c["verdict"] for c in control_verdicts(bad, CONTROLS, 0.02)] == ["failed"] * 3
+    assert "no positive control" in power_at_resolution(control_verdicts(bad, CONTROLS, 0.02), 0.02)
+    # an unresolved twin is no false positive; a missing row is missing
+    open_ = verdict_rows([("grpo@twin", "unresolved", 0.01)])
+    assert [c["verdict"] for c in control_verdicts(open_, CONTROLS, 0.02)] == [
+        "passed", "missing", "missing"]  # fmt: skip
 
 
 SHORT = """
@@ -273,11 +289,12 @@ def test_a_sweep_then_a_board_at_the_chosen_settings_with_controls(tmp_path):
     runs = json.loads((tmp_path / "board" / "experiment.json").read_text())["runs"]
     chosen = float(selection["algorithms"]["grpo"]["setting"]["lr"])
     assert runs["grpo__running_sum__seed0"]["lr"] == chosen
-    assert runs["grpo_twin__running_sum__seed1001"]["lr"] == chosen
+    assert runs["grpo@twin__running_sum__seed1"]["lr"] == chosen
+    assert runs["grpo@twin__running_sum__seed1"]["noise_seed"] == 1
     assert runs["grpo@quarter_lr__running_sum__seed1"]["lr"] == chosen / 4
     assert {r["eval_split"] for r in runs.values()} == {"heldout"}
     report = (tmp_path / "board" / "report.md").read_text()
-    assert "## Can this board rank?" in report and "negative control" in report
+    assert "## Verdicts against grpo" in report and "negative control grpo@twin" in report
     assert (tmp_path / "board" / "tables" / "controls.csv").exists()
 
 
