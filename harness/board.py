@@ -33,7 +33,7 @@ from harness.robustness import (
     step_matched_scores,
     still_rising,
 )
-from harness.stats import t_interval
+from harness.stats import MIN_BOOTSTRAP_SEEDS, t_interval
 from harness.verdicts import (
     ALPHA,
     DEFAULT_DELTA,
@@ -203,7 +203,7 @@ def board_tables(
             ]
             twin = controls["negative"]["row"]
             d = paired_differences(e, twin, baseline).to_numpy()
-            if len(d) >= 2:
+            if len(d) >= MIN_BOOTSTRAP_SEEDS:  # (resamples of fewer repeat values: biased high)
                 family = max(1, len(set(e.algorithm) - {baseline} - set(outside)))
                 fpr = decision_rule_false_positives(d, alpha / family)
                 control_checks.append(
@@ -296,8 +296,8 @@ def verdict_markdown(table: pd.DataFrame) -> str:
             ),
             "MDD (80%)": _num(r.mdd) if compared else "",
             "power at δ": _pct(r.power_at_delta) if compared else "",
-            "rank [95%]": f"{_num(r.rank, '.0f')} [{_num(r.rank_low, '.0f')}-"
-            f"{_num(r.rank_high, '.0f')}]",
+            "rank [95%]": _num(r.rank, ".0f")
+            + (f" [{r.rank_low:.0f}-{r.rank_high:.0f}]" if r.rank_low == r.rank_low else ""),
             "seeds": r.runs,
         }
 
@@ -350,7 +350,7 @@ def power_lines(
             continue
         level = float(family.level.iloc[0])
         lines.append(
-            f"- {env}: {len(family)} comparisons with the baseline {design['baseline']}, paired by "
+            f"- {env}: {len(family)} comparison{'s' if len(family) > 1 else ''} with the baseline {design['baseline']}, paired by "
             f"seed, decided together at a family-wise error rate of {alpha:g} (Holm's step-down "
             f"with Shaffer's restriction over each comparison's two tests, harness/verdicts.py): "
             f"each is judged at {alpha:g}/{len(family)} = {level:.4f} at the strictest, and "
@@ -389,6 +389,11 @@ def power_lines(
                 f"{c.expect}: **{c.verdict}**."
             )
     for env, c in controls.groupby("env"):
+        if not (c.control == "decision rule").any():
+            lines.append(
+                f"- {env}: the decision rule's false-positive rate is estimated from "
+                f"{MIN_BOOTSTRAP_SEEDS} paired seeds of the twin up: not here."
+            )
         ok = (c.verdict == "passed").all()
         lines.append(f"- {env}: {power_at_resolution(c.to_dict('records'), delta)}.")
         lines.append(

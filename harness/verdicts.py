@@ -343,7 +343,8 @@ def headline_sentence(verdicts: Sequence[Verdict], baseline: str) -> str:
     lead = ""
     if most == "equivalent" and len(counts["equivalent"]) > len(verdicts) / 2:
         lead = f"Most rows are equivalent to {baseline} within ±{delta:g}: "
-    return lead + f"of {len(verdicts)} algorithms against {baseline}, " + "; ".join(parts) + "."
+    rows = f"{len(verdicts)} algorithm{'s' if len(verdicts) != 1 else ''}"
+    return lead + f"of {rows} against {baseline}, " + "; ".join(parts) + "."
 
 
 # -- the power plan ------------------------------------------------------------------

@@ -73,7 +73,7 @@ def test_a_vllm_run_sends_third_party_output_to_its_log(tmp_path):
 def test_compare_writes_runs_tables_plots_and_report(experiment):
     runs = sorted(p.name for p in (experiment / "runs").iterdir())
     assert runs == [f"{a}__arithmetic__seed{s}" for a in ("dapo", "grpo") for s in (0, 1)]
-    for name in ("reward_at_checkpoints", "summary", "pairs", "throughput", "off_policy"):
+    for name in ("reward_at_checkpoints", "summary", "verdicts", "throughput", "off_policy"):
         assert (experiment / "tables" / f"{name}.csv").stat().st_size > 0
         assert "|" in (experiment / "tables" / f"{name}.md").read_text()
     for name in ("reward_vs_flops", "reward_vs_seconds", "throughput"):
@@ -97,8 +97,8 @@ def test_compare_writes_runs_tables_plots_and_report(experiment):
         assert ((sampled.pass_at_1 <= sampled.pass_at_4)
                 & (sampled.pass_at_4 <= sampled.pass_at_8)).all()  # fmt: skip
     summary = pd.read_csv(experiment / "tables" / "summary.csv")
-    columns = {"per_seed", "headline_mean", "ci_low", "ci_high", "mdd_80", "tie_group",
-               "auc_mean", "pass_at_1", "pass_at_8", "fit_A", "fit_C_mid", "fit_note"}  # fmt: skip
+    columns = {"per_seed", "headline_mean", "ci_low", "ci_high", "auc_mean", "pass_at_1",
+               "pass_at_8", "fit_A", "fit_C_mid", "fit_note"}  # fmt: skip
     assert columns <= set(summary)
     points = table.groupby("algorithm").point.max().min()
     for r in summary.itertuples():  # the headline: the mean over the last 3 checkpoints
@@ -107,9 +107,12 @@ def test_compare_writes_runs_tables_plots_and_report(experiment):
         assert r.headline_mean == pytest.approx(tail.reward_mean.mean())
         assert len(r.per_seed.split()) == r.seeds == 2
         assert r.fit_A != r.fit_A or r.fit_identified  # A is blank unless identified
-    pairs = pd.read_csv(experiment / "tables" / "pairs.csv")
-    assert len(pairs) == 1 and bool(pairs.paired.iloc[0])
-    assert "Headline, fixed before the runs" in report
+    # many-to-one: dapo against grpo (the first algorithm), paired over both seeds
+    verdicts = pd.read_csv(experiment / "tables" / "verdicts.csv").set_index("algorithm")
+    assert verdicts.loc["grpo", "role"] == "baseline" and verdicts.loc["dapo", "seeds"] == 2
+    assert verdicts.loc["dapo", "verdict"] in ("better", "worse", "equivalent", "unresolved")
+    assert not (experiment / "tables" / "pairs.csv").exists()  # only with --pairs all
+    assert "Headline, fixed before the runs" in report and "## Verdicts against grpo" in report
 
 
 def test_the_report_says_where_the_wall_time_went(experiment):
