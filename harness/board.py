@@ -350,7 +350,8 @@ def power_lines(
             continue
         level = float(family.level.iloc[0])
         lines.append(
-            f"- {env}: {len(family)} comparison{'s' if len(family) > 1 else ''} with the baseline {design['baseline']}, paired by "
+            f"- {env}: {len(family)} comparison{'s' if len(family) > 1 else ''} with the "
+            f"baseline {design['baseline']}, paired by "
             f"seed, decided together at a family-wise error rate of {alpha:g} (Holm's step-down "
             f"with Shaffer's restriction over each comparison's two tests, harness/verdicts.py): "
             f"each is judged at {alpha:g}/{len(family)} = {level:.4f} at the strictest, and "
