@@ -368,6 +368,7 @@ def power_lines(
         )
     if plan:
         lines.append(f"- {plan_text(plan)}")
+    lines += provenance_lines(table)
     if controls is None or controls.empty:
         lines.append(
             "- No controls were run (compare --controls): nothing shows this board's "
@@ -407,6 +408,17 @@ def power_lines(
             )
         )
     return lines
+
+
+def provenance_lines(table: pd.DataFrame) -> list[str]:
+    """One commit and one CPU class per board: said in one line when so, else per row."""
+    if "commits" not in table:
+        return []
+    commits, machines = set(table.commits), set(table.machines)
+    if len(commits) == 1 and len(machines) == 1 and "," not in f"{commits}{machines}":
+        return [f"- Every run at commit {commits.pop()} on {machines.pop()}."]
+    per_row = "; ".join(f"{r.algorithm}: {r.commits} on {r.machines}" for r in table.itertuples())
+    return [f"- **Mixed provenance** (compare --allow-mixed): {per_row}."]
 
 
 def budget_lines(budget: pd.DataFrame, table: pd.DataFrame, runs: list[dict]) -> list[str]:

@@ -120,6 +120,7 @@ def test_the_report_opens_with_the_verdicts(board: Path):
         "## Held-out reward against compute"
     )
     assert "every control came out as it must" in report
+    assert "Every run at commit abc1234 on test cpu." in report
     assert "0.05/3 = 0.0167" in report
     assert "Kendall tau" in report and "still rising" in report
     assert "## Pairs" not in report and "tie_group" not in report  # many-to-one only
@@ -128,3 +129,48 @@ def test_the_report_opens_with_the_verdicts(board: Path):
             if line.startswith("| running_sum")]  # fmt: skip
     assert rows[0] == "dapo"  # sorted by headline
     assert (board / "plots" / "reward_vs_flops.png").stat().st_size > 0
+
+
+def test_resume_refuses_runs_of_another_commit_or_cpu(tmp_path: Path):
+    from harness.experiment import check_one_provenance
+    from zoo.core.config import ConfigError
+    from zoo.run.runlog import cpu_model, git_commit
+
+    runs = tmp_path / "runs"
+    (runs / "grpo__running_sum__seed0").mkdir(parents=True)
+    here = {"git": git_commit(), "machine": {"cpu": cpu_model()}}
+    config = runs / "grpo__running_sum__seed0" / "config.json"
+    config.write_text(json.dumps(here))
+    check_one_provenance(runs)  # the same code on the same CPU: fine
+    config.write_text(json.dumps({**here, "git": {"commit": "0" * 40, "dirty": False}}))
+    with pytest.raises(ConfigError, match="grpo__running_sum__seed0 was made under other"):
+        check_one_provenance(runs)
+    config.write_text(json.dumps({**here, "machine": {"cpu": "Imaginary CPU 9000"}}))
+    with pytest.raises(ConfigError, match="made on Imaginary CPU 9000"):
+        check_one_provenance(runs)
+
+
+@pytest.mark.slow  # ~1-2 minutes: 6 short runs
+def test_compare_resolve_runs_a_pilot_then_the_seeds_its_plan_asks_for(tmp_path: Path):
+    from harness_cli import run_harness
+
+    small = ["--budget", "2.5e10", "--prompts-per-step", "16", "--eval-points", "3",
+             "--eval-samples", "0", "--quiet"]  # fmt: skip
+    result = run_harness("compare", "grpo", "dapo", "--seeds", "2", "--resolve", "0.3",
+                         "--max-seeds", "3", *small, "--out", "exp", cwd=tmp_path)  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    manifest = json.loads((tmp_path / "exp" / "experiment.json").read_text())
+    plan = manifest["power_plan"]
+    assert plan["pilot_seeds"] == 2 and 2 <= plan["seeds"] <= 3 and plan["delta"] == 0.3
+    assert manifest["design"]["delta"] == 0.3 and manifest["design"]["baseline"] == "grpo"
+    runs = sorted(p.name for p in (tmp_path / "exp" / "runs").iterdir())
+    assert len(runs) == 2 * plan["seeds"]
+    assert (
+        "Seeds from a power plan: a pilot of 2 seeds"
+        in (tmp_path / "exp" / "report.md").read_text()
+    )
+    # the plan is re-derived from the same pilot on --resume: nothing more runs
+    flags = ["--seeds", "2", "--resolve", "0.3", "--max-seeds", "3", *small, "--out", "exp"]
+    again = run_harness("compare", "grpo", "dapo", *flags, "--resume", cwd=tmp_path)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "0 runs done this time" in again.stdout

@@ -21,11 +21,13 @@ def run(algorithm: str, seed: int, entropy: list[float], wrong_len: float = 20.0
 
 
 def test_verdicts_are_holm_adjusted_over_the_claims():
-    table = pd.DataFrame({
-        "untested": [None, None, None, "not tested here: why"],
-        "p_for": [0.01, 0.02, 0.9, 0.001],
-        "p_against": [0.99, 0.98, 0.012, 0.9],
-    })
+    table = pd.DataFrame(
+        {
+            "untested": [None, None, None, "not tested here: why"],
+            "p_for": [0.01, 0.02, 0.9, 0.001],
+            "p_against": [0.99, 0.98, 0.012, 0.9],
+        }
+    )
     out = decide_claims(table)
     # six tested one-sided p-values: 0.01 -> 0.06 (not significant after Holm), 0.012 -> 0.06
     assert list(out.verdict[:3]) == ["inconclusive", "inconclusive", "inconclusive"]
