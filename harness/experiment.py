@@ -216,10 +216,7 @@ def check_one_provenance(runs_dir: Path) -> None:
     here = git_commit()
     cpu = cpu_model()
     for path in sorted(runs_dir.glob("*/config.json")):
-        try:
-            recorded = json.loads(path.read_text())
-        except (OSError, json.JSONDecodeError):
-            continue  # a damaged file is reported where it is read (harness/analysis.py)
+        recorded = read_json(path)  # (a damaged one: exit 2 naming it)
         git, made_on = recorded.get("git", {}), recorded.get("machine", {}).get("cpu")
         differs = []
         if code_of(git) != code_of(here):

@@ -160,7 +160,7 @@ READERS = {
     f"{EXP}/tables/summary.csv": ("leaderboard",),
     f"{EXP}/tables/throughput.csv": ("leaderboard",),
     f"{EXP}/tables/off_policy.csv": ("leaderboard",),
-    f"{EXP}/tables/pairs.csv": ("leaderboard",),
+    f"{EXP}/tables/verdicts.csv": ("leaderboard",),  # (pairs.csv: only with --pairs all)
     "lb/leaderboard.json": ("reproduce ROW",),
     "selection.json": ("compare --tuned",),
 }
