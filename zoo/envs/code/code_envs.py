@@ -16,17 +16,29 @@ isolation it raises ``CodeEnvUnavailable`` (a ``ConfigError`` and a
 ``SandboxUnavailable``) with the sandbox's reason; ``FORGE_ZOO_UNSAFE_NO_SANDBOX=1`` is
 the sandbox module's explicit opt-out (never with untrusted code).
 
-Pass fraction (a metric, never the reward). The tests run twice in the same verdict:
-first a counting pass, where every ``assert`` is evaluated on its own (an exception counts
-as a failure) and the counts are written to the tests' stdout after a per-execution random
-tag; then the tests unmodified, whose success alone gives reward 1. A passing completion
-has pass fraction 1; a failing one the fraction of the asserts evaluated in the counting
-pass that passed (an exception outside an assert ends the pass early; the fraction is 0 if
-the process died before writing the counts). So ``timeout_s`` must cover both passes. The
-counts are written by the tests' process, which the candidate cannot reach, and so is the
-pass's first failure (the failing assert's source and the class of the exception caught;
-``first_failure``), which the feedback envs show. The counting code reaches builtins only
-through ``__builtins__``, so a served name that shadows a builtin never enters the counts.
+Pass fraction (a metric, never the reward). The tests run once, unmodified, and their
+success alone gives reward 1 (``plain_then_count``); only when they fail does a counting
+pass follow in the same process, where every ``assert`` is evaluated on its own (an
+exception counts as a failure) and the counts are written to the tests' stdout after a
+per-execution random tag. A passing completion has pass fraction 1; a failing one the
+fraction of the asserts evaluated in the counting pass that passed (0 if the process died
+before writing the counts). A passing answer's CPU time is that of one pass of its tests.
+The counts are written by the tests' process, which the candidate cannot reach. The
+counting code reaches builtins only through ``__builtins__``, so a served name that
+shadows a builtin never enters the counts.
+
+Limits. ``timeout_s`` is CPU seconds per sandboxed process (RLIMIT_CPU), so a correct
+answer's reward does not depend on what else the machine runs; a wall-clock backstop
+(``wall_timeout``) ends code that waits instead of computing.
+
+What a completion's code is (``solution_code``): Markdown fences are read with any case
+of their language tag (``Python``), line ends are normalised (CRLF), and of several blocks
+the first that defines a function the tests call is taken; ``from __future__`` lines are
+moved before the trusted code the envs put in front of the answer (``future_first``).
+
+Visible examples (feedback envs only, ``visible_pass``): the examples the prompt shows run
+first, each on its own, and the tests' process records for each whether it passed, the
+exception class, and the ``repr`` of what the submission returned (``visible_results``).
 
 Statistics. ``env.stats`` (a fresh dict on each read; ``reset_stats()`` zeroes it) counts
 since the last reset: ``passed``, ``failed`` (ran, tests not all passed), ``timeouts``,
@@ -56,8 +68,6 @@ from zoo.envs.execution.verdict import TestJob, TestVerdict, map_tests, served_b
 
 TAG = "__FORGE_ZOO_TAG__"
 """Placeholder in test templates; each execution replaces it with a fresh random tag."""
-FIRST_SUFFIX = "-first"
-"""A counting pass writes its first failure after its tag and this (``first_failure``)."""
 MAX_REFERENCE_PROGRAMS = 4096
 """Reference programs an env remembers (``SandboxedCodeEnv._reference_program``)."""
 
@@ -195,8 +205,8 @@ def _fence_closing_start(text: str, body: int) -> int:
 @functools.lru_cache(maxsize=512)
 def counting_tests(test_src: str, entry_point: str) -> str | None:
     """HumanEval's ``check`` rewritten as ``_fz_check``: every ``assert`` is tallied
-    instead of raised (an exception while evaluating it counts as a failure), and the
-    first failure is recorded (``first_failure``). None when the test code has no
+    instead of raised (an exception while evaluating it counts as a failure). None when
+    the test code has no
     ``check`` function or cannot be parsed. Remembered: every completion of a problem
     runs the same tests."""
     try:
@@ -238,33 +248,21 @@ _fz_tally(_fz_ok, _FZ_SOURCE, _fz_error)
 source text)."""
 TALLY_PRELUDE = """\
 _fz_counts = [0, 0]
-_fz_first = []
 def _fz_tally(ok, source, error):
     _fz_counts[0 if ok else 1] += 1
-    if not ok and not _fz_first:
-        _fz_first.append("%s a%s" % (error or "AssertionError", source.encode().hex()))
 """
 TALLY_RUN = f"""\
 try:
     {{call}}
-except __builtins__.Exception as _fz_caught:
-    if not _fz_first:
-        _fz_tb, _fz_line = _fz_caught.__traceback__, 0
-        while _fz_tb is not None:
-            if _fz_tb.tb_frame.f_code.co_filename == "<tests>":
-                _fz_line = _fz_tb.tb_lineno
-            _fz_tb = _fz_tb.tb_next
-        _fz_first.append("%s l%d" % (__builtins__.type(_fz_caught).__name__, _fz_line))
+except __builtins__.Exception:
+    pass
 _fz_os = __builtins__.__import__("os")
 _fz_os.write(1, ("\\n{TAG} %d %d\\n" % (_fz_counts[0], _fz_counts[0] + _fz_counts[1])).encode())
-for _fz_record in _fz_first:
-    _fz_os.write(1, ("{TAG}{FIRST_SUFFIX} %s\\n" % _fz_record).encode())
 """
 
 
 def counting_statements(statements: list[str]) -> str:
-    """Counting pass over independent test statements (MBPP's ``test_list``), recording
-    the first failure (``first_failure``)."""
+    """Counting pass over independent test statements (MBPP's ``test_list``)."""
     run = (
         "for _fz_src in _fz_srcs:\n"
         "    try:\n"
@@ -409,52 +407,6 @@ def tally_fraction(verdict: TestVerdict, tag: str) -> float:
     return min(1.0, passed / total) if passed >= 0 and total > 0 else 0.0
 
 
-@dataclass(frozen=True)
-class FirstFailure:
-    """The first failing test of a counting pass, as the tests' process recorded it."""
-
-    source: str
-    """The failing ``assert`` (or, for an exception outside any assert, the tests' line
-    that raised it), its lines joined by spaces."""
-    error: str
-    """The class name of the exception the tests' process caught (``AssertionError``
-    when the assert's test was false)."""
-
-
-def first_failure(verdict: TestVerdict, tag: str, tests: str) -> FirstFailure | None:
-    """The first failure that a counting pass of ``tests`` (as run, its execution tag
-    ``tag`` in place) recorded in the tests' stdout, or None (no failure recorded, or the
-    tests' process died first). Of several counting passes (MBPP counts its shown and
-    hidden asserts apart, each after a tag that starts with the execution's), the one that
-    ran first. Everything here comes from the tests' process and ``tests``, never from
-    text the candidate wrote: the candidate's process cannot write to that stdout, and the
-    record line starts with the execution's random tag, which it never sees."""
-    if not tag:
-        return None
-    for line in verdict.tests.stdout.splitlines():
-        fields = line.split(" ")
-        if len(fields) != 3 or not fields[0].startswith(tag):
-            continue
-        if not fields[0].endswith(FIRST_SUFFIX):
-            continue
-        error, where = fields[1], fields[2]
-        if not (error.isascii() and error.isidentifier() and len(error) <= 80):
-            return None
-        try:
-            if where.startswith("a"):
-                source = bytes.fromhex(where[1:]).decode("utf-8", "replace")
-            elif where.startswith("l"):
-                lines = tests.splitlines()
-                n = int(where[1:])
-                source = lines[n - 1] if 1 <= n <= len(lines) else ""
-            else:
-                return None
-        except ValueError:
-            return None
-        return FirstFailure(" ".join(part.strip() for part in source.splitlines()), error)
-    return None
-
-
 # --- the shared base -------------------------------------------------------------------
 
 
@@ -498,7 +450,7 @@ class Scored:
     job: TestJob | None = None
     """The job as it ran: its tests with this execution's tag in place of ``TAG``."""
     tag: str = ""
-    """This execution's tag (what replaced ``TAG``), for ``first_failure``."""
+    """This execution's tag (what replaced ``TAG``), for ``visible_results``."""
 
 
 class SandboxedCodeEnv(Env):

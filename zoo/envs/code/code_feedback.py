@@ -371,7 +371,7 @@ class TestFeedback(CodeFeedbackEnv):
         base._eval = [item for item in base._eval if not base.guessable(item)]  # type: ignore[attr-defined]
         base._train = [item for item in base._train if not base.guessable(item)]  # type: ignore[attr-defined]
         base._init_orders()  # type: ignore[attr-defined]
-        self.refused = sorted(str(item["task_id"]) for item in refused)
+        self.refused = sorted({str(item["task_id"]) for item in refused})
 
     def start(self, prompt: Prompt) -> Episode:
         if prompt.answer.get("guessable"):

@@ -98,8 +98,11 @@ class HumanEval(SandboxedCodeEnv, SplitMixin):
 
     The docstring examples are part of the task and stay in the prompt, though a quarter
     of the ``check`` asserts call the function on an example's input: a completion that
-    answers from its own docstring's examples passes HumanEval/34 and /40 and inflates the
-    pass fraction (docs/envs.md, "what the prompt shows of the tests").
+    answers from its own docstring's examples passed HumanEval/34 and /40 (and, answering
+    False elsewhere, /54), and inflates the pass fraction (docs/envs.md, "what the prompt
+    shows of the tests"). ``extra_tests`` (default on) adds two asserts to each of those
+    three, computed from the canonical solutions; ``extra_tests=False`` gives HumanEval's
+    own tests.
 
     Splits: held-out = ``eval_size`` problems drawn once with a constant seed; by default
     all 164 (the whole test set: an evaluation env, nothing to train on). With fewer

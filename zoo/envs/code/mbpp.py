@@ -147,12 +147,16 @@ class MBPP(SandboxedCodeEnv, SplitMixin):
     the ``sanitized`` one's ``{"task_id", "prompt", "code", "test_list", "test_imports"}``
     (``prompt`` stands for ``text``, the ``test_imports`` lines for the setup code).
     Prompt: the paper's wording ("You are an expert Python programmer, and here is your
-    task: ...") with one assert of ``test_list``, the first, shown as the example (it names
-    the function and its arguments), plus ``instruction``. The other asserts are hidden: the
-    paper shows all three, and most tasks have no more, so every test would be visible and a
-    table of the shown inputs and outputs would pass. A completion is Python code, or a
-    Markdown code block holding it; it runs in the sandbox after ``test_setup_code`` and is
-    followed by the ``test_list`` asserts.
+    task: ...") with one assert of ``test_list`` shown as the example (it names the
+    function and its arguments), plus ``instruction``. Which one: the first whose showing
+    leaves two hidden asserts no constant answer passes together (``shown_assert``; on the
+    sanitized set every task but MBPP/596, whose expected values are not literals), so a
+    table of the example plus a guessed default (0, False, ...) is not rewarded. The other
+    asserts are hidden: the paper shows all three, and most tasks have no more, so every
+    test would be visible and a table of the shown inputs and outputs would pass. A
+    completion is Python code, or Markdown code blocks holding it (the first that defines
+    a function the asserts call); it runs in the sandbox after ``test_setup_code`` and the
+    asserts (the shown one first) run against it.
 
     Rewards: 1.0 when every assert of ``test_list`` (and ``challenge_test_list`` with
     ``challenge_tests=True``) passes, shown and hidden, 0.0 otherwise. Metrics: the pass
@@ -160,9 +164,8 @@ class MBPP(SandboxedCodeEnv, SplitMixin):
     value of ``score_details``) and, apart, over the hidden ones alone:
     ``score_verdicts`` gives ``MBPPScored`` with ``hidden_fraction``, and ``stats`` adds
     ``hidden_pass_fraction_mean`` over the ``hidden_scored`` completions of tasks that have
-    hidden asserts. The counting pass runs twice, on the shown and on the hidden asserts,
-    each with a tag of its own, so every assert still runs once there and once in the
-    plain pass that decides the reward.
+    hidden asserts. When the plain pass fails, the counting pass runs on the shown and on
+    the hidden asserts apart, each with a tag of its own.
 
     Splits: held-out = the eval split's rows in a fixed shuffled order, the first
     ``eval_size`` (0 = all); without an eval source, ``eval_size`` train rows are split off

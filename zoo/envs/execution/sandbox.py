@@ -13,11 +13,15 @@ What it protects against (each has an adversarial test in tests/test_sandbox.py)
 - network access: its own network namespace (only a loopback with no listeners), so a
   connection to the host's 127.0.0.1 is refused; beyond that, the seccomp filter below
   refuses every socket but AF_UNIX, so even an AF_INET socket cannot be made;
-- secrets in the environment: the environment is cleared (PATH, LANG and HOME only),
+- secrets in the environment: the environment is cleared (PATH, LANG, HOME, and one
+  BLAS thread: OPENBLAS_NUM_THREADS, OMP_NUM_THREADS),
   and the host's /proc is not visible (own PID namespace, own /proc);
 - writes outside its work dir: the root is a read-only tmpfs holding read-only binds of
-  /usr (plus the /bin, /lib, /lib64, /sbin links); the work dir (cwd, /tmp) is a private
-  tmpfs of ``tmp_mb`` (64 MiB), /dev/shm one of 16 MiB, both gone when the run ends;
+  /usr (plus the /bin, /lib, /lib64, /sbin links) and of ``SANDBOX_PACKAGES`` (numpy,
+  scipy, sympy, mpmath, regex from the project's environment, under
+  /opt/forge-zoo-packages, put on ``sys.path`` before the program runs); the work dir
+  (cwd, /tmp) is a private tmpfs of ``tmp_mb`` (64 MiB), /dev/shm one of 16 MiB, both
+  gone when the run ends;
 - reading root's private files: run as root, the sandbox drops to uid/gid ``nobody``
   before bwrap starts (a real host uid, not only a namespace mapping), so the kernel's
   permission checks apply to it as to any unprivileged user; no capabilities, and
