@@ -12,7 +12,11 @@ import textwrap
 
 import pytest
 from real_data import sanitized_mbpp_file
-from test_code_envs import lookup_table_answer, mbpp_files  # noqa: F401 (mbpp_files: the same local MBPP data)
+from test_code_envs import (  # noqa: F401 (mbpp_files: the same local MBPP data)
+    docstring_answer,
+    lookup_table_answer,
+    mbpp_files,
+)
 
 from zoo.core.config import ConfigError
 from zoo.envs import get_env
@@ -436,15 +440,20 @@ def walk(env, prompts, first, revise) -> list[float]:
     return rewards
 
 
-def mbpp_stub(p) -> str:
-    names = re.findall(r"^def (\w+)\(", lookup_table_answer(p.text), re.M)
-    return "".join(f"def {n}(*args, **kwargs):\n    return None\n" for n in names)
-
-
 def humaneval_table(p, seen: str) -> str:
-    entry = p.answer["entry_point"]
-    table = lookup_table_answer(seen, rename={"candidate": entry})
-    return fenced(table) if table else "    return None\n"
+    """A body for HumanEval's prompt: the expected value of every assert shown so far for
+    its input, else the docstring examples' output for theirs, else None."""
+    table = lookup_table_answer(seen, default="_FZ_MISS", rename={"candidate": "_fz_table"})
+    nested = "".join(f"    {line}\n" for line in table.splitlines())
+    lookup = (
+        "    _hit = _fz_table(*_fz_args)\n    if _hit is not _FZ_MISS:\n        return _hit\n"
+        if table
+        else ""
+    )
+    return (
+        "    _fz_args = tuple(locals().values())\n    _FZ_MISS = object()\n"
+        f"{nested}{lookup}{docstring_answer('None')}"
+    )
 
 
 def pyfunc_table(p, seen: str) -> str:
@@ -457,21 +466,22 @@ def pyfunc_table(p, seen: str) -> str:
 
 @pytest.mark.slow  # ~3 turns x (427 + 164 + 500) episodes: a few minutes on 2 busy cores
 def test_real_data_the_feedback_table_walk_is_paid_on_at_most_1_percent(tmp_path):
-    """Issue 57's walk: answer turn 1 with a stub, then return every expected value the
-    prompt and the observations showed, up to the turn limit. With the failing hidden
-    assert shown after each turn it was paid on 397 of 427 MBPP tasks and 38 of 164
-    HumanEval ones. Now the feedback reports the examples only, so the walk holds nothing
-    the prompt did not show; refused tasks count as unpaid (the env never starts them).
-    Measured: mbpp_feedback 0 of 427 (1 refused), humaneval_feedback 0 of 164 (6 refused),
-    pyfunc_feedback 0 of 500; the bound is 1% of each."""
+    """Issue 57's walk: turn 1 answers the examples the prompt shows (a table of them,
+    None elsewhere), each later turn returns every expected value the prompt and the
+    observations showed, up to the turn limit (3). With the failing hidden assert shown
+    after each turn it was paid on 397 of 427 MBPP tasks and 38 of 164 HumanEval ones
+    (this test on the code before the fix: 396 and 24). Now the feedback reports the
+    examples only, so the walk holds nothing the prompt did not show; refused tasks count
+    as unpaid (the env never starts them). Measured: mbpp_feedback 0 of 427 (1 refused),
+    humaneval_feedback 0 of 164 (6 refused), pyfunc_feedback 0 of 500; the bound is 1%."""
     data = sanitized_mbpp_file(tmp_path)
     mbpp = get_env("mbpp_feedback", data_files=str(data), eval_files=str(data), eval_size=0)
     humaneval = get_env("humaneval_feedback")
     pyfunc = get_env("pyfunc_feedback")
     figures = {}
     for env, total, first, revise in (
-        (mbpp, 427, mbpp_stub, lambda p, seen: lookup_table_answer(seen)),
-        (humaneval, 164, lambda p: "    return None\n", humaneval_table),
+        (mbpp, 427, lambda p: lookup_table_answer(p.text), lambda p, s: lookup_table_answer(s)),
+        (humaneval, 164, lambda p: docstring_answer("None"), humaneval_table),
         (pyfunc, 500, lambda p: "0", pyfunc_table),
     ):
         prompts = env.eval_prompts()

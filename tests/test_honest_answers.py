@@ -351,6 +351,28 @@ def test_every_real_reference_scores_one_at_the_default_limits_idle_and_busy(tmp
     assert failed == {}
 
 
+def test_the_limit_is_cpu_time_and_a_passing_answers_tests_run_once(real_mbpp):
+    """A correct answer that waits (as one does for a core on a busy machine) longer than
+    ``timeout_s`` while using little CPU passes; one that computes past it fails. And a
+    passing answer is called once per assert: the counting pass (for the pass fraction)
+    runs only after a failure, so a slow correct answer pays for one pass, not two."""
+    p17 = next(p for p in real_mbpp.eval_prompts() if p.answer["task_id"] == 17)
+    env = get_env("mbpp", **{k: v for k, v in real_mbpp.config.__dict__.items()
+                             if k in ("data_files", "eval_files", "eval_size")},
+                  timeout_s=1.0)  # fmt: skip
+    waits = "import time\ndef square_perimeter(a):\n    time.sleep(0.8)\n    return 4 * a\n"
+    burns = "def square_perimeter(a):\n    while True:\n        pass\n"
+    asserts = len(p17.answer["test_list"])
+    once = (
+        "calls = []\ndef square_perimeter(a):\n    calls.append(a)\n"
+        f"    return 4 * a if len(calls) <= {asserts} else -1\n"
+    )
+    [waited, burned, counted] = env.score_verdicts([p17] * 3, [waits, burns, once])
+    assert waited.reward == 1.0 and waited.verdict.duration_s > 2.0
+    assert (burned.reward, burned.verdict.status) == (0.0, "timeout")
+    assert counted.reward == 1.0
+
+
 # --- the ten honest answers of issue 57 -------------------------------------------------
 
 SIMILAR = "def similar_elements(a, b):\n    return (x for x in a if x in b)\n"

@@ -361,16 +361,17 @@ class TestFeedback(CodeFeedbackEnv):
     """
 
     __test__ = False  # not a pytest class
+    base: MBPP | HumanEval
 
     def __init__(self, **overrides: Any) -> None:
         super().__init__(**overrides)
         base = self.base
-        base.visible_pass = True  # type: ignore[attr-defined]
+        base.visible_pass = True
         # The feedback env owns its base: its splits keep the tasks feedback may teach.
-        refused = [item for item in base._eval + base._train if base.guessable(item)]  # type: ignore[attr-defined]
-        base._eval = [item for item in base._eval if not base.guessable(item)]  # type: ignore[attr-defined]
-        base._train = [item for item in base._train if not base.guessable(item)]  # type: ignore[attr-defined]
-        base._init_orders()  # type: ignore[attr-defined]
+        refused = [item for item in base._eval + base._train if base.guessable(item)]
+        base._eval = [item for item in base._eval if not base.guessable(item)]
+        base._train = [item for item in base._train if not base.guessable(item)]
+        base._init_orders()
         self.refused = sorted({str(item["task_id"]) for item in refused})
 
     def start(self, prompt: Prompt) -> Episode:
@@ -392,7 +393,7 @@ class TestFeedback(CodeFeedbackEnv):
         self, prompts: list[Prompt], texts: list[str], last_turns: list[bool]
     ) -> list[Reply]:
         scored = self.base.score_verdicts(prompts, texts)
-        tests = [self.base.feedback_tests(p) for p in prompts]  # type: ignore[attr-defined]
+        tests = [self.base.feedback_tests(p) for p in prompts]
         return [
             _test_reply(t, s, last) for t, s, last in zip(tests, scored, last_turns, strict=True)
         ]
