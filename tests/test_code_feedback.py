@@ -1,8 +1,11 @@
 """Code with execution feedback (zoo/envs/code/code_feedback.py): multi-turn episodes over the
 real code envs, every submission run in the real sandbox. pyfunc_feedback: a right first
 submission, a wrong one told where it is wrong and then fixed, hostile submissions as
-observations, the turn limit, purity, and a reward that a forgery of the feedback probe
-cannot reach; humaneval_feedback and mbpp_feedback: the failing assert is shown."""
+observations, the turn limit, purity, a reward that a forgery of the feedback probe cannot
+reach, and integer-only values; humaneval_feedback and mbpp_feedback: the examples the
+prompt shows are reported on, the hidden tests only counted, nothing the submission wrote
+is shown, tasks a constant could pass are refused; and (slow) the table walk on the real
+data."""
 
 from __future__ import annotations
 

@@ -5,10 +5,12 @@ two-process verdict, as it does when the tests run beside it; a wrong answer of 
 shape still scores 0. Through the real mbpp and humaneval envs, in the sandbox.
 
 The MBPP rows are written here in the shape of the sanitized set's tasks 737, 787, 794
-(a ``re.Match``), 88 (a ``Counter``) and 126 (``sum``), plus four of our own. The check
-of all 427 real reference solutions is the slow test at the end; it reads a local copy of
-Google's file (``FORGE_ZOO_MBPP_SANITIZED_JSON``) or the Hugging Face cache, and skips,
-saying how to provide the data, where it has neither.
+(a ``re.Match``), 88 (a ``Counter``) and 126 (``sum``), plus four of our own. Then issue
+57's ten honest answers (generators and ``filter`` read through ``set(...)``, ``__main__``
+blocks, ``__future__`` first, a ``Python`` fence, CRLF, the second code block, numpy) on
+real MBPP tasks from the committed copy, the packages the sandbox binds, and the CPU-time
+limit. The slow test at the end checks all 427 real MBPP references and 164 HumanEval
+ones at the default limits, idle and with both cores busy (``tests/real_data.py``).
 """
 
 from __future__ import annotations
