@@ -1,11 +1,14 @@
-"""The real sanitized MBPP for the slow tests, from a local copy or the Hugging Face cache.
+"""The real sanitized MBPP for the slow tests: a local copy, the committed one, or the
+Hugging Face cache.
 
-Tests never go online. Point ``FORGE_ZOO_MBPP_SANITIZED_JSON`` at Google's
+Tests never go online. ``FORGE_ZOO_MBPP_SANITIZED_JSON`` may name Google's
 ``sanitized-mbpp.json`` (google-research/google-research, ``mbpp/sanitized-mbpp.json``: one
 JSON array of the 427 tasks, the same rows and field names as the Hub's ``sanitized``
-config) or at a JSON-lines file of those rows. Without it the four ``sanitized`` splits of
-``google-research-datasets/mbpp`` are read from the Hugging Face cache, and where they are
-not cached the test skips, saying how to provide them.
+config) or a JSON-lines file of those rows. Without it, the copy committed at
+``tests/data/sanitized-mbpp.json`` (CC BY 4.0; ``tests/data/README.md`` gives its source);
+without that, the four ``sanitized`` splits of ``google-research-datasets/mbpp`` in the
+Hugging Face cache, and where they are not cached the test skips, saying how to provide
+them.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import pytest
 MBPP_SANITIZED_ENV_VAR = "FORGE_ZOO_MBPP_SANITIZED_JSON"
 SANITIZED_SPLITS = ("train", "test", "validation", "prompt")
 SANITIZED_TASKS = 427
+COMMITTED_COPY = Path(__file__).parent / "data" / "sanitized-mbpp.json"
 
 
 def _read_rows(path: Path) -> list[dict[str, Any]]:
@@ -42,6 +46,8 @@ def sanitized_mbpp_rows() -> list[dict[str, Any]]:
         if not path.is_file():
             pytest.fail(f"{MBPP_SANITIZED_ENV_VAR}={local}: no such file")
         rows = _read_rows(path)
+    elif COMMITTED_COPY.is_file():
+        rows = _read_rows(COMMITTED_COPY)
     else:
         from zoo.envs.data.loading import HubDataUnavailable, load_hf
         from zoo.hub import first_line

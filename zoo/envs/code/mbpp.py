@@ -20,11 +20,16 @@ from zoo.envs.code.code_envs import (
     Scored,
     SplitMixin,
     counting_statements,
-    fenced_code,
+    future_first,
+    normalise_newlines,
+    plain_then_count,
+    solution_code,
     tag_fields,
+    visible_pass,
 )
+from zoo.envs.code.shown_tests import choose_shown, constant_proof, statement_expectation
 from zoo.envs.data.loading import load_rows, to_records
-from zoo.envs.execution.verdict import TestJob, TestVerdict, free_names
+from zoo.envs.execution.verdict import TestJob, TestVerdict, free_names, served_builtins
 from zoo.envs.prompt_format import build_prompt, check_prompt_format
 
 MBPP_QUESTION = (
@@ -48,11 +53,13 @@ class MBPPConfig(SandboxConfig):
     eval_size: int = 500
     """Held-out problems: the first eval_size of the eval split in a fixed order (0 = all)."""
     shown_tests: int = 1
-    """How many of a row's test_list asserts the prompt shows: 1, the first, as the example
-    that gives the function's name and signature; the others are hidden. MBPP's paper shows
-    all 3, but 397 of the 427 sanitized tasks have exactly 3, so a table of the shown inputs
-    and outputs would pass nearly every task; 0 would hide the name the tests call. Any
-    other value is refused."""
+    """How many of a row's test_list asserts the prompt shows: 1, as the example that gives
+    the function's name and signature; the others are hidden. Which one: the first whose
+    showing leaves two hidden asserts that no constant answer passes together
+    (``zoo.envs.code.shown_tests``), else the first (the data set's order otherwise). MBPP's
+    paper shows all 3, but 397 of the 427 sanitized tasks have exactly 3, so a table of the
+    shown inputs and outputs would pass nearly every task; 0 would hide the name the tests
+    call. Any other value is refused."""
     challenge_tests: bool = False
     """Also require the row's challenge_test_list to pass."""
     prompt_format: str = "plain"
@@ -70,6 +77,36 @@ def mbpp_calls(asserts: str, setup: str) -> tuple[tuple[str, ...], str]:
     modules = [n for n in names if n in sys.stdlib_module_names]
     serve = tuple(n for n in names if n not in sys.stdlib_module_names)
     return serve, setup + "".join(f"\nimport {m}" for m in modules) + "\n"
+
+
+def called_names(asserts: str) -> frozenset[str]:
+    """Every name the asserts read: the functions a solution block must define are among
+    them (``code_envs.solution_code``)."""
+    import ast
+
+    try:
+        tree = ast.parse(asserts)
+    except (SyntaxError, ValueError):
+        return frozenset()
+    return frozenset(n.id for n in ast.walk(tree) if isinstance(n, ast.Name))
+
+
+def shown_assert(tests: list[str], setup: str, reference: str) -> tuple[int, bool]:
+    """(index of the assert the prompt shows, whether a table of it plus one constant
+    answer elsewhere may pass the others). The shown one is the first whose showing leaves
+    two hidden asserts that no constant satisfies together (``shown_tests.choose_shown``);
+    the names read as the task's function are those the tests call (``mbpp_calls``), plus
+    the builtins the reference defines (MBPP/126's ``sum``)."""
+    plain = "\n".join(tests)
+    try:
+        serve, _ = mbpp_calls(plain, setup)
+        names = frozenset(serve) | frozenset(served_builtins(plain, reference, setup))
+    except (SyntaxError, ValueError):
+        return 0, True
+    facts = [statement_expectation(t, names) for t in tests]
+    i = choose_shown(facts)
+    shown = {facts[i].call} if facts[i] is not None else set()
+    return i, not constant_proof(facts[:i] + facts[i + 1 :], shown)
 
 
 SHOWN_TAG, HIDDEN_TAG = f"{TAG}-shown", f"{TAG}-hidden"
@@ -110,12 +147,16 @@ class MBPP(SandboxedCodeEnv, SplitMixin):
     the ``sanitized`` one's ``{"task_id", "prompt", "code", "test_list", "test_imports"}``
     (``prompt`` stands for ``text``, the ``test_imports`` lines for the setup code).
     Prompt: the paper's wording ("You are an expert Python programmer, and here is your
-    task: ...") with one assert of ``test_list``, the first, shown as the example (it names
-    the function and its arguments), plus ``instruction``. The other asserts are hidden: the
-    paper shows all three, and most tasks have no more, so every test would be visible and a
-    table of the shown inputs and outputs would pass. A completion is Python code, or a
-    Markdown code block holding it; it runs in the sandbox after ``test_setup_code`` and is
-    followed by the ``test_list`` asserts.
+    task: ...") with one assert of ``test_list`` shown as the example (it names the
+    function and its arguments), plus ``instruction``. Which one: the first whose showing
+    leaves two hidden asserts no constant answer passes together (``shown_assert``; on the
+    sanitized set every task but MBPP/596, whose expected values are not literals), so a
+    table of the example plus a guessed default (0, False, ...) is not rewarded. The other
+    asserts are hidden: the paper shows all three, and most tasks have no more, so every
+    test would be visible and a table of the shown inputs and outputs would pass. A
+    completion is Python code, or Markdown code blocks holding it (the first that defines
+    a function the asserts call); it runs in the sandbox after ``test_setup_code`` and the
+    asserts (the shown one first) run against it.
 
     Rewards: 1.0 when every assert of ``test_list`` (and ``challenge_test_list`` with
     ``challenge_tests=True``) passes, shown and hidden, 0.0 otherwise. Metrics: the pass
@@ -123,9 +164,8 @@ class MBPP(SandboxedCodeEnv, SplitMixin):
     value of ``score_details``) and, apart, over the hidden ones alone:
     ``score_verdicts`` gives ``MBPPScored`` with ``hidden_fraction``, and ``stats`` adds
     ``hidden_pass_fraction_mean`` over the ``hidden_scored`` completions of tasks that have
-    hidden asserts. The counting pass runs twice, on the shown and on the hidden asserts,
-    each with a tag of its own, so every assert still runs once there and once in the
-    plain pass that decides the reward.
+    hidden asserts. When the plain pass fails, the counting pass runs on the shown and on
+    the hidden asserts apart, each with a tag of its own.
 
     Splits: held-out = the eval split's rows in a fixed shuffled order, the first
     ``eval_size`` (0 = all); without an eval source, ``eval_size`` train rows are split off
@@ -208,6 +248,7 @@ class MBPP(SandboxedCodeEnv, SplitMixin):
         setup = row.get("test_setup_code") or ""
         if not setup and row.get("test_imports"):  # the sanitized config's imports
             setup = "\n".join(str_list(row["test_imports"], "test_imports"))
+        shown, guessable = shown_assert(tests, setup, code)
         return {
             "task_id": row["task_id"],
             "text": text,
@@ -215,14 +256,17 @@ class MBPP(SandboxedCodeEnv, SplitMixin):
             "test_list": tests,
             "test_setup_code": setup,
             "challenge_test_list": str_list(row.get("challenge_test_list") or [], "challenge"),
+            "shown_index": shown,
+            "guessable": guessable,
         }
 
     def _asserts(self, record: dict[str, Any]) -> tuple[list[str], list[str]]:
-        """(shown, hidden) asserts of a row: the first ``shown_tests`` of ``test_list`` and
-        the rest, then the challenge asserts when they count (never shown)."""
-        tests, n = record["test_list"], self.config.shown_tests
+        """(shown, hidden) asserts of a row: the one at ``shown_index`` (``shown_assert``)
+        and the others in order, then the challenge asserts when they count (never shown)."""
+        tests = record["test_list"]
+        i = record.get("shown_index", 0)
         challenge = record["challenge_test_list"] if self.config.challenge_tests else []
-        return tests[:n], tests[n:] + challenge
+        return [tests[i]], tests[:i] + tests[i + 1 :] + challenge
 
     def _prompt(self, record: dict[str, Any], index: int, split: str) -> Prompt:
         shown, _ = self._asserts(record)
@@ -242,25 +286,49 @@ class MBPP(SandboxedCodeEnv, SplitMixin):
     def reference_answer(self, prompt: Prompt) -> str:
         return prompt.answer["code"]
 
+    visible_pass = False
+    """Whether each job first runs the shown assert on its own and records the result
+    (``code_envs.visible_pass``): set by ``mbpp_feedback``, whose observations show it."""
+
     def _job(self, prompt: Prompt, completion: str) -> TestJob | None:
         a = prompt.answer
-        code = fenced_code(completion)
-        program = completion if code is None else code
-        if not program.strip():
-            return None
         shown, hidden = self._asserts(a)
         setup = a["test_setup_code"]
         plain = "\n".join(shown + hidden)
-        # The setup code (imports, fixtures) runs before the candidate and before the tests.
-        candidate = f"{setup}\n{program}\n" if setup.strip() else program + "\n"
+        serve, prelude = mbpp_calls(plain, setup)
+        completion = normalise_newlines(completion)
+        code = solution_code(completion, called_names(plain))
+        program = completion if code is None else code
+        if not program.strip():
+            return None
+        # The setup code (imports, fixtures) runs before the candidate and before the tests;
+        # the answer's own __future__ imports go first of all.
+        candidate = future_first(f"{setup}\n" if setup.strip() else "", program) + "\n"
         # Two counting passes, the shown asserts' and the hidden ones', each writing its
         # counts after its own tag, so the hidden pass fraction is measured apart.
-        counting = [
+        counting = "\n".join(
             counting_statements(asserts).replace(TAG, tag)
             for asserts, tag in ((shown, SHOWN_TAG), (hidden, HIDDEN_TAG))
-        ]
-        tests = f"{counting[0]}\n{counting[1]}\n{plain}\n"
-        return TestJob(candidate, tests, *mbpp_calls(plain, setup))
+        )
+        tests = plain_then_count(plain, counting)
+        if self.visible_pass:
+            tests = visible_pass(shown, {name: name for name in serve}) + tests
+        return TestJob(candidate, tests, serve, prelude)
+
+    def _tests_source(self, prompt: Prompt, job: TestJob) -> str:
+        shown, hidden = self._asserts(prompt.answer)
+        return "\n".join(shown + hidden)
+
+    def feedback_tests(self, prompt: Prompt) -> tuple[list[str], int]:
+        """(the shown assert, the number of hidden ones), for ``mbpp_feedback``."""
+        shown, hidden = self._asserts(prompt.answer)
+        return shown, len(hidden)
+
+    @staticmethod
+    def guessable(record: dict[str, Any]) -> bool:
+        """No proof that a table of the shown assert plus one constant fails the hidden ones
+        (``shown_assert``): ``mbpp_feedback`` refuses such a task."""
+        return bool(record.get("guessable", True))
 
     def _grade(self, prompt: Prompt, verdict: TestVerdict, tag: str) -> tuple[float, float]:
         shown = _tally(verdict, SHOWN_TAG.replace(TAG, tag))

@@ -56,6 +56,7 @@ from zoo.envs.code.code_envs import (
     SandboxedCodeEnv,
     SplitMixin,
     tag_fields,
+    wall_timeout,
 )
 from zoo.envs.execution.verdict import TestJob, TestVerdict
 
@@ -215,7 +216,9 @@ class PyFunc(SandboxedCodeEnv, SplitMixin):
         half of pyfunc's scoring throughput)."""
         cfg = self.config
         programs = [f"{job.candidate}\n{job.tests}" for job in jobs]
-        results = self.pool.map(programs, timeout_s=cfg.timeout_s, memory_mb=cfg.memory_mb)
+        results = self.pool.map(
+            programs, timeout_s=wall_timeout(cfg), cpu_s=cfg.timeout_s, memory_mb=cfg.memory_mb
+        )
         return [TestVerdict(passed=r.status == "ok", tests=r, candidate=r) for r in results]
 
     def _grade(self, prompt: Prompt, verdict: TestVerdict, tag: str) -> tuple[float, float]:

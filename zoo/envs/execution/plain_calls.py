@@ -203,11 +203,23 @@ def receive(fd, max_bytes=MAX_FRAME_BYTES):
 # --- the candidate's side ---------------------------------------------------------------
 
 
+CANDIDATE_MODULE = "__candidate__"
+"""The name the candidate's code runs under. Not ``__main__``: a solution's ``if __name__ ==
+"__main__":`` block (``unittest.main()``, ``input()``) is its own demonstration, which the
+data sets' harnesses never run (they ``exec`` the code with another ``__name__``), and
+running it made correct answers exit or wait for input."""
+
+
 def serve_candidate(request_fd, reply_fd, source):
-    """Run the candidate's ``source`` as ``__main__``, then answer calls to its top-level
-    names until the test process closes its end. Runs inside the candidate's sandbox: the
-    candidate can change anything here, and can only change its own replies by it."""
-    namespace = {"__name__": "__main__", "__builtins__": builtins}
+    """Run the candidate's ``source`` as the module ``CANDIDATE_MODULE`` (registered in
+    ``sys.modules``, so classes and pickling find their module), then answer calls to its
+    top-level names until the test process closes its end. Runs inside the candidate's
+    sandbox: the candidate can change anything here, and can only change its own replies
+    by it."""
+    module = type(sys)(CANDIDATE_MODULE)
+    sys.modules[CANDIDATE_MODULE] = module
+    namespace = module.__dict__
+    namespace["__builtins__"] = builtins
     exec(compile(source, "<candidate>", "exec", dont_inherit=True), namespace)
     while True:
         request = receive(request_fd)

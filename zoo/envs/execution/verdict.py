@@ -3,7 +3,8 @@
 ``run_tests(TestJob(candidate, tests, serve=(...)))`` starts two sandboxes (each one
 ``zoo.envs.execution.sandbox.execute``, with its namespaces, uid and rlimits) joined by two pipes:
 
-- the candidate's: runs the model-written program as ``__main__``, then serves calls to
+- the candidate's: runs the model-written program (as the module ``__candidate__``, not
+  ``__main__``: ``plain_calls.CANDIDATE_MODULE``), then serves calls to
   its top-level functions (``zoo.envs.execution.plain_calls.serve_candidate``, through
   ``candidate_dispatch`` below);
 - the tests': runs the trusted ``prelude`` (e.g. HumanEval's prompt, whose helper
@@ -27,7 +28,12 @@ tests' side rebuilds it with its own classes (``lower``, ``rebuild``):
 - another subclass of a plain type crosses as the value of that type (an ``IntEnum``
   member as its int, a ``str`` subclass as its characters), read with the base type's own
   methods, so its overridden ``__eq__``, ``__hash__`` or ``__str__`` stays behind;
-- anything else (a ``re.Match``, a generator, an instance of the candidate's class) stays
+- a ``range`` and the dict views (``keys()``, ``values()``, ``items()``) cross as their
+  items and are rebuilt as the same kind; an iterator (a generator, ``map``, ``filter``,
+  ``zip`` ...) is read to its end in the candidate's process and the tests get an iterator
+  of their own over the items, which like the generator equals only itself and reads once
+  (MBPP/2 and /7 read answers through ``set(...)``: a generator there is correct);
+- anything else (a ``re.Match``, an instance of the candidate's class) stays
   in the candidate's process, and the tests get a ``CandidateObject``: it equals only
   itself and has one property, its truth value, asked of the candidate's process when the
   tests' interpreter needs it (``assert m``, ``not m``, ``if m``), and answered with a bool.
@@ -56,9 +62,10 @@ anything the candidate learned from the tests.
 
 What this closes (each has an attack in tests/test_reward_hacking.py): objects or builtin
 subclasses whose ``__eq__``, ``__hash__``, ``__str__``, ``__bool__`` lie (they cross as
-their plain value or as an opaque object); generators, iterators, functions returned as
-values (opaque: equal to nothing); patching builtins, ``AssertionError``, or modules the
-tests use (``math.isclose``): they are patched in the candidate's interpreter only;
+their plain value or as an opaque object); functions returned as values (opaque: equal
+to nothing) and iterators (an iterator of the tests' own: equal to nothing); patching
+builtins, ``AssertionError``, or modules the tests use (``math.isclose``): they are
+patched in the candidate's interpreter only;
 walking frames or the garbage collector for the nonce or the tests: neither is in the
 candidate's process; reading the test process's memory (``/proc/<pid>/mem``), ptrace,
 signals: the two sandboxes are separate PID namespaces (each sees only its own processes;
@@ -188,6 +195,10 @@ COLLECTIONS_FACTORIES = ("Counter", "OrderedDict", "deque")
 MAX_NAMEDTUPLE_TYPES = 256
 """Named-tuple types one tests' process builds at most (each one costs an ``exec``)."""
 
+MAX_ITERATOR_ITEMS = 1_000_000
+"""Items of a returned iterator read at most (``_lower_iterable``); past that, the call
+fails, as an unbounded generator would have hung the tests."""
+
 _NAMEDTUPLE_TYPES: dict = {}
 
 
@@ -248,6 +259,29 @@ def lower(value, opaque, depth=0):
     if issubclass(kind, (set, frozenset)):
         base = set if issubclass(kind, set) else frozenset
         return base(lower(item, opaque, deeper) for item in base.__iter__(value))
+    return _lower_iterable(value, kind, opaque, deeper)
+
+
+def _lower_iterable(value, kind, opaque, depth):
+    """A range, a dict view or an iterator (a generator, ``map``, ``filter``, ``zip``...)
+    as its items with its kind named; anything else ``opaque``. An iterator is read to its
+    end here, in the candidate's process (at most ``MAX_ITERATOR_ITEMS`` items), and the
+    tests get an iterator of their own over those items: like the generator, it equals only
+    itself, is true, and reads once (``set(f(x))``, ``list(f(x))``, ``next(f(x))``). What
+    the candidate's ``__next__`` answers is data it could have returned in a list."""
+    if kind is range:
+        return (MARK, "range", value.start, value.stop, value.step)
+    views = {type({}.keys()): "keys", type({}.values()): "values", type({}.items()): "items"}
+    view = views.get(kind)
+    if view is not None:
+        return (MARK, view, tuple(lower(item, opaque, depth) for item in value))
+    if hasattr(kind, "__next__") and hasattr(kind, "__iter__"):
+        items = []
+        for item in value:
+            if len(items) >= MAX_ITERATOR_ITEMS:
+                raise WireError(f"an iterator of more than {MAX_ITERATOR_ITEMS} items")
+            items.append(lower(item, opaque, depth))
+        return (MARK, "iterator", tuple(items))
     return opaque(value)
 
 
@@ -344,6 +378,19 @@ def _rebuild_marked(marked, resolve, depth):
             cls = __import__("collections").namedtuple(typename, fields, rename=True)
             _NAMEDTUPLE_TYPES[typename, fields] = cls
         return cls._make(rebuild(item, resolve, depth) for item in items)
+    if kind == "iterator" and shape == (tuple,):
+        return iter([rebuild(item, resolve, depth) for item in payload[0]])
+    if kind == "range" and shape == (int, int, int):
+        return range(*payload)
+    if kind in ("keys", "values", "items") and shape == (tuple,):
+        items = [rebuild(item, resolve, depth) for item in payload[0]]
+        if kind == "keys":
+            return dict.fromkeys(items).keys()
+        if kind == "values":
+            return dict(enumerate(items)).values()
+        if not all(type(pair) is tuple and len(pair) == 2 for pair in items):
+            raise WireError("malformed dict items")
+        return dict(items).items()
     if kind == "Fraction" and shape == (int, int):
         return __import__("fractions").Fraction(payload[0], payload[1])
     if kind == "Decimal" and shape == (str,):
@@ -463,7 +510,8 @@ DISPATCH = "__fz_call__"
 """The name under which the candidate's namespace holds ``candidate_dispatch``'s function."""
 
 _SHIPPED: tuple[Any, ...] = (
-    _factory, _escape, lower, _lower_items, _lower_library, rebuild, _rebuild_marked,
+    _factory, _escape, lower, _lower_items, _lower_library, _lower_iterable, rebuild,
+    _rebuild_marked,
     candidate_dispatch, TestsConnection, CandidateObject, ServedFunction, _send_back,
     syntax_report,
 )  # fmt: skip
@@ -473,6 +521,7 @@ VALUES_SOURCE = "\n".join(
         f"BUILTIN_FACTORIES = {BUILTIN_FACTORIES!r}",
         f"COLLECTIONS_FACTORIES = {COLLECTIONS_FACTORIES!r}",
         f"MAX_NAMEDTUPLE_TYPES = {MAX_NAMEDTUPLE_TYPES!r}",
+        f"MAX_ITERATOR_ITEMS = {MAX_ITERATOR_ITEMS!r}",
         "_NAMEDTUPLE_TYPES = {}",
         f"DISPATCH = {DISPATCH!r}",
         *(inspect.getsource(obj) for obj in _SHIPPED),
@@ -485,7 +534,7 @@ VALUES_SOURCE = "\n".join(
 
 
 def _candidate_program(source: str, request_fd: int, reply_fd: int) -> str:
-    # serve_candidate runs this bootstrap as the candidate's __main__: the candidate's own
+    # serve_candidate runs this bootstrap as the candidate's module: the candidate's own
     # source first, in that namespace, then the dispatcher the tests' side calls.
     bootstrap = (
         f"exec(compile({source!r}, '<candidate>', 'exec', dont_inherit=True))\n"
