@@ -163,86 +163,42 @@ def board_tables(
     off_policy: pd.DataFrame,
 ) -> dict[str, pd.DataFrame]:
     """The verdict, control and budget tables of a many-to-one board (module docstring)."""
-    baseline, delta, alpha = design["baseline"], design["delta"], design["alpha"]
-    outside = control_rows(controls)
-    health = health_table(runs)
-    provenance = provenance_table(runs)
-    ranks = rank_intervals(scores)
-    half, budget = half_budget_stability(points)
-    rising = still_rising(points, alpha)
+    baseline = design["baseline"]
     steps_ok = points["optimizer_steps"].notna().all() if "optimizer_steps" in points else False
     at_steps, matched = step_matched_scores(points) if steps_ok else (pd.DataFrame(), {})
-    frames, control_checks = [], []
+    frames, checks = [], []
     for env, e in scores.groupby("env"):
         if baseline not in set(e.algorithm):
             continue
-        verdicts = verdict_frame(many_to_one(e, baseline, delta, alpha, outside=outside))
-        base = {"algorithm": baseline, "verdict": "baseline", "difference": 0.0}
-        table = pd.concat([pd.DataFrame([base]), verdicts], ignore_index=True)
-        table.insert(0, "env", env)
-        table["role"] = [
-            "baseline" if a == baseline else "control" if a in outside else "algorithm"
-            for a in table.algorithm
-        ]
-        means = e.groupby("algorithm")["headline"].agg(list)
-        stats = {a: t_interval(np.array(v)) for a, v in means.items()}
-        table["headline"] = [stats[a][0] for a in table.algorithm]
-        table["headline_low"] = [stats[a][1] for a in table.algorithm]
-        table["headline_high"] = [stats[a][2] for a in table.algorithm]
-        table["runs"] = [len(means[a]) for a in table.algorithm]
+        table, env_checks = env_verdicts(e, design, controls)
         if len(at_steps):
             s = at_steps[at_steps.env == env].rename(columns={"headline_at_steps": "headline"})
-            diffs = {a: paired_differences(s, a, baseline).to_numpy() for a in table.algorithm}
-            table["difference_at_steps"] = [t_interval(diffs[a])[0] for a in table.algorithm]
-            table["difference_at_steps_low"] = [t_interval(diffs[a])[1] for a in table.algorithm]
-            table["difference_at_steps_high"] = [t_interval(diffs[a])[2] for a in table.algorithm]
-            table["matched_steps"] = matched.get(env, math.nan)
-        if controls:
-            control_checks += [
-                {"env": env, **c} for c in control_verdicts(verdicts, controls, delta)
+            diffs = [
+                t_interval(paired_differences(s, a, baseline).to_numpy()) for a in table.algorithm
             ]
-            twin = controls["negative"]["row"]
-            d = paired_differences(e, twin, baseline).to_numpy()
-            if len(d) >= MIN_BOOTSTRAP_SEEDS:  # (resamples of fewer repeat values: biased high)
-                family = max(1, len(set(e.algorithm) - {baseline} - set(outside)))
-                fpr = decision_rule_false_positives(d, alpha / family)
-                control_checks.append(
-                    {
-                        "env": env,
-                        "control": "decision rule",
-                        "row": twin,
-                        "expect": f"false positives near {fpr['alpha']:.4f}",
-                        "why": "sign-flipped resamples of the A/A differences",
-                        "false_positive_rate": fpr["rate"],
-                        "fpr_low": fpr["interval"][0],
-                        "fpr_high": fpr["interval"][1],
-                        # failed: the rule separates an algorithm from itself significantly
-                        # more often than its level says
-                        "verdict": "passed" if fpr["interval"][0] <= fpr["alpha"] else "failed",
-                    }
-                )
-        frames.append(table)
+            table[
+                ["difference_at_steps", "difference_at_steps_low", "difference_at_steps_high"]
+            ] = diffs
+            table["matched_steps"] = matched.get(env, math.nan)
+        frames.append(table.assign(env=env))
+        checks += [{"env": env, **c} for c in env_checks]
     if not frames:
         return {}
     table = pd.concat(frames, ignore_index=True)
+    half, budget = half_budget_stability(points)
     for extra, cols in (
-        (ranks, ["rank", "rank_low", "rank_high"]),
+        (rank_intervals(scores), ["rank", "rank_low", "rank_high"]),
         (half, ["headline_half", "rank_half", "rank_full"]),
-        (rising, ["still_rising", "last_gain"]),
-        (health, ["informative_groups_start", "informative_groups", "train_reward_per_10_steps"]),
-        (provenance, ["commits", "machines"]),
-    ):
+        (still_rising(points, design["alpha"]), ["still_rising", "last_gain"]),
+        (health_table(runs), ["informative_groups_start", "informative_groups",
+                              "train_reward_per_10_steps"]),
+        (provenance_table(runs), ["commits", "machines"]),
+        (off_policy, ["mechanism_acting"]),
+    ):  # fmt: skip
         present = [c for c in cols if c in extra]
         if len(extra) and present:
-            table = table.merge(
-                extra[["env", "algorithm", *present]], on=["env", "algorithm"], how="left"
-            )
-    if "mechanism_acting" in off_policy:
-        table = table.merge(
-            off_policy[["env", "algorithm", "mechanism_acting"]],
-            on=["env", "algorithm"],
-            how="left",
-        )
+            table = table.merge(extra[["env", "algorithm", *present]], on=["env", "algorithm"],
+                                how="left")  # fmt: skip
     for column in EXPECTED_COLUMNS:  # (a board too small for a statistic leaves it blank)
         if column not in table:
             table[column] = math.nan
@@ -250,10 +206,55 @@ def board_tables(
         "baseline" if r.role == "baseline" else verdict_text(r) for r in table.itertuples()
     ]
     table = table.sort_values(["env", "headline"], ascending=[True, False], ignore_index=True)
+    table = table[["env", *(c for c in table.columns if c != "env")]]
     out = {"verdicts": table, "budget": budget}
-    if control_checks:
-        out["controls"] = pd.DataFrame(control_checks)
+    if checks:
+        out["controls"] = pd.DataFrame(checks)
     return out
+
+
+def env_verdicts(
+    e: pd.DataFrame, design: dict[str, Any], controls: dict[str, Any] | None
+) -> tuple[pd.DataFrame, list[dict[str, Any]]]:
+    """One env's verdict rows (the baseline's first) with each row's headline interval, and
+    its controls' checks (``e``: one row per run of the env)."""
+    baseline, delta, alpha = design["baseline"], design["delta"], design["alpha"]
+    outside = control_rows(controls)
+    verdicts = verdict_frame(many_to_one(e, baseline, delta, alpha, outside=outside))
+    base = {"algorithm": baseline, "verdict": "baseline", "difference": 0.0}
+    table = pd.concat([pd.DataFrame([base]), verdicts], ignore_index=True)
+    table["role"] = [
+        "baseline" if a == baseline else "control" if a in outside else "algorithm"
+        for a in table.algorithm
+    ]
+    headlines = e.groupby("algorithm")["headline"].agg(list)
+    table[["headline", "headline_low", "headline_high"]] = [
+        t_interval(np.array(headlines[a])) for a in table.algorithm
+    ]
+    table["runs"] = [len(headlines[a]) for a in table.algorithm]
+    if not controls:
+        return table, []
+    checks = control_verdicts(verdicts, controls, delta)
+    twin = paired_differences(e, controls["negative"]["row"], baseline).to_numpy()
+    if len(twin) >= MIN_BOOTSTRAP_SEEDS:  # (resamples of fewer repeat values: biased high)
+        family = max(1, len(set(e.algorithm) - {baseline} - set(outside)))
+        checks.append(decision_rule_check(twin, alpha / family, controls["negative"]["row"]))
+    return table, checks
+
+
+def decision_rule_check(differences: np.ndarray, level: float, twin: str) -> dict[str, Any]:
+    """The A/A control's test of the test: how often the decision rule, at the family's
+    level, separates the baseline from itself under the twin's noise; failed when that
+    rate is significantly above the level (harness/robustness.py)."""
+    fpr = decision_rule_false_positives(differences, level)
+    low, high = fpr["interval"]
+    return {
+        "control": "decision rule", "row": twin,
+        "expect": f"false positives near {level:.4f}",
+        "why": "sign-flipped resamples of the A/A differences",
+        "false_positive_rate": fpr["rate"], "fpr_low": low, "fpr_high": high,
+        "verdict": "passed" if low <= level else "failed",
+    }  # fmt: skip
 
 
 EXPECTED_COLUMNS = (

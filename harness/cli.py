@@ -233,6 +233,12 @@ def build_parser() -> argparse.ArgumentParser:
                       help="run only these algorithms of the plan (repeatable); the "
                       "selection is written once every algorithm's runs are done")  # fmt: skip
     tune.add_argument("--quiet", action="store_true", help="no progress bars")
+    tune.add_argument(
+        "--allow-mixed",
+        action="store_true",
+        help="let --resume add runs made at another commit or on another CPU model than the "
+        "sweep's (refused by default; sweep.md then holds settings scored on both)",
+    )
     tune.add_argument("--verbose", action="store_true", help="service logs to the terminal")
 
     analyze = sub.add_parser("analyze", help="re-write an experiment's tables, plots, report")
@@ -853,7 +859,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
         plans = preflight(todo)
         with routed_to(args.out / LOG_NAME, args.verbose):
             run_experiment(todo, args.out, command_line(), resume, quiet=args.quiet,
-                           jobs=args.jobs, plans=plans if args.jobs == 1 else None)  # fmt: skip
+                           jobs=args.jobs, plans=plans if args.jobs == 1 else None,
+                           allow_mixed=args.allow_mixed)  # fmt: skip
         resume = True  # the runs so far stay; only new settings run
         try:
             selection = write_selection(args.out, plan, extended)
