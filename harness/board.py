@@ -33,6 +33,7 @@ from harness.robustness import (
     step_matched_scores,
     still_rising,
 )
+from harness.scores import checkpoint_rows, load_runs, run_scores
 from harness.stats import MIN_BOOTSTRAP_SEEDS, t_interval
 from harness.verdicts import (
     ALPHA,
@@ -75,8 +76,6 @@ def seed_plan(
     """How many seeds the board needs (``compare --resolve``): ``power_plan`` on the pilot's
     runs (seeds 0..pilot-1 of every row) of each env; the board runs the most any env
     needs. The plan and its reasons go into experiment.json and the report."""
-    from harness.analysis import checkpoint_rows, load_runs, run_scores
-
     runs = [r for r in load_runs(out) if r["seed"] < pilot]
     points = pd.DataFrame([row for run in runs for row in checkpoint_rows(run)])
     scores = run_scores(points)

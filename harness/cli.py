@@ -929,7 +929,7 @@ def print_summary(out: Path) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from harness.analysis import experiment_headline
+    from harness.scores import experiment_headline
 
     df = pd.read_csv(out / "tables" / "summary.csv")
     verdicts_csv = out / "tables" / "verdicts.csv"

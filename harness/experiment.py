@@ -21,7 +21,7 @@ from pathlib import Path
 from harness.runner import check_out, is_complete, run_name, train_one
 from zoo.algorithms import Algorithm
 from zoo.core.config import ConfigError, coerce, shown
-from zoo.core.files import UnreadableFile, read_json
+from zoo.files import UnreadableFile, read_json
 from zoo.models.memory import memory_estimate
 from zoo.models.presets import TINY_MODELS, check_weights_available
 from zoo.run.loop import check_greedy_baseline
@@ -141,7 +141,7 @@ def write_manifest(out: Path, cfgs: list[RunConfig], command: str, resume: bool,
     other runs, e.g. more seeds: then its own) and appends ``{"at", "command"}`` to
     ``resumed``; the runs, versions and machine are this process's. ``power_plan``: how
     the seeds were chosen (compare --resolve)."""
-    from harness.analysis import HEADLINE
+    from harness.scores import HEADLINE
 
     path = out / "experiment.json"
     now = now_iso()

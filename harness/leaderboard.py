@@ -22,14 +22,16 @@ from pathlib import Path
 
 import pandas as pd
 
-from harness.analysis import HEADLINE, experiment_headline, plot_seed_curves, write_analysis
+from harness.analysis import plot_seed_curves, write_analysis
 from harness.controls import legacy_verdicts
 from harness.fits import MIN_IDENTIFIED_SHARE, share_shortfall
 from harness.runner import read_metrics, row_of
 from harness.samples import STYLE as SAMPLES_STYLE
 from harness.samples import last_eval_samples, samples_table, write_samples_pages
+from harness.scores import HEADLINE, experiment_headline
+from harness.stats import row_mdd
 from zoo.core.config import ConfigError
-from zoo.core.files import UnreadableFile, read_json, read_table
+from zoo.files import UnreadableFile, read_json, read_table
 from zoo.run.runlog import SAMPLES, read_sessions
 
 
@@ -153,8 +155,6 @@ def experiment_rows(experiment: Path) -> list[dict]:
                                              "train_tokens_per_s"))  # fmt: skip
     mechanisms = mechanism_cells(experiment / "tables" / "off_policy.csv")
     verdicts = verdict_cells(experiment, manifest)
-    from harness.reproduce import row_mdd  # (reproduce reads leaderboards: imported here)
-
     rows = []
     for r in summary.itertuples():
         run_dirs = sorted((experiment / "runs").glob(f"{r.algorithm}__{r.env}__seed*"))

@@ -28,9 +28,10 @@ import torch
 from scipy import stats as sps
 
 from harness.runner import execute_run, read_metrics
+from harness.stats import row_mdd
 from harness.third_party import LOG_NAME, routed_to
 from zoo.core.config import ConfigError
-from zoo.core.files import UnreadableFile, read_json
+from zoo.files import UnreadableFile, read_json
 from zoo.run.loop import resolved_config
 from zoo.run.plan import RunPlan
 from zoo.run.run_config import RunConfig
@@ -241,7 +242,7 @@ def headline(config: dict[str, Any], records: list[dict[str, Any]]) -> float:
     (``run_scores``), so a change of the headline there holds here too."""
     import pandas as pd
 
-    from harness.analysis import checkpoint_rows, run_scores
+    from harness.scores import checkpoint_rows, run_scores
 
     run = config["run"]
     try:
@@ -401,16 +402,6 @@ def agreement(recorded: Sequence[float], new: Sequence[float], margin: float | N
         accept=(mean_old - half, mean_old + half), tost_p=tost_p,
         tost_interval=tost_interval, alpha=alpha,
     )  # fmt: skip
-
-
-def row_mdd(headlines: Sequence[float]) -> float:
-    """The row's minimum detectable difference at 80% power, as harness/analysis.py's
-    summary table computes its ``mdd_80`` (nan with fewer than 2 seeds)."""
-    from harness.stats import min_detectable_difference
-
-    values = np.asarray(headlines, dtype=float)
-    sd = float(np.std(values, ddof=1)) if len(values) > 1 else math.nan
-    return min_detectable_difference(sd, len(values), len(values))
 
 
 def seed_of(run_dir: Path) -> int:

@@ -4,15 +4,14 @@ curves were still rising when the budget ran out, whether it survives matching o
 steps instead of FLOPs, and how often the board's decision rule separates an algorithm
 from itself.
 
-Pure functions over the ``points`` frame of harness/analysis.py (one row per env,
+Pure functions over the ``points`` frame of harness/scores.py (one row per env,
 algorithm, seed and compute checkpoint k = 0..K, with ``reward`` the held-out greedy
 reward there) or over its ``run_scores`` frame (one row per run, ``headline``). K is taken
 per env as the largest checkpoint any of its runs reached, and, as in ``run_scores``, only
 runs that reached K count. A run's headline is always the board's own: the mean reward over
 ``headline_checkpoints(K)`` (the last 3 checkpoints, never the start).
 
-harness.analysis is imported inside the functions that need it, not at the top: it pulls
-in torch (seconds), and harness.analysis is the module that will import this one.
+The headline's rule comes from harness/scores.py, the one place that defines it.
 """
 
 from __future__ import annotations
@@ -25,6 +24,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats as sps
 
+from harness.scores import headline_checkpoints, run_scores
 from harness.stats import MIN_BOOTSTRAP_SEEDS, holm, t_interval
 
 RANK_COLUMNS = ["env", "algorithm", "mean", "rank", "rank_low", "rank_high", "paired_bootstrap"]
@@ -152,8 +152,6 @@ def _complete_runs(points: pd.DataFrame) -> dict[str, tuple[int, pd.DataFrame]]:
 def _headlines(points: pd.DataFrame) -> pd.Series:
     """(algorithm -> mean over seeds of the run headlines) of one env's complete runs,
     each headline by harness/analysis.py's ``run_scores``, so exactly the board's."""
-    from harness.analysis import run_scores
-
     return run_scores(points).groupby("algorithm")["headline"].mean().sort_index()
 
 
@@ -323,8 +321,6 @@ def step_matched_scores(points: pd.DataFrame) -> tuple[pd.DataFrame, dict[str, i
     Raises ValueError when a run has no start checkpoint, a nonzero count there, a count
     that decreases, or a non-integer S.
     """
-    from harness.analysis import headline_checkpoints
-
     rows, matched = [], {}
     for env, (last, e) in _complete_runs(points).items():
         finals = e[e["point"] == last].set_index(["algorithm", "seed"])["optimizer_steps"]

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from zoo.core.config import ConfigError, shown
-from zoo.core.files import UnreadableFile, read_json, read_json_lines
+from zoo.files import UnreadableFile, read_json, read_json_lines
 from zoo.run.checkpoint import (
     find_checkpoint,
     load_checkpoint,
@@ -86,7 +86,7 @@ def kept_on_resume(out: Path, step: int) -> tuple[dict[Path, str], list[str]]:
     """What a resume from the checkpoint of ``step`` makes of the run's record files:
     (path -> its new text, notes). metrics.jsonl and samples.jsonl keep their records up
     to ``step`` (the later ones are re-done); sessions.jsonl keeps all of its. A last line
-    cut short by a stop mid-write (zoo.core.files.JsonLines.torn) is dropped, with a
+    cut short by a stop mid-write (zoo.files.JsonLines.torn) is dropped, with a
     note: it belonged to a step after the checkpoint, or to no step at all. Any other
     damage, or records that do not reach ``step`` (a resume cannot re-do them), is an
     UnreadableFile, raised before anything is written."""

@@ -139,6 +139,15 @@ def min_detectable_difference(
     return float(ncp * sd * se_unit)
 
 
+def row_mdd(headlines: Sequence[float]) -> float:
+    """One row's minimum detectable difference at 80% power and 5%, for another row with as
+    many seeds and the same spread (nan with fewer than 2 seeds): what ``reproduce`` judges
+    a re-run of the row against, and the ``mdd_80`` of all-pairs summaries."""
+    values = np.asarray(headlines, dtype=float)
+    sd = float(np.std(values, ddof=1)) if len(values) > 1 else math.nan
+    return min_detectable_difference(sd, len(values), len(values))
+
+
 def _two_sided_t_p(diff_mean: float, se: float, dof: float) -> float:
     """Two-sided p of a t statistic, the degenerate zero-variance cases decided here
     (scipy would return nan): no spread and no difference -> 1.0, no spread and a

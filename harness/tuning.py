@@ -30,7 +30,7 @@ import pandas as pd
 
 from harness.experiment import apply_setting, with_variant
 from zoo.core.config import ConfigError
-from zoo.core.files import UnreadableFile, read_json
+from zoo.files import UnreadableFile, read_json
 from zoo.run.run_config import RunConfig, run_defaults
 
 SELECTION = "selection.json"
@@ -409,7 +409,7 @@ def write_selection(
 
 def read_selection(path: Path) -> dict[str, Any]:
     """A selection.json (``harness tune``), refused in one line when it is missing,
-    damaged or not a selection (zoo.core.files)."""
+    damaged or not a selection (zoo.files)."""
     if not path.exists():
         raise ConfigError(f"--tuned {path}: no such file (harness tune writes it)")
     try:

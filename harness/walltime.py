@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from zoo.core.files import read_json
+from zoo.files import read_json
 from zoo.services.ledger import ALL_PHASES, PHASES
 
 

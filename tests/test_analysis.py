@@ -12,7 +12,8 @@ import pandas as pd
 import pytest
 
 import harness.analysis
-from harness.analysis import load_runs, tool_use_table, write_analysis
+from harness.analysis import tool_use_table, write_analysis
+from harness.scores import load_runs
 from zoo.services.ledger import PHASES
 
 STEPS, EVAL_EVERY = 8, 2

@@ -273,7 +273,8 @@ def test_reproduce_on_another_cpu_tests_the_row_statistically(experiment, tmp_pa
     that reproduce computes the headline as the leaderboard does."""
     import shutil
 
-    from harness.reproduce import recorded_headline, row_mdd
+    from harness.reproduce import recorded_headline
+    from harness.stats import row_mdd
     from zoo.run.runlog import git_state
 
     shutil.copytree(experiment, tmp_path / "results" / "exp")

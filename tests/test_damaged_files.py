@@ -361,7 +361,7 @@ def test_a_run_stopped_before_its_first_checkpoint_starts_over_keeping_its_recor
     ],
 )
 def test_json_lines_tell_a_write_cut_mid_line_from_damage(tmp_path, data, rows, torn, refusal):
-    from zoo.core.files import UnreadableFile, read_json_lines
+    from zoo.files import UnreadableFile, read_json_lines
 
     path = tmp_path / "metrics.jsonl"
     path.write_bytes(data)
@@ -382,7 +382,7 @@ def test_json_lines_tell_a_write_cut_mid_line_from_damage(tmp_path, data, rows, 
 def test_a_refusal_raised_in_a_worker_process_comes_back_whole():
     import pickle
 
-    from zoo.core.files import UnreadableFile
+    from zoo.files import UnreadableFile
 
     refusal = UnreadableFile("/run/metrics.jsonl", "empty", "restore it")
     back = pickle.loads(pickle.dumps(refusal))

@@ -1,4 +1,4 @@
-"""The headline of a run (harness/analysis.py): the mean held-out reward of its last 3
+"""The headline of a run (harness/scores.py): the mean held-out reward of its last 3
 compute checkpoints, never the untrained start, and the text that names the checkpoints an
 experiment actually used, in the report, the leaderboard legend and the printed summary.
 Synthetic run folders written here (no training)."""
@@ -12,7 +12,10 @@ import pandas as pd
 import pytest
 
 import harness.analysis
-from harness.analysis import (
+from harness.analysis import write_analysis
+from harness.cli import print_summary
+from harness.leaderboard import headline_legend
+from harness.scores import (
     HEADLINE,
     checkpoint_rows,
     experiment_headline,
@@ -20,10 +23,7 @@ from harness.analysis import (
     headline_text,
     load_runs,
     run_scores,
-    write_analysis,
 )
-from harness.cli import print_summary
-from harness.leaderboard import headline_legend
 from zoo.services.ledger import PHASES
 
 BUDGET = 1e10

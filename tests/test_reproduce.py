@@ -15,8 +15,8 @@ from harness_cli import run_harness
 from scipy import stats
 
 from harness.leaderboard import exact_setup_lines
-from harness.reproduce import POOLED, WELCH, agreement, reproduce, row_mdd
-from harness.stats import min_detectable_difference
+from harness.reproduce import POOLED, WELCH, agreement, reproduce
+from harness.stats import min_detectable_difference, row_mdd
 from zoo.core.config import ConfigError
 
 ROW = [0.500, 0.520, 0.490, 0.510, 0.530]

@@ -126,7 +126,7 @@ def check_model_name(name: str) -> None:
 def check_checkpoint(path: Path, init: str = "pretrained") -> None:
     """Raise ConfigError unless ``path`` holds a Qwen3 checkpoint in Hugging Face format
     (weights only needed with ``init="pretrained"``)."""
-    from zoo.core.files import check_safetensors, read_json
+    from zoo.files import check_safetensors, read_json
 
     config_file = path / "config.json"
     if not config_file.exists():
@@ -295,7 +295,7 @@ class ModelShape:
 
     @classmethod
     def from_hf_dir(cls, path: Path) -> ModelShape:
-        from zoo.core.files import read_json
+        from zoo.files import read_json
 
         return cls.from_config(read_json(Path(path) / "config.json"))
 

@@ -70,7 +70,7 @@ def titan_qwen3_config(path: Path):
 def load_hf_state_dict(path: Path) -> dict[str, torch.Tensor]:
     """All tensors of the checkpoint's safetensors files, in Hugging Face naming (a file
     cut short or not safetensors is an UnreadableFile naming it)."""
-    from zoo.core.files import load_safetensors
+    from zoo.files import load_safetensors
 
     files = sorted(Path(path).glob("*.safetensors"))
     if not files:

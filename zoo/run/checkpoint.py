@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from zoo.core.config import ConfigError
-from zoo.core.files import UnreadableFile, load_torch, read_json
+from zoo.files import UnreadableFile, load_torch, read_json
 from zoo.models.titan import load_hf_state_dict
 from zoo.run.runlog import RESUME, StorageError, fsync_path
 
@@ -317,7 +317,7 @@ def load_state_file(path: Path) -> dict:
     step's KL weight (``RLLoop.state``), the optimizer's state dict, the policy version,
     and a learned critic's weights and optimizer state).
     A file that holds other objects is refused, not unpickled: resuming a run folder from
-    elsewhere must not run code it carries (zoo.core.files.load_torch)."""
+    elsewhere must not run code it carries (zoo.files.load_torch)."""
     try:
         return load_torch(path)
     except UnreadableFile as exc:

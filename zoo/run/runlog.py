@@ -22,7 +22,7 @@ from importlib.metadata import PackageNotFoundError, distributions, version
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from zoo.core.files import UnreadableFile, read_json_lines
+from zoo.files import UnreadableFile, read_json_lines
 
 if TYPE_CHECKING:
     from zoo.run.trackers import Trackers
@@ -360,7 +360,7 @@ class RunWriter:
 
 def read_sessions(run_dir: Path) -> list[dict[str, Any]]:
     """The starts and resumes of a run (none for a run recorded before sessions.jsonl); a
-    damaged file (zoo.core.files.read_json_lines), or one that exists with no session in
+    damaged file (zoo.files.read_json_lines), or one that exists with no session in
     it (every start writes its line first), is an UnreadableFile naming it."""
     path = run_dir / SESSIONS
     if not path.exists():

@@ -58,7 +58,7 @@ from urllib.parse import urlparse
 from urllib.request import url2pathname
 
 from zoo.core.config import ConfigError
-from zoo.core.files import read_json
+from zoo.files import read_json
 from zoo.services.ledger import ALL_PHASES
 
 TRACKERS = ("tensorboard", "wandb", "mlflow")
