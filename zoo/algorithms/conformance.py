@@ -1,9 +1,12 @@
 """The conformance suite: docs/algorithms.md's "Invariants every loss must satisfy",
-checked generically against any Algorithm class (a built-in or a third-party plugin).
+checked generically against any Algorithm class (a built-in or a third-party plugin):
+nine properties of the loss and one of the advantages (check 10).
 
     run_conformance(cls) -> list[CheckResult]      # what `python -m harness check-plugin` runs
     run_conformance(cls, {"token_level": True})    # with config overrides
+    run_conformance(cls, overrides, group_size=16) # the advantages on the run's group size
     CHECKS["padding"](cls) -> CheckResult          # one property (tests/test_conformance.py)
+    failure_report(results)                        # each failure with its FIXES hint
 
 Every check builds the algorithm through its class with overrides (``beta = 0`` and
 ``entropy_coef = 0`` where the config has them and the property asks for it: terms that
@@ -20,9 +23,15 @@ build the REINFORCE reference), ``clip_style`` ("zero" / "cap" / "none"),
 ``sequence_level``, ``mechanism`` (its acting shares, idle at 0) and
 ``token_selection`` (the metric of a selection made from the rows' own statistics, which
 relaxes checks 1 and 4 as base.py says; read from the built instance, since
-``entropy_top_share < 1`` declares one). The upper clip
-is read from the first config field among ``eps_high``, ``eps``, ``clip_range``, ``clip``
-(ratio bound 1 + value) and ``clip_high`` (the ratio bound itself).
+``entropy_top_share < 1`` declares one). The upper clip is located by ``mechanism``:
+the ratio at which its acting shares start to act on a response with A > 0, whatever the
+config calls the clip (``locate_upper_clip``); only a class that declares no mechanism
+has it read from the first config field among ``eps_high``, ``eps``, ``clip_range``,
+``clip`` (ratio bound 1 + value) and ``clip_high`` (the ratio bound itself).
+
+The advantages check (``check_advantages``) reads no loss: it calls the class's
+``group_advantages`` (and, with a critic, ``token_advantages``) as the loop does, on
+groups whose better answers are known (``ranked_groups``).
 """
 
 from __future__ import annotations
