@@ -239,7 +239,7 @@ def test_the_advantages_check_uses_the_runs_group_size():
     assert at_eight.passed is False and "pass_k = 12 with groups of 8" in at_eight.detail
     assert not [r for r in run_conformance(GRPO, overrides, 16) if r.passed is False]
     degenerate = run_conformance(GRPO, {"advantage": "pass_at_k", "pass_k": 4}, 4)[-1]
-    assert degenerate.passed is False and "advantages [0.0]" in degenerate.detail
+    assert degenerate.passed is False and "values [0.0]" in degenerate.detail
 
 
 # --- the clip, found by the declared mechanism ---------------------------------------------

@@ -1,6 +1,9 @@
 """The algorithm plugin base class. A plugin sets ``name``, ``config_class`` and ``paper``
 and writes ``loss``; it may override ``advantages``, ``shape_rewards``, ``keep`` and
-``train_mask``.
+``train_mask``, and declare state kept across steps (``state_dict`` / ``load_state_dict``,
+which the run's checkpoint saves and a resume restores). When each hook runs:
+docs/algorithms.md, "Hooks, and when each runs" (``advantages`` once per sampling round,
+``loss`` once per micro-batch).
 It never sees a process, a device or a mesh: only tensors of rewards and a TrainBatch.
 
 Shared estimators by name: a config field ``advantage`` picks one of
@@ -57,7 +60,9 @@ with ``value_loss(ValueBatch)``, at ``critic_lr(run lr)``. Otherwise no critic e
 
 Shared options (``SharedOptions``): beside its own config, any algorithm whose config has
 a KL weight ``beta`` takes ``kl_target`` / ``kl_horizon`` (an adaptive KL coefficient,
-Ziegler et al.) and ``kl_in_reward`` (the KL charged in the reward, not the loss), and any
+Ziegler et al.; ``kl_rollout_mean`` picks how its KL is averaged) and ``kl_in_reward``
+(the KL charged in the reward, not the loss; ``kl_reward_credit`` picks whether a token
+is charged the KL to the end of its response or its own), and any
 whose config has an ``advantage`` field takes ``pass_k`` (for ``advantage=pass_at_k``).
 ``kl_coef`` is the KL weight in force; the loop adapts it (``set_kl_coef``), checkpoints
 it, and for ``kl_in_reward`` subtracts the KL return from the advantages itself, the loss

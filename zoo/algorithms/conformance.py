@@ -37,7 +37,6 @@ groups whose better answers are known (``ranked_groups``).
 from __future__ import annotations
 
 import dataclasses
-import itertools
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -737,25 +736,19 @@ def check_advantages(
     rewards = ranked_groups(group_size).double()
     advantages, what = per_response_advantages(algo, group_size)
     if not bool(torch.isfinite(advantages).all()):
-        return CheckResult(name, False, f"{what}s not finite: {advantages.tolist()}")
+        return CheckResult(name, False, f"{what}: not finite, {advantages.tolist()}")
     tol = TOL * max(1.0, float(advantages.abs().max()))
-    higher = pairs = 0
-    worst: tuple[float, int, int, int] | None = None  # (how far below, group, better, worse)
-    for k in range(rewards.shape[0]):
-        r, a = rewards[k], advantages[k]
-        for i, j in itertools.permutations(range(group_size), 2):
-            if r[i] <= r[j]:
-                continue
-            pairs += 1
-            gap = float(a[i] - a[j])
-            higher += gap > tol
-            if gap < -tol and (worst is None or -gap > worst[0]):
-                worst = (-gap, k, i, j)
+    # [groups, G, G]: response i rewarded above response j of its group, and by how much
+    # i's advantage exceeds j's
+    better = rewards[:, :, None] > rewards[:, None, :]
+    gap = advantages[:, :, None] - advantages[:, None, :]
+    pairs, higher = int(better.sum()), int((better & (gap > tol)).sum())
+    below = torch.where(better & (gap < -tol), -gap, 0.0)
     shown = f"{rewards.shape[0]} groups of {group_size}"
-    if worst is not None:
-        _, k, i, j = worst
+    if float(below.max()) > 0:
+        k, i, j = (int(x) for x in torch.nonzero(below == below.max())[0])
         r, a = rewards[k].tolist(), advantages[k].tolist()
-        flipped = " (every pair reversed: a flipped sign?)" if higher == 0 else ""
+        flipped = " (not one pair ranked the right way: a flipped sign?)" if higher == 0 else ""
         detail = (
             f"group rewards {[round(x, 3) for x in r]}: the answer rewarded {r[i]:g} got "
             f"{what} {a[i]:.3g}, below the {a[j]:.3g} of one rewarded {r[j]:g}{flipped}"
@@ -763,7 +756,7 @@ def check_advantages(
         return CheckResult(name, False, detail)
     if higher == 0:
         values = sorted({round(float(x), 6) for x in advantages.flatten()})
-        detail = f"{shown}: no better answer got a higher {what} ({what}s {values[:6]})"
+        detail = f"{shown}: no better answer got a higher {what} (values {values[:6]})"
         return CheckResult(name, False, detail)
     detail = f"{shown}: the better answer's {what} higher in {higher} of {pairs} pairs, never lower"
     return CheckResult(name, True, detail)
