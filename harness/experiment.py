@@ -43,9 +43,10 @@ def preflight(cfgs: list[RunConfig], conformance: bool = True) -> list[RunPlan]:
     def check_algorithm(cfg: RunConfig, algorithm: Algorithm) -> None:
         algorithm.check_run(cfg.group_size, cfg.prompts_per_step * cfg.group_size)
         check_greedy_baseline(cfg, algorithm)
-        key = json.dumps([cfg.algorithm, cfg.algorithm_config], sort_keys=True, default=str)
+        checked_as = [cfg.algorithm, cfg.algorithm_config, cfg.group_size]
+        key = json.dumps(checked_as, sort_keys=True, default=str)
         if conformance and key not in checked:
-            check_conformance(cfg.algorithm, cfg.algorithm_config)
+            check_conformance(cfg.algorithm, cfg.algorithm_config, cfg.group_size)
             checked.add(key)
 
     plans = []
@@ -76,16 +77,18 @@ def preflight(cfgs: list[RunConfig], conformance: bool = True) -> list[RunPlan]:
     return plans
 
 
-def check_conformance(name: str, overrides: dict) -> None:
-    """The conformance suite (``harness check-plugin``), ~20 ms: a loss that breaks a
-    property would train to numbers that mean something else, so it is refused here with
-    the property, what went wrong and how to fix it."""
+def check_conformance(name: str, overrides: dict, group_size: int = 8) -> None:
+    """The conformance suite (``harness check-plugin``), ~50 ms: a loss that breaks a
+    property, or advantages that rank a worse answer above a better one (on groups of the
+    run's ``group_size``), would train to numbers that mean something else, so it is
+    refused here with the property, what went wrong and how to fix it."""
     from zoo.algorithms import ALGORITHMS
-    from zoo.algorithms.conformance import FIXES, run_conformance
+    from zoo.algorithms.conformance import failure_report, run_conformance
 
-    failed = [r for r in run_conformance(ALGORITHMS.load(name), overrides) if r.passed is False]
+    results = run_conformance(ALGORITHMS.load(name), overrides, group_size)
+    failed = [r for r in results if r.passed is False]
     if failed:
-        lines = [f"  {r.name}: {r.detail}\n    fix: {FIXES.get(r.name, '')}" for r in failed]
+        lines = failure_report(results)
         raise ConfigError(
             f"algorithm {name!r} breaks {len(failed)} propert"
             f"{'y' if len(failed) == 1 else 'ies'} every loss must hold:\n"

@@ -12,8 +12,11 @@ from zoo.core.registry import PluginError
 
 
 def cmd_check_plugin(name: str) -> int:
+    """Every conformance property of algorithm ``name``, one line each; each failed one
+    followed by its ``fix:`` hint, the one `harness run` prints when it refuses the
+    plugin. Exit 1 when one fails."""
     from zoo.algorithms import ALGORITHMS
-    from zoo.algorithms.conformance import run_conformance
+    from zoo.algorithms.conformance import FIXES, run_conformance
 
     cls = ALGORITHMS.load(name)
     source = ALGORITHMS.specs()[name].source
@@ -22,6 +25,8 @@ def cmd_check_plugin(name: str) -> int:
     marks = {True: "PASS", False: "FAIL", None: "n/a "}
     for r in results:
         print(f"  {marks[r.passed]}  {r.name}: {r.detail}")
+        if r.passed is False:
+            print(f"        fix: {FIXES.get(r.name, '')}")
     failed = [r.name for r in results if r.passed is False]
     print(
         f"{len(results) - len(failed)} of {len(results)} properties hold or do not apply"

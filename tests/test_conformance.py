@@ -1,6 +1,8 @@
 """The conformance suite (zoo/algorithms/conformance.py): every registered algorithm x every
 invariant of docs/algorithms.md, and deliberately broken plugins, one per check, to show
-that each check catches the fault it exists for."""
+that each check catches the fault it exists for: a loss, advantages ranked the wrong way
+(through every path the loop takes: lengths, a greedy baseline, a critic), a clip found
+by the mechanism the plugin declares whatever its config field is called."""
 
 from __future__ import annotations
 
@@ -11,9 +13,12 @@ import pytest
 import torch
 
 from zoo.algorithms import ALGORITHMS, Algorithm, list_algorithms
-from zoo.algorithms.conformance import CHECKS, run_conformance
+from zoo.algorithms.conformance import CHECKS, failure_report, run_conformance
+from zoo.algorithms.grpo import GRPO
 from zoo.algorithms.gspo import GSPO
-from zoo.core.losses import aggregate, clipped_objective, log_ratio, ratio_metrics
+from zoo.algorithms.ppo import PPO
+from zoo.algorithms.remax import ReMax
+from zoo.core.losses import aggregate, clipped_objective, group_norm, log_ratio, ratio_metrics
 from zoo.core.types import LossOutput, TrainBatch
 
 
@@ -168,8 +173,132 @@ def test_suite_catches_a_plugin_broken_in_one_way(plugin, caught_by):
 def test_a_plugin_that_raises_is_reported_failed_with_the_exception():
     results = run_conformance(Raises)
     assert [r.name for r in results] == list(CHECKS)
-    assert all(r.passed is not True for r in results)
+    # every check of the loss fails; the advantages (never the loss) rank as they should
+    assert all(r.passed is not True for r in results if r.name != "advantages")
+    assert results[-1].name == "advantages" and results[-1].passed is True
     assert "RuntimeError: boom" in results[0].detail
+
+
+# --- the advantages: the better answer must rank higher, whatever path computes them -------
+
+
+class FlippedSign(DeclaresActingShares):
+    """A correct loss fed advantages of the wrong sign: trains toward the wrong answers."""
+
+    def advantages(self, rewards: torch.Tensor, lengths: torch.Tensor | None = None):
+        return -group_norm(rewards)
+
+
+class IgnoresTheReward(DeclaresActingShares):
+    def advantages(self, rewards: torch.Tensor) -> torch.Tensor:
+        return rewards - rewards  # the response's own reward as its baseline
+
+
+class FlippedGreedyBaseline(ReMax):
+    def advantages(self, rewards: torch.Tensor, greedy_rewards: torch.Tensor) -> torch.Tensor:
+        return greedy_rewards[:, None] - rewards
+
+
+class FlippedCritic(PPO):
+    def token_advantages(self, rewards, values, mask):
+        advantages, returns = super().token_advantages(rewards, values, mask)
+        return -advantages, returns
+
+
+def test_a_flipped_advantage_sign_fails_only_the_advantages_check_with_its_fix():
+    results = run_conformance(FlippedSign)
+    assert [r.name for r in results if r.passed is False] == ["advantages"]
+    detail = results[-1].detail
+    assert "a flipped sign?" in detail and "got advantage" in detail, detail
+    (report,) = failure_report(results)
+    assert report.startswith("  advantages: ") and "\n    fix: " in report
+    assert "flipped sign" in report.split("fix: ")[1]
+    # the same loss with the right sign passes everything
+    assert not [r for r in run_conformance(DeclaresActingShares) if r.passed is False]
+
+
+@pytest.mark.parametrize(
+    ("plugin", "says"),
+    [
+        (IgnoresTheReward, "no better answer got a higher advantage"),
+        (FlippedGreedyBaseline, "a flipped sign?"),  # through greedy_rewards
+        (FlippedCritic, "mean token advantage (values 0)"),  # through token_advantages
+    ],
+)
+def test_advantages_that_do_not_rank_the_better_answer_higher_are_refused(plugin, says):
+    result = CHECKS["advantages"](plugin)
+    assert result.passed is False and says in result.detail, result.detail
+
+
+def test_the_advantages_check_uses_the_runs_group_size():
+    """pass@k's k is bounded by the group size: with pass_k = 12, groups of 8 cannot
+    compute it, groups of 16 rank as they should; pass_k = the group size gives 0 to
+    every response (a group's pass@G is certain once it holds a correct answer)."""
+    overrides = {"advantage": "pass_at_k", "pass_k": 12}
+    at_eight = run_conformance(GRPO, overrides)[-1]
+    assert at_eight.passed is False and "pass_k = 12 with groups of 8" in at_eight.detail
+    assert not [r for r in run_conformance(GRPO, overrides, 16) if r.passed is False]
+    degenerate = run_conformance(GRPO, {"advantage": "pass_at_k", "pass_k": 4}, 4)[-1]
+    assert degenerate.passed is False and "values [0.0]" in degenerate.detail
+
+
+# --- the clip, found by the declared mechanism ---------------------------------------------
+
+
+@dataclass
+class CeilingConfig:
+    eps: float = 1e-6
+    """Added to a std (test plugin): not a clip, though the name is a clip's elsewhere."""
+    ceiling: float = 0.25
+    """Upper clip: ratio bound 1 + ceiling (test plugin; a name no convention knows)."""
+
+
+class CeilingClip(Algorithm):
+    name = "test-ceiling"
+    config_class = CeilingConfig
+    mechanism = {"clip_low_acting_frac": 0.0, "clip_high_acting_frac": 0.0}  # noqa: RUF012
+
+    def per_token(self, ratio: torch.Tensor, batch: TrainBatch) -> torch.Tensor:
+        return -clipped_objective(ratio, batch.token_advantages, 0.8, 1 + self.config.ceiling)
+
+    def loss(self, batch: TrainBatch) -> LossOutput:
+        ratio, adv = torch.exp(log_ratio(batch)), batch.token_advantages
+        metrics = ratio_metrics(ratio, batch, 0.8, 1 + self.config.ceiling, adv)
+        loss = aggregate(self.per_token(ratio, batch), batch, self.aggregation)
+        return LossOutput(loss, metrics)
+
+
+class CeilingCapsButDeclaresZero(CeilingClip):
+    """Keeps a capped weight's gradient above the bound, while clip_style says "zero"."""
+
+    def per_token(self, ratio: torch.Tensor, batch: TrainBatch) -> torch.Tensor:
+        weight = torch.clamp(ratio, max=1 + self.config.ceiling).detach()
+        return -weight * batch.token_advantages * batch.logprobs
+
+
+def test_a_clip_under_an_unusual_field_name_is_checked_at_the_bound_its_mechanism_shows():
+    result = CHECKS["clipping"](CeilingClip)
+    assert result.passed is True, result.detail
+    # located at 1 + ceiling by the acting shares, not at 1 + eps by the field's name
+    assert "r = 1.5 x 1.25 (where its mechanism" in result.detail, result.detail
+    broken = CHECKS["clipping"](CeilingCapsButDeclaresZero)
+    assert broken.passed is False and "1.5 x 1.25" in broken.detail
+    assert "declare clip_style = 'cap'" in broken.detail
+
+
+def test_a_declared_mechanism_that_never_clips_above_fails_naming_clip_style():
+    class LowerOnly(CeilingClip):
+        def per_token(self, ratio: torch.Tensor, batch: TrainBatch) -> torch.Tensor:
+            return -clipped_objective(ratio, batch.token_advantages, 0.8, float("inf"))
+
+        def loss(self, batch: TrainBatch) -> LossOutput:
+            ratio, adv = torch.exp(log_ratio(batch)), batch.token_advantages
+            metrics = ratio_metrics(ratio, batch, 0.8, float("inf"), adv)
+            loss = aggregate(self.per_token(ratio, batch), batch, self.aggregation)
+            return LossOutput(loss, metrics)
+
+    result = CHECKS["clipping"](LowerOnly)
+    assert result.passed is False and "clip_style = 'none'" in result.detail, result.detail
 
 
 # --- off-policy: the built-ins differ, each exactly where its mechanism acts ------------

@@ -3,7 +3,10 @@ controller of Ziegler et al. (``kl_target``, ``kl_horizon``; zoo/core/losses.py
 ``adaptive_kl_coef``) against hand-computed updates, its weight logged per step as
 ``kl_coef`` and resumed exactly from a checkpoint, and KL in the reward for any algorithm
 with a KL weight (``kl_in_reward``), which gives reinforce_pp's loss when the rest of the
-loss is the same."""
+loss is the same. Each KL convention against its formula on a hand-made batch, with the
+alternative that picks another: how the adaptive KL is averaged (``kl_rollout_mean``:
+verl's per-response mean), which estimator the reward charges (``kl``: InstructGPT's k1),
+and how the reward's KL reaches a token (``kl_reward_credit``: ReMax's own token's)."""
 
 from __future__ import annotations
 
@@ -160,10 +163,103 @@ def test_the_adaptive_step_measures_the_rollout_kl_and_hands_the_weight_on():
     assert remote.config.beta == algo.config.beta
 
 
+# --- each KL convention, and the alternative that picks another ----------------------------
+
+
+def test_seq_mean_measures_the_adaptive_kl_as_verl_does_where_the_token_mean_differs():
+    """verl's apply_kl_penalty: each response's token mean of k1, then their mean. The
+    default weighs every token the same; on ragged lengths (5, 2, 0, 4) they differ, and
+    the next weight follows from the measure chosen."""
+    batch = rollout(2)
+    mask, d = batch.mask, batch.old_logprobs - batch.ref_logprobs  # k1 = old - ref
+    per_response = [float((d[i] * mask[i]).sum() / mask[i].sum()) for i in (0, 1, 3)]
+    verl = sum(per_response) / 3  # the empty response has no KL to average
+    token = float((d * mask).sum() / mask.sum())
+    assert abs(verl - token) > 0.05 * abs(token)
+    for mean, want in (("seq_mean", verl), ("token_mean", token)):
+        algo = get_algorithm("grpo", kl_target=0.01, kl_horizon=20, kl="k1", kl_rollout_mean=mean)
+        record = kl_controlled(algo, rollout(2))
+        assert record["kl_rollout"] == pytest.approx(want, rel=1e-12), mean
+        assert record["next"] == adaptive_kl_coef(0.04, record["kl_rollout"], 0.01, 20, 4)
+    assert "kl_rollout_mean" not in get_algorithm("grpo", kl_target=0.01).describe()["config"]
+
+
+def kl_in_reward_advantages(**overrides) -> torch.Tensor:
+    """The advantages grpo's shared kl_in_reward leaves on ``rollout(0)`` (beta 0.02)."""
+    batch = rollout(0)
+    kl_controlled(get_algorithm("grpo", kl_in_reward=True, beta=0.02, **overrides), batch)
+    return batch.advantages * batch.mask
+
+
+def by_hand(kl: torch.Tensor, to_go: bool) -> torch.Tensor:
+    """A_i - 0.02 * (sum_{s >= t} KL_s, or KL_t) on response tokens of ``rollout(0)``."""
+    mask, want = rollout(0).mask, torch.zeros(4, 5, dtype=torch.float64)
+    for i, a in enumerate([0.8, -0.5, 0.0, 1.1]):
+        for t in range(int(mask[i].sum())):
+            want[i, t] = a - 0.02 * float(kl[i, t:].sum() if to_go else kl[i, t])
+    return want
+
+
+def test_kl_in_reward_charges_k3_by_default_and_instructgpts_k1_with_kl_k1():
+    batch = rollout(0)
+    d = torch.where(batch.mask > 0, batch.ref_logprobs - batch.old_logprobs, 0.0)
+    k3, k1 = torch.exp(d) - d - 1, -d
+    default = kl_in_reward_advantages()
+    torch.testing.assert_close(default, by_hand(k3, to_go=True), rtol=0, atol=1e-15)
+    instructgpt = kl_in_reward_advantages(kl="k1")
+    torch.testing.assert_close(instructgpt, by_hand(k1, to_go=True), rtol=0, atol=1e-15)
+    assert float((default - instructgpt).abs().max()) > 1e-3
+
+
+def test_kl_reward_credit_token_charges_each_token_its_own_kl_as_remaxs_code():
+    batch = rollout(0)
+    k1 = torch.where(batch.mask > 0, batch.old_logprobs - batch.ref_logprobs, 0.0)
+    own = kl_in_reward_advantages(kl="k1", kl_reward_credit="token")
+    torch.testing.assert_close(own, by_hand(k1, to_go=False), rtol=0, atol=1e-15)
+    summed = kl_in_reward_advantages(kl="k1")
+    assert float((own - summed).abs().max()) > 1e-3
+    # the last token of a response has nothing after it: both charge it the same
+    assert own[0, 4] == summed[0, 4] and own[3, 3] == summed[3, 3]
+    # ReMax's own RLHF setting (the paper's KL in the reward, the authors' per-token credit)
+    remax = get_algorithm("remax", beta=0.02, kl_in_reward=True, kl="k1", kl_reward_credit="token")
+    batch = rollout(0)
+    kl_controlled(remax, batch)
+    torch.testing.assert_close(batch.advantages * batch.mask, own, rtol=0, atol=0)
+
+
+def test_reinforce_pps_own_kl_in_reward_takes_the_credit_option_too():
+    """On-policy (r = 1, inside the clip) the loss is -token_mean(A_i - K_it): K the KL
+    summed to the end by default, the token's own with kl_reward_credit = token."""
+    batch = rollout(0)
+    mask, old, ref = batch.mask, batch.old_logprobs, batch.ref_logprobs
+    k1 = torch.where(mask > 0, old - ref, 0.0)
+    adv = torch.tensor([0.8, -0.5, 0.0, 1.1], dtype=torch.float64)
+    for credit, to_go in (("to_go", True), ("token", False)):
+        algo = get_algorithm("reinforce_pp", beta=0.02, kl_reward_credit=credit)
+        out = algo.loss(TrainBatch(old.clone(), old, ref, adv, mask))
+        want = -float((by_hand(k1, to_go) * mask).sum() / mask.sum())
+        assert float(out.loss) == pytest.approx(want, rel=1e-12), credit
+
+
+def test_a_kl_convention_that_would_change_nothing_is_refused():
+    with pytest.raises(ConfigError, match="kl_rollout_mean 'median'; valid: token_mean, seq"):
+        get_algorithm("grpo", kl_target=0.1, kl_rollout_mean="median")
+    with pytest.raises(ConfigError, match="it needs kl_target > 0"):
+        get_algorithm("grpo", kl_rollout_mean="seq_mean")
+    with pytest.raises(ConfigError, match="it needs kl_in_reward = true"):
+        get_algorithm("grpo", kl_reward_credit="token")
+    with pytest.raises(ConfigError, match="it needs kl_in_reward = true"):
+        get_algorithm("reinforce_pp", kl_in_reward=False, kl_reward_credit="token")
+    with pytest.raises(ConfigError, match="GAE"):
+        get_algorithm("ppo", beta=0.02, kl_in_reward=True, kl_reward_credit="token")
+
+
 @pytest.mark.parametrize(
     "overrides",
     [{"kl_in_reward": True}, {"kl_target": 0.05, "kl_horizon": 100},
-     {"kl_in_reward": True, "kl_target": 0.05}],
+     {"kl_in_reward": True, "kl_target": 0.05},
+     {"kl_in_reward": True, "kl_reward_credit": "token", "kl": "k1"},
+     {"kl_target": 0.05, "kl_rollout_mean": "seq_mean"}],
 )  # fmt: skip
 def test_the_kl_options_pass_the_conformance_suite(overrides):
     assert not [r for r in run_conformance(GRPO, overrides) if r.passed is False]

@@ -84,8 +84,25 @@ def plugin_site(tmp_path_factory) -> Path:
         """,
         '[project.entry-points."zoo.algorithms"]\nlocal_mean = "zoo_local_mean:LocalMean"\n',
     )
+    # A correct GRPO loss fed advantages of the wrong sign: every loss property holds, and
+    # a run would train toward the wrong answers.
+    flipped = write_package(
+        root,
+        "zoo-flipped",
+        "zoo_flipped",
+        """
+        from zoo.algorithms.grpo import GRPO
+
+        class Flipped(GRPO):
+            name = "flipped"
+
+            def advantages(self, rewards, lengths=None):
+                return -super().advantages(rewards, lengths)
+        """,
+        '[project.entry-points."zoo.algorithms"]\nflipped = "zoo_flipped:Flipped"\n',
+    )
     site = root / "site"
-    pip_install(site, REPO / "examples" / "zoo-vanilla-pg", broken, shadow, local_mean)
+    pip_install(site, REPO / "examples" / "zoo-vanilla-pg", broken, shadow, local_mean, flipped)
     assert (site / "zoo_vanilla_pg-0.1.0.dist-info" / "entry_points.txt").exists()
     return site
 
@@ -157,6 +174,26 @@ def test_a_plugin_that_breaks_the_loss_contract_is_refused_before_it_trains(
                      cwd=tmp_path)  # fmt: skip
     assert forced.returncode == 0, forced.stderr[-2000:]
     assert (tmp_path / "r" / "metrics.jsonl").exists()
+
+
+def test_a_flipped_advantage_sign_is_refused_by_check_plugin_and_by_run(
+    plugin_site, tiny_model_path, tmp_path
+):
+    checked = harness(plugin_site, "check-plugin", "flipped", cwd=tmp_path)
+    assert checked.returncode == 1, checked.stdout + checked.stderr
+    lines = checked.stdout.splitlines()
+    failed = [i for i, line in enumerate(lines) if "FAIL" in line]
+    assert len(failed) == 1 and "advantages:" in lines[failed[0]], checked.stdout
+    assert "a flipped sign?" in lines[failed[0]]
+    hint = lines[failed[0] + 1].strip()
+    assert hint.startswith("fix: ") and "flipped sign" in hint
+    assert "failed: advantages" in lines[-1]
+    args = ["--steps", "1", "--prompts-per-step", "16", "--eval-every", "1", "--eval-samples", "0"]
+    refused = harness(plugin_site, "run", "flipped", *args, "--out", "r", cwd=tmp_path)
+    assert refused.returncode == 2, refused.stderr[-2000:]
+    assert "advantages:" in refused.stderr and "Traceback" not in refused.stderr
+    assert hint in " ".join(refused.stderr.split())  # the same hint, word for word
+    assert not (tmp_path / "r").exists()
 
 
 def test_check_plugin_of_an_unknown_name_exits_2(plugin_site, tmp_path):

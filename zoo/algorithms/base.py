@@ -1,6 +1,9 @@
 """The algorithm plugin base class. A plugin sets ``name``, ``config_class`` and ``paper``
 and writes ``loss``; it may override ``advantages``, ``shape_rewards``, ``keep`` and
-``train_mask``.
+``train_mask``, and declare state kept across steps (``state_dict`` / ``load_state_dict``,
+which the run's checkpoint saves and a resume restores). When each hook runs:
+docs/algorithms.md, "Hooks, and when each runs" (``advantages`` once per sampling round,
+``loss`` once per micro-batch).
 It never sees a process, a device or a mesh: only tensors of rewards and a TrainBatch.
 
 Shared estimators by name: a config field ``advantage`` picks one of
@@ -57,7 +60,9 @@ with ``value_loss(ValueBatch)``, at ``critic_lr(run lr)``. Otherwise no critic e
 
 Shared options (``SharedOptions``): beside its own config, any algorithm whose config has
 a KL weight ``beta`` takes ``kl_target`` / ``kl_horizon`` (an adaptive KL coefficient,
-Ziegler et al.) and ``kl_in_reward`` (the KL charged in the reward, not the loss), and any
+Ziegler et al.; ``kl_rollout_mean`` picks how its KL is averaged) and ``kl_in_reward``
+(the KL charged in the reward, not the loss; ``kl_reward_credit`` picks whether a token
+is charged the KL to the end of its response or its own), and any
 whose config has an ``advantage`` field takes ``pass_k`` (for ``advantage=pass_at_k``).
 ``kl_coef`` is the KL weight in force; the loop adapts it (``set_kl_coef``), checkpoints
 it, and for ``kl_in_reward`` subtracts the KL return from the advantages itself, the loss
@@ -85,6 +90,8 @@ from zoo.core.losses import (
     DEFAULT_PASS_K,
     KL_ERROR_CLIP,
     KL_ESTIMATORS,
+    KL_REWARD_CREDITS,
+    KL_ROLLOUT_MEANS,
     POLICY_LOSSES,
     Aggregation,
     aggregate,
@@ -107,10 +114,11 @@ class SharedOptions:
 
     kl_target: float = 0.0
     """Target KL of the adaptive KL controller (Ziegler et al., arXiv 1909.08593, Sec. 2.2),
-    in the unit of the logged ``kl_rollout``: the mean over response tokens of the config's
-    ``kl`` estimator (k3 without one) of the sampling policy against the reference. Each
-    step moves beta by the factor 1 + clip(KL / kl_target - 1, -0.2, 0.2) * responses /
-    kl_horizon. 0: beta stays fixed (the default; verl's default target is 0.1)."""
+    in the unit of the logged ``kl_rollout``: the config's ``kl`` estimator (k3 without
+    one) of the sampling policy against the reference, averaged as ``kl_rollout_mean``
+    says (over response tokens by default). Each step moves beta by the factor
+    1 + clip(KL / kl_target - 1, -0.2, 0.2) * responses / kl_horizon. 0: beta stays fixed
+    (the default; verl's default target is 0.1, in its unit: ``kl_rollout_mean``)."""
     kl_horizon: int = 10000
     """The controller's horizon, in responses: K_beta = responses per step / kl_horizon
     (10000 as in lm-human-preferences, verl, OpenRLHF and TRL)."""
@@ -119,13 +127,25 @@ class SharedOptions:
     gamma = 1 the KL return beta * sum_{s >= t} KL_s is subtracted from its advantage
     (``kl_reward_to_go``; Ziegler et al.; REINFORCE++, arXiv 2501.03262), the loss adding
     no KL term. False: + beta * KL per token in the loss (every built-in's default but
-    reinforce_pp's)."""
+    reinforce_pp's). The KL is the config's ``kl`` estimator: k3 for most built-ins, where
+    Ziegler et al. and InstructGPT charge k1, log(pi / pi_ref) (``--set kl=k1``)."""
+    kl_rollout_mean: str = "token_mean"
+    """How the adaptive controller (``kl_target``) averages the per-token KL of a step:
+    "token_mean", over the step's response tokens (this zoo's default); "seq_mean", each
+    response's token mean, then the mean over responses (verl's ``apply_kl_penalty``,
+    which with ``kl = k1`` is verl's measure). Only with ``kl_target > 0``."""
+    kl_reward_credit: str = "to_go"
+    """Where a KL charged in the reward (``kl_in_reward``, the shared option or
+    reinforce_pp's own) enters a token's advantage: "to_go", the KL summed from the token
+    to the end of the response (gamma = 1; REINFORCE++, verl, OpenRLHF); "token", the
+    token's own KL only (the ReMax authors' code, arXiv 2310.10505). Not for an algorithm
+    with a critic, whose GAE sums the per-token KL rewards its own way."""
     pass_k: int = DEFAULT_PASS_K
     """k of ``advantage = "pass_at_k"`` (Chen et al., arXiv 2508.10751); 1 <= k <= group
     size."""
 
 
-KL_OPTIONS = ("kl_target", "kl_horizon", "kl_in_reward")
+KL_OPTIONS = ("kl_target", "kl_horizon", "kl_in_reward", "kl_rollout_mean", "kl_reward_credit")
 
 
 # Config fields that several built-ins share, each declared once here. A plugin's config
@@ -319,12 +339,40 @@ class Algorithm(ABC):
             raise ConfigError(f"{owner}: kl_horizon must be >= 1, got {options.kl_horizon}")
         if options.pass_k < 1:
             raise ConfigError(f"{owner}: pass_k must be >= 1, got {options.pass_k}")
+        self._check_kl_conventions(options, owner)
         self.options = options
         self._initial_beta = float(getattr(self.config, "beta", 0.0))
         if options.kl_in_reward:
             self.kl_in_reward_by_loop = True
             self._reward_beta = self._initial_beta
             self.config.beta = 0.0  # the loss adds no KL term: the loop charges it
+
+    def _check_kl_conventions(self, options: SharedOptions, owner: str) -> None:
+        """Refuse a KL convention that names no valid choice, or one that would change
+        nothing in this run (a silent no-op would read as a measured difference)."""
+        choices = {"kl_rollout_mean": KL_ROLLOUT_MEANS, "kl_reward_credit": KL_REWARD_CREDITS}
+        for field, valid in choices.items():
+            if getattr(options, field) not in valid:
+                raise ConfigError(
+                    f"{owner}: {field} {getattr(options, field)!r}; valid: {', '.join(valid)}"
+                )
+        if options.kl_rollout_mean != "token_mean" and options.kl_target <= 0:
+            raise ConfigError(
+                f"{owner}: kl_rollout_mean = {options.kl_rollout_mean} sets how the adaptive "
+                "KL is measured; it needs kl_target > 0"
+            )
+        if options.kl_reward_credit != "to_go":
+            in_reward = options.kl_in_reward or bool(getattr(self.config, "kl_in_reward", False))
+            if not in_reward:
+                raise ConfigError(
+                    f"{owner}: kl_reward_credit = {options.kl_reward_credit} sets how a KL in "
+                    "the reward reaches the advantages; it needs kl_in_reward = true"
+                )
+            if self.needs_values:
+                raise ConfigError(
+                    f"{owner}: kl_reward_credit applies to critic-free advantages; a critic's "
+                    "GAE sums the per-token KL rewards itself (gamma, lam)"
+                )
 
     @property
     def kl_coef(self) -> float:
@@ -430,7 +478,9 @@ class Algorithm(ABC):
         bounds (grpo, dr_grpo, dapo, rloo, opo, reinforce_pp, remax, gigpo, ppo)."""
         ratio = torch.exp(log_ratio(batch))
         if kl_in_reward:
-            kl_return, kl_metrics = kl_reward_to_go(batch, beta, self.config.kl)
+            kl_return, kl_metrics = kl_reward_to_go(
+                batch, beta, self.config.kl, self.options.kl_reward_credit
+            )
             adv, penalty = batch.token_advantages - kl_return, None
         else:
             adv = batch.token_advantages
@@ -453,6 +503,29 @@ class Algorithm(ABC):
         override's own, e.g. how often gigpo's step-level term differs from its
         episode-level one. None by default."""
         return {}
+
+    def state_dict(self) -> dict[str, Any]:
+        """What this algorithm keeps across steps and a resume must restore, e.g. a
+        running baseline its ``advantages`` updates each sampling round. The run's
+        checkpoint saves it (``RLLoop.state``, every ``checkpoint_every`` steps and at the
+        end, after the step's record) and a resume hands it to ``load_state_dict`` before
+        the first step; a loaded checkpoint is read with ``weights_only=True``, so it holds
+        tensors and plain values only (dict with str keys, list, tuple, str, int, float,
+        bool, None), which a save checks. Empty by default: the algorithm keeps no state
+        (the checkpoint then holds none). Only this instance's, the one the loop calls
+        for advantages, shaping, ``keep`` and ``train_mask``: a loss under the Monarch
+        placement runs on the trainer's own copy, built from the same config."""
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore what ``state_dict`` returned (a resume, on a freshly built instance).
+        The default keeps no state and refuses any."""
+        if state:
+            raise ConfigError(
+                f"algorithm {self.name!r} keeps no state (state_dict), but the checkpoint "
+                f"holds some for it ({', '.join(sorted(map(str, state)))}): resume with the "
+                "plugin version that wrote it"
+            )
 
     def group_advantages(
         self, rewards: torch.Tensor, lengths: torch.Tensor,

@@ -1,9 +1,12 @@
 """The conformance suite: docs/algorithms.md's "Invariants every loss must satisfy",
-checked generically against any Algorithm class (a built-in or a third-party plugin).
+checked generically against any Algorithm class (a built-in or a third-party plugin):
+nine properties of the loss and one of the advantages (check 10).
 
     run_conformance(cls) -> list[CheckResult]      # what `python -m harness check-plugin` runs
     run_conformance(cls, {"token_level": True})    # with config overrides
+    run_conformance(cls, overrides, group_size=16) # the advantages on the run's group size
     CHECKS["padding"](cls) -> CheckResult          # one property (tests/test_conformance.py)
+    failure_report(results)                        # each failure with its FIXES hint
 
 Every check builds the algorithm through its class with overrides (``beta = 0`` and
 ``entropy_coef = 0`` where the config has them and the property asks for it: terms that
@@ -20,9 +23,15 @@ build the REINFORCE reference), ``clip_style`` ("zero" / "cap" / "none"),
 ``sequence_level``, ``mechanism`` (its acting shares, idle at 0) and
 ``token_selection`` (the metric of a selection made from the rows' own statistics, which
 relaxes checks 1 and 4 as base.py says; read from the built instance, since
-``entropy_top_share < 1`` declares one). The upper clip
-is read from the first config field among ``eps_high``, ``eps``, ``clip_range``, ``clip``
-(ratio bound 1 + value) and ``clip_high`` (the ratio bound itself).
+``entropy_top_share < 1`` declares one). The upper clip is located by ``mechanism``:
+the ratio at which its acting shares start to act on a response with A > 0, whatever the
+config calls the clip (``locate_upper_clip``); only a class that declares no mechanism
+has it read from the first config field among ``eps_high``, ``eps``, ``clip_range``,
+``clip`` (ratio bound 1 + value) and ``clip_high`` (the ratio bound itself).
+
+The advantages check (``check_advantages``) reads no loss: it calls the class's
+``group_advantages`` (and, with a critic, ``token_advantages``) as the loop does, on
+groups whose better answers are known (``ranked_groups``).
 """
 
 from __future__ import annotations
@@ -314,38 +323,117 @@ def micro_batches_divide_by_whole_counts(
 
 
 def upper_ratio_bound(algo: Algorithm) -> tuple[str, float] | None:
+    """The upper ratio bound from the conventional config field names (``UPPER_CLIP_FIELDS``),
+    for a class that declares no mechanism to locate its clip by; None without one."""
     for field, offset in UPPER_CLIP_FIELDS:
         if hasattr(algo.config, field):
             return field, offset + float(getattr(algo.config, field))
     return None
 
 
-def check_clipping(cls: type[Algorithm], overrides: Overrides = NONE) -> CheckResult:
-    """(5) A > 0 and every token's ratio far above the upper clip: "zero" style gives those
-    tokens no gradient (a control response at r = 1 gets one); "cap" style gives them the
-    same nonzero gradient at 1.5x and 3x the bound (the weight is capped, not zeroed)."""
-    name = "clipping"
-    algo = build(cls, overrides, beta_zero=True)
-    found = upper_ratio_bound(algo)
-    if algo.clip_style == "none":
-        return CheckResult(name, None, "no hard clip (clip_style = 'none')")
-    if found is None:
-        fields = ", ".join(f for f, _ in UPPER_CLIP_FIELDS)
-        return CheckResult(name, None, f"no upper clip among config fields {fields}")
-    field, bound = found
-    # rows 0 and 1: 4 tokens each, the same A; row 2: a short response for company
-    second = 3.0 * bound if algo.clip_style == "cap" else 1.0
-    log_r = torch.tensor([math.log(1.5 * bound), math.log(second), 0.05], dtype=torch.float64)
+PROBE_LOG_RATIOS = tuple(1e-6 * 2.0**k for k in range(24))
+"""log r at which the clip check first looks for the mechanism to act, doubling from 1e-6
+(a ratio within GSPO's 1 + 4e-4) to about 8.4 (r of about 4400, above CISPO's cap of 5)."""
+BISECTIONS = 48
+"""Halvings of the last probe interval: the bound to ~1e-14 of its log, far inside the
+checks' 1.5x and 3x."""
+
+
+def clip_case(log_r: Sequence[float], lead: int = 1) -> Case:
+    """Three responses (4, 4 and 2 tokens), A = 1, 1 and 0.7, every token of row i at the
+    log-ratio ``log_r[i]``; the first token of row ``lead`` has the highest entropy."""
     lp = -0.1 - torch.arange(12, dtype=torch.float64).reshape(3, 4) / 7
     mask = lengths_mask([4, 4, 2], 4)
     adv = torch.tensor([1.0, 1.0, 0.7], dtype=torch.float64)
-    # entropies: the control's first token highest, then row 0's first, so that a
+    # entropies: row ``lead``'s first token highest, then the other's first, so that a
     # selection of even one or two tokens by entropy keeps tokens the check reads
-    entropy = torch.tensor([[4.5, 2.5, 1.5, 0.5], [5.0, 2.0, 1.0, 0.4], [3.0, 0.3, 0.2, 0.1]],
-                           dtype=torch.float64)  # fmt: skip
-    case = Case(lp, lp - log_r[:, None], lp.clone(), adv, mask, entropy=entropy)
+    entropy = [[4.5, 2.5, 1.5, 0.5], [5.0, 2.0, 1.0, 0.4], [3.0, 0.3, 0.2, 0.1]]
+    if lead == 0:
+        entropy[0][0], entropy[1][0] = entropy[1][0], entropy[0][0]
+    entropy_t = torch.tensor(entropy, dtype=torch.float64)
+    old = lp - torch.tensor(log_r, dtype=torch.float64)[:, None]
+    return Case(lp, old, lp.clone(), adv, mask, entropy=entropy_t)
+
+
+def loss_metrics(algo: Algorithm, case: Case) -> dict[str, float]:
+    """The metrics ``algo.loss`` reports on ``case`` (no reference: beta is 0 here)."""
+    entropy = entropy_of(algo, case)
+    length = case.max_response_len
+    batch = TrainBatch(
+        case.lp, case.old, None, case.adv, case.mask, max_response_len=length, entropy=entropy
+    )
+    return algo.loss(batch).metrics
+
+
+def locate_upper_clip(algo: Algorithm) -> tuple[float | None, str]:
+    """The ratio above which the class's declared ``mechanism`` starts to act on a
+    response with A > 0 (rows 1 and 2 of ``clip_case`` stay at r = 1, idle): the upper
+    bound the loss really applies, whatever its config calls it. Probes ``PROBE_LOG_RATIOS``
+    up to the first ratio where it acts, then bisects. (bound, "") or (None, why not)."""
+    declared = ", ".join(algo.mechanism)
+
+    def acts(log_r: float) -> bool:  # (the probed row leads a selection by entropy)
+        return algo.mechanism_acted(loss_metrics(algo, clip_case([log_r, 0.0, 0.0], lead=0)))
+
+    at_one = loss_metrics(algo, clip_case([0.0, 0.0, 0.0], lead=0))
+    missing = [m for m in algo.mechanism if m not in at_one]
+    if missing:
+        return None, f"declares {declared} but reports no {missing[0]}"
+    if algo.mechanism_acted(at_one):
+        return None, f"{declared} acts at r = 1, so it locates no ratio bound"
+    low = 0.0
+    for high in PROBE_LOG_RATIOS:
+        if acts(high):
+            break
+        low = high
+    else:
+        top = math.exp(PROBE_LOG_RATIOS[-1])
+        why = (
+            f"{declared} never acted on a response with A > 0 at ratios up to {top:.3g}: "
+            "no upper clip (declare clip_style = 'none' if the loss has none)"
+        )
+        return None, why
+    for _ in range(BISECTIONS):
+        middle = (low + high) / 2
+        if acts(middle):
+            high = middle
+        else:
+            low = middle
+    return math.exp(high), ""
+
+
+def check_clipping(cls: type[Algorithm], overrides: Overrides = NONE) -> CheckResult:
+    """(5) A > 0 and every token's ratio far above the upper clip: "zero" style gives those
+    tokens no gradient (a control response at r = 1 gets one); "cap" style gives them the
+    same nonzero gradient at 1.5x and 3x the bound (the weight is capped, not zeroed).
+    The bound is where the class's declared ``mechanism`` starts to act
+    (``locate_upper_clip``), whatever the config field is called; only a class that
+    declares no mechanism has it read from a conventional field name
+    (``UPPER_CLIP_FIELDS``)."""
+    name = "clipping"
+    algo = build(cls, overrides, beta_zero=True)
+    if algo.clip_style == "none":
+        return CheckResult(name, None, "no hard clip (clip_style = 'none')")
+    if algo.mechanism:
+        bound, why = locate_upper_clip(algo)
+        if bound is None:
+            return CheckResult(name, False, f"clip_style = {algo.clip_style!r}: {why}")
+        located = f"where its mechanism ({', '.join(algo.mechanism)}) starts to act"
+    else:
+        found = upper_ratio_bound(algo)
+        if found is None:
+            fields = ", ".join(f for f, _ in UPPER_CLIP_FIELDS)
+            why = (
+                f"declares no mechanism to locate a clip by, and has no config field among "
+                f"{fields}: declare `mechanism` (its acting shares) to have the clip checked"
+            )
+            return CheckResult(name, None, why)
+        located, bound = f"{found[0]}; no mechanism declared", found[1]
+    # rows 0 and 1: 4 tokens each, the same A; row 2: a short response at r = 1
+    second = 3.0 * bound if algo.clip_style == "cap" else 1.0
+    case = clip_case([math.log(1.5 * bound), math.log(second), 0.0])
     _, grad = loss_and_grad(algo, case)
-    where = f"r = 1.5 x {bound:g} ({field})"
+    where = f"r = 1.5 x {bound:.6g} ({located})"
     if algo.clip_style == "cap":
         if float(grad[0].abs().min()) <= ZERO:
             return CheckResult(name, False, f"{where}: gradient zeroed, but clip_style = 'cap'")
@@ -582,6 +670,98 @@ def check_value_loss(cls: type[Algorithm], overrides: Overrides = NONE) -> Check
     return compare_grads(name, grad_mb, grad, "value loss: micro-batches vs whole, padding")
 
 
+GROUP_SIZE = 8
+"""Responses per hand-built group of the advantages check when the run's group size is
+not given (``run_conformance(..., group_size=)``): the run's default ``--group-size``."""
+
+
+def ranked_groups(group_size: int) -> torch.Tensor:
+    """[6, G] float32 rewards (as the loop's, from the env's floats) of groups whose better
+    answers are known: one right, one wrong, every other one right, partial credit with
+    every value distinct (shuffled), rewards of -1 and 1, and all equal (no better answer:
+    it only keeps batch-wide estimators honest)."""
+    g = group_size
+    one_wrong = [1.0] * g
+    one_wrong[g // 2] = 0.0
+    order = torch.randperm(g, generator=torch.Generator().manual_seed(58)).tolist()
+    rows = [
+        [1.0] + [0.0] * (g - 1),
+        one_wrong,
+        [float(i % 2) for i in range(g)],
+        [order[i] / (g - 1) for i in range(g)],
+        [1.0 if i % 3 == 1 else -1.0 for i in range(g)],
+        [0.5] * g,
+    ]
+    return torch.tensor(rows, dtype=torch.float32)
+
+
+def per_response_advantages(algo: Algorithm, group_size: int) -> tuple[torch.Tensor, str]:
+    """``algo``'s advantages of ``ranked_groups`` as the loop computes them, one per
+    response ([groups, G] float64), and what they are. ``group_advantages`` with the
+    responses' lengths (equal within a group, so that no length-aware baseline can reorder
+    a group), one turn per response, and for a greedy baseline each group's mean reward.
+    A per-turn result gives its only turn. For an algorithm with a critic
+    (``needs_values``), the per-token advantages ``token_advantages`` makes of the
+    rewards on each response's last token and values of 0 (a critic that has learnt
+    nothing yet), averaged over each response's tokens: what the loss is given."""
+    rewards = ranked_groups(group_size)
+    groups = rewards.shape[0]
+    lengths = torch.tensor([[3 + 2 * k] * group_size for k in range(groups)])
+    greedy = rewards.mean(dim=1) if algo.needs_greedy_baseline else None
+    advantages = algo.group_advantages(rewards, lengths, None, greedy, None)
+    if advantages.dim() == 3:
+        advantages = advantages[..., 0]
+    if not algo.needs_values:
+        return advantages.double(), "advantage"
+    from zoo.run.rollout import last_token_rewards  # (the loop's; zoo.run needs envs)
+
+    mask = lengths_mask(lengths.flatten().tolist(), int(lengths.max())).float()
+    token_rewards = last_token_rewards(advantages.flatten(), mask)
+    per_token, _ = algo.token_advantages(token_rewards, torch.zeros_like(token_rewards), mask)
+    mean = (per_token.double() * mask).sum(-1) / mask.sum(-1)
+    return mean.view(groups, group_size), "mean token advantage (values 0)"
+
+
+def check_advantages(
+    cls: type[Algorithm], overrides: Overrides = NONE, group_size: int = GROUP_SIZE
+) -> CheckResult:
+    """(10) The advantages the loop would train on rank the better answer higher: on
+    ``ranked_groups`` of ``group_size``, a response with a higher reward than another of
+    its group never gets a lower advantage, and at least one gets a higher one. (Ties are
+    allowed: pass@k gives a group whose pass@k is certain the same advantage throughout.)
+    A flipped sign fails here while every loss check passes, and would train toward the
+    wrong answers."""
+    name = "advantages"
+    algo = cls(**overrides)
+    rewards = ranked_groups(group_size).double()
+    advantages, what = per_response_advantages(algo, group_size)
+    if not bool(torch.isfinite(advantages).all()):
+        return CheckResult(name, False, f"{what}: not finite, {advantages.tolist()}")
+    tol = TOL * max(1.0, float(advantages.abs().max()))
+    # [groups, G, G]: response i rewarded above response j of its group, and by how much
+    # i's advantage exceeds j's
+    better = rewards[:, :, None] > rewards[:, None, :]
+    gap = advantages[:, :, None] - advantages[:, None, :]
+    pairs, higher = int(better.sum()), int((better & (gap > tol)).sum())
+    below = torch.where(better & (gap < -tol), -gap, 0.0)
+    shown = f"{rewards.shape[0]} groups of {group_size}"
+    if float(below.max()) > 0:
+        k, i, j = (int(x) for x in torch.nonzero(below == below.max())[0])
+        r, a = rewards[k].tolist(), advantages[k].tolist()
+        flipped = " (not one pair ranked the right way: a flipped sign?)" if higher == 0 else ""
+        detail = (
+            f"group rewards {[round(x, 3) for x in r]}: the answer rewarded {r[i]:g} got "
+            f"{what} {a[i]:.3g}, below the {a[j]:.3g} of one rewarded {r[j]:g}{flipped}"
+        )
+        return CheckResult(name, False, detail)
+    if higher == 0:
+        values = sorted({round(float(x), 6) for x in advantages.flatten()})
+        detail = f"{shown}: no better answer got a higher {what} (values {values[:6]})"
+        return CheckResult(name, False, detail)
+    detail = f"{shown}: the better answer's {what} higher in {higher} of {pairs} pairs, never lower"
+    return CheckResult(name, True, detail)
+
+
 CHECKS: dict[str, Callable[[type[Algorithm], Overrides], CheckResult]] = {
     "reinforce_on_policy": check_reinforce_on_policy,
     "zero_advantages": check_zero_advantages,
@@ -592,6 +772,7 @@ CHECKS: dict[str, Callable[[type[Algorithm], Overrides], CheckResult]] = {
     "off_policy": check_off_policy,
     "entropy": check_entropy,
     "value_loss": check_value_loss,
+    "advantages": check_advantages,
 }
 
 
@@ -622,22 +803,38 @@ FIXES: dict[str, str] = {
     "value_loss": "a critic's `value_loss` must read only the tokens batch.mask marks and "
     "divide by batch.num_tokens (the whole batch's), never by the micro-batch's own; "
     "`zoo.core.losses.clipped_value_loss` does both",
+    "advantages": "`advantages` must give a response rewarded above another of its group "
+    "the higher advantage: reward minus a baseline that does not grow with the response's "
+    "own reward (group_norm, rloo, ...); the loss adds -A * log pi, so a flipped sign "
+    "trains toward the wrong answers. Check the sign of A = R - b (not b - R)",
 }
 """How to repair a failed property, as `harness run` says before refusing a plugin."""
 
 
 def run_conformance(
-    algorithm_cls: type[Algorithm], overrides: Overrides = NONE
+    algorithm_cls: type[Algorithm], overrides: Overrides = NONE, group_size: int = GROUP_SIZE
 ) -> list[CheckResult]:
     """Every property, on the algorithm built with ``overrides`` (default: its paper
-    defaults); a check that raises is reported as failed with the exception."""
+    defaults), the advantages on groups of ``group_size`` (the run's, so that an estimator
+    bounded by it, pass@k's k, is checked as the run will use it); a check that raises is
+    reported as failed with the exception."""
     results = []
     for name, check in CHECKS.items():
         try:
-            results.append(check(algorithm_cls, overrides))
+            if name == "advantages":
+                results.append(check_advantages(algorithm_cls, overrides, group_size))
+            else:
+                results.append(check(algorithm_cls, overrides))
         except Exception as exc:  # a plugin's bug is a result, not a crash of the suite
             results.append(CheckResult(name, False, f"raised {type(exc).__name__}: {exc}"))
     return results
 
 
-__all__ = ["CHECKS", "FIXES", "CheckResult", "run_conformance"]
+def failure_report(results: Sequence[CheckResult]) -> list[str]:
+    """Two lines per failed property, what went wrong and how to fix it (``FIXES``), as
+    both `harness run` (refusing the plugin) and `harness check-plugin` print them."""
+    failed = [r for r in results if r.passed is False]
+    return [f"  {r.name}: {r.detail}\n    fix: {FIXES.get(r.name, '')}" for r in failed]
+
+
+__all__ = ["CHECKS", "FIXES", "CheckResult", "failure_report", "run_conformance"]

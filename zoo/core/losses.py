@@ -329,24 +329,57 @@ def kl_penalty(
     return beta * kl, {"kl": masked_mean(kl.detach(), batch.mask)}
 
 
+KL_REWARD_CREDITS: tuple[str, ...] = ("to_go", "token")
+"""How a KL charged in the reward reaches a token's advantage (``kl_reward_to_go``):
+"to_go", the KL return summed to the end of the response (gamma = 1: REINFORCE++, verl,
+OpenRLHF); "token", the token's own KL only (ReMax's code, ``compute_returns``)."""
+
+
 def kl_reward_to_go(
-    batch: TrainBatch, beta: float, estimator: str = "k1"
+    batch: TrainBatch, beta: float, estimator: str = "k1", credit: str = "to_go"
 ) -> tuple[torch.Tensor | float, dict[str, float]]:
     """KL in the reward: each token is charged -beta * KL_s (of the sampling policy, old,
     against ref; no gradient) as a per-token reward, so with gamma = 1 the return from
     token t is R - beta * sum_{s >= t} KL_s (REINFORCE++, arXiv 2501.03262).
     Returns the [B, T] term ``beta * sum_{s >= t} KL_s`` to subtract from the per-token
     advantage (0 on padding), and ``{"kl": mean KL over response tokens}``; (0.0, {}) when
-    beta == 0. Per row, so micro-batches need no global counts."""
+    beta == 0. With ``credit = "token"`` the term is ``beta * KL_t``, the token's own KL
+    (ReMax's authors' code sets each token's return to its own KL plus the reward, not
+    the KL summed to the end). Per row, so micro-batches need no global counts."""
     kl_of = choose(KL_ESTIMATORS, estimator, "KL estimator")
+    if credit not in KL_REWARD_CREDITS:
+        raise ConfigError(f"kl_reward_credit {credit!r}; valid: {', '.join(KL_REWARD_CREDITS)}")
     if beta == 0:
         return 0.0, {}
     if batch.ref_logprobs is None:
         raise ConfigError(f"beta = {beta} > 0 needs reference log-probs (batch.ref_logprobs)")
     on_tokens = batch.mask > 0
     kl = torch.where(on_tokens, kl_of(batch.old_logprobs, batch.ref_logprobs), 0.0).detach()
-    to_go = kl.flip(-1).cumsum(-1).flip(-1)  # sum over s >= t
-    return beta * to_go * batch.mask, {"kl": masked_mean(kl, batch.mask)}
+    # sum over s >= t, or the token's own
+    charged = kl.flip(-1).cumsum(-1).flip(-1) if credit == "to_go" else kl
+    return beta * charged * batch.mask, {"kl": masked_mean(kl, batch.mask)}
+
+
+KL_ROLLOUT_MEANS: tuple[str, ...] = ("token_mean", "seq_mean")
+"""How the adaptive KL controller averages the per-token KL of a step (``rollout_kl``)."""
+
+
+def rollout_kl(kl: torch.Tensor, mask: torch.Tensor, mean: str = "token_mean") -> float:
+    """The KL the adaptive controller reads, from a [B, T] per-token estimate: "token_mean",
+    the mean over the batch's response tokens (each token weighs the same: a long response
+    counts more); "seq_mean", each response's mean over its tokens, then the mean over
+    the responses that have a token (verl's ``apply_kl_penalty``: each response weighs the
+    same). The two differ on a batch of ragged lengths whose KL varies with length."""
+    on = torch.where(mask > 0, kl, 0.0)
+    if mean == "token_mean":
+        return masked_mean(on, mask)
+    if mean != "seq_mean":
+        raise ConfigError(f"kl_rollout_mean {mean!r}; valid: {', '.join(KL_ROLLOUT_MEANS)}")
+    lengths = mask.sum(-1)
+    rows = lengths > 0
+    if not bool(rows.any()):
+        return 0.0
+    return float(((on * mask).sum(-1)[rows] / lengths[rows]).mean())
 
 
 KL_ERROR_CLIP = 0.2

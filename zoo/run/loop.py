@@ -75,6 +75,7 @@ from zoo.core.losses import (
     explained_variance,
     kl_reward_to_go,
     masked_mean,
+    rollout_kl,
 )
 from zoo.core.types import Completion, TrainBatch
 from zoo.envs import Prompt
@@ -437,15 +438,18 @@ class RLLoop:
 
         - ``kl_in_reward``: subtract the KL return beta * sum_{s >= t} KL_s of the sampling
           policy against the reference (``kl_reward_to_go``, the algorithm's ``kl``
-          estimator) from each token's advantage, after any off-policy correction weights,
+          estimator; with ``kl_reward_credit = token`` each token's own beta * KL_t) from
+          each token's advantage, after any off-policy correction weights,
           as reinforce_pp's own KL in the reward does; ``kl`` goes to the record (the loss,
           at beta 0, reports none). An algorithm with a critic has it in GAE's per-token
           rewards instead (``critic_targets``).
         - ``kl_target`` (adaptive KL): log the weight this step trains with, ``kl_coef``,
-          and the KL the controller reads, ``kl_rollout`` (the mean over response tokens of
-          the ``kl`` estimator of old against ref: the sampling policy's, before this
-          step's updates, as verl measures it); hand the weight to the trainer with the
-          batch (a trainer in another process holds its own copy of the algorithm); and
+          and the KL the controller reads, ``kl_rollout`` (the ``kl`` estimator of old
+          against ref: the sampling policy's, before this step's updates, averaged as
+          ``kl_rollout_mean`` says: over response tokens by default, where verl takes
+          each response's token mean of k1, then their mean); hand the weight to the
+          trainer with the batch (a trainer in another process holds its own copy of the
+          algorithm); and
           return the next step's weight (``adaptive_kl_coef``, n_steps = the batch's
           responses), which the caller sets once the step has trained.
 
@@ -457,7 +461,9 @@ class RLLoop:
         old, ref = batch.old_logprobs, batch.ref_logprobs
         view = TrainBatch(old, old, ref, batch.advantages, batch.mask)
         if algo.kl_in_reward_by_loop and not algo.needs_values:  # (a critic's: in GAE)
-            kl_return, kl_metrics = kl_reward_to_go(view, algo.kl_coef, algo.kl_estimator)
+            kl_return, kl_metrics = kl_reward_to_go(
+                view, algo.kl_coef, algo.kl_estimator, algo.options.kl_reward_credit
+            )
             advantages = batch.advantages
             advantages = advantages if advantages.dim() == 2 else advantages[:, None]
             batch.advantages = advantages - kl_return
@@ -465,7 +471,7 @@ class RLLoop:
         if not adaptive:
             return None
         kl = KL_ESTIMATORS[algo.kl_estimator](old, ref)
-        measured = masked_mean(torch.where(view.mask > 0, kl, 0.0), view.mask)
+        measured = rollout_kl(kl, view.mask, algo.options.kl_rollout_mean)
         record.update({"kl_coef": algo.kl_coef, "kl_rollout": measured})
         batch.kl_coef = algo.kl_coef
         options = algo.options
@@ -682,6 +688,9 @@ class RLLoop:
             # the adaptive KL weight of the next step (a plain float: exact on resume)
             **({"kl_coef": self.s.algorithm.kl_coef}
                if self.s.algorithm.options.kl_target > 0 else {}),
+            # the algorithm's own (a plugin's running baseline, say); none: no key, so a
+            # checkpoint of a stateless algorithm holds what it always held
+            **({"algorithm": kept} if (kept := algorithm_state(self.s.algorithm)) else {}),
         }  # fmt: skip
 
     def load_state(self, state: dict[str, Any]) -> None:
@@ -689,10 +698,54 @@ class RLLoop:
             setattr(self, key, state[key])
         if "kl_coef" in state:
             self.s.algorithm.set_kl_coef(state["kl_coef"])
+        algo = self.s.algorithm
+        if "algorithm" in state:
+            algo.load_state_dict(state["algorithm"])
+        elif algo.state_dict():  # it keeps state, and this checkpoint has none of it
+            raise ConfigError(
+                f"the checkpoint holds no state of algorithm {algo.name!r}, which keeps some "
+                f"({', '.join(sorted(map(str, algo.state_dict())))}; written by a version "
+                "that kept none?): resuming would restart it from scratch; start the run "
+                "afresh in another --out"
+            )
         ledger = self.s.ledger
         for name in ("flops", "tokens", "seconds"):
             getattr(ledger, name).update(state["ledger"][name])
         ledger.step_delta()  # the next step's delta starts from the restored totals
+
+
+PLAIN_STATE = (str, int, float, bool, type(None), torch.Tensor)
+"""What an algorithm's ``state_dict`` may hold besides dicts, lists and tuples: what a
+checkpoint read with ``weights_only=True`` gives back."""
+
+
+def algorithm_state(algorithm: Algorithm) -> dict[str, Any]:
+    """``algorithm.state_dict()``, checked to hold only what a checkpoint restores
+    (``PLAIN_STATE`` in dicts with str keys, lists and tuples): an object the resume could
+    not read back fails the save that would write it, naming where it sits."""
+    state = algorithm.state_dict()
+
+    def check(value: Any, where: str) -> None:
+        if isinstance(value, dict):
+            for key, item in value.items():
+                if not isinstance(key, str):
+                    raise ConfigError(
+                        f"algorithm {algorithm.name!r}: state_dict(){where} has the key "
+                        f"{key!r}; a checkpoint keeps str keys only"
+                    )
+                check(item, f"{where}[{key!r}]")
+        elif isinstance(value, list | tuple):
+            for i, item in enumerate(value):
+                check(item, f"{where}[{i}]")
+        elif not isinstance(value, PLAIN_STATE):
+            raise ConfigError(
+                f"algorithm {algorithm.name!r}: state_dict(){where} holds a "
+                f"{type(value).__name__}; a checkpoint keeps tensors, str, int, float, bool "
+                "and None in dicts, lists and tuples"
+            )
+
+    check(state, "")
+    return state
 
 
 def non_finite(record: dict[str, Any]) -> list[str]:
