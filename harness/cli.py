@@ -110,10 +110,19 @@ def build_parser() -> argparse.ArgumentParser:
     compare.add_argument("algorithms", nargs="+", metavar="ALGORITHM")
     compare.add_argument("--env", dest="envs", action="append", default=None,
                          help="environment (repeat for several; default: arithmetic)")  # fmt: skip
-    compare.add_argument("--seeds", type=number(int), default=3, help="seeds 0..N-1 (default 3)")
+    compare.add_argument(
+        "--seeds", type=number(int), default=None,
+        help="seeds 0..N-1 (default 3, as in the real presets' recipes)",
+    )  # fmt: skip
     compare.add_argument("--out", type=folder, help="experiment folder (default: results/...)")
     compare.add_argument("--resume", action="store_true",
                          help="continue an interrupted comparison in --out")  # fmt: skip
+    compare.add_argument(
+        "--dry-run", action="store_true",
+        help="print the plan (the runs, the recipe, the estimated memory and time per GPU "
+        "class, whether this machine can run it) and exit 0 without running anything; a real "
+        "model prints the same plan before every comparison (docs/gpu.md)",
+    )  # fmt: skip
     add_training_arguments(compare, "compare")
     compare.add_argument(
         "--set", dest="algo_set", action="append", default=[], metavar="KEY=VALUE",
@@ -424,8 +433,12 @@ def budget_default(command: str) -> str:
     from zoo.run.run_config import TINY_BUDGETS
 
     own = ", ".join(f"{v:.0e} for {m}" for m, v in TINY_BUDGETS.items())
+    from harness.recipes import RECIPES
+
+    real = ", ".join(f"{r.budget_flops:.1e} for {m}" for m, r in RECIPES.items())
     return (f"default on the tiny presets: --budget {DEFAULT_TINY_BUDGET:.0e} ({own}), "
-            "so that every algorithm gets the same compute; real models need one")  # fmt: skip
+            f"so that every algorithm gets the same compute; on the Qwen3 presets their "
+            f"recipe's ({real}; docs/gpu.md); other models need one")  # fmt: skip
 
 
 def resolve_budget(args: argparse.Namespace, command: str) -> str:
@@ -442,16 +455,21 @@ def resolve_budget(args: argparse.Namespace, command: str) -> str:
             raise ConfigError(f"{BUDGET_FLAGS[name]} must be > 0, got {value}")
     how = f"set by {BUDGET_FLAGS[next(iter(given))]}" if given else f"{command}'s default"
     if not given and command == "compare":
+        from harness.recipes import RECIPES
         from zoo.models.presets import TINY_MODELS
         from zoo.run.run_config import TINY_BUDGETS
 
-        if args.model not in TINY_MODELS:
+        if args.model not in TINY_MODELS and args.model not in RECIPES:
             raise ConfigError(
-                f"give a compute budget for {args.model!r}: {BUDGET_CHOICE}; on a real model "
-                "compare has no default budget"
+                f"give a compute budget for {args.model!r}: {BUDGET_CHOICE}; compare has a "
+                f"default budget for the presets only ({', '.join(RECIPES)} and the tiny ones)"
             )
-        given = {"budget_flops": TINY_BUDGETS.get(args.model, DEFAULT_TINY_BUDGET)}
-        how += f" for {args.model}"
+        if args.model in RECIPES:
+            given = {"budget_flops": RECIPES[args.model].budget_flops}
+            how += f" for {args.model}, its recipe (docs/gpu.md)"
+        else:
+            given = {"budget_flops": TINY_BUDGETS.get(args.model, DEFAULT_TINY_BUDGET)}
+            how += f" for {args.model}"
     for name in BUDGET_FLAGS:
         setattr(args, name, given.get(name, 0))
     if not args.steps:
@@ -749,8 +767,11 @@ def cmd_compare(args: argparse.Namespace) -> int:
         run_experiment,
         variants,
     )
+    from harness.recipes import prepare, print_plan
     from harness.verdicts import DEFAULT_DELTA
+    from zoo.models.presets import TINY_MODELS
 
+    recipe = prepare(args)  # a Qwen3 preset's recipe fills in --env and --seeds
     if args.resume and not args.out:
         raise ConfigError("--resume needs --out DIR, the experiment folder to continue")
     if args.vary_one_at_a_time and not args.vary:
@@ -767,7 +788,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
         raise ConfigError(f"--resolve runs --seeds as its pilot: give 2 <= --seeds <= --max-seeds "
                           f"({args.max_seeds}), got {args.seeds}")  # fmt: skip
     factors = parse_factors(args.control_lr_factors)
-    base = run_config(args, args.algorithms[0], envs[0], 0)
+    # a real model's weights are checked with the plan printed first (print_plan)
+    real = args.model not in TINY_MODELS or bool(args.model_path)
+    base = run_config(args, args.algorithms[0], envs[0], 0, weights=not real)
     print(args.budget_line, flush=True)
     vary = parse_vary(args.vary)
     grid = variants(vary, args.vary_one_at_a_time)
@@ -794,6 +817,13 @@ def cmd_compare(args: argparse.Namespace) -> int:
         raise ConfigError(f"--baseline {baseline}: not a row of this comparison (rows: {rows})")
     design = new_design(baseline, args.pairs, delta)
     cfgs, controls = board(args.seeds)
+    if real or args.dry_run:  # the plan, before any work; stops where it cannot run
+        micro = print_plan(args, cfgs, recipe)
+        if args.dry_run:
+            return 0
+        if micro is not None and micro != base.micro_batch_size:  # (chosen for this GPU)
+            base = dataclasses.replace(base, micro_batch_size=micro)
+            cfgs, controls = board(args.seeds)
     stamp = time.strftime("%Y%m%d-%H%M%S")
     out = args.out or RESULTS / f"compare-{'-'.join(args.algorithms)}-{args.model}-{stamp}"
     check_experiment_folder(out, args.resume)

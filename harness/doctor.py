@@ -287,4 +287,4 @@ def cmd_doctor_plan(cfg: RunConfig, gpus: int, gpu: str) -> int:
     (harness.capacity); exit 1 when it does not fit their memory."""
     from harness.capacity import cmd_plan
 
-    return cmd_plan(RunPlan.resolve(cfg, spec=False), gpus, gpu)
+    return cmd_plan(cfg, gpus, gpu)  # (resolved there: an env without its data is assumed)

@@ -14,12 +14,7 @@ from zoo.core.config import ConfigError
 from zoo.models.presets import ModelShape
 from zoo.services.generation.hf import HFGenerator
 from zoo.services.generation.vllm import GPU_SHARE_FOR_GENERATION, VLLMGenerator, vllm_import_error
-
-GENERATOR_BACKENDS = ("by_size", "auto", "vllm", "hf")
-"""``--generator``: by_size (the default: transformers for a model under SMALL_MODEL_PARAMS
-on CPU, else as auto), auto (vLLM where it imports, else transformers), vllm, or hf
-(transformers, zoo.services.generation.hf). Runs recorded before by_size existed say
-auto and meant it: they reproduce with vLLM."""
+from zoo.services.settings import GENERATOR_BACKENDS
 
 SMALL_MODEL_PARAMS = 10_000_000
 """Below this many weights (zoo.models.presets.ModelShape.params) a CPU generates faster
