@@ -769,7 +769,6 @@ def cmd_compare(args: argparse.Namespace) -> int:
     )
     from harness.recipes import prepare, print_plan
     from harness.verdicts import DEFAULT_DELTA
-    from zoo.models.presets import TINY_MODELS
 
     recipe = prepare(args)  # a Qwen3 preset's recipe fills in --env and --seeds
     if args.resume and not args.out:
@@ -789,7 +788,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
                           f"({args.max_seeds}), got {args.seeds}")  # fmt: skip
     factors = parse_factors(args.control_lr_factors)
     # a real model's weights are checked with the plan printed first (print_plan)
-    real = args.model not in TINY_MODELS or bool(args.model_path)
+    real = recipe is not None
     base = run_config(args, args.algorithms[0], envs[0], 0, weights=not real)
     print(args.budget_line, flush=True)
     vary = parse_vary(args.vary)

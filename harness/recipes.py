@@ -78,7 +78,9 @@ class GPUPlan:
     micro_batch: int | None
     """None: no micro-batch fits one such GPU."""
     memory_gib: float
-    """The most any row needs, per GPU, at that micro-batch (or at 1 where none fits)."""
+    """The most any row needs, per GPU, at micro-batch ``sized_at``."""
+    sized_at: int
+    """The micro-batch of the figures: the one chosen, else the smallest tried."""
     steps: dict[str, float]
     """Rollout steps per run, by row."""
     run_seconds: dict[str, float]
@@ -109,7 +111,8 @@ def plan_on(works: dict, runs: dict, counts: dict[str, int], gpu, micro: int | N
         need = None if None in needs else max(n for n in needs if n is not None)
     return GPUPlan(
         gpu=gpu, micro_batch=size if fits else None,
-        memory_gib=max(p.memory.minimum for p in plans.values()) / 2**30, steps=steps,
+        memory_gib=max(p.memory.minimum for p in plans.values()) / 2**30, sized_at=size,
+        steps=steps,
         run_seconds=seconds, total_seconds=sum(seconds[row] * n for row, n in counts.items()),
         gpus_needed=need,
     )  # fmt: skip
@@ -134,7 +137,9 @@ def command_text(args, cfg: RunConfig, recipe: Recipe | None, micro: int | None)
     return shlex.join(words)
 
 
-def blockers(cfg: RunConfig, gpu, on_gpu: GPUPlan | None, dry_run: bool) -> list[str]:
+def blockers(
+    cfg: RunConfig, gpu, on_gpu: GPUPlan | None, dry_run: bool, given_micro: bool
+) -> list[str]:
     """Why this machine cannot run the comparison, each with its fix ([] when it can)."""
     from zoo.models.presets import check_weights_available
 
@@ -151,12 +156,19 @@ def blockers(cfg: RunConfig, gpu, on_gpu: GPUPlan | None, dry_run: bool) -> list
     except ConfigError as exc:
         found.append(str(exc))
     if on_gpu is not None and on_gpu.micro_batch is None:
-        more = (f"a placement file that splits the trainer over {on_gpu.gpus_needed} GPUs "
-                "(--config, docs/placement.md; not yet run on GPUs)"
-                if on_gpu.gpus_needed else "a GPU with more memory")  # fmt: skip
+        if given_micro:
+            more = "a smaller --micro-batch-size, or none (the plan then picks one that fits)"
+        elif on_gpu.gpus_needed:
+            more = (
+                f"a placement file that splits the trainer over {on_gpu.gpus_needed} GPUs "
+                "(--config, docs/placement.md; not yet run on GPUs), or a smaller model"
+            )
+        else:
+            more = "a GPU with more memory, or a smaller model"
         found.append(
-            f"{cfg.model} does not fit this GPU ({on_gpu.gpu.name}) even at micro-batch 1: "
-            f"~{on_gpu.memory_gib:.1f} GiB by the estimate. Fix: {more}, or a smaller model"
+            f"{cfg.model} does not fit this GPU ({on_gpu.gpu.name}) at micro-batch "
+            f"{on_gpu.sized_at}: ~{on_gpu.memory_gib:.1f} GiB by the estimate, of "
+            f"{on_gpu.gpu.memory_bytes / 2**30:.1f} (90% usable). Fix: {more}"
         )
     return found
 
@@ -215,7 +227,8 @@ def print_plan(args, cfgs: list[RunConfig], recipe: Recipe | None) -> int | None
         where = "this machine's GPU: " if gpu is not None else ""
         if p.micro_batch is None:
             print(
-                f"    {where}{p.gpu.name} ({gib:.0f} GiB): does not fit one at micro-batch 1 "
+                f"    {where}{p.gpu.name} ({gib:.0f} GiB): does not fit one at micro-batch "
+                f"{p.sized_at} "
                 f"(~{p.memory_gib:.1f} GiB)"
                 + (f"; {p.gpus_needed} GPUs with the trainer split" if p.gpus_needed else "")
             )
@@ -231,7 +244,7 @@ def print_plan(args, cfgs: list[RunConfig], recipe: Recipe | None) -> int | None
               f"{duration(p.total_seconds)} for all {len(cfgs)}")  # fmt: skip
         print(f"      command: {command_text(args, base, recipe, p.micro_batch)}")
     on_gpu = plans[0] if gpu is not None else None
-    found = blockers(base, gpu, on_gpu, args.dry_run)
+    found = blockers(base, gpu, on_gpu, args.dry_run, args.micro_batch_given)
     if found and not args.dry_run:
         raise ConfigError("this machine cannot run this comparison (the plan above is what "
                           "it would run):\n  - " + "\n  - ".join(found))  # fmt: skip
