@@ -346,8 +346,10 @@ def build_parser() -> argparse.ArgumentParser:
         "doctor",
         help="check this machine before a long run (sandbox, vLLM, disk, memory)",
         description="Check, for the run these flags describe, that the code sandbox "
-        "isolates, that vLLM starts, that the disk holds its checkpoints and that the "
-        "memory holds the model; print PASS/WARN/FAIL and what to fix. Exit 1 on a FAIL.",
+        "isolates, that vLLM starts (where the run would generate with it: not for the tiny "
+        "presets on the CPU, which --generator by_size gives to transformers), that the disk "
+        "holds its checkpoints and that the memory holds the model; print PASS/WARN/FAIL and "
+        "what to fix. Exit 1 on a FAIL.",
     )
     doctor.add_argument("algorithm", nargs="?", default="grpo",
                         help="algorithm of the run to check for (default grpo)")  # fmt: skip
@@ -360,8 +362,9 @@ def build_parser() -> argparse.ArgumentParser:
     doctor.add_argument("--plan", action="store_true",
                         help="instead of the checks, predict memory per GPU and seconds per "
                         "step on --gpus GPUs of kind --gpu from the ledger's FLOPs and the "
-                        "efficiencies measured in leaderboards/gpu_check.md; needs no GPU "
-                        "and no weights")  # fmt: skip
+                        "efficiencies measured in leaderboards/gpu_check.md; needs no GPU, "
+                        "no weights and no data (an env's data that is not here, as gsm8k's "
+                        "offline, is assumed and the plan says so)")  # fmt: skip
     doctor.add_argument("--gpus", type=gpu_count, default=None, metavar="N",
                         help="with --plan: GPUs the run gets, the trainer split over them "
                         "by FSDP2 (default 1)")  # fmt: skip

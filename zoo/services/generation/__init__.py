@@ -24,6 +24,14 @@ arithmetic: new tokens per second, vLLM over transformers, on 128 prompts x 8 sa
 0.5M tiny model, 0.92 at 10M (6 tokens; 0.99 at 32), 1.23-1.45 at 50M."""
 
 
+def by_size(params: int, device: str = "cpu", tensor_parallel: int = 1) -> str:
+    """What ``--generator by_size`` means for a model of ``params`` weights: "hf" for a
+    small model in one CPU process, else "auto" (``doctor`` asks it from the shape alone,
+    to check only the backend a run would start)."""
+    one_cpu_process = torch.device(device).type == "cpu" and tensor_parallel == 1
+    return "hf" if one_cpu_process and params < SMALL_MODEL_PARAMS else "auto"
+
+
 def resolve_backend(
     backend: str, model_path: Path, device: str = "cpu", tensor_parallel: int = 1
 ) -> str:
@@ -34,10 +42,7 @@ def resolve_backend(
     if backend not in GENERATOR_BACKENDS:
         raise ConfigError(f"unknown generator {backend!r}; valid: {', '.join(GENERATOR_BACKENDS)}")
     if backend == "by_size":
-        one_cpu_process = torch.device(device).type == "cpu" and tensor_parallel == 1
-        if one_cpu_process and ModelShape.from_hf_dir(model_path).params < SMALL_MODEL_PARAMS:
-            return "hf"
-        backend = "auto"
+        backend = by_size(ModelShape.from_hf_dir(model_path).params, device, tensor_parallel)
     if backend == "auto":
         error = vllm_import_error()
         if error is None:
