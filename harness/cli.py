@@ -992,5 +992,33 @@ def print_summary(out: Path) -> None:
     console.print(table)
 
 
-def command_line() -> str:
-    return "python -m harness " + " ".join(sys.argv[1:])
+REPO_ROOT = Path(__file__).resolve().parents[1]
+"""The checkout this harness runs from (its pyproject.toml beside harness/)."""
+
+
+def command_line(argv: list[str] | None = None, root: Path = REPO_ROOT) -> str:
+    """The command as runs and experiments record it (config.json, experiment.json, the
+    boards): ``python -m harness`` and its arguments, the ``--out`` folder relative to the
+    repository root where it lies inside it (an absolute path names one machine's layout,
+    and a committed board's command should re-run from any checkout's root), else as
+    given. Committed results keep the commands they recorded."""
+    words = list(sys.argv[1:] if argv is None else argv)
+    for i, word in enumerate(words):
+        if word == "--out" and i + 1 < len(words):
+            words[i + 1] = repo_relative(words[i + 1], root)
+        elif word.startswith("--out="):
+            words[i] = "--out=" + repo_relative(word.removeprefix("--out="), root)
+    return "python -m harness " + " ".join(words)
+
+
+def repo_relative(path: str, root: Path = REPO_ROOT) -> str:
+    """``path`` relative to ``root`` when it lies inside it (as given from this folder),
+    else ``path`` unchanged; unchanged too where ``root`` is not a checkout (an installed
+    harness)."""
+    if not (root / "pyproject.toml").is_file():
+        return path
+    where = Path(os.path.abspath(path))
+    for base in {root, root.resolve()}:  # (the checkout's path as named and as resolved)
+        if where == base or base in where.parents:
+            return where.relative_to(base).as_posix()
+    return path

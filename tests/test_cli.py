@@ -275,3 +275,20 @@ def test_every_option_of_every_command_says_what_it_does():
         and len(re.sub(r"\(default: [^)]*\)", "", action.help or "").strip()) < 8
     ]
     assert silent == []
+
+
+def test_the_recorded_command_names_an_out_folder_inside_the_repository_from_its_root(tmp_path):
+    """A committed board recorded ``--out /work/pff-board2``: one machine's layout. Inside
+    the repository the folder is recorded from its root; outside it, as given."""
+    from harness.cli import REPO_ROOT, command_line
+
+    inside = str(REPO_ROOT / "results" / "board")
+    assert command_line(["compare", "grpo", "--out", inside]) == (
+        "python -m harness compare grpo --out results/board"
+    )
+    assert command_line(["run", "grpo", f"--out={inside}/r"]).endswith("--out=results/board/r")
+    outside = str(tmp_path / "board")
+    assert command_line(["compare", "grpo", "--out", outside]).endswith(f"--out {outside}")
+    assert command_line(["compare", "grpo", "--seeds", "2"]).endswith("grpo --seeds 2")
+    # where the harness is not a checkout (no pyproject.toml there): as given
+    assert command_line(["run", "grpo", "--out", inside], root=tmp_path).endswith(inside)
