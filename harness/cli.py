@@ -10,6 +10,7 @@ import argparse
 import dataclasses
 import os
 import sys
+import textwrap
 import time
 import typing
 from collections.abc import Callable
@@ -25,9 +26,25 @@ DEFAULT_TINY_BUDGET = 2e12
 mini-batches each), ~1 minute per run on 2 cores."""
 
 
+class HelpFormatter(argparse.HelpFormatter):
+    """argparse's, wrapping lines at spaces only: a flag named in a sentence
+    (``--weight-decay``) stays whole."""
+
+    def _split_lines(self, text: str, width: int) -> list[str]:
+        return textwrap.wrap(" ".join(text.split()), width, break_on_hyphens=False)
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        return textwrap.fill(" ".join(text.split()), width, initial_indent=indent,
+                             subsequent_indent=indent, break_on_hyphens=False)  # fmt: skip
+
+
 class Parser(argparse.ArgumentParser):
     """argparse with its errors on one line (exit status 2): the command, what was wrong
     and where the valid choices are listed."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        kwargs.setdefault("formatter_class", HelpFormatter)  # (the commands' parsers too)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> typing.NoReturn:
         self.exit(2, f"error: {message} (see `{self.prog} --help`)\n")
@@ -69,7 +86,9 @@ def folder(text: str) -> Path:
     return Path(text)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(full: bool = False) -> argparse.ArgumentParser:
+    """The command line. ``full``: every run option with its help under ``--help`` (as
+    ``--help-all`` shows them); by default the common ones, each section naming the rest."""
     parser = Parser(
         prog="python -m harness",
         description="forge-zoo: RL algorithms for language models on one shared infra core.",
@@ -94,7 +113,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--out", type=folder, help="run folder (default: results/<run-id>)")
     run.add_argument("--resume", action="store_true",
                      help="continue the run in --out from its last checkpoint")  # fmt: skip
-    add_training_arguments(run, "run")
+    add_training_arguments(run, "run", full)
     run.add_argument(
         "--set", dest="algo_set", action="append", default=[], metavar="KEY=VALUE",
         help="algorithm hyperparameter override, e.g. --set eps=0.3 (repeatable)",
@@ -123,7 +142,7 @@ def build_parser() -> argparse.ArgumentParser:
         "class, whether this machine can run it) and exit 0 without running anything; a real "
         "model prints the same plan before every comparison (docs/gpu.md)",
     )  # fmt: skip
-    add_training_arguments(compare, "compare")
+    add_training_arguments(compare, "compare", full)
     compare.add_argument(
         "--set", dest="algo_set", action="append", default=[], metavar="KEY=VALUE",
         help="algorithm hyperparameter override for every algorithm, e.g. --set beta=0 "
@@ -370,7 +389,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "by FSDP2 (default 1)")  # fmt: skip
     doctor.add_argument("--gpu", choices=("h200", "h100", "a100"), default=None,
                         help="with --plan: the GPU kind (default h200)")  # fmt: skip
-    add_training_arguments(doctor, "doctor")
+    add_training_arguments(doctor, "doctor", full)
 
     worker = sub.add_parser(
         "worker",
@@ -484,11 +503,36 @@ def resolve_budget(args: argparse.Namespace, command: str) -> str:
     return f"budget: {amount} per run ({how}; one of {BUDGET_CHOICE} changes it)"
 
 
-def add_training_arguments(p: argparse.ArgumentParser, command: str) -> None:
+COMMON_OPTIONS = (
+    "model", "init", "prompts_per_step", "group_size", "max_response_len", "lr",
+    "micro_batch_size", "steps", "budget_flops", "device", "report_to",
+)  # fmt: skip
+"""RunConfig fields whose flags `--help` explains; each section names its others, which
+`--help-all` explains (all are accepted either way)."""
+
+
+class FullHelp(argparse.Action):
+    """``--help-all``: the command's help with every option explained, by section."""
+
+    def __init__(self, option_strings: list[str], dest: str, command: str = "", **kwargs):
+        super().__init__(option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS,
+                         nargs=0, **kwargs)  # fmt: skip
+        self.command = command
+
+    def __call__(self, parser, namespace, values, option_string=None) -> typing.NoReturn:
+        full = build_parser(full=True)
+        commands = next(a for a in full._actions if isinstance(a, argparse._SubParsersAction))
+        commands.choices[self.command].print_help()
+        parser.exit()
+
+
+def add_training_arguments(p: argparse.ArgumentParser, command: str, full: bool = True) -> None:
     """Options shared by `run`, `compare` and `doctor`: one flag per RunConfig field (its
     docstring is the help, its type the parser, ``zoo.run.run_config.CHOICES`` its valid
     values), so the command line cannot drift from the config. The budget flags are read
-    the same way by every command (``resolve_budget``); only the default differs."""
+    the same way by every command (``resolve_budget``); only the default differs.
+    ``full`` False: `--help` explains COMMON_OPTIONS only, and each section's heading names
+    its other flags (~70 lines instead of ~300; every flag parses the same)."""
     from zoo.run.run_config import (
         CHOICES,
         REAL_MODEL_DEFAULTS,
@@ -504,6 +548,12 @@ def add_training_arguments(p: argparse.ArgumentParser, command: str) -> None:
     # --help lists the flags under their RunConfig section's heading
     groups = {cls: p.add_argument_group(title) for title, cls in SECTIONS}
     group_of = {f.name: groups[cls] for _, cls in SECTIONS for f in dataclasses.fields(cls)}
+    if not full:  # each section names its flags that --help leaves unexplained
+        for cls, group in groups.items():
+            rest = [f"--{f.name.replace('_', '-')}" for f in dataclasses.fields(cls)
+                    if f.name not in COMMON_OPTIONS and f.name not in CLI_OWN_FIELDS]  # fmt: skip
+            if rest:
+                group.description = f"also {', '.join(rest)} (--help-all explains each)"
     for f in dataclasses.fields(RunConfig):
         if f.name in CLI_OWN_FIELDS:
             continue
@@ -532,12 +582,15 @@ def add_training_arguments(p: argparse.ArgumentParser, command: str) -> None:
         else:
             help_text += f" (default: {default})" if default != "" else ""
         flag = "--" + f.name.replace("_", "-")
+        shown_here = full or f.name in COMMON_OPTIONS
         group_of[f.name].add_argument(
             flag, *FLAG_ALIASES.get(f.name, ()), dest=f.name, default=default,
-            type=number(kind) if kind in (int, float) else kind,
-            choices=CHOICES.get(f.name), help=help_text.replace("%", "%%"),
+            type=number(kind) if kind in (int, float) else kind, choices=CHOICES.get(f.name),
+            help=help_text.replace("%", "%%") if shown_here else argparse.SUPPRESS,
             metavar=None if f.name in CHOICES else METAVARS.get(f.name, TYPE_METAVARS[kind]),
         )  # fmt: skip
+    p.add_argument("--help-all", action=FullHelp, command=command,
+                   help="show every option with its help, by section, and exit")  # fmt: skip
     p.add_argument(
         "--env-set",
         action="append",
