@@ -124,6 +124,14 @@ def duration(seconds: float) -> str:
     return f"{seconds / 3600:.1f} h"
 
 
+def span(seconds: list[float]) -> str:
+    """The range of ``seconds`` in one unit (that of the longest): "35-36 min", "1.8-1.9 h"."""
+    low, high = duration(seconds[0]).split()[0], duration(seconds[-1])
+    if seconds[-1] >= 5400 > seconds[0]:
+        low = f"{seconds[0] / 3600:.1f}"
+    return high if low == high.split()[0] else f"{low}-{high}"
+
+
 def command_text(args, cfg: RunConfig, recipe: Recipe | None, micro: int | None) -> str:
     """The command that runs this comparison with the recipe's choices spelled out."""
     words = ["python", "-m", "harness", "compare", *args.algorithms, "--model", args.model]
@@ -234,11 +242,7 @@ def print_plan(args, cfgs: list[RunConfig], recipe: Recipe | None) -> int | None
             )
             continue
         steps = ", ".join(f"{row.split(' on ')[0]} ~{s:.0f}" for row, s in p.steps.items())
-        times = sorted(p.run_seconds.values())
-        low, high = duration(times[0]), duration(times[-1])
-        per_run = low if low == high else f"{low.split()[0]}-{high}"
-        if low.split()[1] != high.split()[1]:
-            per_run = f"{low}-{high}"
+        per_run = span(sorted(p.run_seconds.values()))
         print(f"    {where}{p.gpu.name} ({gib:.0f} GiB): micro-batch {p.micro_batch}, "
               f"{p.memory_gib:.1f} GiB per GPU; steps per run: {steps}; {per_run} per run, "
               f"{duration(p.total_seconds)} for all {len(cfgs)}")  # fmt: skip

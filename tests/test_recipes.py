@@ -13,7 +13,7 @@ import io
 
 import pytest
 import torch
-from harness_cli import run_harness
+from harness_cli import REPO, run_harness
 
 from harness.capacity import GPUS, Workload, capacity_plan, estimate_plan, run_steps
 from harness.recipes import MICRO_BATCHES, RECIPES, plan_on, print_plan
@@ -60,6 +60,17 @@ def test_the_headline_command_with_random_weights_as_a_dry_run_prints_the_plan(t
     # still said, though not an error: this machine would not run it
     assert "cannot run it as is" in out and "no GPU" in out and "no weights" not in out
     assert not (tmp_path / "results").exists()
+    # docs/gpu.md's table per GPU class is this plan's figures
+    doc = (REPO / "docs" / "gpu.md").read_text()
+    planned = [x for x in out.splitlines() if x.startswith("    ") and " per run, " in x]
+    assert [x.split()[0] for x in planned] == ["H200", "H100", "A100"]
+    for line in planned:
+        gpu = line.split()[0]
+        memory = line.split("micro-batch ")[1].split(", ")[1].split(" per GPU")[0]
+        per_run, total = line.split("; ")[-1].split(" per run, ")
+        row = next(r for r in doc.splitlines() if r.startswith(f"| {gpu} "))
+        assert memory.removesuffix(" GiB") in row and per_run in row, (line, row)
+        assert total.removesuffix(" for all 6") in row, (line, row)
 
 
 def test_a_tiny_comparison_as_a_dry_run_lists_its_runs_and_writes_nothing(tmp_path):
