@@ -274,7 +274,7 @@ def print_checks(checks: list[Check]) -> None:
     colour = {"PASS": "green", "WARN": "yellow", "FAIL": "red"}
     for c in checks:
         table.add_row(c.name, f"[{colour[c.status]}]{c.status}[/]", c.detail, c.fix or "-")
-    Console(width=max(shutil.get_terminal_size().columns, 120)).print(table)
+    Console().print(table)  # (as wide as the terminal; rich folds the cells to fit)
 
 
 def cmd_doctor(cfg: RunConfig, out: Path, only: Iterable[str], verbose: bool = False) -> int:
