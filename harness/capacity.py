@@ -16,6 +16,7 @@ The one real measurement it is checked against is that GPU check: ``gpu_check_co
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from zoo.algorithms import get_algorithm
@@ -479,9 +480,14 @@ def cmd_plan(cfg: RunConfig, gpus: int, gpu: str) -> int:
     console.print(table)
     console.print(ASSUMPTIONS)
     if not plan.fits:
+        # a smaller micro-batch first: memory only, the same numbers (H100: qwen3-1.7b at 4)
+        smaller = next((m for m in (8, 4, 2, 1) if m < work.micro_batch and capacity_plan(
+            dataclasses.replace(work, micro_batch=m), gpus, gpu).fits), None)  # fmt: skip
         need = gpus_needed(work, gpu)
-        more = (f"--gpus {need}" if need is not None else "a smaller --micro-batch-size, "
-                "fewer --prompts-per-step or a shorter --max-response-len")  # fmt: skip
+        tries = ([f"--micro-batch-size {smaller}"] if smaller else []) + (
+            [f"--gpus {need}"] if need is not None else [])  # fmt: skip
+        more = (" or ".join(tries) if tries else "a smaller --micro-batch-size, fewer "
+                "--prompts-per-step or a shorter --max-response-len")  # fmt: skip
         print(f"doctor: the plan does not fit {gpus} x {plan.gpu.name}; try {more}")
         return 1
     return 0

@@ -94,6 +94,9 @@ def test_doctor_plan_prints_the_table_offline_without_weights(monkeypatch):
 
 def test_doctor_plan_that_does_not_fit_says_how_many_gpus(monkeypatch):
     monkeypatch.setenv("COLUMNS", "200")
+    # qwen3-1.7b's default batch on an 80 GB card: micro-batch 8 does not fit, 4 does
+    code, text = doctor("--plan", "--model", "qwen3-1.7b", "--env", "gsm8k", "--gpu", "h100")
+    assert code == 1 and "try --micro-batch-size 4 or --gpus 3" in text, text
     code, text = doctor("--plan", "--model", "qwen3-8b", "--gpu", "a100", "--micro-batch-size",
                         "1", "--prompts-per-step", "4", "--max-response-len", "256")  # fmt: skip
     assert code == 1 and "does NOT fit" in text and "try --gpus" in text, text
@@ -145,9 +148,10 @@ def test_list_models_and_doctor_plan_give_one_memory_figure(tmp_path, monkeypatc
     listed = io.StringIO()
     with contextlib.redirect_stdout(listed):
         print_models()
-    row = next(line for line in listed.getvalue().splitlines() if "│ qwen3-1.7b " in line)
-    total, minimum = (float(x) for x in row.split("│")[9].split("/"))
-    assert "grpo on gsm8k" in row and "micro-batch 8" in row and "bf16 GPU" in row
+    memory = listed.getvalue().split("memory in GiB")[1]  # (the table of memory by part)
+    row = next(line for line in memory.splitlines() if "│ qwen3-1.7b " in line)
+    minimum, total = (float(x) for x in row.split("│")[2].split("/"))
+    assert "grpo, gsm8k*, 512 x 1280, mb 8, bf16 GPU" in row
     run = default_run("qwen3-1.7b")
     assert (run.algorithm, run.env) == ("grpo", "gsm8k")
     code, text = doctor("--plan", "--model", "qwen3-1.7b", "--env", "gsm8k")
