@@ -199,7 +199,9 @@ def print_plan(args, cfgs: list[RunConfig], recipe: Recipe | None) -> int | None
     names = [run_name(c) for c in cfgs]
     if len(names) > 12:  # (a large board: its first and last runs name the pattern)
         names = [*names[:8], f"... {len(names) - 10} more ...", *names[-2:]]
-    print(f"plan: {len(cfgs)} runs, one after another ({', '.join(names)})")
+    jobs = getattr(args, "jobs", 1)
+    at_once = "one after another" if jobs == 1 else f"{jobs} at once, a GPU each"
+    print(f"plan: {len(cfgs)} runs, {at_once} ({', '.join(names)})")
     if recipe is not None:
         d = REAL_MODEL_DEFAULTS
         print(f"  recipe for {args.model} (docs/gpu.md): --env {recipe.env}, --budget "
@@ -225,6 +227,8 @@ def print_plan(args, cfgs: list[RunConfig], recipe: Recipe | None) -> int | None
     micro = base.micro_batch_size if args.micro_batch_given else None
     targets = [gpu] if gpu is not None else [GPUS[k] for k in PLANNED_GPUS]
     plans = [plan_on(works, runs, counts, g, micro) for g in targets]
+    if jobs > 1:  # (--jobs N on N GPUs: the runs' time shared out, none of them shorter)
+        plans = [dataclasses.replace(p, total_seconds=p.total_seconds / jobs) for p in plans]
     first = next(iter(runs.values()))
     print(f"  estimate, not measured (the ledger's FLOPs at the efficiencies one H200 reached "
           f"in leaderboards/gpu_check.md, zoo/models/memory.py's upper estimate of memory"
