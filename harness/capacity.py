@@ -432,8 +432,10 @@ def estimate_plan(cfg: RunConfig) -> tuple[RunPlan, str]:
         reason = str(exc).split(". ")[0].removeprefix(f"{cfg.env}: ")
         standin = AssumedPrompts(cfg.env, env_config)
         plan = RunPlan.resolve(cfg, spec=False, env=standin).with_estimate()
-        return plan, (f"prompts of {ASSUMED_PROMPT_TOKENS} tokens assumed: {cfg.env}'s data "
-                      f"is not here ({reason}); a run needs it, a plan does not")  # fmt: skip
+        return plan, (
+            f"prompts of {ASSUMED_PROMPT_TOKENS} tokens assumed: {cfg.env}'s data "
+            f"is not here ({reason}); a run needs it, a plan does not"
+        )
     return RunPlan.resolve(cfg, spec=False, env=env).with_estimate(), ""
 
 
@@ -448,8 +450,11 @@ def detect_gpu() -> GPUKind | None:
     props = torch.cuda.get_device_properties(0)
     known = next((k for key, k in GPUS.items() if key in props.name.lower()), None)
     peak = known.peak_flops if known is not None else GPUS["a100"].peak_flops
-    source = (f"this machine's GPU; {known.source.split(';')[0]} peak" if known is not None
-              else "this machine's GPU; peak unknown, planned at the A100's")  # fmt: skip
+    source = (
+        f"this machine's GPU; {known.source.split(';')[0]} peak"
+        if known is not None
+        else "this machine's GPU; peak unknown, planned at the A100's"
+    )
     return GPUKind(props.name, peak, props.total_memory, source)
 
 
@@ -481,13 +486,25 @@ def cmd_plan(cfg: RunConfig, gpus: int, gpu: str) -> int:
     console.print(ASSUMPTIONS)
     if not plan.fits:
         # a smaller micro-batch first: memory only, the same numbers (H100: qwen3-1.7b at 4)
-        smaller = next((m for m in (8, 4, 2, 1) if m < work.micro_batch and capacity_plan(
-            dataclasses.replace(work, micro_batch=m), gpus, gpu).fits), None)  # fmt: skip
+        smaller = next(
+            (
+                m
+                for m in (8, 4, 2, 1)
+                if m < work.micro_batch
+                and capacity_plan(dataclasses.replace(work, micro_batch=m), gpus, gpu).fits
+            ),
+            None,
+        )
         need = gpus_needed(work, gpu)
         tries = ([f"--micro-batch-size {smaller}"] if smaller else []) + (
-            [f"--gpus {need}"] if need is not None else [])  # fmt: skip
-        more = (" or ".join(tries) if tries else "a smaller --micro-batch-size, fewer "
-                "--prompts-per-step or a shorter --max-response-len")  # fmt: skip
+            [f"--gpus {need}"] if need is not None else []
+        )
+        more = (
+            " or ".join(tries)
+            if tries
+            else "a smaller --micro-batch-size, fewer "
+            "--prompts-per-step or a shorter --max-response-len"
+        )
         print(f"doctor: the plan does not fit {gpus} x {plan.gpu.name}; try {more}")
         return 1
     return 0

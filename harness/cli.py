@@ -34,8 +34,13 @@ class HelpFormatter(argparse.HelpFormatter):
         return textwrap.wrap(" ".join(text.split()), width, break_on_hyphens=False)
 
     def _fill_text(self, text: str, width: int, indent: str) -> str:
-        return textwrap.fill(" ".join(text.split()), width, initial_indent=indent,
-                             subsequent_indent=indent, break_on_hyphens=False)  # fmt: skip
+        return textwrap.fill(
+            " ".join(text.split()),
+            width,
+            initial_indent=indent,
+            subsequent_indent=indent,
+            break_on_hyphens=False,
+        )
 
 
 class Parser(argparse.ArgumentParser):
@@ -130,18 +135,21 @@ def build_parser(full: bool = False) -> argparse.ArgumentParser:
     compare.add_argument("--env", dest="envs", action="append", default=None,
                          help="environment (repeat for several; default: arithmetic)")  # fmt: skip
     compare.add_argument(
-        "--seeds", type=number(int), default=None,
+        "--seeds",
+        type=number(int),
+        default=None,
         help="seeds 0..N-1 (default 3, as in the real presets' recipes)",
-    )  # fmt: skip
+    )
     compare.add_argument("--out", type=folder, help="experiment folder (default: results/...)")
     compare.add_argument("--resume", action="store_true",
                          help="continue an interrupted comparison in --out")  # fmt: skip
     compare.add_argument(
-        "--dry-run", action="store_true",
+        "--dry-run",
+        action="store_true",
         help="print the plan (the runs, the recipe, the estimated memory and time per GPU "
         "class, whether this machine can run it) and exit 0 without running anything; a real "
         "model prints the same plan before every comparison (docs/gpu.md)",
-    )  # fmt: skip
+    )
     add_training_arguments(compare, "compare", full)
     compare.add_argument(
         "--set", dest="algo_set", action="append", default=[], metavar="KEY=VALUE",
@@ -378,12 +386,15 @@ def build_parser(full: bool = False) -> argparse.ArgumentParser:
                         help="where the run would write (default: results/)")  # fmt: skip
     doctor.add_argument("--only", action="append", choices=("sandbox", "vllm", "disk", "memory"),
                         help="run only these checks (repeatable; default: all)")  # fmt: skip
-    doctor.add_argument("--plan", action="store_true",
-                        help="instead of the checks, predict memory per GPU and seconds per "
-                        "step on --gpus GPUs of kind --gpu from the ledger's FLOPs and the "
-                        "efficiencies measured in leaderboards/gpu_check.md; needs no GPU, "
-                        "no weights and no data (an env's data that is not here, as gsm8k's "
-                        "offline, is assumed and the plan says so)")  # fmt: skip
+    doctor.add_argument(
+        "--plan",
+        action="store_true",
+        help="instead of the checks, predict memory per GPU and seconds per "
+        "step on --gpus GPUs of kind --gpu from the ledger's FLOPs and the "
+        "efficiencies measured in leaderboards/gpu_check.md; needs no GPU, "
+        "no weights and no data (an env's data that is not here, as gsm8k's "
+        "offline, is assumed and the plan says so)",
+    )
     doctor.add_argument("--gpus", type=gpu_count, default=None, metavar="N",
                         help="with --plan: GPUs the run gets, the trainer split over them "
                         "by FSDP2 (default 1)")  # fmt: skip
@@ -458,9 +469,11 @@ def budget_default(command: str) -> str:
     from harness.recipes import RECIPES
 
     real = ", ".join(f"{r.budget_flops:.1e} for {m}" for m, r in RECIPES.items())
-    return (f"default on the tiny presets: --budget {DEFAULT_TINY_BUDGET:.0e} ({own}), "
-            f"so that every algorithm gets the same compute; on the Qwen3 presets their "
-            f"recipe's ({real}; docs/gpu.md); other models need one")  # fmt: skip
+    return (
+        f"default on the tiny presets: --budget {DEFAULT_TINY_BUDGET:.0e} ({own}), "
+        f"so that every algorithm gets the same compute; on the Qwen3 presets their "
+        f"recipe's ({real}; docs/gpu.md); other models need one"
+    )
 
 
 def resolve_budget(args: argparse.Namespace, command: str) -> str:
@@ -504,9 +517,18 @@ def resolve_budget(args: argparse.Namespace, command: str) -> str:
 
 
 COMMON_OPTIONS = (
-    "model", "init", "prompts_per_step", "group_size", "max_response_len", "lr",
-    "micro_batch_size", "steps", "budget_flops", "device", "report_to",
-)  # fmt: skip
+    "model",
+    "init",
+    "prompts_per_step",
+    "group_size",
+    "max_response_len",
+    "lr",
+    "micro_batch_size",
+    "steps",
+    "budget_flops",
+    "device",
+    "report_to",
+)
 """RunConfig fields whose flags `--help` explains; each section names its others, which
 `--help-all` explains (all are accepted either way)."""
 
@@ -515,8 +537,9 @@ class FullHelp(argparse.Action):
     """``--help-all``: the command's help with every option explained, by section."""
 
     def __init__(self, option_strings: list[str], dest: str, command: str = "", **kwargs):
-        super().__init__(option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS,
-                         nargs=0, **kwargs)  # fmt: skip
+        super().__init__(
+            option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS, nargs=0, **kwargs
+        )
         self.command = command
 
     def __call__(self, parser, namespace, values, option_string=None) -> typing.NoReturn:
@@ -550,8 +573,11 @@ def add_training_arguments(p: argparse.ArgumentParser, command: str, full: bool 
     group_of = {f.name: groups[cls] for _, cls in SECTIONS for f in dataclasses.fields(cls)}
     if not full:  # each section names its flags that --help leaves unexplained
         for cls, group in groups.items():
-            rest = [f"--{f.name.replace('_', '-')}" for f in dataclasses.fields(cls)
-                    if f.name not in COMMON_OPTIONS and f.name not in CLI_OWN_FIELDS]  # fmt: skip
+            rest = [
+                f"--{f.name.replace('_', '-')}"
+                for f in dataclasses.fields(cls)
+                if f.name not in COMMON_OPTIONS and f.name not in CLI_OWN_FIELDS
+            ]
             if rest:
                 group.description = f"also {', '.join(rest)} (--help-all explains each)"
     for f in dataclasses.fields(RunConfig):
@@ -589,8 +615,12 @@ def add_training_arguments(p: argparse.ArgumentParser, command: str, full: bool 
             help=help_text.replace("%", "%%") if shown_here else argparse.SUPPRESS,
             metavar=None if f.name in CHOICES else METAVARS.get(f.name, TYPE_METAVARS[kind]),
         )  # fmt: skip
-    p.add_argument("--help-all", action=FullHelp, command=command,
-                   help="show every option with its help, by section, and exit")  # fmt: skip
+    p.add_argument(
+        "--help-all",
+        action=FullHelp,
+        command=command,
+        help="show every option with its help, by section, and exit",
+    )
     p.add_argument(
         "--env-set",
         action="append",

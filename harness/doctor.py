@@ -216,10 +216,17 @@ def check_vllm(plan: RunPlan) -> Check:
     (in a second, not the engine's ~80) where the run generates with transformers."""
     cfg = plan.cfg
     if run_generator(plan) == "hf":
-        why = ("--generator hf" if cfg.generator == "hf" else
-               f"--generator by_size: {cfg.model} is under 10M weights, on the CPU")  # fmt: skip
-        return Check("vllm", "PASS", f"skipped: this run generates with transformers ({why}); "
-                     "--generator vllm or auto checks vLLM")  # fmt: skip
+        why = (
+            "--generator hf"
+            if cfg.generator == "hf"
+            else f"--generator by_size: {cfg.model} is under 10M weights, on the CPU"
+        )
+        return Check(
+            "vllm",
+            "PASS",
+            f"skipped: this run generates with transformers ({why}); "
+            "--generator vllm or auto checks vLLM",
+        )
     start = time.monotonic()
     try:
         from zoo.models.tiny import tiny_model_path

@@ -182,15 +182,21 @@ def print_models() -> None:
         work = Workload.of_plan(run)
         m = work.memory(compute_bytes=4 if tiny else 2)
         notes |= {note} if note else set()
-        at = (f"grpo, {run.cfg.env}{'*' if note else ''}, {work.sequences} x {work.max_len}, "
-              f"mb {work.micro_batch}, {'fp32 CPU' if tiny else 'bf16 GPU'}")  # fmt: skip
+        at = (
+            f"grpo, {run.cfg.env}{'*' if note else ''}, {work.sequences} x {work.max_len}, "
+            f"mb {work.micro_batch}, {'fp32 CPU' if tiny else 'bf16 GPU'}"
+        )
         models.add_row(name, f"{work.shape.params / 1e6:,.1f}M", text)
-        memory.add_row(name, f"{gib(m.minimum / 2**30)} / {gib(m.total / 2**30)}",
-                       gib((m.weights + m.gradients + m.optimizer) / 2**30),
-                       gib(m.activations / 2**30),
-                       f"{gib((m.generator + m.kv_cache_minimum) / 2**30)} / "
-                       f"{gib((m.generator + m.kv_cache) / 2**30)}",
-                       gib(m.reference / 2**30), at)  # fmt: skip
+        memory.add_row(
+            name,
+            f"{gib(m.minimum / 2**30)} / {gib(m.total / 2**30)}",
+            gib((m.weights + m.gradients + m.optimizer) / 2**30),
+            gib(m.activations / 2**30),
+            f"{gib((m.generator + m.kv_cache_minimum) / 2**30)} / "
+            f"{gib((m.generator + m.kv_cache) / 2**30)}",
+            gib(m.reference / 2**30),
+            at,
+        )
     console = Console()  # (as wide as the terminal; rich folds the cells to fit)
     console.print(models)
     console.print(memory)

@@ -103,19 +103,24 @@ def plan_on(works: dict, runs: dict, counts: dict[str, int], gpu, micro: int | N
             break
     fits = all(p.fits for p in plans.values())
     steps = {row: run_steps(runs[row], p, sized[row]) for row, p in plans.items()}
-    seconds = {row: steps[row] * p.step_seconds + evaluation_seconds(runs[row], p, sized[row])
-               for row, p in plans.items()}  # fmt: skip
+    seconds = {
+        row: steps[row] * p.step_seconds + evaluation_seconds(runs[row], p, sized[row])
+        for row, p in plans.items()
+    }
     need = None
     if not fits:
         needs = [gpus_needed(w, gpu) for w in sized.values()]
         need = None if None in needs else max(n for n in needs if n is not None)
     return GPUPlan(
-        gpu=gpu, micro_batch=size if fits else None,
-        memory_gib=max(p.memory.minimum for p in plans.values()) / 2**30, sized_at=size,
+        gpu=gpu,
+        micro_batch=size if fits else None,
+        memory_gib=max(p.memory.minimum for p in plans.values()) / 2**30,
+        sized_at=size,
         steps=steps,
-        run_seconds=seconds, total_seconds=sum(seconds[row] * n for row, n in counts.items()),
+        run_seconds=seconds,
+        total_seconds=sum(seconds[row] * n for row, n in counts.items()),
         gpus_needed=need,
-    )  # fmt: skip
+    )
 
 
 def duration(seconds: float) -> str:
@@ -137,8 +142,12 @@ def command_text(args, cfg: RunConfig, recipe: Recipe | None, micro: int | None)
     words = ["python", "-m", "harness", "compare", *args.algorithms, "--model", args.model]
     words += [w for env in args.envs for w in ("--env", env)] + ["--seeds", str(args.seeds)]
     unit, amount = cfg.budget
-    flag = {"flops": "--budget", "samples": "--budget-samples", "seconds": "--budget-seconds",
-            "steps": "--steps"}[unit]  # fmt: skip
+    flag = {
+        "flops": "--budget",
+        "samples": "--budget-samples",
+        "seconds": "--budget-seconds",
+        "steps": "--steps",
+    }[unit]
     words += [flag, f"{amount:g}" if unit in ("flops", "seconds") else str(int(amount))]
     if micro is not None:
         words += ["--micro-batch-size", str(micro)]
@@ -204,18 +213,22 @@ def print_plan(args, cfgs: list[RunConfig], recipe: Recipe | None) -> int | None
     print(f"plan: {len(cfgs)} runs, {at_once} ({', '.join(names)})")
     if recipe is not None:
         d = REAL_MODEL_DEFAULTS
-        print(f"  recipe for {args.model} (docs/gpu.md): --env {recipe.env}, --budget "
-              f"{recipe.budget_flops:g} FLOPs per run, --seeds {recipe.seeds}; the batch of "
-              f"real models: {d['prompts_per_step']} prompts x {d['group_size']} samples, "
-              f"responses <= {d['max_response_len']} tokens, lr {d['lr']:g}, "
-              f"{d['mini_batches']} mini-batches; a flag given replaces its part")  # fmt: skip
+        print(
+            f"  recipe for {args.model} (docs/gpu.md): --env {recipe.env}, --budget "
+            f"{recipe.budget_flops:g} FLOPs per run, --seeds {recipe.seeds}; the batch of "
+            f"real models: {d['prompts_per_step']} prompts x {d['group_size']} samples, "
+            f"responses <= {d['max_response_len']} tokens, lr {d['lr']:g}, "
+            f"{d['mini_batches']} mini-batches; a flag given replaces its part"
+        )
     if base.model in TINY_MODELS and not base.model_path:
         from harness.doctor import check_memory
 
         memory = check_memory(base)
-        print(f"  on this machine: memory {memory.status}: {memory.detail} (the pre-flight "
-              "estimate); time not estimated (the default budget takes about a minute a run "
-              "on 2 cores: docs/running.md)")  # fmt: skip
+        print(
+            f"  on this machine: memory {memory.status}: {memory.detail} (the pre-flight "
+            "estimate); time not estimated (the default budget takes about a minute a run "
+            "on 2 cores: docs/running.md)"
+        )
         return None
     runs, works, notes = {}, {}, set()
     for row, cfg in rows.items():
@@ -230,10 +243,12 @@ def print_plan(args, cfgs: list[RunConfig], recipe: Recipe | None) -> int | None
     if jobs > 1:  # (--jobs N on N GPUs: the runs' time shared out, none of them shorter)
         plans = [dataclasses.replace(p, total_seconds=p.total_seconds / jobs) for p in plans]
     first = next(iter(runs.values()))
-    print(f"  estimate, not measured (the ledger's FLOPs at the efficiencies one H200 reached "
-          f"in leaderboards/gpu_check.md, zoo/models/memory.py's upper estimate of memory"
-          f"{'; ' + '; '.join(sorted(notes)) if notes else ''}); per run: its steps, then "
-          f"{evaluation_text(first)}; start-up not counted:")  # fmt: skip
+    print(
+        f"  estimate, not measured (the ledger's FLOPs at the efficiencies one H200 reached "
+        f"in leaderboards/gpu_check.md, zoo/models/memory.py's upper estimate of memory"
+        f"{'; ' + '; '.join(sorted(notes)) if notes else ''}); per run: its steps, then "
+        f"{evaluation_text(first)}; start-up not counted:"
+    )
     for p in plans:
         gib = p.gpu.memory_bytes / 2**30
         where = "this machine's GPU: " if gpu is not None else ""
@@ -247,15 +262,19 @@ def print_plan(args, cfgs: list[RunConfig], recipe: Recipe | None) -> int | None
             continue
         steps = ", ".join(f"{row.split(' on ')[0]} ~{s:.0f}" for row, s in p.steps.items())
         per_run = span(sorted(p.run_seconds.values()))
-        print(f"    {where}{p.gpu.name} ({gib:.0f} GiB): micro-batch {p.micro_batch}, "
-              f"{p.memory_gib:.1f} GiB per GPU; steps per run: {steps}; {per_run} per run, "
-              f"{duration(p.total_seconds)} for all {len(cfgs)}")  # fmt: skip
+        print(
+            f"    {where}{p.gpu.name} ({gib:.0f} GiB): micro-batch {p.micro_batch}, "
+            f"{p.memory_gib:.1f} GiB per GPU; steps per run: {steps}; {per_run} per run, "
+            f"{duration(p.total_seconds)} for all {len(cfgs)}"
+        )
         print(f"      command: {command_text(args, base, recipe, p.micro_batch)}")
     on_gpu = plans[0] if gpu is not None else None
     found = blockers(base, gpu, on_gpu, args.dry_run, args.micro_batch_given)
     if found and not args.dry_run:
-        raise ConfigError("this machine cannot run this comparison (the plan above is what "
-                          "it would run):\n  - " + "\n  - ".join(found))  # fmt: skip
+        raise ConfigError(
+            "this machine cannot run this comparison (the plan above is what "
+            "it would run):\n  - " + "\n  - ".join(found)
+        )
     if found:
         print("this machine cannot run it as is:\n  - " + "\n  - ".join(found))
     elif args.dry_run:

@@ -144,8 +144,13 @@ def test_help_and_flag_errors_import_no_torch():
         "from zoo.run.run_config import RunConfig; RunConfig().validate(); "
         "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'vllm')))"
     )
-    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
-                         cwd=Path(__file__).resolve().parents[1], timeout=120)  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-c", probe],
+        capture_output=True,
+        text=True,
+        cwd=Path(__file__).resolve().parents[1],
+        timeout=120,
+    )
     assert out.returncode == 0 and out.stdout.strip() == "[]", out.stdout + out.stderr
 
 

@@ -72,8 +72,9 @@ def test_doctor_takes_the_run_flags_and_refuses_bad_ones():
 def test_the_whole_doctor_passes_here_through_the_command(tiny_model_path, tmp_path):
     # (--generator vllm: a tiny run by default generates with transformers, and then the
     # doctor does not start vLLM)
-    result = run_harness("doctor", "--generator", "vllm", "--out", str(tmp_path / "run"),
-                         cwd=tmp_path, timeout=600)  # fmt: skip
+    result = run_harness(
+        "doctor", "--generator", "vllm", "--out", str(tmp_path / "run"), cwd=tmp_path, timeout=600
+    )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     for name in ("sandbox", "vllm", "disk", "memory"):
         assert name in result.stdout

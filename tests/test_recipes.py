@@ -33,8 +33,16 @@ def offline(tmp_path) -> dict[str, str]:
 
 
 def test_the_headline_command_prints_its_plan_then_stops_with_the_reasons_and_fixes(tmp_path):
-    result = run_harness("compare", "grpo", "dapo", "--model", "qwen3-1.7b", cwd=tmp_path,
-                         env=offline(tmp_path), timeout=300)  # fmt: skip
+    result = run_harness(
+        "compare",
+        "grpo",
+        "dapo",
+        "--model",
+        "qwen3-1.7b",
+        cwd=tmp_path,
+        env=offline(tmp_path),
+        timeout=300,
+    )
     assert result.returncode == 2, result.stdout + result.stderr
     out, err = result.stdout, result.stderr
     # the plan, before the refusal: the recipe, the runs, per GPU class the memory settings
@@ -51,9 +59,19 @@ def test_the_headline_command_prints_its_plan_then_stops_with_the_reasons_and_fi
 
 
 def test_the_headline_command_with_random_weights_as_a_dry_run_prints_the_plan(tmp_path):
-    result = run_harness("compare", "grpo", "dapo", "--model", "qwen3-1.7b", "--init",
-                         "random", "--dry-run", cwd=tmp_path, env=offline(tmp_path),
-                         timeout=300)  # fmt: skip
+    result = run_harness(
+        "compare",
+        "grpo",
+        "dapo",
+        "--model",
+        "qwen3-1.7b",
+        "--init",
+        "random",
+        "--dry-run",
+        cwd=tmp_path,
+        env=offline(tmp_path),
+        timeout=300,
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     out = result.stdout
     assert "plan: 6 runs" in out and "micro-batch 4" in out and "A100" in out
@@ -74,8 +92,7 @@ def test_the_headline_command_with_random_weights_as_a_dry_run_prints_the_plan(t
 
 
 def test_a_tiny_comparison_as_a_dry_run_lists_its_runs_and_writes_nothing(tmp_path):
-    result = run_harness("compare", "grpo", "--seeds", "2", "--dry-run", cwd=tmp_path,
-                         timeout=300)  # fmt: skip
+    result = run_harness("compare", "grpo", "--seeds", "2", "--dry-run", cwd=tmp_path, timeout=300)
     assert result.returncode == 0, result.stderr
     assert "plan: 2 runs" in result.stdout and "grpo__arithmetic__seed1" in result.stdout
     assert "memory PASS" in result.stdout
@@ -83,8 +100,13 @@ def test_a_tiny_comparison_as_a_dry_run_lists_its_runs_and_writes_nothing(tmp_pa
 
 
 def recipe_work(model: str, algorithm: str = "grpo") -> tuple:
-    cfg = RunConfig(algorithm=algorithm, model=model, env=RECIPES[model].env,
-                    budget_flops=RECIPES[model].budget_flops, **run_defaults(model))  # fmt: skip
+    cfg = RunConfig(
+        algorithm=algorithm,
+        model=model,
+        env=RECIPES[model].env,
+        budget_flops=RECIPES[model].budget_flops,
+        **run_defaults(model),
+    )
     run, _ = estimate_plan(cfg)
     return run, Workload.of_plan(run)
 
@@ -111,15 +133,23 @@ def test_the_micro_batch_is_the_largest_that_fits_the_gpu():
     assert micro_batch_on("qwen3-8b", "h200") is None  # no micro-batch: more GPUs
     # and what is chosen is what fits: the next size up does not, on the H100
     _, work = recipe_work("qwen3-1.7b")
-    sized = {m: capacity_plan(dataclasses.replace(work, micro_batch=m), 1, "h100").fits
-             for m in MICRO_BATCHES}  # fmt: skip
+    sized = {
+        m: capacity_plan(dataclasses.replace(work, micro_batch=m), 1, "h100").fits
+        for m in MICRO_BATCHES
+    }
     assert sized == {8: False, 4: True, 2: True, 1: True}
 
 
 def compare_args(**given) -> argparse.Namespace:
-    defaults = {"algorithms": ["grpo", "dapo"], "model": "qwen3-1.7b", "envs": ["gsm8k"],
-                "seeds": 3, "dry_run": False, "micro_batch_given": False,
-                "budget_line": "budget: 3e+17 FLOPs per run"}  # fmt: skip
+    defaults = {
+        "algorithms": ["grpo", "dapo"],
+        "model": "qwen3-1.7b",
+        "envs": ["gsm8k"],
+        "seeds": 3,
+        "dry_run": False,
+        "micro_batch_given": False,
+        "budget_line": "budget: 3e+17 FLOPs per run",
+    }
     return argparse.Namespace(**{**defaults, **given})
 
 
@@ -130,9 +160,19 @@ def test_on_a_gpu_the_plan_is_for_that_gpu_and_its_micro_batch_is_used(monkeypat
 
     h100 = dataclasses.replace(GPUS["h100"], name="NVIDIA H100 80GB HBM3")
     monkeypatch.setattr(harness.capacity, "detect_gpu", lambda: h100)
-    cfgs = [RunConfig(algorithm=a, model="qwen3-1.7b", env="gsm8k", seed=s, init="random",
-                      budget_flops=3e17, **run_defaults("qwen3-1.7b"))
-            for a in ("grpo", "dapo") for s in range(3)]  # fmt: skip
+    cfgs = [
+        RunConfig(
+            algorithm=a,
+            model="qwen3-1.7b",
+            env="gsm8k",
+            seed=s,
+            init="random",
+            budget_flops=3e17,
+            **run_defaults("qwen3-1.7b"),
+        )
+        for a in ("grpo", "dapo")
+        for s in range(3)
+    ]
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
         micro = print_plan(compare_args(), cfgs, RECIPES["qwen3-1.7b"])
@@ -142,6 +182,8 @@ def test_on_a_gpu_the_plan_is_for_that_gpu_and_its_micro_batch_is_used(monkeypat
     # the user's own micro-batch is planned as given, and refused where it does not fit
     refused = pytest.raises(ConfigError, match=r"at micro-batch 8: .* smaller --micro-batch")
     with contextlib.redirect_stdout(io.StringIO()), refused:
-        print_plan(compare_args(micro_batch_given=True),
-                   [dataclasses.replace(c, micro_batch_size=8) for c in cfgs],
-                   RECIPES["qwen3-1.7b"])  # fmt: skip
+        print_plan(
+            compare_args(micro_batch_given=True),
+            [dataclasses.replace(c, micro_batch_size=8) for c in cfgs],
+            RECIPES["qwen3-1.7b"],
+        )
