@@ -18,12 +18,18 @@ the ledger's FLOPs at the efficiencies one H200 reached in leaderboards/gpu_chec
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import shlex
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from zoo.core.config import ConfigError
 from zoo.run.run_config import REAL_MODEL_DEFAULTS, RunConfig
+
+if TYPE_CHECKING:  # (harness.capacity builds envs and algorithms: imported when planning)
+    from harness.capacity import GPUKind, Workload
+    from zoo.run.plan import RunPlan
 
 
 @dataclass(frozen=True)
@@ -56,7 +62,7 @@ PLANNED_GPUS = ("h200", "h100", "a100")
 """The GPU classes the plan shows where this machine has no GPU."""
 
 
-def prepare(args) -> Recipe | None:
+def prepare(args: argparse.Namespace) -> Recipe | None:
     """Fill in what the command line left to ``args.model``'s recipe (the env and the
     seeds; the budget is resolve_budget's, the micro-batch ``print_plan``'s), and note
     whether the micro-batch was given. None for a model without a recipe."""
@@ -73,8 +79,7 @@ def prepare(args) -> Recipe | None:
 class GPUPlan:
     """The comparison on one GPU of a kind: the micro-batch chosen, and its estimates."""
 
-    gpu: object
-    """harness.capacity.GPUKind."""
+    gpu: GPUKind
     micro_batch: int | None
     """None: no micro-batch fits one such GPU."""
     memory_gib: float
@@ -90,7 +95,13 @@ class GPUPlan:
     """Where none fits one: the fewest GPUs whose FSDP2 split of the trainer would."""
 
 
-def plan_on(works: dict, runs: dict, counts: dict[str, int], gpu, micro: int | None) -> GPUPlan:
+def plan_on(
+    works: dict[str, Workload],
+    runs: dict[str, RunPlan],
+    counts: dict[str, int],
+    gpu: GPUKind,
+    micro: int | None,
+) -> GPUPlan:
     """``works`` (row -> Workload) and ``runs`` (row -> RunPlan) on one GPU of kind
     ``gpu``: ``micro`` if given, else the largest of MICRO_BATCHES that fits every row."""
     from harness.capacity import capacity_plan, evaluation_seconds, gpus_needed, run_steps
@@ -137,9 +148,13 @@ def span(seconds: list[float]) -> str:
     return high if low == high.split()[0] else f"{low}-{high}"
 
 
-def command_text(args, cfg: RunConfig, recipe: Recipe | None, micro: int | None) -> str:
-    """The command that runs this comparison with the recipe's choices spelled out."""
+def command_text(args: argparse.Namespace, cfg: RunConfig, micro: int | None) -> str:
+    """The recipe's choices as flags: the comparison's command with its env, seeds, budget
+    and micro-batch spelled out (and --init, --device where not the default); other flags
+    given on the command line keep their values and are not repeated here."""
     words = ["python", "-m", "harness", "compare", *args.algorithms, "--model", args.model]
+    words += ["--init", cfg.init] if cfg.init != "pretrained" else []
+    words += ["--device", cfg.device] if cfg.device != "auto" else []
     words += [w for env in args.envs for w in ("--env", env)] + ["--seeds", str(args.seeds)]
     unit, amount = cfg.budget
     flag = {
@@ -155,7 +170,7 @@ def command_text(args, cfg: RunConfig, recipe: Recipe | None, micro: int | None)
 
 
 def blockers(
-    cfg: RunConfig, gpu, on_gpu: GPUPlan | None, dry_run: bool, given_micro: bool
+    cfg: RunConfig, gpu: GPUKind | None, on_gpu: GPUPlan | None, dry_run: bool, given_micro: bool
 ) -> list[str]:
     """Why this machine cannot run the comparison, each with its fix ([] when it can)."""
     from zoo.models.presets import check_weights_available
@@ -190,7 +205,9 @@ def blockers(
     return found
 
 
-def print_plan(args, cfgs: list[RunConfig], recipe: Recipe | None) -> int | None:
+def print_plan(
+    args: argparse.Namespace, cfgs: list[RunConfig], recipe: Recipe | None
+) -> int | None:
     """Print the comparison's plan (before any work); raise ConfigError with every reason
     this machine cannot run it, unless ``args.dry_run``. Returns the micro-batch chosen
     for this machine's GPU (None: keep the configs' own)."""
@@ -267,7 +284,7 @@ def print_plan(args, cfgs: list[RunConfig], recipe: Recipe | None) -> int | None
             f"{p.memory_gib:.1f} GiB per GPU; steps per run: {steps}; {per_run} per run, "
             f"{duration(p.total_seconds)} for all {len(cfgs)}"
         )
-        print(f"      command: {command_text(args, base, recipe, p.micro_batch)}")
+        print(f"      as flags: {command_text(args, base, p.micro_batch)}")
     on_gpu = plans[0] if gpu is not None else None
     found = blockers(base, gpu, on_gpu, args.dry_run, args.micro_batch_given)
     if found and not args.dry_run:
