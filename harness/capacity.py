@@ -16,13 +16,16 @@ The one real measurement it is checked against is that GPU check: ``gpu_check_co
 
 from __future__ import annotations
 
-import shutil
+import dataclasses
 from dataclasses import dataclass
 
+from zoo.algorithms import get_algorithm
 from zoo.core.config import ConfigError
+from zoo.envs import Env, MultiTurnEnv, Prompt
 from zoo.models.memory import MemoryEstimate, memory_estimate
 from zoo.models.presets import QWEN3_COMMON, QWEN3_SHAPES, ModelShape
 from zoo.run.plan import RunPlan
+from zoo.run.run_config import RunConfig
 from zoo.services.ledger import Ledger
 
 
@@ -156,12 +159,14 @@ class Workload:
             flops["critic"] = value + 3 * self.epochs * value
         return flops
 
-    def memory(self) -> MemoryEstimate:
-        """One process's memory in bf16 (a GPU), before the trainer is split."""
+    def memory(self, compute_bytes: int = 2) -> MemoryEstimate:
+        """One process's memory, before the trainer is split: in bf16 (2 bytes, a GPU) by
+        default; 4 is float32, as on the CPU. The pre-flight check, ``doctor``'s memory
+        check and ``list models`` ask memory_estimate the same of the same run."""
         return memory_estimate(
             self.shape, sequences=self.sequences, seq_len=self.max_len,
-            micro_batch=self.micro_batch, reference=self.reference, compute_bytes=2,
-            kept_versions=self.kept_versions,
+            micro_batch=self.micro_batch, reference=self.reference,
+            compute_bytes=compute_bytes, kept_versions=self.kept_versions,
         )  # fmt: skip
 
 
@@ -203,26 +208,29 @@ class CapacityPlan:
 def capacity_plan(
     work: Workload,
     gpus: int = 1,
-    gpu: str = "h200",
+    gpu: str | GPUKind = "h200",
     train_efficiency: float = TRAIN_EFFICIENCY,
     generation_efficiency: float = GENERATION_EFFICIENCY,
 ) -> CapacityPlan:
-    """Memory per GPU and seconds per step of ``work`` on ``gpus`` GPUs of kind ``gpu``."""
+    """Memory per GPU and seconds per step of ``work`` on ``gpus`` GPUs of kind ``gpu`` (a
+    name of GPUS, or a kind such as ``detect_gpu``'s)."""
     if gpus < 1:
         raise ConfigError(f"--gpus must be >= 1, got {gpus}")
-    if gpu not in GPUS:
+    if isinstance(gpu, str) and gpu not in GPUS:
         raise ConfigError(f"unknown --gpu {gpu!r}; valid: {', '.join(GPUS)}")
     return CapacityPlan(
-        gpu=GPUS[gpu], gpus=gpus, memory=work.memory().trainer_split(gpus),
+        gpu=GPUS[gpu] if isinstance(gpu, str) else gpu, gpus=gpus,
+        memory=work.memory().trainer_split(gpus),
         flops=work.phase_flops(), train_efficiency=train_efficiency,
         generation_efficiency=generation_efficiency,
     )  # fmt: skip
 
 
-def gpus_needed(work: Workload, gpu: str, most: int = 1024) -> int | None:
+def gpus_needed(work: Workload, gpu: str | GPUKind, most: int = 1024) -> int | None:
     """The fewest GPUs whose split holds ``work``; None when no split does (the unsplit
     parts alone, activations, generator and KV cache, exceed one GPU)."""
-    memory, cap = work.memory(), MEMORY_HEADROOM * GPUS[gpu].memory_bytes
+    kind = GPUS[gpu] if isinstance(gpu, str) else gpu
+    memory, cap = work.memory(), MEMORY_HEADROOM * kind.memory_bytes
     return next((n for n in range(1, most + 1) if memory.trainer_split(n).minimum <= cap), None)
 
 
@@ -286,10 +294,9 @@ def plan_rows(run: RunPlan, plan: CapacityPlan, work: Workload) -> list[tuple[st
     """The table ``doctor --plan`` prints: (quantity, value, how it is counted)."""
     gib, m, n = 2**-30, plan.memory, plan.gpus
     cfg = run.cfg
-    steps = {"steps": lambda a: a, "samples": lambda a: a / work.sequences,
-             "flops": lambda a: a / sum(plan.flops.values()),
-             "seconds": lambda a: a / plan.train_seconds}[run.budget[0]](run.budget[1])  # fmt: skip
-    need = gpus_needed(work, plan.gpu.name.lower())
+    steps = run_steps(run, plan, work)
+    evaluation = evaluation_seconds(run, plan, work)
+    need = gpus_needed(work, plan.gpu)
     names = {"old_logprobs": "old log-probs", "reference": "reference",
              "train": "3x forward per epoch", "critic": "critic"}  # fmt: skip
     passes = ", ".join(names[k] for k, v in plan.flops.items() if k != "generate" and v)
@@ -319,10 +326,136 @@ def plan_rows(run: RunPlan, plan: CapacityPlan, work: Workload) -> list[tuple[st
          f"{plan.train_flops / 1e12:.1f} TFLOP ({passes}) at {plan.train_efficiency:.1%} "
          "of peak per GPU"),
         ("step", f"{_duration(plan.step_seconds)}", "generation then training (sync mode)"),
-        ("run", f"{_duration(steps * plan.step_seconds)} for {steps:,.0f} steps",
-         f"budget: {run.budget[1]:g} {run.budget[0]}"),
+        ("evaluation", f"{_duration(evaluation)} per run",
+         f"{evaluation_text(run)}, generated at the generation row's rate"),
+        ("run", f"{_duration(steps * plan.step_seconds + evaluation)} for {steps:,.0f} steps",
+         f"budget: {run.budget[1]:g} {run.budget[0]}; steps and evaluations, start-up (loading "
+         "the weights, starting the engine) not counted"),
     ]  # fmt: skip
     return rows
+
+
+def run_steps(run: RunPlan, plan: CapacityPlan, work: Workload) -> float:
+    """Rollout steps the run's budget buys by the plan (DAPO's refills not counted: under
+    a FLOPs budget they spend the same FLOPs in fewer steps, so the time holds)."""
+    unit, amount = run.budget
+    if unit == "steps":
+        return amount
+    if unit == "samples":
+        return amount / work.sequences
+    if unit == "flops":
+        return amount / sum(plan.flops.values())
+    return amount / plan.step_seconds  # seconds of training
+
+
+def evaluations(run: RunPlan) -> tuple[int, int]:
+    """(greedy, sampled) held-out evaluations of a run: one at the start and one per eval
+    point under a budget (every eval_every steps, and the last, under --steps); the
+    eval_samples samples per prompt at the last sampled_eval_points of them (0: all)."""
+    cfg = run.cfg
+    if run.budget[0] == "steps":
+        steps = int(run.budget[1])
+        greedy = steps // cfg.eval_every + 1 + bool(steps % cfg.eval_every)
+    else:
+        greedy = cfg.eval_points + 1
+    sampled = min(cfg.sampled_eval_points or greedy, greedy) if cfg.eval_samples else 0
+    return greedy, sampled
+
+
+def evaluation_text(run: RunPlan) -> str:
+    greedy, sampled = evaluations(run)
+    prompts = len(run.env.eval_split(run.cfg.eval_split))
+    text = f"{greedy} evaluations of {prompts} held-out prompts"
+    return text + (f", {run.cfg.eval_samples} samples each at {sampled} of them" if sampled else "")
+
+
+def evaluation_seconds(run: RunPlan, plan: CapacityPlan, work: Workload) -> float:
+    """A run's held-out evaluations (not charged to its budget): each prompt's greedy
+    completion, and its samples where due, of the step's typical length, on the plan's
+    GPUs at the generation efficiency."""
+    greedy, sampled = evaluations(run)
+    prompts = len(run.env.eval_split(run.cfg.eval_split))
+    completions = prompts * (greedy + sampled * run.cfg.eval_samples)
+    flops = completions * Ledger(work.shape).generation_flops(work.prompt, work.response)
+    return flops / (plan.gpus * plan.gpu.peak_flops * plan.generation_efficiency)
+
+
+ASSUMED_PROMPT_TOKENS = 256
+"""A prompt's length in an estimate where the env's data is not at hand (offline, never
+downloaded): gsm8k's questions with their instruction, ~100-250 tokens by Qwen's
+tokenizer, rounded up. ``list models`` assumes it for the Qwen3 presets too."""
+
+
+class AssumedPrompts(Env):
+    """Stands in, for an estimate only, for a single-turn env whose data is not here: its
+    prompts are ASSUMED_PROMPT_TOKENS bytes long (a byte a token at most) and its held-out
+    split has the env config's ``eval_size`` of them (none where the config has none)."""
+
+    def __init__(self, name: str, config: object) -> None:
+        self.name = name  # (the estimate's rows name the env the run would use)
+        self.config = config
+        self.text = "x" * ASSUMED_PROMPT_TOKENS
+
+    def train_prompt(self, index: int, seed: int) -> Prompt:
+        return Prompt(self.text, None, index, "train")
+
+    def eval_prompts(self) -> list[Prompt]:
+        size = getattr(self.config, "eval_size", 0)
+        return [Prompt(self.text, None, i, "eval") for i in range(size)]
+
+    def validation_prompts(self) -> list[Prompt]:
+        return self.eval_prompts()
+
+    def score(self, prompt: Prompt, completion: str) -> float:
+        raise NotImplementedError("a stand-in for estimates: it scores nothing")
+
+
+def estimate_plan(cfg: RunConfig) -> tuple[RunPlan, str]:
+    """``cfg`` resolved for an estimate (no weights read), with its step estimate, and a
+    note that says what was assumed ("" when nothing was). An estimate needs the env's
+    prompt lengths only: where a single-turn env's data is not at hand (gsm8k offline,
+    before its first download) its prompts are taken to be ASSUMED_PROMPT_TOKENS long,
+    and the note says so and why, rather than refusing a plan that needs no data. The
+    config, the algorithm and the env's config are checked as a run checks them first."""
+    from zoo.core.config import make_config
+    from zoo.envs import ENVS, get_env
+
+    cfg.validate()
+    get_algorithm(cfg.algorithm, **cfg.algorithm_config)
+    env_class = ENVS.load(cfg.env)
+    env_config = make_config(env_class.config_class, dict(cfg.env_config), owner=f"env {cfg.env!r}")
+    try:
+        env = get_env(cfg.env, **cfg.env_config)
+    except ConfigError as exc:
+        if issubclass(env_class, MultiTurnEnv):  # (turns and observations: not assumable)
+            raise
+        reason = str(exc).split(". ")[0].removeprefix(f"{cfg.env}: ")
+        standin = AssumedPrompts(cfg.env, env_config)
+        plan = RunPlan.resolve(cfg, spec=False, env=standin).with_estimate()
+        return plan, (
+            f"prompts of {ASSUMED_PROMPT_TOKENS} tokens assumed: {cfg.env}'s data "
+            f"is not here ({reason}); a run needs it, a plan does not"
+        )
+    return RunPlan.resolve(cfg, spec=False, env=env).with_estimate(), ""
+
+
+def detect_gpu() -> GPUKind | None:
+    """This machine's first CUDA GPU as a kind to plan for (its name, its memory as the
+    driver reports it, the data sheet's peak of the class its name names), or None when
+    torch sees none. A GPU of no class in GPUS is planned at the A100's peak, said so."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return None
+    props = torch.cuda.get_device_properties(0)
+    known = next((k for key, k in GPUS.items() if key in props.name.lower()), None)
+    peak = known.peak_flops if known is not None else GPUS["a100"].peak_flops
+    source = (
+        f"this machine's GPU; {known.source.split(';')[0]} peak"
+        if known is not None
+        else "this machine's GPU; peak unknown, planned at the A100's"
+    )
+    return GPUKind(props.name, peak, props.total_memory, source)
 
 
 ASSUMPTIONS = (
@@ -333,11 +466,12 @@ ASSUMPTIONS = (
 )
 
 
-def cmd_plan(run: RunPlan, gpus: int, gpu: str) -> int:
+def cmd_plan(cfg: RunConfig, gpus: int, gpu: str) -> int:
     """``doctor --plan``: print the plan; exit 1 when it does not fit in memory."""
     from rich.console import Console
     from rich.table import Table
 
+    run, note = estimate_plan(cfg)
     work = Workload.of_plan(run)
     plan = capacity_plan(work, gpus, gpu)
     table = Table(title=f"forge-zoo capacity plan: {gpus} x {plan.gpu.name}")
@@ -345,13 +479,32 @@ def cmd_plan(run: RunPlan, gpus: int, gpu: str) -> int:
         table.add_column(col, overflow="fold")
     for row in plan_rows(run, plan, work):
         table.add_row(*row)
-    console = Console(width=max(shutil.get_terminal_size().columns, 120))
+    if note:
+        table.add_row("assumed", note.split(":")[0], note.split(": ", 1)[1])
+    console = Console()  # (rich reads the terminal's width; a pipe gets 80 columns)
     console.print(table)
     console.print(ASSUMPTIONS)
     if not plan.fits:
+        # a smaller micro-batch first: memory only, the same numbers (H100: qwen3-1.7b at 4)
+        smaller = next(
+            (
+                m
+                for m in (8, 4, 2, 1)
+                if m < work.micro_batch
+                and capacity_plan(dataclasses.replace(work, micro_batch=m), gpus, gpu).fits
+            ),
+            None,
+        )
         need = gpus_needed(work, gpu)
-        more = (f"--gpus {need}" if need is not None else "a smaller --micro-batch-size, "
-                "fewer --prompts-per-step or a shorter --max-response-len")  # fmt: skip
+        tries = ([f"--micro-batch-size {smaller}"] if smaller else []) + (
+            [f"--gpus {need}"] if need is not None else []
+        )
+        more = (
+            " or ".join(tries)
+            if tries
+            else "a smaller --micro-batch-size, fewer "
+            "--prompts-per-step or a shorter --max-response-len"
+        )
         print(f"doctor: the plan does not fit {gpus} x {plan.gpu.name}; try {more}")
         return 1
     return 0

@@ -10,6 +10,7 @@ import argparse
 import dataclasses
 import os
 import sys
+import textwrap
 import time
 import typing
 from collections.abc import Callable
@@ -25,9 +26,30 @@ DEFAULT_TINY_BUDGET = 2e12
 mini-batches each), ~1 minute per run on 2 cores."""
 
 
+class HelpFormatter(argparse.HelpFormatter):
+    """argparse's, wrapping lines at spaces only: a flag named in a sentence
+    (``--weight-decay``) stays whole."""
+
+    def _split_lines(self, text: str, width: int) -> list[str]:
+        return textwrap.wrap(" ".join(text.split()), width, break_on_hyphens=False)
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        return textwrap.fill(
+            " ".join(text.split()),
+            width,
+            initial_indent=indent,
+            subsequent_indent=indent,
+            break_on_hyphens=False,
+        )
+
+
 class Parser(argparse.ArgumentParser):
     """argparse with its errors on one line (exit status 2): the command, what was wrong
     and where the valid choices are listed."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        kwargs.setdefault("formatter_class", HelpFormatter)  # (the commands' parsers too)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> typing.NoReturn:
         self.exit(2, f"error: {message} (see `{self.prog} --help`)\n")
@@ -69,7 +91,9 @@ def folder(text: str) -> Path:
     return Path(text)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(full: bool = False) -> argparse.ArgumentParser:
+    """The command line. ``full``: every run option with its help under ``--help`` (as
+    ``--help-all`` shows them); by default the common ones, each section naming the rest."""
     parser = Parser(
         prog="python -m harness",
         description="forge-zoo: RL algorithms for language models on one shared infra core.",
@@ -94,7 +118,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--out", type=folder, help="run folder (default: results/<run-id>)")
     run.add_argument("--resume", action="store_true",
                      help="continue the run in --out from its last checkpoint")  # fmt: skip
-    add_training_arguments(run, "run")
+    add_training_arguments(run, "run", full)
     run.add_argument(
         "--set", dest="algo_set", action="append", default=[], metavar="KEY=VALUE",
         help="algorithm hyperparameter override, e.g. --set eps=0.3 (repeatable)",
@@ -110,11 +134,23 @@ def build_parser() -> argparse.ArgumentParser:
     compare.add_argument("algorithms", nargs="+", metavar="ALGORITHM")
     compare.add_argument("--env", dest="envs", action="append", default=None,
                          help="environment (repeat for several; default: arithmetic)")  # fmt: skip
-    compare.add_argument("--seeds", type=number(int), default=3, help="seeds 0..N-1 (default 3)")
+    compare.add_argument(
+        "--seeds",
+        type=number(int),
+        default=None,
+        help="seeds 0..N-1 (default 3, as in the real presets' recipes)",
+    )
     compare.add_argument("--out", type=folder, help="experiment folder (default: results/...)")
     compare.add_argument("--resume", action="store_true",
                          help="continue an interrupted comparison in --out")  # fmt: skip
-    add_training_arguments(compare, "compare")
+    compare.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print the plan (the runs, the recipe, the estimated memory and time per GPU "
+        "class, whether this machine can run it) and exit 0 without running anything; a real "
+        "model prints the same plan before every comparison (docs/gpu.md)",
+    )
+    add_training_arguments(compare, "compare", full)
     compare.add_argument(
         "--set", dest="algo_set", action="append", default=[], metavar="KEY=VALUE",
         help="algorithm hyperparameter override for every algorithm, e.g. --set beta=0 "
@@ -343,8 +379,10 @@ def build_parser() -> argparse.ArgumentParser:
         "doctor",
         help="check this machine before a long run (sandbox, vLLM, disk, memory)",
         description="Check, for the run these flags describe, that the code sandbox "
-        "isolates, that vLLM starts, that the disk holds its checkpoints and that the "
-        "memory holds the model; print PASS/WARN/FAIL and what to fix. Exit 1 on a FAIL.",
+        "isolates, that vLLM starts (where the run would generate with it: not for the tiny "
+        "presets on the CPU, which --generator by_size gives to transformers), that the disk "
+        "holds its checkpoints and that the memory holds the model; print PASS/WARN/FAIL and "
+        "what to fix. Exit 1 on a FAIL.",
     )
     doctor.add_argument("algorithm", nargs="?", default="grpo",
                         help="algorithm of the run to check for (default grpo)")  # fmt: skip
@@ -354,17 +392,21 @@ def build_parser() -> argparse.ArgumentParser:
                         help="where the run would write (default: results/)")  # fmt: skip
     doctor.add_argument("--only", action="append", choices=("sandbox", "vllm", "disk", "memory"),
                         help="run only these checks (repeatable; default: all)")  # fmt: skip
-    doctor.add_argument("--plan", action="store_true",
-                        help="instead of the checks, predict memory per GPU and seconds per "
-                        "step on --gpus GPUs of kind --gpu from the ledger's FLOPs and the "
-                        "efficiencies measured in leaderboards/gpu_check.md; needs no GPU "
-                        "and no weights")  # fmt: skip
+    doctor.add_argument(
+        "--plan",
+        action="store_true",
+        help="instead of the checks, predict memory per GPU and seconds per "
+        "step on --gpus GPUs of kind --gpu from the ledger's FLOPs and the "
+        "efficiencies measured in leaderboards/gpu_check.md; needs no GPU, "
+        "no weights and no data (an env's data that is not here, as gsm8k's "
+        "offline, is assumed and the plan says so)",
+    )
     doctor.add_argument("--gpus", type=gpu_count, default=None, metavar="N",
                         help="with --plan: GPUs the run gets, the trainer split over them "
                         "by FSDP2 (default 1)")  # fmt: skip
     doctor.add_argument("--gpu", choices=("h200", "h100", "a100"), default=None,
                         help="with --plan: the GPU kind (default h200)")  # fmt: skip
-    add_training_arguments(doctor, "doctor")
+    add_training_arguments(doctor, "doctor", full)
 
     worker = sub.add_parser(
         "worker",
@@ -430,8 +472,14 @@ def budget_default(command: str) -> str:
     from zoo.run.run_config import TINY_BUDGETS
 
     own = ", ".join(f"{v:.0e} for {m}" for m, v in TINY_BUDGETS.items())
-    return (f"default on the tiny presets: --budget {DEFAULT_TINY_BUDGET:.0e} ({own}), "
-            "so that every algorithm gets the same compute; real models need one")  # fmt: skip
+    from harness.recipes import RECIPES
+
+    real = ", ".join(f"{r.budget_flops:.1e} for {m}" for m, r in RECIPES.items())
+    return (
+        f"default on the tiny presets: --budget {DEFAULT_TINY_BUDGET:.0e} ({own}), "
+        f"so that every algorithm gets the same compute; on the Qwen3 presets their "
+        f"recipe's ({real}; docs/gpu.md); other models need one"
+    )
 
 
 def resolve_budget(args: argparse.Namespace, command: str) -> str:
@@ -448,16 +496,21 @@ def resolve_budget(args: argparse.Namespace, command: str) -> str:
             raise ConfigError(f"{BUDGET_FLAGS[name]} must be > 0, got {value}")
     how = f"set by {BUDGET_FLAGS[next(iter(given))]}" if given else f"{command}'s default"
     if not given and command == "compare":
+        from harness.recipes import RECIPES
         from zoo.models.presets import TINY_MODELS
         from zoo.run.run_config import TINY_BUDGETS
 
-        if args.model not in TINY_MODELS:
+        if args.model not in TINY_MODELS and args.model not in RECIPES:
             raise ConfigError(
-                f"give a compute budget for {args.model!r}: {BUDGET_CHOICE}; on a real model "
-                "compare has no default budget"
+                f"give a compute budget for {args.model!r}: {BUDGET_CHOICE}; compare has a "
+                f"default budget for the presets only ({', '.join(RECIPES)} and the tiny ones)"
             )
-        given = {"budget_flops": TINY_BUDGETS.get(args.model, DEFAULT_TINY_BUDGET)}
-        how += f" for {args.model}"
+        if args.model in RECIPES:
+            given = {"budget_flops": RECIPES[args.model].budget_flops}
+            how += f" for {args.model}, its recipe (docs/gpu.md)"
+        else:
+            given = {"budget_flops": TINY_BUDGETS.get(args.model, DEFAULT_TINY_BUDGET)}
+            how += f" for {args.model}"
     for name in BUDGET_FLAGS:
         setattr(args, name, given.get(name, 0))
     if not args.steps:
@@ -469,11 +522,46 @@ def resolve_budget(args: argparse.Namespace, command: str) -> str:
     return f"budget: {amount} per run ({how}; one of {BUDGET_CHOICE} changes it)"
 
 
-def add_training_arguments(p: argparse.ArgumentParser, command: str) -> None:
+COMMON_OPTIONS = (
+    "model",
+    "init",
+    "prompts_per_step",
+    "group_size",
+    "max_response_len",
+    "lr",
+    "micro_batch_size",
+    "steps",
+    "budget_flops",
+    "device",
+    "report_to",
+)
+"""RunConfig fields whose flags `--help` explains; each section names its others, which
+`--help-all` explains (all are accepted either way)."""
+
+
+class FullHelp(argparse.Action):
+    """``--help-all``: the command's help with every option explained, by section."""
+
+    def __init__(self, option_strings: list[str], dest: str, command: str = "", **kwargs):
+        super().__init__(
+            option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS, nargs=0, **kwargs
+        )
+        self.command = command
+
+    def __call__(self, parser, namespace, values, option_string=None) -> typing.NoReturn:
+        full = build_parser(full=True)
+        commands = next(a for a in full._actions if isinstance(a, argparse._SubParsersAction))
+        commands.choices[self.command].print_help()
+        parser.exit()
+
+
+def add_training_arguments(p: argparse.ArgumentParser, command: str, full: bool = True) -> None:
     """Options shared by `run`, `compare` and `doctor`: one flag per RunConfig field (its
     docstring is the help, its type the parser, ``zoo.run.run_config.CHOICES`` its valid
     values), so the command line cannot drift from the config. The budget flags are read
-    the same way by every command (``resolve_budget``); only the default differs."""
+    the same way by every command (``resolve_budget``); only the default differs.
+    ``full`` False: `--help` explains COMMON_OPTIONS only, and each section's heading names
+    its other flags (~70 lines instead of ~300; every flag parses the same)."""
     from zoo.run.run_config import (
         CHOICES,
         REAL_MODEL_DEFAULTS,
@@ -489,6 +577,15 @@ def add_training_arguments(p: argparse.ArgumentParser, command: str) -> None:
     # --help lists the flags under their RunConfig section's heading
     groups = {cls: p.add_argument_group(title) for title, cls in SECTIONS}
     group_of = {f.name: groups[cls] for _, cls in SECTIONS for f in dataclasses.fields(cls)}
+    if not full:  # each section names its flags that --help leaves unexplained
+        for cls, group in groups.items():
+            rest = [
+                f"--{f.name.replace('_', '-')}"
+                for f in dataclasses.fields(cls)
+                if f.name not in COMMON_OPTIONS and f.name not in CLI_OWN_FIELDS
+            ]
+            if rest:
+                group.description = f"also {', '.join(rest)} (--help-all explains each)"
     for f in dataclasses.fields(RunConfig):
         if f.name in CLI_OWN_FIELDS:
             continue
@@ -517,12 +614,19 @@ def add_training_arguments(p: argparse.ArgumentParser, command: str) -> None:
         else:
             help_text += f" (default: {default})" if default != "" else ""
         flag = "--" + f.name.replace("_", "-")
+        shown_here = full or f.name in COMMON_OPTIONS
         group_of[f.name].add_argument(
             flag, *FLAG_ALIASES.get(f.name, ()), dest=f.name, default=default,
-            type=number(kind) if kind in (int, float) else kind,
-            choices=CHOICES.get(f.name), help=help_text.replace("%", "%%"),
+            type=number(kind) if kind in (int, float) else kind, choices=CHOICES.get(f.name),
+            help=help_text.replace("%", "%%") if shown_here else argparse.SUPPRESS,
             metavar=None if f.name in CHOICES else METAVARS.get(f.name, TYPE_METAVARS[kind]),
         )  # fmt: skip
+    p.add_argument(
+        "--help-all",
+        action=FullHelp,
+        command=command,
+        help="show every option with its help, by section, and exit",
+    )
     p.add_argument(
         "--env-set",
         action="append",
@@ -755,8 +859,10 @@ def cmd_compare(args: argparse.Namespace) -> int:
         run_experiment,
         variants,
     )
+    from harness.recipes import prepare, print_plan
     from harness.verdicts import DEFAULT_DELTA
 
+    recipe = prepare(args)  # a Qwen3 preset's recipe fills in --env and --seeds
     if args.resume and not args.out:
         raise ConfigError("--resume needs --out DIR, the experiment folder to continue")
     if args.vary_one_at_a_time and not args.vary:
@@ -773,7 +879,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
         raise ConfigError(f"--resolve runs --seeds as its pilot: give 2 <= --seeds <= --max-seeds "
                           f"({args.max_seeds}), got {args.seeds}")  # fmt: skip
     factors = parse_factors(args.control_lr_factors)
-    base = run_config(args, args.algorithms[0], envs[0], 0)
+    # a real model's weights are checked with the plan printed first (print_plan)
+    real = recipe is not None
+    base = run_config(args, args.algorithms[0], envs[0], 0, weights=not real)
     print(args.budget_line, flush=True)
     vary = parse_vary(args.vary)
     grid = variants(vary, args.vary_one_at_a_time)
@@ -800,6 +908,13 @@ def cmd_compare(args: argparse.Namespace) -> int:
         raise ConfigError(f"--baseline {baseline}: not a row of this comparison (rows: {rows})")
     design = new_design(baseline, args.pairs, delta)
     cfgs, controls = board(args.seeds)
+    if real or args.dry_run:  # the plan, before any work; stops where it cannot run
+        micro = print_plan(args, cfgs, recipe)
+        if args.dry_run:
+            return 0
+        if micro is not None and micro != base.micro_batch_size:  # (chosen for this GPU)
+            base = dataclasses.replace(base, micro_batch_size=micro)
+            cfgs, controls = board(args.seeds)
     stamp = time.strftime("%Y%m%d-%H%M%S")
     out = args.out or RESULTS / f"compare-{'-'.join(args.algorithms)}-{args.model}-{stamp}"
     check_experiment_folder(out, args.resume)
@@ -967,5 +1082,33 @@ def print_summary(out: Path) -> None:
     console.print(table)
 
 
-def command_line() -> str:
-    return "python -m harness " + " ".join(sys.argv[1:])
+REPO_ROOT = Path(__file__).resolve().parents[1]
+"""The checkout this harness runs from (its pyproject.toml beside harness/)."""
+
+
+def command_line(argv: list[str] | None = None, root: Path = REPO_ROOT) -> str:
+    """The command as runs and experiments record it (config.json, experiment.json, the
+    boards): ``python -m harness`` and its arguments, the ``--out`` folder relative to the
+    repository root where it lies inside it (an absolute path names one machine's layout,
+    and a committed board's command should re-run from any checkout's root), else as
+    given. Committed results keep the commands they recorded."""
+    words = list(sys.argv[1:] if argv is None else argv)
+    for i, word in enumerate(words):
+        if word == "--out" and i + 1 < len(words):
+            words[i + 1] = repo_relative(words[i + 1], root)
+        elif word.startswith("--out="):
+            words[i] = "--out=" + repo_relative(word.removeprefix("--out="), root)
+    return "python -m harness " + " ".join(words)
+
+
+def repo_relative(path: str, root: Path = REPO_ROOT) -> str:
+    """``path`` relative to ``root`` when it lies inside it (as given from this folder),
+    else ``path`` unchanged; unchanged too where ``root`` is not a checkout (an installed
+    harness)."""
+    if not (root / "pyproject.toml").is_file():
+        return path
+    where = Path(os.path.abspath(path))
+    for base in {root, root.resolve()}:  # (the checkout's path as named and as resolved)
+        if where == base or base in where.parents:
+            return where.relative_to(base).as_posix()
+    return path

@@ -5,7 +5,9 @@ It takes the flags of ``run`` (the same RunConfig), and checks, for that run:
 - sandbox: a program in the code sandbox tries to connect to a port this process listens
   on and to write a file into a folder of this host; both must fail (zoo/envs/execution/sandbox.py);
 - vllm: a vLLM engine starts in this process on the tiny model (its shipped weights,
-  zoo/models/tiny.py) and generates; skipped with ``--generator hf``;
+  zoo/models/tiny.py) and generates; skipped where the run generates with transformers
+  (``--generator hf``, or by_size's choice for a model under 10M weights on the CPU: the
+  tiny presets), which saves the engine's start (~80 s on 2 cores);
 - disk: that a file can be written where the run writes (``--out``, else ``results/``;
   the nearest folder of it that exists), and its free space against two checkpoints of
   the model (a save writes the new one before it removes the old), plus
@@ -104,21 +106,14 @@ def check_memory(run: RunConfig | RunPlan, capacity_bytes: int | None = None) ->
     """The run's memory estimate (``list models``) against this machine's (or GPU's). A
     sequence is the prompt and every token after it: a multi-turn episode's token limit.
     ``run``: the run's plan (a config is resolved into one here)."""
-    from zoo.models.memory import memory_estimate
+    from harness.capacity import Workload
     from zoo.run.plan import plan_of
 
-    # the plan's estimate of a step: the model's shape, the longest prompt, the samples
+    # the plan's estimate of a step (the model's shape, the longest prompt, the samples),
+    # sized as `doctor --plan` and `list models` size it
     plan = plan_of(run, spec=False).with_estimate()
-    cfg, device, step = plan.cfg, plan.device, plan.step
-    assert step is not None and plan.shape is not None  # (with_estimate sets them)
-    shape, prompt, sequences = plan.shape, step.prompt, step.samples
-    need = memory_estimate(
-        shape, sequences=sequences, seq_len=prompt + plan.episode_budget,
-        micro_batch=cfg.micro_batch_size or sequences,
-        reference=plan.algorithm.needs_reference,
-        compute_bytes=2 if device == "cuda" else 4,
-        kept_versions=cfg.max_policy_age if cfg.mode == "async" else 0,
-    )  # fmt: skip
+    cfg, device = plan.cfg, plan.device
+    need = Workload.of_plan(plan).memory(compute_bytes=2 if device == "cuda" else 4)
     if capacity_bytes is not None:
         total = available = capacity_bytes
     elif device == "cuda":
@@ -202,10 +197,36 @@ def check_sandbox() -> Check:
                  f"({result.duration_s:.2f} s)")  # fmt: skip
 
 
-def check_vllm(cfg: RunConfig) -> Check:
-    """A vLLM engine starts on the tiny model (its shipped weights) and generates."""
-    if cfg.generator == "hf":
-        return Check("vllm", "PASS", "skipped: --generator hf generates with transformers")
+def run_generator(plan: RunPlan) -> str:
+    """The backend the run would generate with, decided from the model's shape (no weights
+    read): "hf", "vllm", or "auto" (vLLM where it imports)."""
+    from zoo.models.presets import model_shape
+    from zoo.placement.config import PlacementConfig
+    from zoo.services.generation import by_size
+
+    cfg = plan.cfg
+    if cfg.generator != "by_size":
+        return cfg.generator
+    procs = PlacementConfig.from_dict(cfg.distributed).generator.procs if cfg.distributed else 1
+    return by_size(model_shape(cfg.model, cfg.model_path).params, plan.device, procs)
+
+
+def check_vllm(plan: RunPlan) -> Check:
+    """A vLLM engine starts on the tiny model (its shipped weights) and generates; skipped
+    (in a second, not the engine's ~80) where the run generates with transformers."""
+    cfg = plan.cfg
+    if run_generator(plan) == "hf":
+        why = (
+            "--generator hf"
+            if cfg.generator == "hf"
+            else f"--generator by_size: {cfg.model} is under 10M weights, on the CPU"
+        )
+        return Check(
+            "vllm",
+            "PASS",
+            f"skipped: this run generates with transformers ({why}); "
+            "--generator vllm or auto checks vLLM",
+        )
     start = time.monotonic()
     try:
         from zoo.models.tiny import tiny_model_path
@@ -242,7 +263,7 @@ def run_checks(
     plan = plan_of(run, spec=False)
     runners: dict[str, Callable[[], Check]] = {
         "sandbox": check_sandbox,
-        "vllm": lambda: check_vllm(plan.cfg),
+        "vllm": lambda: check_vllm(plan),
         "disk": lambda: check_disk(plan.cfg, out, free_bytes),
         "memory": lambda: check_memory(plan, capacity_bytes),
     }
@@ -260,7 +281,7 @@ def print_checks(checks: list[Check]) -> None:
     colour = {"PASS": "green", "WARN": "yellow", "FAIL": "red"}
     for c in checks:
         table.add_row(c.name, f"[{colour[c.status]}]{c.status}[/]", c.detail, c.fix or "-")
-    Console(width=max(shutil.get_terminal_size().columns, 120)).print(table)
+    Console().print(table)  # (as wide as the terminal; rich folds the cells to fit)
 
 
 def cmd_doctor(cfg: RunConfig, out: Path, only: Iterable[str], verbose: bool = False) -> int:
@@ -287,4 +308,4 @@ def cmd_doctor_plan(cfg: RunConfig, gpus: int, gpu: str) -> int:
     (harness.capacity); exit 1 when it does not fit their memory."""
     from harness.capacity import cmd_plan
 
-    return cmd_plan(RunPlan.resolve(cfg, spec=False), gpus, gpu)
+    return cmd_plan(cfg, gpus, gpu)  # (resolved there: an env without its data is assumed)

@@ -6,9 +6,13 @@ from __future__ import annotations
 import dataclasses
 import json
 import sys
+from typing import TYPE_CHECKING
 
 from zoo.core.config import field_docs
 from zoo.core.registry import PluginError
+
+if TYPE_CHECKING:
+    from zoo.run.run_config import RunConfig
 
 
 def cmd_check_plugin(name: str) -> int:
@@ -69,7 +73,7 @@ def cmd_list(what: str) -> int:
             held_out = f"{defaults['eval_size']} problems" if "eval_size" in defaults else "fixed"
             table.add_row(name, spec.source, doc.split("\n\n")[0].replace("\n", " "),
                           cls.reward_values, held_out, json.dumps(defaults))  # fmt: skip
-        Console(width=200).print(table)
+        Console().print(table)  # (as wide as the terminal; rich folds the cells to fit)
     else:
         print_models()
     return 0
@@ -141,46 +145,77 @@ def print_algorithms() -> None:
         print(f"{name:10s} [{source}] BROKEN: {exc}")
 
 
+def default_run(model: str) -> RunConfig:
+    """The run ``list models`` sizes a preset for: GRPO (with its reference) at the
+    preset's default batch on its env: the env a tiny preset was warm-started on, gsm8k
+    (the recipe's, harness/recipes.py) for a Qwen3 preset."""
+    from harness.recipes import RECIPES
+    from zoo.envs import ENVS
+    from zoo.run.run_config import RunConfig, run_defaults
+
+    if model in RECIPES:
+        env = RECIPES[model].env
+    else:
+        env = next(n for n in sorted(ENVS.specs()) if ENVS.load(n).tiny_model == model)
+    return RunConfig(algorithm="grpo", model=model, env=env, **run_defaults(model))
+
+
 def print_models() -> None:
-    """Every preset with its size and the memory a run needs, by part (the pre-flight
-    check's estimate), at the run's default batch: the tiny presets in float32 on the CPU,
-    the Qwen3 presets in bf16 on a GPU."""
+    """Every preset with its size and the memory a run needs, by part: the estimate
+    ``doctor --plan`` and the pre-flight check make (harness.capacity.Workload, one
+    computation), for the run ``default_run`` names: the tiny presets in float32 on the
+    CPU, the Qwen3 presets in bf16 on a GPU."""
     from rich.console import Console
     from rich.table import Table
 
-    from zoo.models.memory import memory_estimate
-    from zoo.models.presets import MODEL_PRESETS, TINY_MODELS, model_shape
-    from zoo.run.run_config import run_defaults
+    from harness.capacity import Workload, estimate_plan
+    from zoo.models.presets import MODEL_PRESETS, TINY_MODELS
 
     gib = "{:.2f}".format
-    table = Table(title="models (memory in GiB, one process, GRPO with a reference model)")
-    for column in ("model", "description", "params", "weights+grads+AdamW", "generator",
-                   "reference", "KV cache (all / min)", "activations", "total / min",
-                   "at"):  # fmt: skip
-        table.add_column(column, overflow="fold")
+    models = Table(title="models (--model)")
+    memory = Table(title="memory in GiB, one process, GRPO with a reference model")
+    models.add_column("model", no_wrap=True)  # (names whole at any width; the rest folds)
+    memory.add_column("model", no_wrap=True)
+    for column in ("params", "what it is"):
+        models.add_column(column, overflow="fold")
+    for column in ("min / all", "state", "activ.", "gen + KV min / all", "ref.", "sized for"):
+        memory.add_column(column, overflow="fold")
+    notes = set()
     for name, text in MODEL_PRESETS.items():
-        shape, d = model_shape(name), run_defaults(name)
         tiny = name in TINY_MODELS
-        sequences = d["prompts_per_step"] * d["group_size"]
-        seq_len = (32 if tiny else 256) + d["max_response_len"]  # prompt room: arithmetic, gsm8k
-        m = memory_estimate(shape, sequences=sequences, seq_len=seq_len, reference=True,
-                            micro_batch=d["micro_batch_size"] or sequences,
-                            compute_bytes=4 if tiny else 2)  # fmt: skip
+        run, note = estimate_plan(default_run(name))
+        work = Workload.of_plan(run)
+        m = work.memory(compute_bytes=4 if tiny else 2)
+        notes |= {note} if note else set()
         at = (
-            f"{sequences} seqs x {seq_len} tokens, micro-batch "
-            f"{d['micro_batch_size'] or sequences}, {'fp32 CPU' if tiny else 'bf16 GPU'}"
+            f"grpo, {run.cfg.env}{'*' if note else ''}, {work.sequences} x {work.max_len}, "
+            f"mb {work.micro_batch}, {'fp32 CPU' if tiny else 'bf16 GPU'}"
         )
-        table.add_row(name, text, f"{shape.params / 1e6:,.1f}M",
-                      gib((m.weights + m.gradients + m.optimizer) / 2**30),
-                      gib(m.generator / 2**30), gib(m.reference / 2**30),
-                      f"{gib(m.kv_cache / 2**30)} / {gib(m.kv_cache_minimum / 2**30)}",
-                      gib(m.activations / 2**30),
-                      f"{gib(m.total / 2**30)} / {gib(m.minimum / 2**30)}", at)  # fmt: skip
-    Console(width=220).print(table)
-    print(
-        "all: KV cache for every sequence of a step at once; min: for one micro-batch "
-        "(the generator then batches fewer sequences; the pre-flight check uses min). "
+        models.add_row(name, f"{work.shape.params / 1e6:,.1f}M", text)
+        memory.add_row(
+            name,
+            f"{gib(m.minimum / 2**30)} / {gib(m.total / 2**30)}",
+            gib((m.weights + m.gradients + m.optimizer) / 2**30),
+            gib(m.activations / 2**30),
+            f"{gib((m.generator + m.kv_cache_minimum) / 2**30)} / "
+            f"{gib((m.generator + m.kv_cache) / 2**30)}",
+            gib(m.reference / 2**30),
+            at,
+        )
+    console = Console()  # (as wide as the terminal; rich folds the cells to fit)
+    console.print(models)
+    console.print(memory)
+    console.print(
+        "min: with the KV cache of one micro-batch (the generator then batches fewer "
+        "sequences; the pre-flight check asks this); all: of every sequence of a step at once. "
+        "state: float32 weights, gradients and AdamW moments; activ.: one micro-batch's, kept "
+        "for backward; gen + KV: the generator's copy and its KV cache; ref.: the reference "
+        "model's copy. Sized for GRPO on the preset's env at its default batch: sequences x "
+        "tokens (prompt + response budget), mb: the micro-batch. The "
+        "same computation as `doctor --plan --model MODEL --env ENV` (which plans in bf16 "
+        "on GPUs, so a tiny preset's figures there are smaller) and the pre-flight check of "
+        "that run; other flags (a batch, --micro-batch-size, another env) change them. "
         "Qwen3 presets: downloaded from the Hugging Face Hub by the id shown on first use; "
         "offline (HF_HUB_OFFLINE=1 or no network): the Hugging Face cache or --model-path; "
-        "or --init random."
+        "or --init random." + "".join(f" *{n}." for n in sorted(notes))
     )

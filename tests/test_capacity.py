@@ -82,8 +82,9 @@ def test_more_gpus_split_the_trainer_and_the_time():
         capacity_plan(work, 1, "tpu")
 
 
-def test_doctor_plan_prints_the_table_offline_without_weights():
+def test_doctor_plan_prints_the_table_offline_without_weights(monkeypatch):
     # (the tests run with HF_HUB_OFFLINE=1 and no Qwen3 weights: the shape is by name)
+    monkeypatch.setenv("COLUMNS", "200")  # (the table follows the terminal's width)
     code, text = doctor("--plan", "--model", "qwen3-1.7b", "--gpus", "2", "--gpu", "h100")
     assert code == 0, text
     for word in ("capacity plan: 2 x H100", "memory per GPU", "fits", "generation",
@@ -91,7 +92,11 @@ def test_doctor_plan_prints_the_table_offline_without_weights():
         assert word in text, (word, text)
 
 
-def test_doctor_plan_that_does_not_fit_says_how_many_gpus():
+def test_doctor_plan_that_does_not_fit_says_how_many_gpus(monkeypatch):
+    monkeypatch.setenv("COLUMNS", "200")
+    # qwen3-1.7b's default batch on an 80 GB card: micro-batch 8 does not fit, 4 does
+    code, text = doctor("--plan", "--model", "qwen3-1.7b", "--env", "gsm8k", "--gpu", "h100")
+    assert code == 1 and "try --micro-batch-size 4 or --gpus 3" in text, text
     code, text = doctor("--plan", "--model", "qwen3-8b", "--gpu", "a100", "--micro-batch-size",
                         "1", "--prompts-per-step", "4", "--max-response-len", "256")  # fmt: skip
     assert code == 1 and "does NOT fit" in text and "try --gpus" in text, text
@@ -112,3 +117,43 @@ def test_doctor_plan_refuses_bad_input_naming_the_valid_values():
     choices = next(a.choices for a in build_parser()._subparsers._group_actions[0]
                    .choices["doctor"]._actions if a.dest == "gpu")  # fmt: skip
     assert tuple(choices) == tuple(GPUS)
+
+
+def test_doctor_plan_of_a_data_env_offline_assumes_its_prompts_and_says_so(tmp_path, monkeypatch):
+    """gsm8k's data is not here (no network, an empty cache): the plan needs only prompt
+    lengths, so it assumes them, and says so, instead of failing as a run would."""
+    monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("COLUMNS", "200")
+    code, text = doctor("--plan", "--model", "qwen3-1.7b", "--env", "gsm8k")
+    assert code == 0, text
+    assert "prompts of 256 tokens assumed" in text and "gsm8k's data is not here" in text
+    assert "512 sequences x (256 + 512) tokens" in text
+    # a config the run would refuse is still refused (the env's own config, the run's)
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        assert main(["doctor", "--plan", "--env", "gsm8k", "--env-set", "nope=1"]) == 2
+    assert "nope" in err.getvalue()
+
+
+def test_list_models_and_doctor_plan_give_one_memory_figure(tmp_path, monkeypatch):
+    """The figures disagreed (72.2 against 81.9 GiB for qwen3-1.7b): each sized another
+    run. Now ``list models`` sizes the run it names (GRPO on the recipe's env) with the
+    plan's computation, so the plan of that run prints the same total."""
+    from harness.listing import default_run, print_models
+
+    monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("COLUMNS", "300")  # (one line per row)
+    listed = io.StringIO()
+    with contextlib.redirect_stdout(listed):
+        print_models()
+    memory = listed.getvalue().split("memory in GiB")[1]  # (the table of memory by part)
+    row = next(line for line in memory.splitlines() if "│ qwen3-1.7b " in line)
+    minimum, total = (float(x) for x in row.split("│")[2].split("/"))
+    assert "grpo, gsm8k*, 512 x 1280, mb 8, bf16 GPU" in row
+    run = default_run("qwen3-1.7b")
+    assert (run.algorithm, run.env) == ("grpo", "gsm8k")
+    code, text = doctor("--plan", "--model", "qwen3-1.7b", "--env", "gsm8k")
+    assert code == 0 and f"{minimum:.1f} GiB of" in text and f"{total:.1f} GiB with the" in text
+    assert minimum == pytest.approx(81.92, abs=0.01)

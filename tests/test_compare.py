@@ -440,7 +440,7 @@ def test_help_states_each_commands_default_budget():
         (["compare", "grpo", "--budget", "1e6"], "less than one step"),
         (["compare", "grpo", "nope"], "valid algorithms"),
         (["compare", "grpo", "--env", "nope"], "valid environments"),
-        (["compare", "grpo", "--model", "qwen3-1.7b"], "budget"),
+        (["compare", "grpo", "--model", "qwen3-1.7b"], "cannot run this comparison"),
     ],
 )
 def test_invalid_comparisons_fail_before_any_work(tmp_path, args, message):

@@ -15,7 +15,7 @@ from harness_cli import run_harness
 from test_faults import small_disk
 
 from harness.cli import main
-from harness.doctor import check_disk, check_memory, checkpoint_bytes, run_checks
+from harness.doctor import check_disk, check_memory, checkpoint_bytes, run_checks, run_generator
 from zoo.models.presets import model_shape
 from zoo.run.run_config import RunConfig
 
@@ -70,7 +70,11 @@ def test_doctor_takes_the_run_flags_and_refuses_bad_ones():
 
 @pytest.mark.slow
 def test_the_whole_doctor_passes_here_through_the_command(tiny_model_path, tmp_path):
-    result = run_harness("doctor", "--out", str(tmp_path / "run"), cwd=tmp_path, timeout=600)
+    # (--generator vllm: a tiny run by default generates with transformers, and then the
+    # doctor does not start vLLM)
+    result = run_harness(
+        "doctor", "--generator", "vllm", "--out", str(tmp_path / "run"), cwd=tmp_path, timeout=600
+    )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     for name in ("sandbox", "vllm", "disk", "memory"):
         assert name in result.stdout
@@ -104,3 +108,23 @@ def test_the_disk_check_fails_where_no_file_can_be_written(tmp_path):
     # a folder that takes writes passes, and keeps nothing of the probe
     assert check_disk(RunConfig(), tmp_path / "run", free_bytes=100 * 2**30).status == "PASS"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["locked"]
+
+
+def test_the_vllm_check_runs_only_where_the_run_would_start_vllm():
+    """It took 81 of the doctor's 94 s on a tiny run, which generates with transformers
+    (--generator by_size); now it is skipped there, and kept where vLLM would start."""
+    import time
+
+    from zoo.run.plan import RunPlan
+
+    started = time.monotonic()
+    (check,) = run_checks(RunConfig(), Path("results"), only=("vllm",))
+    assert check.status == "PASS" and "skipped" in check.detail and "by_size" in check.detail
+    assert time.monotonic() - started < 30  # (an engine's start alone took ~80 s here)
+
+    def backend(**settings) -> str:
+        return run_generator(RunPlan.resolve(RunConfig(**settings), spec=False))
+
+    assert backend() == "hf" and backend(generator="hf") == "hf"
+    assert backend(generator="vllm") == "vllm" and backend(generator="auto") == "auto"
+    assert backend(model="qwen3-0.6b") == "auto"  # 0.6B weights: vLLM where it imports

@@ -228,10 +228,24 @@ def test_parameter_counts_of_the_presets_match_the_built_architecture(name, tmp_
 
 
 def test_list_models_prints_every_preset_with_its_memory(tmp_path):
-    result = run_harness("list", "models", cwd=tmp_path, timeout=120)
+    result = run_harness("list", "models", cwd=tmp_path, timeout=120, env={"COLUMNS": "200"})
     assert result.returncode == 0, result.stderr
-    rows = {line.split("│")[1].strip(): line for line in result.stdout.splitlines()
+    memory = result.stdout.split("memory in GiB")[1]  # (the second table: memory by part)
+    rows = {line.split("│")[1].strip(): line for line in memory.splitlines()
             if line.startswith("│") and line.split("│")[1].strip()}  # fmt: skip
     assert set(rows) >= {"tiny", "tiny-code", *QWEN3_SHAPES}
-    totals = [float(rows[n].split("│")[9].split("/")[0]) for n in QWEN3_SHAPES]
-    assert totals == sorted(totals) and totals[0] > 1  # GiB, growing with model size
+    minimums = [float(rows[n].split("│")[2].split("/")[0]) for n in QWEN3_SHAPES]
+    assert minimums == sorted(minimums) and minimums[0] > 1  # GiB, growing with model size
+
+
+@pytest.mark.parametrize("what", ["models", "envs"])
+def test_the_lists_fit_the_terminals_width(tmp_path, what):
+    """They printed 200 and 220 columns whatever the terminal; now its width (COLUMNS
+    here, as a terminal sets it), with every model name whole."""
+    narrow = run_harness("list", what, cwd=tmp_path, timeout=120, env={"COLUMNS": "80"})
+    assert narrow.returncode == 0, narrow.stderr
+    assert max(len(line) for line in narrow.stdout.splitlines()) <= 80
+    if what == "models":
+        assert all(f"│ {name} " in narrow.stdout for name in ("tiny-code-feedback", *QWEN3_SHAPES))
+    wide = run_harness("list", what, cwd=tmp_path, timeout=120, env={"COLUMNS": "160"})
+    assert 80 < max(len(line) for line in wide.stdout.splitlines()) <= 160

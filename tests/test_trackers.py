@@ -28,6 +28,8 @@ from zoo.run.trackers import (
 )
 
 SECTIONS = ("train/", "eval/", "perf/", "regime/")
+LR = RunConfig().lr
+"""tracked_run's learning rate: constant, so metrics.jsonl records none; trackers get it."""
 
 
 def installed(module: str) -> bool:
@@ -91,7 +93,7 @@ def test_tensorboard_gets_every_step_the_config_and_the_eval_points(
     acc = EventAccumulator(str(tmp_path / "run" / "tensorboard"), size_guidance={"tensors": 0})
     acc.Reload()
     scalars = set(acc.Tags()["scalars"])
-    assert scalars == {k for r in records for k in numeric_metrics(r)}
+    assert scalars == {k for r in records for k in numeric_metrics(r, LR)}
     assert all(tag.startswith(SECTIONS) for tag in scalars), sorted(scalars)
     for key in ("reward_mean", "loss", "flops", "eval_reward", "eval_pass_at_8"):
         logged = {e.step: e.value for e in acc.Scalars(tracker_key(key))}
@@ -161,7 +163,7 @@ def test_wandb_offline_run_holds_every_step_the_config_and_the_eval_points(
     assert sorted(history) == [r["step"] for r in records]
     for record in records:
         logged = history[record["step"]]
-        for key, value in numeric_metrics(record).items():
+        for key, value in numeric_metrics(record, LR).items():
             assert logged[key] == pytest.approx(value, rel=1e-12), key
     assert [s for s, h in sorted(history.items()) if "eval/reward" in h] == [0, 1, 2]
     assert config["run"]["report_to"] == "wandb" and config["run"]["algorithm"] == "grpo"
@@ -182,7 +184,16 @@ def test_mlflow_file_store_holds_every_step_the_config_and_the_eval_points(
     assert run.info.status == "FINISHED" and run.info.run_name == "run"
     assert client.get_experiment(run.info.experiment_id).name == "run"  # a lone run's own
     assert run.data.params["algorithm"] == "grpo" and run.data.params["report_to"] == "mlflow"
-    assert set(run.data.metrics) == {k for r in records for k in numeric_metrics(r)}
+    # the algorithm's and env's configs as resolved (not the overrides, {} here), and lr
+    params = run.data.params
+    assert "algorithm_config" not in params and params["env.eval_size"] == "16"
+    assert params["algorithm.eps"] == "0.2" and params["algorithm.beta"] == "0.04"
+    assert params["lr"] == str(LR)
+    found = client.search_runs([run.info.experiment_id], "params.`algorithm.eps` = '0.2'")
+    assert [r.info.run_id for r in found] == [run_id]
+    assert set(run.data.metrics) == {k for r in records for k in numeric_metrics(r, LR)}
+    lr = {m.step: m.value for m in client.get_metric_history(run_id, "train/lr")}
+    assert lr == {1: LR, 2: LR}  # every step that trained (step 0 only evaluates)
     for key in ("reward_mean", "loss", "samples", "eval_reward", "eval_pass_at_1"):
         history = client.get_metric_history(run_id, tracker_key(key))
         logged = {m.step: m.value for m in history}

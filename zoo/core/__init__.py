@@ -12,6 +12,20 @@ The layers above live in folders of their own: zoo.models, zoo.services, zoo.pla
 zoo.run (tests/test_architecture.py checks that each imports only the layers below).
 """
 
-from zoo.core.types import Completion, LossOutput, TrainBatch
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from zoo.core.types import Completion, LossOutput, TrainBatch
 
 __all__ = ["Completion", "LossOutput", "TrainBatch"]
+
+
+def __getattr__(name: str) -> Any:
+    """The types on first use (PEP 562): they import torch, which ``zoo.core.config``,
+    and so a command's ``--help`` and its bad-flag errors, do not need."""
+    if name in __all__:
+        return getattr(importlib.import_module("zoo.core.types"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

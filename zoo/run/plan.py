@@ -80,15 +80,18 @@ class RunPlan:
         *,
         spec: bool = True,
         check_algorithm: Callable[[RunConfig, Algorithm], None] | None = None,
+        env: Env | None = None,
     ) -> RunPlan:
         """Validate ``cfg`` and resolve it (with ``spec``, the model's folder too).
         ``check_algorithm`` runs once the algorithm is built and before the env is: the
-        pre-flight checks of the algorithm (harness.experiment) keep their place there."""
+        pre-flight checks of the algorithm (harness.experiment) keep their place there.
+        ``env``: the env already built (an estimate's stand-in for an env whose data is not
+        at hand, harness.capacity.estimate_plan); by default built from the config."""
         cfg.validate()
         algorithm = get_algorithm(cfg.algorithm, **cfg.algorithm_config)
         if check_algorithm is not None:
             check_algorithm(cfg, algorithm)
-        env = get_env(cfg.env, **cfg.env_config)
+        env = env if env is not None else get_env(cfg.env, **cfg.env_config)
         if cfg.eval_split == "validation":
             env.validation_prompts()  # (an env without one says so here)
         check_model_name(cfg.model)  # cheap: before the device or the budget is looked at

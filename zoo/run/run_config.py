@@ -9,14 +9,17 @@ import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-import torch
-
 from zoo.core.config import ConfigError, Limit, check_number
 from zoo.models.presets import INITS, TINY_MODELS, ModelSpec, resolve_model
 from zoo.run.trackers import check_installed, parse_report_to
-from zoo.services.generation import GENERATOR_BACKENDS
-from zoo.services.offpolicy import CORRECTIONS
-from zoo.services.trainer import LR_SCHEDULES, OLD_LOGPROB_PASSES, OptimizerSection, RegimeSection
+from zoo.services.settings import (
+    CORRECTIONS,
+    GENERATOR_BACKENDS,
+    LR_SCHEDULES,
+    OLD_LOGPROB_PASSES,
+    OptimizerSection,
+    RegimeSection,
+)
 
 if TYPE_CHECKING:
     from zoo.algorithms.base import Algorithm
@@ -332,6 +335,8 @@ class PlacementSection:
             PlacementConfig.from_dict(self.distributed)
 
     def resolved_device(self) -> str:
+        import torch  # (here: a config, its validation and --help need no torch)
+
         if self.device == "auto":
             return "cuda" if torch.cuda.is_available() else "cpu"
         if self.device == "cuda" and not torch.cuda.is_available():

@@ -4,6 +4,11 @@ what ``metrics.jsonl`` and ``samples.jsonl`` receive, from the one place a run w
 the steps that evaluated), the resolved config (config.json's contents) once per start,
 and the samples kept at each step as text or a table.
 
+The learning rate is a metric (``train/lr``) of every step that trained, the run's ``lr``
+where metrics.jsonl records none (a constant learning rate); MLflow's params are every
+run setting and the algorithm's and env's resolved configs (``algorithm.eps``,
+``algorithm.beta``, ...: ``run_params``), so runs filter by them.
+
 Metrics go in sections, the same in all three (``tracker_key``, one rule): ``eval/`` the
 evaluations (``eval_reward`` is ``eval/reward``), ``regime/`` the training regime (updates
 per batch, policy and staleness KL, trainer-sampler mismatch, a correction's ``is_*``,
@@ -133,15 +138,36 @@ def check_installed(names: tuple[str, ...]) -> None:
         )
 
 
-def numeric_metrics(record: dict[str, Any]) -> dict[str, float]:
+def numeric_metrics(record: dict[str, Any], lr: float | None = None) -> dict[str, float]:
     """The metrics of a metrics.jsonl record a tracker can plot, under their tracker
     names (``tracker_key``): every int, float or bool value except ``step`` (which is the
-    x axis), as floats."""
-    return {
+    x axis), as floats. ``lr``: the run's learning rate, given as ``train/lr`` on a step
+    that trained (it has a ``loss``) and records none: metrics.jsonl holds ``lr`` only
+    under a schedule, where it changes (its records before schedules stay comparable),
+    while a tracker's charts and filters want it on every run."""
+    metrics = {
         tracker_key(k): float(v)
         for k, v in record.items()
         if k != "step" and isinstance(v, int | float) and not isinstance(v, complex)
     }
+    if lr is not None and "loss" in record and "lr" not in record:
+        metrics[tracker_key("lr")] = float(lr)
+    return metrics
+
+
+def run_params(config: dict[str, Any]) -> dict[str, str]:
+    """An MLflow run's params from config.json: every run setting, with the algorithm's
+    and the env's configs as resolved (``algorithm.eps``, ``algorithm.beta``, ``env.digits``:
+    each default filled in, so runs filter by them) in place of the overrides alone
+    (``algorithm_config``, ``{}`` for a run at the defaults)."""
+    run = dict(config.get("run", {}))
+    params = {k: v for k, v in run.items() if k not in ("algorithm_config", "env_config")}
+    for part in ("algorithm", "env"):
+        resolved = config.get(part, {}).get("config")
+        if resolved is None:  # (a config.json without it: the overrides are what there is)
+            resolved = run.get(f"{part}_config", {})
+        params |= {f"{part}.{k}": v for k, v in resolved.items()}
+    return {k: str(v)[:6000] for k, v in sorted(params.items())}
 
 
 def _samples_markdown(rows: list[dict[str, Any]]) -> str:
@@ -328,7 +354,7 @@ class MlflowTracker:
                 experiment_id, run_name=run_dir.name, tags={"forge_zoo.experiment": experiment}
             ).info.run_id
             state["mlflow_run_id"] = self.run_id
-            params = [Param(k, str(v)[:6000]) for k, v in sorted(config.get("run", {}).items())]
+            params = [Param(k, v) for k, v in run_params(config).items()]
             self.client.log_batch(self.run_id, params=params)
             self.client.log_dict(self.run_id, config, "config.json")
         else:
@@ -361,6 +387,7 @@ class Trackers:
         check_installed(names)
         self.names = names
         self.run_dir = run_dir
+        self.lr: float | None = config.get("run", {}).get("lr")
         state_path = run_dir / STATE_FILE
         state = read_json(state_path) if state_path.exists() else {}
         experiment_dir = Path(os.path.abspath(experiment or run_dir))
@@ -380,7 +407,7 @@ class Trackers:
 
     def log(self, record: dict[str, Any]) -> None:
         """One metrics.jsonl record (it has ``step``)."""
-        metrics = numeric_metrics(record)
+        metrics = numeric_metrics(record, self.lr)
         for t in self.trackers:
             t.log_metrics(int(record["step"]), metrics)
 

@@ -48,9 +48,12 @@ import time
 from collections import defaultdict
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import TYPE_CHECKING
 
-from zoo.core.types import Completion
 from zoo.models.presets import ModelShape
+
+if TYPE_CHECKING:  # (an annotation only: the ledger imports no torch)
+    from zoo.core.types import Completion
 
 PHASES = ("generate", "score", "old_logprobs", "reference", "train", "sync")
 """The phases every run reports (``<phase>_flops``, ``_tokens``, ``_seconds`` per step)."""

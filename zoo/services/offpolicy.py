@@ -37,8 +37,7 @@ from __future__ import annotations
 import torch
 
 from zoo.core.losses import k3_kl, masked_mean
-
-CORRECTIONS = ("none", "tis", "mis-token", "mis-sequence", "bypass")
+from zoo.services.settings import CORRECTIONS
 
 
 def mismatch_metrics(

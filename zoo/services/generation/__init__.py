@@ -14,12 +14,7 @@ from zoo.core.config import ConfigError
 from zoo.models.presets import ModelShape
 from zoo.services.generation.hf import HFGenerator
 from zoo.services.generation.vllm import GPU_SHARE_FOR_GENERATION, VLLMGenerator, vllm_import_error
-
-GENERATOR_BACKENDS = ("by_size", "auto", "vllm", "hf")
-"""``--generator``: by_size (the default: transformers for a model under SMALL_MODEL_PARAMS
-on CPU, else as auto), auto (vLLM where it imports, else transformers), vllm, or hf
-(transformers, zoo.services.generation.hf). Runs recorded before by_size existed say
-auto and meant it: they reproduce with vLLM."""
+from zoo.services.settings import GENERATOR_BACKENDS
 
 SMALL_MODEL_PARAMS = 10_000_000
 """Below this many weights (zoo.models.presets.ModelShape.params) a CPU generates faster
@@ -27,6 +22,14 @@ with transformers than with vLLM, whose per-request Python and scheduling outwei
 arithmetic: new tokens per second, vLLM over transformers, on 128 prompts x 8 samples
 (leaderboards/performance.md, section 2, and leaderboards/performance_notes.md): 0.49-0.57 on the
 0.5M tiny model, 0.92 at 10M (6 tokens; 0.99 at 32), 1.23-1.45 at 50M."""
+
+
+def by_size(params: int, device: str = "cpu", tensor_parallel: int = 1) -> str:
+    """What ``--generator by_size`` means for a model of ``params`` weights: "hf" for a
+    small model in one CPU process, else "auto" (``doctor`` asks it from the shape alone,
+    to check only the backend a run would start)."""
+    one_cpu_process = torch.device(device).type == "cpu" and tensor_parallel == 1
+    return "hf" if one_cpu_process and params < SMALL_MODEL_PARAMS else "auto"
 
 
 def resolve_backend(
@@ -39,10 +42,7 @@ def resolve_backend(
     if backend not in GENERATOR_BACKENDS:
         raise ConfigError(f"unknown generator {backend!r}; valid: {', '.join(GENERATOR_BACKENDS)}")
     if backend == "by_size":
-        one_cpu_process = torch.device(device).type == "cpu" and tensor_parallel == 1
-        if one_cpu_process and ModelShape.from_hf_dir(model_path).params < SMALL_MODEL_PARAMS:
-            return "hf"
-        backend = "auto"
+        backend = by_size(ModelShape.from_hf_dir(model_path).params, device, tensor_parallel)
     if backend == "auto":
         error = vllm_import_error()
         if error is None:
