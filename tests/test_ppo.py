@@ -17,12 +17,11 @@ from harness_cli import run_harness
 from harness.runner import execute_run, read_metrics
 from zoo.algorithms import get_algorithm
 from zoo.algorithms.ppo import gae, whiten_tokens
-from zoo.core.losses import clipped_value_loss, explained_variance
+from zoo.core.losses import clipped_value_loss, explained_variance, last_token_rewards
 from zoo.core.types import ValueBatch
 from zoo.models.presets import ModelShape
 from zoo.run import checkpoint
 from zoo.run.checkpoint import current, load_state_file
-from zoo.run.rollout import last_token_rewards
 from zoo.run.run_config import RunConfig
 from zoo.run.runlog import is_timing_key
 from zoo.services.ledger import Ledger

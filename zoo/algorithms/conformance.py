@@ -713,7 +713,7 @@ def per_response_advantages(algo: Algorithm, group_size: int) -> tuple[torch.Ten
         advantages = advantages[..., 0]
     if not algo.needs_values:
         return advantages.double(), "advantage"
-    from zoo.run.rollout import last_token_rewards  # (the loop's; zoo.run needs envs)
+    from zoo.core.losses import last_token_rewards
 
     mask = lengths_mask(lengths.flatten().tolist(), int(lengths.max())).float()
     token_rewards = last_token_rewards(advantages.flatten(), mask)

@@ -608,3 +608,17 @@ def explained_variance(values: torch.Tensor, returns: torch.Tensor, mask: torch.
     if spread == 0.0:
         return 0.0
     return 1.0 - float((r - v).var(unbiased=False)) / spread
+
+
+def last_token_rewards(rewards: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """[B, T] per-token rewards of an outcome-rewarded batch: each response's reward
+    ([B]) on its last token the mask marks (its last sampled token), 0 elsewhere; a row
+    with no marked token gets none."""
+    if rewards.dim() != 1:
+        raise ValueError(f"one reward per response expected, got shape {tuple(rewards.shape)}")
+    on = mask > 0
+    last = torch.where(on, torch.arange(mask.shape[1]), -1).max(dim=1).values
+    out = torch.zeros(mask.shape, dtype=torch.float32)
+    rows = torch.nonzero(last >= 0).flatten()
+    out[rows, last[rows]] = rewards[rows].float()
+    return out

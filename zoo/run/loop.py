@@ -74,6 +74,7 @@ from zoo.core.losses import (
     adaptive_kl_coef,
     explained_variance,
     kl_reward_to_go,
+    last_token_rewards,
     masked_mean,
     rollout_kl,
 )
@@ -83,7 +84,6 @@ from zoo.run.episodes import episode_budget, make_rollouts
 from zoo.run.rollout import (
     EVAL_SEED_OFFSET,
     CompletionRollouts,
-    last_token_rewards,
     rollout_batch,
     sampling_seed,
     stack_advantages,

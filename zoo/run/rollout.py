@@ -110,20 +110,6 @@ def stack_advantages(advantages: list[torch.Tensor]) -> torch.Tensor:
     return torch.stack([torch.nn.functional.pad(a, (0, k - a.shape[-1])) for a in advantages])
 
 
-def last_token_rewards(rewards: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """[B, T] per-token rewards of an outcome-rewarded batch: each response's reward
-    ([B]) on its last token the mask marks (its last sampled token), 0 elsewhere; a row
-    with no marked token gets none."""
-    if rewards.dim() != 1:
-        raise ValueError(f"one reward per response expected, got shape {tuple(rewards.shape)}")
-    on = mask > 0
-    last = torch.where(on, torch.arange(mask.shape[1]), -1).max(dim=1).values
-    out = torch.zeros(mask.shape, dtype=torch.float32)
-    rows = torch.nonzero(last >= 0).flatten()
-    out[rows, last[rows]] = rewards[rows].float()
-    return out
-
-
 def turn_index(c: Completion) -> torch.Tensor:
     """[len(c.token_ids)] the assistant turn (0-based) of each token of ``c``: an
     observation's tokens belong to the turn before them (their mask is 0 anyway)."""
