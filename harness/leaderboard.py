@@ -544,7 +544,7 @@ def board_columns(e: pd.DataFrame, shipped: str | None) -> pd.DataFrame:
 def board_markdown(model: str, env: str, g: pd.DataFrame, shipped: str | None) -> str:
     """leaderboards/<model>__<env>.md: the board's caveat and legend, then one table per
     experiment (each with its own tie groups, pairs and command)."""
-    experiments = sorted(set(g.experiment))
+    experiments = ranking_first(g)
     md = [f"# {model} on {env}", "", *caveat_lines(env), headline_legend(experiments, env), "",
           PAIRS_LEGEND, "", *exact_setup_lines(g), "",
           *start_weights_lines(g, model, shipped)]  # fmt: skip
@@ -558,6 +558,13 @@ def board_markdown(model: str, env: str, g: pd.DataFrame, shipped: str | None) -
     md += ["Provenance:", "", *[f"- {n}" for n in notes], ""] if notes else []
     md += ["Versions: " + json.dumps(g.versions.iloc[0])]
     return "\n".join(md) + "\n"
+
+
+def ranking_first(g: pd.DataFrame) -> list[str]:
+    """The experiments of one board, those with verdicts (many-to-one) first, then by name:
+    a reader meets what can rank before what cannot."""
+    design = dict(zip(g.experiment, g.design, strict=True))
+    return sorted(design, key=lambda e: (design[e] != "many_to_one", e))
 
 
 OLD_DESIGN = (
@@ -602,7 +609,7 @@ def index_html(boards: list[tuple[str, str, pd.DataFrame]], shipped: dict, out: 
     click away and one section per experiment (harness/leaderboard.py experiment_html)."""
     contents, sections = [], []
     for model, env, g in boards:
-        experiments = sorted(set(g.experiment))
+        experiments = ranking_first(g)
         anchor = f"{model}__{env}"
         links = " · ".join(f"<a href='#{escape(_anchor(e))}'>{escape(Path(e).name)}</a>"
                            for e in experiments)  # fmt: skip

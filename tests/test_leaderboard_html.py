@@ -21,6 +21,7 @@ import pytest
 
 import harness.analysis
 from harness.analysis import seed_curves_figure, write_analysis
+from harness.board import new_design
 from harness.leaderboard import build_leaderboards
 from harness.samples import curves_svg
 from zoo.services.ledger import PHASES
@@ -28,6 +29,7 @@ from zoo.services.ledger import PHASES
 BUDGET, POINTS = 2e12, 8
 TEN_SEEDS = ("grpo", "dr_grpo", "dapo", "cispo", "gspo", "sapo", "grpo@mini_batches=4")
 CONTROLLED = ("grpo", "grpo_twin", "grpo@quarter_lr", "dapo")
+VERDICT_ROWS = ("grpo", "dapo", "gspo")
 BOARD_COLUMNS = ["algorithm", "tie group", "headline [95% t-CI]", "pass@1", "pass@4", "pass@8",
                  "seeds", "controls"]  # fmt: skip
 WIDTH = 1400
@@ -80,7 +82,8 @@ def write_run(exp: Path, row: str, seed: int, samples: bool) -> str:
 
 
 def write_experiment(results: Path, name: str, rows: tuple[str, ...], seeds: int,
-                     samples: bool, controls: dict | None = None) -> Path:  # fmt: skip
+                     samples: bool, controls: dict | None = None,
+                     design: dict | None = None) -> Path:  # fmt: skip
     exp = results / name
     runs = [write_run(exp, row, seed, samples) for row in rows for seed in range(seeds)]
     manifest = {"command": f"python -m harness compare {' '.join(rows)} --seeds {seeds} "
@@ -90,6 +93,8 @@ def write_experiment(results: Path, name: str, rows: tuple[str, ...], seeds: int
                 "runs": {r: {} for r in runs}}  # fmt: skip
     if controls:
         manifest["controls"] = controls
+    if design:
+        manifest["design"] = design
     (exp / "experiment.json").write_text(json.dumps(manifest))
     return exp
 
@@ -111,6 +116,9 @@ def board(tmp_path_factory) -> Path:
         write_experiment(results, "ten-seeds", TEN_SEEDS, seeds=10, samples=False),
         write_experiment(results, "with-controls", CONTROLLED, seeds=3, samples=True,
                          controls=CONTROLS),
+        # the one that ranks: named to sort last, it must still come first
+        write_experiment(results, "z-verdicts", VERDICT_ROWS, seeds=10, samples=False,
+                         design=new_design("grpo")),
     ]  # fmt: skip
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(harness.analysis, "FIT_BOOTSTRAP_REPS", 5)
@@ -136,7 +144,14 @@ def cells(table: str, tag: str = "td") -> list[list[str]]:
 def test_one_compact_table_per_experiment_with_fits_and_provenance_one_click_away(board):
     html = (board / "index.html").read_text()
     found = sections(html)
-    assert sorted(found) == ["ten-seeds", "with-controls"]
+    assert list(found) == ["z-verdicts", "ten-seeds", "with-controls"]  # what ranks first
+    verdicts = re.search(r"<table class='board'>.*?</table>", found.pop("z-verdicts"), re.S)
+    header, *body = cells(verdicts.group(0), "th")[:1] + cells(verdicts.group(0))[1:]
+    assert header[1] == "verdict vs baseline [95% CI]"
+    by_row = {r[0]: r[1] for r in body}
+    assert by_row["grpo"] == "baseline" and set(by_row) == set(VERDICT_ROWS)
+    assert by_row["dapo"].split(" ")[0] in ("better", "worse", "equivalent", "unresolved")
+    assert "[" in by_row["dapo"]  # the difference with its interval
     for name, section in found.items():
         tables = re.findall(r"<table class='board'>.*?</table>", section, re.S)
         assert len(tables) == 1, name  # its own table, with its own tie groups
@@ -177,9 +192,10 @@ def test_every_experiment_links_a_samples_page_also_without_samples(board):
         page = board / link.group(1)
         text = page.read_text()
         assert "back to the board" in text
-        if name == "ten-seeds":  # runs from before samples.jsonl: said, with the way out
-            assert text.count("No samples") == len(TEN_SEEDS)
-            assert "python -m harness reproduce tiny__arithmetic__grpo__ten-seeds" in text
+        if name in ("ten-seeds", "z-verdicts"):  # no samples.jsonl: said, with the way out
+            rows = TEN_SEEDS if name == "ten-seeds" else VERDICT_ROWS
+            assert text.count("No samples") == len(rows)
+            assert f"python -m harness reproduce tiny__arithmetic__grpo__{name}" in text
         else:
             assert text.count("last evaluation</h2>") == len(CONTROLLED)
             runs = re.findall(r"<a href='([^']+\.html)'>", text)
@@ -232,12 +248,15 @@ window.addEventListener('load', () => {
     .map(r => r.getBoundingClientRect().height);
   const img = document.querySelector('figure img');
   const first_plot = img ? img.getBoundingClientRect().top + window.scrollY : null;
+  const table = document.querySelector('table.board');
+  const first_table = table ? {bottom: table.getBoundingClientRect().bottom + window.scrollY,
+    header: table.querySelector('thead').textContent} : null;
   const closed = measure();
   document.querySelectorAll('details').forEach(d => { d.open = true; });
   const open = measure();
   document.body.setAttribute('data-check', JSON.stringify({closed, open, board,
     inner: window.innerWidth, details: document.querySelectorAll('details').length,
-    first_plot,
+    first_plot, first_table,
     images: [...document.images].map(i => i.naturalWidth)}));
 });
 </script>"""
@@ -283,7 +302,10 @@ def test_the_board_fits_1400_px_in_chromium_with_compact_rows(board, tmp_path):
         shot = imread(tmp_path / f"{page.stem}.png")
         assert shot.shape[1] == WIDTH and shot.std() > 0.01, page  # not a blank page
         if page.name == "index.html":
-            assert len(check["board"]) == len(TEN_SEEDS) + len(CONTROLLED)
+            assert len(check["board"]) == len(TEN_SEEDS) + len(CONTROLLED) + len(VERDICT_ROWS)
+            # the experiment that ranks opens the page: its verdict table in the first screen
+            assert "verdict vs baseline" in check["first_table"]["header"], check
+            assert check["first_table"]["bottom"] < 900, check
             assert max(check["board"]) <= 36, check["board"]  # one line a row
             assert check["details"] >= 2 * 5  # fits, statistics, pairs, provenance, mean
             assert check["images"] and all(w > 0 for w in check["images"]), check
