@@ -37,6 +37,9 @@ LR_FACTORS = (0.5, 0.25)
 """Default learning-rate fractions of the positive controls."""
 FACTOR_NAMES = {0.5: "half_lr", 0.25: "quarter_lr"}
 ALPHA = 0.05
+POWER_SHOWN_WITHIN = 1.5
+"""A detected positive control shows the board's power at delta when its gap is at most
+this many deltas (a control at 3 delta shows power at 3 delta, not at delta)."""
 
 
 def twin_row(baseline: str) -> str:
@@ -77,7 +80,7 @@ def control_configs(
             {
                 "row": lr_row(baseline, f),
                 "factor": f,
-                "expect": "worse",
+                "expect": "worse (equivalent, if its gap is below delta)",
                 "why": f"{baseline} at {f:g} x its learning rate ({lr:g} -> {lr * f:g})",
             }
             for f in lr_factors
@@ -117,10 +120,6 @@ def control_verdicts(
             out.append({**row, "verdict": "missing"})
             continue
         v = by_row.loc[spec["row"]]
-        if kind == "negative":
-            passed = v.verdict not in ("better", "worse")
-        else:
-            passed = v.verdict == "worse"
         out.append({
             **row,
             "difference": float(v.difference),
@@ -128,9 +127,26 @@ def control_verdicts(
             "p_difference_adjusted": float(v.p_difference_adjusted),
             "p_equivalence_adjusted": float(v.p_equivalence_adjusted),
             "came_out": str(v.verdict),
-            "verdict": "passed" if passed else "failed",
+            "verdict": control_outcome(kind, str(v.verdict), float(v.difference), delta),
         })  # fmt: skip
     return out
+
+
+def control_outcome(kind: str, verdict: str, difference: float, delta: float) -> str:
+    """Whether a control came out as it must.
+
+    Negative: "passed" unless separated (better or worse). Positive: "passed" when worse;
+    "failed" when better (the weaker copy won) or when unresolved although its gap is delta
+    or more (the board could not separate a difference of the size it claims to resolve);
+    "below delta" when its gap turned out smaller than delta and the board called it
+    equivalent or left it unresolved: a correct outcome that shows no power."""
+    if kind == "negative":
+        return "failed" if verdict in ("better", "worse") else "passed"
+    if verdict == "worse":
+        return "passed"
+    if verdict == "better" or (verdict == "unresolved" and abs(difference) >= delta):
+        return "failed"
+    return "below delta"
 
 
 def power_at_resolution(checks: list[dict[str, Any]], delta: float) -> str:
@@ -140,9 +156,14 @@ def power_at_resolution(checks: list[dict[str, Any]], delta: float) -> str:
     if not found:
         return "no positive control was detected: no power is shown, even at the largest gap"
     smallest = min(found, key=lambda c: c["gap_in_delta"])
+    shown = (
+        "so the board's power at delta is shown"
+        if smallest["gap_in_delta"] <= POWER_SHOWN_WITHIN
+        else f"above {POWER_SHOWN_WITHIN:g} x delta, so no control shows power at delta itself"
+    )
     return (
         f"the smallest control gap detected is {abs(smallest['difference']):.3f} "
-        f"({smallest['gap_in_delta']:.1f} x delta, {smallest['row']})"
+        f"({smallest['gap_in_delta']:.1f} x delta, {smallest['row']}), {shown}"
     )
 
 

@@ -233,11 +233,18 @@ def test_controls_pass_only_as_they_must():
     checks = control_verdicts(good, CONTROLS, 0.02)
     assert [c["verdict"] for c in checks] == ["passed", "passed", "passed"]
     assert "0.020 (1.0 x delta, grpo@half_lr)" in power_at_resolution(checks, 0.02)
-    # the twin separated (a false positive), and a weaker variant came out on top
+    # the twin separated (a false positive), a weaker variant came out on top, and one
+    # a delta below the baseline was left unresolved (no power at delta)
     bad = verdict_rows([("grpo@twin", "better", 0.04), ("grpo@half_lr", "better", 0.02),
-                        ("grpo@quarter_lr", "unresolved", -0.01)])  # fmt: skip
+                        ("grpo@quarter_lr", "unresolved", -0.02)])  # fmt: skip
     assert [c["verdict"] for c in control_verdicts(bad, CONTROLS, 0.02)] == ["failed"] * 3
     assert "no positive control" in power_at_resolution(control_verdicts(bad, CONTROLS, 0.02), 0.02)
+    # a weaker copy whose gap is below delta may come out equivalent: correct, no power
+    small = verdict_rows([("grpo@twin", "equivalent", 0.0), ("grpo@half_lr", "equivalent", -0.008),
+                          ("grpo@quarter_lr", "worse", -0.07)])  # fmt: skip
+    checks = control_verdicts(small, CONTROLS, 0.02)
+    assert [c["verdict"] for c in checks] == ["passed", "below delta", "passed"]
+    assert "no control shows power at delta itself" in power_at_resolution(checks, 0.02)
     # an unresolved twin is no false positive; a missing row is missing
     open_ = verdict_rows([("grpo@twin", "unresolved", 0.01)])
     assert [c["verdict"] for c in control_verdicts(open_, CONTROLS, 0.02)] == [
