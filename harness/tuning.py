@@ -353,7 +353,13 @@ def sweep_markdown(selection: dict[str, Any]) -> str:
             mark = "**yes**" if row["setting"] == entry["setting"] else ""
             if mark and edges:
                 mark += f" (at the grid's edge in {', '.join(edges)})"
-            if row.get("mechanism_in_band_steps") is not None and not row.get("acts", True):
+            # (only where the plan selects on it: otherwise acting is reported, not judged)
+            judged = selection.get("require_acting", False)
+            if (
+                judged
+                and row.get("mechanism_in_band_steps") is not None
+                and not row.get("acts", True)
+            ):
                 mark = (mark + " " if mark else "") + "(mechanism not in band)"
             lines.append(
                 f"| {algorithm} | {setting} | {row['validation_headline']:.3f} "
