@@ -1,14 +1,12 @@
-"""Controls for a board: algorithms whose place on it is known before it is run.
+"""``grpo_twin``: GRPO under another name, the negative control of the boards made before
+2026-12-06.
 
-``grpo_twin`` is GRPO under another name: the same class, the same defaults, nothing
-changed. A board runs it with seeds offset from GRPO's (``harness compare --controls``),
-so it is an independent sample of the same algorithm, and the board must find no
-difference between the twins: a board that separates them would separate identical
-algorithms, and its other separations are not to be trusted (a false-positive check).
-
-The positive control needs no class of its own: it is the tuned GRPO at a quarter of its
-selected learning rate, which learns less within the same budget, and a board that cannot
-separate it from GRPO has too little power to rank anything (harness/controls.py).
+The same class, the same defaults, nothing changed. Those boards ran it at GRPO's seeds +
+1000 as an independent sample of the same algorithm, which the board had to find no
+different from GRPO. It stays registered so that they reproduce. A board made now runs its
+A/A control as the baseline row itself at the same seeds with another ``noise_seed``
+(row ``<baseline>@twin``, harness/controls.py), paired like every other row, and its
+positive controls at fractions of the baseline's learning rate.
 """
 
 from __future__ import annotations
