@@ -467,6 +467,7 @@ def pyfunc_table(p, seen: str) -> str:
     return f"{table!r}.get(x, 0)"
 
 
+@pytest.mark.recheck  # ~2-6 minutes of sandboxed verdicts: scripts/check-all.sh
 @pytest.mark.slow  # ~3 turns x (427 + 164 + 500) episodes: a few minutes on 2 busy cores
 def test_real_data_the_feedback_table_walk_is_paid_on_at_most_1_percent(tmp_path):
     """Issue 57's walk: turn 1 answers the examples the prompt shows (a table of them,
