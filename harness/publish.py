@@ -114,7 +114,7 @@ def is_left_out(relative: str) -> bool:
 def experiment_files(experiment: Path) -> tuple[list[str], list[str]]:
     """(published, left out): the POSIX paths under ``experiment`` that are published, and
     those left out (checkpoint files and folders, samples/, links, a manifest.json), each
-    sorted. A left-out folder is one entry; its contents are not walked."""
+    sorted. A left-out folder is one entry ending in "/"; its contents are not walked."""
     experiment = Path(experiment)
     published: list[str] = []
     left: list[str] = []
@@ -122,9 +122,10 @@ def experiment_files(experiment: Path) -> tuple[list[str], list[str]]:
         base = Path(folder).relative_to(experiment)
         for name in list(dirs):
             relative = (base / name).as_posix()
-            if is_left_out(relative) or (Path(folder) / name).is_symlink():
+            link = (Path(folder) / name).is_symlink()
+            if is_left_out(relative) or link:
                 dirs.remove(name)
-                left.append(f"{relative}/")
+                left.append(relative if link else f"{relative}/")
         for name in names:
             relative = (base / name).as_posix()
             if is_left_out(relative) or (Path(folder) / name).is_symlink():
@@ -203,7 +204,8 @@ def _hub_error(doing: str, repo_id: str, exc: Exception) -> ConfigError | None:
     if doing == "publishing to" and status == 401:
         return ConfigError(
             f"{doing} {repo_id}: the Hub at {endpoint()} refused to write (401 Unauthorized): "
-            "no write token; set HF_TOKEN to a token with write access (or `hf auth login`)"
+            "no write token, or an invalid one; set HF_TOKEN to a token with write access "
+            "(or `hf auth login`)"
         )
     if status == 403:
         return ConfigError(
@@ -316,11 +318,29 @@ def _snapshot(repo_id: str, revision: str | None, token: str | None) -> Path:
     except Exception as exc:
         if not is_connection_error(exc):
             raise
+        # huggingface_hub refuses a snapshot with a file missing; verify_snapshot names it
+        found = _cached_snapshot(repo_id, revision)
+        if found is not None and (found / MANIFEST).is_file():
+            return found
         at = f" at {revision}" if revision else ""
         raise ConfigError(
             f"{repo_id}{at} was not found offline: looked in the Hugging Face cache at "
             f"{cache_folder(repo_id)}; nothing was downloaded: {why}"
         ) from exc
+
+
+def _cached_snapshot(repo_id: str, revision: str | None) -> Path | None:
+    """The cache's snapshot folder of ``repo_id`` at ``revision`` (a ref or a commit id),
+    whatever it holds; None when there is none."""
+    folder = cache_folder(repo_id)
+    name = revision or "main"
+    ref = folder / "refs" / name
+    try:
+        commit = ref.read_text().strip() if ref.is_file() else name
+    except OSError:
+        return None
+    snapshot = folder / "snapshots" / commit
+    return snapshot if commit and "/" not in commit and snapshot.is_dir() else None
 
 
 def _safe(relative: object) -> bool:
