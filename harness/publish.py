@@ -52,6 +52,7 @@ Hub, the Hub's own attributes); any other file an earlier publish left that the
 experiment no longer holds is deleted, so the repository mirrors the board."""
 REPO_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*")
 REPO_TYPE = "dataset"
+PUBLISHING = "publishing to"
 
 
 @dataclass(frozen=True)
@@ -201,16 +202,17 @@ def _hub_error(doing: str, repo_id: str, exc: Exception) -> ConfigError | None:
         return ConfigError(
             f"{doing} {repo_id}: the Hub at {endpoint()} could not be reached ({first_line(exc)})"
         )
-    if doing == "publishing to" and status == 401:
+    if doing == PUBLISHING and status == 401:
         return ConfigError(
             f"{doing} {repo_id}: the Hub at {endpoint()} refused to write (401 Unauthorized): "
             "no write token, or an invalid one; set HF_TOKEN to a token with write access "
             "(or `hf auth login`)"
         )
     if status == 403:
+        may = "write there; use a write token of the owner" if doing == PUBLISHING else "read it"
         return ConfigError(
             f"{doing} {repo_id}: the Hub at {endpoint()} refused (403 Forbidden): your token "
-            "may not write there; use a write token of the owner"
+            f"may not {may}"
         )
     if isinstance(exc, RevisionNotFoundError):
         return ConfigError(f"{where} has no revision by that name ({first_line(exc)})")
@@ -265,7 +267,7 @@ def publish(
         operations += [CommitOperationDelete(path) for path in stale]
         info = api.create_commit(repo_id, operations, commit_message=summary, repo_type=REPO_TYPE)
     except Exception as exc:
-        error = _hub_error("publishing to", repo_id, exc)
+        error = _hub_error(PUBLISHING, repo_id, exc)
         if error is None:
             raise
         raise error from exc
