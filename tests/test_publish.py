@@ -411,3 +411,39 @@ def test_the_fetched_copy_analyzes(fetched, tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     assert (copy / "report.md").is_file() and (copy / "tables" / "summary.md").is_file()
     assert "grpo" in (copy / "tables" / "summary.md").read_text()
+
+
+STAND_IN = """
+import sys
+from huggingface_hub import CommitOperationAdd, CommitOperationDelete, HfApi
+api = HfApi()
+api.create_repo("bob/model", exist_ok=False)
+first = api.create_commit("bob/model", [CommitOperationAdd("a/x.txt", b"x"),
+                                        CommitOperationAdd("a/y.txt", b"y"),
+                                        CommitOperationAdd("b.txt", b"")], commit_message="one")
+api.create_commit("bob/model", [CommitOperationDelete("a/")], commit_message="two")
+try:
+    api.create_commit("bob/model", [CommitOperationAdd("c.txt", b"c")], commit_message="three",
+                      parent_commit=first.oid)
+except Exception as exc:
+    print("STALE", getattr(exc.response, "status_code", None))
+try:
+    api.create_repo("bob/model", exist_ok=False)
+except Exception as exc:
+    print("EXISTS", getattr(exc.response, "status_code", None))
+print("FILES", sorted(api.list_repo_files("bob/model")))
+"""
+
+
+def test_the_stand_in_takes_the_clients_commits_deletions_and_refusals(hub, tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "TRANSFORMERS_"))}
+    env.update(HF_HOME=str(tmp_path), HF_ENDPOINT=hub.url, HF_HUB_OFFLINE="0", HF_TOKEN=TOKEN)
+    done = subprocess.run(
+        [sys.executable, "-c", STAND_IN], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "STALE 412" in done.stdout and "EXISTS 409" in done.stdout
+    assert "FILES ['b.txt']" in done.stdout
+    repo = hub.repos["model", "bob/model"]
+    assert [summary for _, summary in repo.commits] == ["one", "two"]
+    assert repo.files == {"b.txt": b""} and repo.sha == repo.commits[-1][0]
