@@ -73,6 +73,15 @@ class PublishResult:
     deleted: int
     """Files of an earlier publish that the experiment no longer holds, deleted."""
 
+    def line(self) -> str:
+        """What the command prints: one line."""
+        gone = f", {self.deleted} stale deleted" if self.deleted else ""
+        return (
+            f"published {self.files} files ({self.bytes / 1e6:.1f} MB; {self.left_out} "
+            f"checkpoints, samples pages or links left out{gone}) to {self.repo_id} at "
+            f"{self.commit[:12]}: {self.url}"
+        )
+
 
 # ---- what is published ----
 

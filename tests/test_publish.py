@@ -208,6 +208,8 @@ def test_publish_then_fetch_gives_every_published_file_byte_for_byte(hub, board,
     done = PublishResult(**result)
     assert done.files == len(expected) and done.bytes == sum(map(len, expected.values()))
     assert done.left_out == 4 and done.deleted == 0
+    assert done.line().startswith(f"published {len(expected)} files (0.")
+    assert done.line().endswith(f"to alice/tiny-arithmetic at {done.commit[:12]}: {done.url}")
     repo = hub.repos["dataset", "alice/tiny-arithmetic"]
     assert done.commit == repo.sha and repo.commits == [(repo.sha, repo.commits[0][1])]
     assert repo.commits[0][1].startswith("harness publish tiny-arithmetic: ")
