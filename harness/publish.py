@@ -45,7 +45,7 @@ EXPERIMENT_FILE = "experiment.json"
 LEFT_OUT = ("checkpoint*", "samples/")
 """What is never published: any file or folder whose name starts with ``checkpoint``
 (runs/<run>/checkpoint, checkpoints/, checkpoint.tmp, checkpoint.old) and the
-experiment's ``samples/`` HTML pages (``harness samples`` writes them again)."""
+experiment's ``samples/`` HTML pages (``harness analyze`` writes them again)."""
 KEPT_ON_HUB = ("README.md", ".gitattributes")
 """Files of the repository that a publish never deletes (a data set card written on the
 Hub, the Hub's own attributes); any other file an earlier publish left that the

@@ -113,11 +113,9 @@ except ConfigError as exc:
 """
 
 
-def call(
-    home: Path, endpoint: str, *, offline: bool = False, token: str | None = None, **args: object
-) -> tuple[int, object, str]:
-    """(exit code, result, stderr) of publish or fetch (``do=``) in a subprocess with the
-    Hugging Face home ``home``, the Hub at ``endpoint``, HF_TOKEN ``token``."""
+def hub_env(home: Path, endpoint: str, offline: bool, token: str | None) -> dict[str, str]:
+    """A subprocess environment whose only Hub is ``endpoint`` and whose Hugging Face home
+    is ``home``, with HF_TOKEN ``token``."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "TRANSFORMERS_"))}
     env.update(
         HF_HOME=str(home),
@@ -130,11 +128,19 @@ def call(
     )
     if token:
         env["HF_TOKEN"] = token
+    return env
+
+
+def call(
+    home: Path, endpoint: str, *, offline: bool = False, token: str | None = None, **args: object
+) -> tuple[int, object, str]:
+    """(exit code, result, stderr) of publish or fetch (``do=``) in a subprocess with the
+    Hugging Face home ``home``, the Hub at ``endpoint``, HF_TOKEN ``token``."""
     text = json.dumps({k: str(v) if isinstance(v, Path) else v for k, v in args.items()})
     done = subprocess.run(
         [sys.executable, "-c", DRIVER, text],
         cwd=home.parent,
-        env=env,
+        env=hub_env(home, endpoint, offline, token),
         capture_output=True,
         text=True,
         timeout=300,
@@ -449,3 +455,36 @@ def test_the_stand_in_takes_the_clients_commits_deletions_and_refusals(hub, tmp_
     repo = hub.repos["model", "bob/model"]
     assert [summary for _, summary in repo.commits] == ["one", "two"]
     assert repo.files == {"b.txt": b""} and repo.sha == repo.commits[-1][0]
+
+
+def test_the_commands_publish_and_fetch_a_board(hub, board, tmp_path):
+    """`python -m harness publish` and `fetch` as a user types them: the one line each
+    prints, the files back byte for byte, and a bad repository name refused by the CLI."""
+    home = tmp_path / "hf-home"
+    env = hub_env(home, hub.url, offline=False, token=TOKEN)
+    home.mkdir()
+
+    def harness(*argv: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [sys.executable, "-m", "harness", *argv],
+            cwd=REPO,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+
+    up = harness("publish", str(board), "--repo", "carol/board", "--message", "first")
+    assert up.returncode == 0, up.stderr[-3000:]
+    repo = hub.repos["dataset", "carol/board"]
+    line = up.stdout.strip()
+    assert line.startswith("published ") and f"to carol/board at {repo.sha[:12]}: " in line
+    assert repo.commits[-1][1] == "first"
+    out = tmp_path / "copy"
+    down = harness("fetch", "carol/board", "--out", str(out))
+    assert down.returncode == 0, down.stderr[-3000:]
+    assert down.stdout.strip() == f"fetched carol/board into {out}"
+    for name, data in published(board).items():
+        assert (out / name).read_bytes() == data, name
+    refused = harness("publish", str(board), "--repo", "no-owner")
+    assert "not a Hub repository name" in one_line_error(refused.returncode, refused.stderr)
