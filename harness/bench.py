@@ -20,7 +20,7 @@ from typing import Any
 import pandas as pd
 
 BENCHMARKS = ("rl_step", "generation", "utilisation", "scaling", "sandbox", "board",
-              "evaluation", "eval_overlap")  # fmt: skip
+              "evaluation", "eval_overlap", "parity")  # fmt: skip
 
 TARGETS = {
     "rl_step": "framework overhead over the bare loop at most 15% in synchronous mode "
@@ -38,6 +38,8 @@ TARGETS = {
     "the same tokens",
     "eval_overlap": "the same numbers with the overlap on; make it the default where it "
     "makes a run faster",
+    "parity": "not speed: agreement with TRL's GRPOTrainer (loss and gradient within float "
+    "rounding on the same inputs; docs/parity.md)",
 }
 
 
@@ -70,6 +72,10 @@ def run_benchmark(name: str, root: Path, quick: bool) -> list[dict[str, Any]]:
         from benchmarks.eval_overlap import eval_overlap_table
 
         return eval_overlap_table(root, quick)
+    if name == "parity":
+        from benchmarks.parity.run import parity_table
+
+        return parity_table(root, quick)
     from benchmarks.sandbox_bench import sandbox_table
 
     return sandbox_table(n=6 if quick else 40)
@@ -115,7 +121,8 @@ def write_report(sections: dict[str, dict[str, Any]], out: Path) -> Path:
               "utilisation": "3. Training utilisation", "scaling": "4. How cost grows",
               "sandbox": "5. Sandbox executions", "board": "6. Board runs",
               "evaluation": "7. Evaluation batching",
-              "eval_overlap": "8. Evaluation overlapped with training"}  # fmt: skip
+              "eval_overlap": "8. Evaluation overlapped with training",
+              "parity": "9. Parity with TRL's GRPOTrainer"}  # fmt: skip
     for name in [n for n in BENCHMARKS if n in sections]:
         section = sections[name]
         rows = section["rows"]

@@ -1,0 +1,3 @@
+from benchmarks.parity.run import main
+
+main()

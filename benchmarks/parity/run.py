@@ -1,0 +1,202 @@
+"""Running the levels: ``python -m benchmarks.parity --levels a,b [--prompts 64] [--out
+results/parity]`` writes ``levels_ab.md`` and ``levels_ab.json`` there; ``python -m harness
+bench --only parity`` puts the same figures (``parity_table``) in performance.md."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from benchmarks.parity.settings import ALGORITHMS
+
+LEVELS = ("a", "b")
+BUILT = {"a", "b"}
+"""Level c (the learning comparison over paired seeds) is not built: docs/parity.md."""
+
+
+def run_levels(
+    levels: list[str], prompts: int = 64, seed: int = 0, algorithms: tuple[str, ...] = ALGORITHMS
+) -> dict[str, Any]:
+    """The figures of ``levels`` on one shared batch of ``prompts`` x G completions."""
+    from benchmarks.parity import levels as lv
+    from benchmarks.parity.shared import sample_batch
+
+    start = time.perf_counter()
+    batch = sample_batch(prompts, seed)
+    out: dict[str, Any] = {
+        "batch": {
+            "prompts": prompts,
+            "completions": batch.size,
+            "seed": seed,
+            "response tokens": int(batch.mask.sum()),
+            "mean reward": float(batch.rewards.mean()),
+            "groups with differing rewards": int(
+                (batch.rewards.amax(1) > batch.rewards.amin(1)).sum()
+            ),
+        },
+    }
+    if "a" in levels:
+        logprobs = lv.logprob_parity(batch)
+        old = logprobs.pop("old")
+        out["a"] = {"logprobs": logprobs, "losses": [], "advantages": {}}
+        for name in algorithms:
+            out["a"]["losses"] += lv.loss_parity(name, batch, old, seed)
+            out["a"]["advantages"][name] = lv.advantage_parity(name, batch)
+    if "b" in levels:
+        out["b"] = [lv.update_parity(name, batch) for name in algorithms]
+    out["seconds"] = time.perf_counter() - start
+    return out
+
+
+def _fmt(x: Any) -> str:
+    if isinstance(x, float):
+        return f"{x:.3g}"
+    if isinstance(x, list):
+        return ", ".join(_fmt(v) for v in x)
+    return "" if x is None else str(x).replace("|", "\\|")
+
+
+def _table(rows: list[dict[str, Any]]) -> list[str]:
+    keys = list(dict.fromkeys(k for r in rows for k in r))
+    lines = ["| " + " | ".join(keys) + " |", "|" + "---|" * len(keys)]
+    lines += ["| " + " | ".join(_fmt(r.get(k)) for k in keys) + " |" for r in rows]
+    return lines
+
+
+def report(result: dict[str, Any], command: str, machine: str) -> str:
+    """levels_ab.md: the measured figures with their command and machine."""
+    b = result["batch"]
+    lines = [
+        "# Parity with TRL 1.16 GRPOTrainer: levels a and b",
+        "",
+        f"Measured by `{command}` on {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} "
+        f"({result['seconds'] / 60:.1f} min); machine: {machine}.",
+        "",
+        f"Shared batch: {b['prompts']} running_sum training prompts x 8 = {b['completions']} "
+        f"completions sampled once from the tiny-sum start weights (transformers' generate, "
+        f"T 0.7, 64 new tokens, seed {b['seed']}), {b['response tokens']} response tokens, "
+        f"mean reward {b['mean reward']:.3f}, {b['groups with differing rewards']} groups "
+        "with differing rewards.",
+        "",
+    ]
+    if "a" in result:
+        a = result["a"]
+        lp = a["logprobs"]
+        lines += [
+            "## Level a: the loss on the same inputs",
+            "",
+            f"Log-probs, each side's own model code from the same weights (forge-zoo: "
+            f"TorchTitan Qwen3, right-padded; TRL: transformers Qwen3, left-padded prompt, "
+            f"fused LM head): max |difference| {lp['max abs logprob diff']:.3g}, mean "
+            f"{lp['mean abs logprob diff']:.3g} over {lp['response tokens']} response tokens.",
+            "",
+            "Advantages, each side's formula from the same rewards (std + 1e-6 against std + "
+            "1e-4): max |difference| "
+            + ", ".join(f"{k} {v:.3g}" for k, v in a["advantages"].items())
+            + ". The losses below take forge-zoo's advantages on both sides.",
+            "",
+            "Loss and d loss / d log-probs: forge-zoo's log-probs as old, old + N(0, 0.15^2) "
+            "per token as new (with grad) and, independently, as ref, into TRL's "
+            "`GRPOTrainer.compute_loss` (its log-prob method returning the new log-probs) "
+            "and forge-zoo's `algorithm.loss(TrainBatch)`. Normalisers matched explicitly: "
+            "'whole batch' trains all rows as one optimizer step on both sides (TRL "
+            "per_device_train_batch_size = B, steps_per_generation 1), so TRL's per-batch "
+            "means and forge-zoo's whole-batch counts are the same numbers; 'mini-batch 1 "
+            "of 4' is TRL's first mini-batch at the run's settings, with forge-zoo given "
+            "TRL's normaliser (dapo: the generation batch's tokens / 4, not the mini-batch's "
+            "own; the last column is own / that, the factor forge-zoo's own run differs by).",
+            "",
+            *_table(a["losses"]),
+            "",
+        ]
+    if "b" in result:
+        lines += [
+            "## Level b: one rollout batch's update",
+            "",
+            "Each side trains the shared batch from the start weights at the run's settings "
+            "(4 mini-batches = 4 AdamW steps, lr 2.5e-5, grad clip 2, constant lr), "
+            "forge-zoo's advantages on both; TRL through its own `train()` (its generation "
+            "step replaced by the finished batch, its own old log-probs), forge-zoo through "
+            "`Trainer.train` with TRL's recorded row shuffle reproduced. Relative L2 "
+            "distance: ||update forge-zoo - update TRL|| / ||update TRL|| over all "
+            "parameters. dapo: TRL divides each mini-batch by the average mini-batch's "
+            "tokens, forge-zoo by its own (the tokens per mini-batch are listed).",
+            "",
+            *_table(result["b"]),
+            "",
+        ]
+    lines += [
+        "The settings map and the settings that cannot be matched: docs/parity.md "
+        "(printed by `python -m benchmarks.parity.settings`).",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def parity_table(root: Path, quick: bool = False) -> list[dict[str, Any]]:
+    """``harness bench``'s rows: level a's losses and log-probs, level b's updates (quick:
+    8 prompts, figures meaningless beyond a smoke test)."""
+    result = run_levels(["a", "b"], prompts=8 if quick else 64)
+    a = result["a"]
+    rows = [
+        {
+            "level": "a",
+            "algorithm": "(model)",
+            "check": "max abs logprob diff",
+            "value": a["logprobs"]["max abs logprob diff"],
+        }
+    ]
+    for r in a["losses"]:
+        rows += [
+            {
+                "level": "a",
+                "algorithm": r["algorithm"],
+                "check": f"{r['scope']}: {k}",
+                "value": r[k],
+            }
+            for k in ("abs loss diff", "max abs grad diff")
+        ]
+    rows += [
+        {"level": "a", "algorithm": k, "check": "max abs advantage diff", "value": v}
+        for k, v in a["advantages"].items()
+    ]
+    rows += [
+        {
+            "level": "b",
+            "algorithm": r["algorithm"],
+            "check": "update relative L2 distance",
+            "value": r["relative L2 distance"],
+        }
+        for r in result["b"]
+    ]
+    return rows
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--levels", default="a,b", help="comma-separated: a, b (c: not built)")
+    parser.add_argument("--prompts", type=int, default=64)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", type=Path, default=Path("results/parity"))
+    args = parser.parse_args(argv)
+    levels = [x.strip() for x in args.levels.split(",") if x.strip()]
+    unbuilt = sorted(set(levels) - BUILT)
+    if unbuilt:
+        sys.exit(
+            f"level(s) {', '.join(unbuilt)} not built: docs/parity.md says what level c "
+            "would measure"
+        )
+    from benchmarks.common import machine_line
+
+    result = run_levels(levels, args.prompts, args.seed)
+    command = "python -m benchmarks.parity " + " ".join(argv if argv is not None else sys.argv[1:])
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "levels_ab.json").write_text(
+        json.dumps({"command": command.strip(), "machine": machine_line(), **result}, indent=1)
+    )
+    (args.out / "levels_ab.md").write_text(report(result, command.strip(), machine_line()))
+    print(f"wrote {args.out / 'levels_ab.md'}")
