@@ -109,3 +109,18 @@ def test_grpo_update_matches_trl() -> None:
     row = levels.update_parity("grpo", sample_batch(prompts=8))
     assert row["optimizer steps"] == 4
     assert row["relative L2 distance"] < 1e-2, row
+
+
+@pytest.mark.slow
+def test_harness_bench_runs_parity(tmp_path) -> None:
+    """``harness bench --quick --only parity`` (8 prompts) writes section 9 with level a's
+    and level b's rows."""
+    from harness_cli import run_harness
+
+    result = run_harness(
+        "bench", "--quick", "--only", "parity", "--out", str(tmp_path), cwd=tmp_path, timeout=1800
+    )
+    assert result.returncode == 0, result.stderr
+    report = (tmp_path / "performance.md").read_text()
+    assert "## 9. Parity with TRL's GRPOTrainer" in report
+    assert "update relative L2 distance" in report and "max abs logprob diff" in report

@@ -263,14 +263,62 @@ def update_parity(algorithm: str, batch: SharedBatch) -> dict[str, Any]:
     if len(calls) != 1 or len(order) != 1:
         raise RuntimeError(f"TRL generated {len(calls)} times, shuffled {len(order)} times")
     perm = order[0]
+    before = start_weights()
+    record, fz_after = forge_zoo_update(algorithm, batch.rows(perm), advantages[perm])
+    num, den, fz_norm = update_distance(before, fz_after, trl_after)
+    chunk = batch.size // steps
+    tokens = [float(batch.mask[perm][i * chunk : (i + 1) * chunk].sum()) for i in range(steps)]
+    row = {
+        "level": "b",
+        "algorithm": algorithm,
+        "optimizer steps": record["updates"],
+        "norm of TRL update": den,
+        "norm of forge-zoo update": fz_norm,
+        "relative L2 distance": num / den if den else float("nan"),
+        "mini-batch tokens": tokens,
+    }
+    if algo.aggregation == "token_mean":  # the one loss difference: the per-step normaliser
+        average = float(batch.mask.sum()) / steps
+        _, fz_after = forge_zoo_update(algorithm, batch.rows(perm), advantages[perm], average)
+        num, _, _ = update_distance(before, fz_after, trl_after)
+        row["relative L2 distance, forge-zoo given TRL's normaliser"] = num / den
+    return row
+
+
+def forge_zoo_update(
+    algorithm: str,
+    rows: SharedBatch,
+    advantages: torch.Tensor,
+    tokens_per_step: float | None = None,
+) -> tuple[dict, dict]:
+    """forge-zoo's ``Trainer.train`` on ``rows`` in their order (split into the run's
+    mini-batches with group size 1); returns its record and the weights after, in Hugging
+    Face naming. ``tokens_per_step``: divide each mini-batch's token-mean loss by this
+    (TRL's normaliser) instead of the mini-batch's own tokens."""
+    algo = forge_zoo_algorithm(algorithm)
+    loss_fn = algo.loss
+    if tokens_per_step is not None:
+
+        def loss_fn(train_batch: Any) -> Any:
+            out = algo.loss(train_batch)
+            out.loss = out.loss * train_batch.num_tokens / tokens_per_step
+            return out
+
     fz = shared.forge_zoo_trainer(algorithm)
-    rollout = shared.rollout_batch(batch.rows(perm), advantages[perm], group_size=1)
+    rollout = shared.rollout_batch(rows, advantages, group_size=1)
     rollout.old_logprobs = fz.logprobs(rollout)
     if algo.config.beta:
         rollout.ref_logprobs = rollout.old_logprobs.clone()
-    record = fz.train(rollout, algo.loss)
-    fz_after = fz.hf_state_dict()
-    before = start_weights()
+    record = fz.train(rollout, loss_fn)
+    return record, fz.hf_state_dict()
+
+
+def update_distance(
+    before: dict[str, torch.Tensor],
+    fz_after: dict[str, torch.Tensor],
+    trl_after: dict[str, torch.Tensor],
+) -> tuple[float, float, float]:
+    """(||d_fz - d_TRL||, ||d_TRL||, ||d_fz||) over all parameters, d = after - before."""
     num, den, fz_norm = 0.0, 0.0, 0.0
     for name, start in before.items():
         d_fz = fz_after[name].float() - start.float()
@@ -278,14 +326,4 @@ def update_parity(algorithm: str, batch: SharedBatch) -> dict[str, Any]:
         num += float((d_fz - d_trl).pow(2).sum())
         den += float(d_trl.pow(2).sum())
         fz_norm += float(d_fz.pow(2).sum())
-    chunk = batch.size // steps
-    tokens = [float(batch.mask[perm][i * chunk : (i + 1) * chunk].sum()) for i in range(steps)]
-    return {
-        "level": "b",
-        "algorithm": algorithm,
-        "optimizer steps": record["updates"],
-        "norm of TRL update": den**0.5,
-        "norm of forge-zoo update": fz_norm**0.5,
-        "relative L2 distance": (num / den) ** 0.5 if den else float("nan"),
-        "mini-batch tokens": tokens,
-    }
+    return num**0.5, den**0.5, fz_norm**0.5

@@ -124,7 +124,9 @@ def report(result: dict[str, Any], command: str, machine: str) -> str:
             "`Trainer.train` with TRL's recorded row shuffle reproduced. Relative L2 "
             "distance: ||update forge-zoo - update TRL|| / ||update TRL|| over all "
             "parameters. dapo: TRL divides each mini-batch by the average mini-batch's "
-            "tokens, forge-zoo by its own (the tokens per mini-batch are listed).",
+            "tokens, forge-zoo by its own (the tokens per mini-batch are listed); the last "
+            "column reruns forge-zoo's side with TRL's normaliser, to show that this is "
+            "where dapo's distance comes from.",
             "",
             *_table(result["b"]),
             "",
