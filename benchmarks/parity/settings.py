@@ -233,7 +233,7 @@ def settings_map(algorithm: str, trl: Any | None = None) -> list[Row]:
             "kl",
             algo.config.kl,
             "(fixed: k3; use_bias_correction_kl)",
-            "k2" if trl.use_bias_correction_kl else "k3",
+            "k3 x ratio" if trl.use_bias_correction_kl else "k3",
         ),
         Row(
             "advantages",
