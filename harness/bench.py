@@ -21,6 +21,10 @@ import pandas as pd
 
 BENCHMARKS = ("rl_step", "generation", "utilisation", "scaling", "sandbox", "board",
               "evaluation", "eval_overlap", "parity")  # fmt: skip
+"""Every benchmark, in report order; valid names of ``--only``."""
+BY_DEFAULT = tuple(name for name in BENCHMARKS if name != "parity")
+"""What ``harness bench`` runs without ``--only``: the speed benchmarks. Parity with TRL
+measures agreement, not speed, and takes its own minutes (``--only parity``)."""
 
 TARGETS = {
     "rl_step": "framework overhead over the bare loop at most 15% in synchronous mode "

@@ -23,7 +23,8 @@ def add_parser(sub: argparse._SubParsersAction, full: bool = False) -> None:
         action="append",
         metavar="NAME",
         help="run only these (repeatable): rl_step, generation, utilisation, "
-        "scaling, sandbox, board, evaluation, eval_overlap",
+        "scaling, sandbox, board, evaluation, eval_overlap; parity (agreement with TRL, "
+        "docs/parity.md) runs only when named",
     )
     p.add_argument(
         "--out",
@@ -39,8 +40,8 @@ def add_parser(sub: argparse._SubParsersAction, full: bool = False) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from harness.bench import BENCHMARKS, run_all
+    from harness.bench import BY_DEFAULT, run_all
 
-    report = run_all(args.only or list(BENCHMARKS), args.out, args.quick, command_line())
+    report = run_all(args.only or list(BY_DEFAULT), args.out, args.quick, command_line())
     print(f"wrote {report}")
     return 0
