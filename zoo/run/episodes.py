@@ -47,14 +47,14 @@ import torch
 from zoo.core.config import ConfigError
 from zoo.core.types import Completion
 from zoo.envs import Env, Episode, Prompt, Reply, is_multi_turn
+from zoo.run.plan import episode_budget as episode_budget  # (its old home, still imported)
 from zoo.run.rollout import CompletionRollouts, Rollouts, turn_index
-from zoo.run.run_config import RunConfig
 from zoo.services.conversation import ChatTemplateError
 from zoo.services.protocols import GeneratorService
 from zoo.services.sampling import SamplingConfig
 
 if TYPE_CHECKING:  # (the wiring builds the services; a rollout only calls them)
-    from zoo.run.wiring import Services
+    from zoo.run.services import Services
 
 Observe = Callable[[Prompt, list[str], str], list[int]]
 """(prompt, assistant turns so far, observation text) -> the observation's token ids
@@ -67,32 +67,6 @@ MALFORMED = "malformed"
 class EpisodeError(RuntimeError):
     """The env's own code raised during an episode: a bug in the env, not a model error
     (a malformed tool call is answered with an observation)."""
-
-
-def episode_budget(cfg: RunConfig, env: Env) -> int:
-    """Tokens after the prompt that one sample of ``env`` may take: ``max_response_len``
-    for a single-turn env, the episode's token limit for a multi-turn one. Raises
-    ``ConfigError`` for settings the env cannot run with."""
-    if not is_multi_turn(env):
-        if cfg.max_episode_tokens:
-            raise ConfigError(
-                f"max_episode_tokens applies to multi-turn envs; {env.name!r} is single-turn "
-                "(its budget is max_response_len)"
-            )
-        return cfg.max_response_len
-    if cfg.mode != "sync":
-        raise ConfigError(
-            f"env {env.name!r} is multi-turn, which runs in sync mode only (each turn waits "
-            f"for the env's answer to the last); got mode {cfg.mode!r}"
-        )
-    if cfg.max_episode_tokens:
-        return cfg.max_episode_tokens
-    turns, observation = env.turn_limit(), env.max_observation_tokens
-    if not observation:  # as much room for the observations as for the turns
-        return 2 * turns * cfg.max_response_len
-    # Twice the longest episode: DAPO's overlong window (the last quarter by default) then
-    # starts after every episode that fits in its turns.
-    return 2 * (turns * cfg.max_response_len + (turns - 1) * observation)
 
 
 def make_rollouts(services: Services, sampling: SamplingConfig, token_limit: int) -> Rollouts:

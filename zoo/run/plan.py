@@ -19,7 +19,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from zoo.algorithms import Algorithm, get_algorithm
-from zoo.envs import Env, get_env
+from zoo.core.config import ConfigError
+from zoo.envs import Env, get_env, is_multi_turn
 from zoo.models.presets import (
     ModelShape,
     ModelSpec,
@@ -27,7 +28,6 @@ from zoo.models.presets import (
     model_shape,
     prefetch_model_config,
 )
-from zoo.run.episodes import episode_budget
 from zoo.run.run_config import RunConfig
 from zoo.services.ledger import Ledger
 
@@ -65,7 +65,7 @@ class RunPlan:
     """(unit, amount) of what ends the run (``RunConfig.budget``)."""
     episode_budget: int
     """Tokens after the prompt per sample: max_response_len, or a multi-turn env's token
-    limit per episode (zoo.run.episodes.episode_budget)."""
+    limit per episode (``episode_budget``)."""
     spec: ModelSpec | None = None
     """The model's Hugging Face folder; None until ``with_spec()``."""
     shape: ModelShape | None = None
@@ -144,3 +144,29 @@ def plan_of(run: RunConfig | RunPlan, *, spec: bool = True) -> RunPlan:
     if isinstance(run, RunPlan):
         return run.with_spec() if spec else run
     return RunPlan.resolve(run, spec=spec)
+
+
+def episode_budget(cfg: RunConfig, env: Env) -> int:
+    """Tokens after the prompt that one sample of ``env`` may take: ``max_response_len``
+    for a single-turn env, the episode's token limit for a multi-turn one. Raises
+    ``ConfigError`` for settings the env cannot run with."""
+    if not is_multi_turn(env):
+        if cfg.max_episode_tokens:
+            raise ConfigError(
+                f"max_episode_tokens applies to multi-turn envs; {env.name!r} is single-turn "
+                "(its budget is max_response_len)"
+            )
+        return cfg.max_response_len
+    if cfg.mode != "sync":
+        raise ConfigError(
+            f"env {env.name!r} is multi-turn, which runs in sync mode only (each turn waits "
+            f"for the env's answer to the last); got mode {cfg.mode!r}"
+        )
+    if cfg.max_episode_tokens:
+        return cfg.max_episode_tokens
+    turns, observation = env.turn_limit(), env.max_observation_tokens
+    if not observation:  # as much room for the observations as for the turns
+        return 2 * turns * cfg.max_response_len
+    # Twice the longest episode: DAPO's overlong window (the last quarter by default) then
+    # starts after every episode that fits in its turns.
+    return 2 * (turns * cfg.max_response_len + (turns - 1) * observation)

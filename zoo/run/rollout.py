@@ -14,7 +14,7 @@ from zoo.services.batch import RolloutBatch
 from zoo.services.sampling import SamplingConfig
 
 if TYPE_CHECKING:  # (the wiring builds the services; a rollout only calls them)
-    from zoo.run.wiring import Services
+    from zoo.run.services import Services
 
 EVAL_SEED_OFFSET = 7_919
 """Held-out sampling uses the seeds of run seed + this, apart from the training stream's."""
@@ -165,3 +165,8 @@ def rollout_batch(
         policy_versions=torch.tensor([c.policy_version for c in flat]),
         group_size=len(groups[0]),
     )
+
+
+def shown(c: Completion) -> str:
+    """A sample's text in samples.jsonl: a multi-turn episode's whole transcript."""
+    return c.text if c.transcript is None else c.transcript

@@ -8,7 +8,6 @@ import dataclasses
 import json
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -20,62 +19,32 @@ from zoo.envs import Env, Prompt, is_multi_turn
 from zoo.models.presets import ModelShape
 from zoo.run.plan import RunPlan, plan_of
 from zoo.run.run_config import RunConfig
+from zoo.run.services import Services  # (also imported from here: harness, tests)
 from zoo.services.conversation import Conversation, chat_prompt_ids
 from zoo.services.generation import make_generator
 from zoo.services.ledger import Ledger
 from zoo.services.protocols import (
     GeneratorService,
-    ReferenceService,
-    ScorerService,
-    TrainerService,
-    ValueService,
 )
 from zoo.services.reference import Reference
 from zoo.services.trainer import OptimizerSection, RegimeSection, Trainer, TrainerConfig
 from zoo.services.value import Critic
 
 
-@dataclass
-class Services:
-    """What one run's loop calls: the plugins, and the services as their protocols
-    (zoo.services.protocols), whichever placement built them."""
-
-    env: Env
-    algorithm: Algorithm
-    generator: GeneratorService
-    trainer: TrainerService
-    reference: ReferenceService | None
-    encode: Callable[[Prompt], list[int]]
-    """Prompt -> token ids (plain text, or the chat template when the env asks for it)."""
-    ledger: Ledger
-    observe: Conversation | None = None
-    """Multi-turn envs: the run's tokenizer for the episodes, called as (prompt, assistant
-    turns so far, observation) -> the observation's token ids, and decoding each sampled
-    turn (zoo.services.conversation.Conversation); None: not needed."""
-    close: Callable[[], None] = lambda: None
-    """Release what the placement started (the Monarch placement's processes)."""
-    scorer: ScorerService | None = None
-    """Scores completions in processes of their own (the Monarch placement's scorer
-    service); None: the env scores them in this process."""
-    publish_weights: Callable[[], None] | None = None
-    """Send the trainer's current weights and version to every generator. Default: the
-    trainer's Hugging Face state dict passed to ``generator.update_weights``; the Monarch
-    placement's RDMA backend moves them between its processes without the loop."""
-    critic: ValueService | None = None
-    """The value model of an algorithm with ``needs_values`` (PPO); None otherwise."""
-    plan: RunPlan | None = None
-    """The run's plan (zoo.run.plan), its model resolved: what the loop and config.json
-    read instead of resolving the config again. None: services assembled by hand (tests);
-    the loop then derives what it needs from the config."""
-
-    def score_batch(self, prompts: list[Prompt], texts: list[str]) -> list[float]:
-        return (self.scorer or self.env).score_batch(prompts, texts)
-
-    def sync_weights(self) -> None:
-        if self.publish_weights is not None:
-            self.publish_weights()
-        else:
-            self.generator.update_weights(self.trainer.hf_state_dict(), self.trainer.version)
+def resolved_config(cfg: RunConfig, services: Services) -> dict[str, Any]:
+    """The run config with every default filled in, for config.json: the model's folder
+    and the device as the run's plan resolved them (services assembled without a plan:
+    resolved here)."""
+    plan = services.plan
+    spec = plan.spec if plan is not None and plan.spec is not None else cfg.model_spec()
+    return {
+        "run": dataclasses.asdict(cfg),
+        "algorithm": services.algorithm.describe(),
+        "env": services.env.describe(),
+        "model_path": str(Path(spec.path)),
+        "device": plan.device if plan is not None else cfg.resolved_device(),
+        "seed": cfg.seed,
+    }
 
 
 def trainer_config_of(cfg: RunConfig, device: str = "cpu") -> TrainerConfig:
