@@ -6,7 +6,9 @@ from __future__ import annotations
 from typing import Any
 
 from zoo.algorithms.base import Algorithm
+from zoo.core.card import Card
 from zoo.core.registry import Registry
+from zoo.core.types import ADVANTAGE_INPUTS, AdvantageInputs
 
 ALGORITHMS = Registry(
     "algorithm",
@@ -42,4 +44,12 @@ def list_algorithms() -> list[str]:
     return ALGORITHMS.names()
 
 
-__all__ = ["ALGORITHMS", "Algorithm", "get_algorithm", "list_algorithms"]
+__all__ = [
+    "ADVANTAGE_INPUTS",
+    "ALGORITHMS",
+    "AdvantageInputs",
+    "Algorithm",
+    "Card",
+    "get_algorithm",
+    "list_algorithms",
+]

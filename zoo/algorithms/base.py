@@ -77,11 +77,13 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import warnings
 from abc import ABC, abstractmethod
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar
 
 import torch
 
+from zoo.core.card import CARD_FIELDS, Card
 from zoo.core.config import ConfigError, config_fields, make_config
 from zoo.core.entropy import MASKED_METRIC, check_entropy_options, entropy_terms
 from zoo.core.losses import (
@@ -102,7 +104,7 @@ from zoo.core.losses import (
     log_ratio,
     policy_loss,
 )
-from zoo.core.types import LossOutput, TrainBatch, ValueBatch
+from zoo.core.types import ADVANTAGE_INPUTS, AdvantageInputs, LossOutput, TrainBatch, ValueBatch
 
 
 @dataclasses.dataclass
@@ -203,64 +205,188 @@ class EntropyFields:
     al., arXiv 2506.01939, keep 0.2). 1: every token, as in the paper."""
 
 
+class _FromCard:
+    """A card field read under its old name, on the class (``GRPO.family``, what
+    ``harness list algorithms`` and the conformance suite read) and on an instance
+    (``algo.mechanism``, whose card an option may have changed). Setting it on an instance
+    replaces that instance's card, so the two never disagree."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.field = name
+
+    def __get__(self, obj: Any, owner: type | None = None) -> Any:
+        return getattr((owner if obj is None else obj).card, self.field)
+
+    def __set__(self, obj: Any, value: Any) -> None:
+        obj.card = dataclasses.replace(obj.card, **{self.field: value})
+
+
+HOOKS: tuple[str, ...] = (
+    "advantages",
+    "shape_rewards",
+    "keep",
+    "train_mask",
+    "loss",
+    "advantage_metrics",
+    "state_dict",
+    "load_state_dict",
+    "token_advantages",
+    "value_loss",
+    "critic_lr",
+)
+"""The methods a plugin may override (docs/algorithms.md, "The plugin contract"): each
+has a default but ``loss``, which every plugin writes."""
+
+RUN_API: tuple[str, ...] = (
+    "group_advantages",
+    "uses_turn_rewards",
+    "uses_turn_states",
+    "needs_greedy_baseline",
+    "needs_reference",
+    "kl_coef",
+    "set_kl_coef",
+    "kl_estimator",
+    "entropy_options",
+    "check_run",
+    "describe",
+    "acting_shares",
+    "mechanism_acted",
+)
+"""What the run and the harness call on an algorithm, derived from its declarations and
+config: a plugin does not override these (a class that does is refused), so what the loop
+computes always follows what the plugin declared."""
+
+
+def _advantage_parameters(cls: type[Algorithm]) -> tuple[set[str], bool]:
+    """The keyword parameters of ``cls.advantages`` after ``rewards``, and whether it
+    takes ``**kwargs`` (then any declared input)."""
+    params = list(inspect.signature(cls.advantages).parameters.values())[2:]  # self, rewards
+    kinds = inspect.Parameter
+    taken = {p.name for p in params if p.kind not in (kinds.VAR_POSITIONAL, kinds.VAR_KEYWORD)}
+    return taken, any(p.kind is kinds.VAR_KEYWORD for p in params)
+
+
+def _inputs_literal(names: set[str] | frozenset[str]) -> str:
+    inside = ", ".join(f'"{n}"' for n in sorted(names))
+    return f"frozenset({{{inside}}})" if names else "frozenset()"
+
+
+def _check_inputs(cls: type[Algorithm]) -> None:
+    """Check ``inputs`` once, when the class is created: each name must be in the
+    vocabulary, and the parameters of ``advantages`` after ``rewards`` must be exactly the
+    declared inputs (a declared input it cannot take would fail every step; a parameter not
+    declared would never be passed). The message says what to write.
+
+    A class that overrides ``advantages`` without declaring ``inputs`` (a plugin written
+    before the declaration existed, e.g. ``def advantages(self, rewards)``) gets them
+    from that signature here, once, with a DeprecationWarning when they differ from the
+    declaration it inherits: such plugins keep working as they always did."""
+    owner = f"algorithm class {cls.__qualname__}"
+    valid = ", ".join(sorted(ADVANTAGE_INPUTS))
+    taken, var_keyword = _advantage_parameters(cls)
+    if "advantages" in cls.__dict__ and "inputs" not in cls.__dict__ and not var_keyword:
+        inferred = frozenset(taken)
+        if inferred != cls.inputs and not inferred - ADVANTAGE_INPUTS:
+            warnings.warn(
+                f"{owner}: advantages() takes {sorted(inferred)} but the class declares no "
+                f"inputs; declare inputs = {_inputs_literal(inferred)}",
+                DeprecationWarning,
+                stacklevel=4,
+            )
+        cls.inputs = inferred
+    declared = cls.inputs
+    if isinstance(declared, str) or not all(isinstance(n, str) for n in declared):
+        raise TypeError(f"{owner}: inputs must be a frozenset of names, got {declared!r}")
+    declared = cls.inputs = frozenset(declared)
+    unknown = sorted(declared - ADVANTAGE_INPUTS)
+    if unknown:
+        raise TypeError(f"{owner}: unknown inputs {', '.join(unknown)}; valid: {valid}")
+    if var_keyword:
+        return  # **kwargs takes whatever is declared
+    fix = f"declare inputs = {_inputs_literal(taken & ADVANTAGE_INPUTS)}"
+    missing = sorted(declared - taken)
+    if missing:
+        raise TypeError(
+            f"{owner}: inputs declares {', '.join(missing)}, which its advantages() does "
+            f"not take: add the parameter(s) or {fix}"
+        )
+    undeclared = sorted(taken - declared)
+    if undeclared:
+        raise TypeError(
+            f"{owner}: advantages() takes {', '.join(undeclared)}, which inputs does not "
+            f"declare (valid inputs: {valid}); {fix}"
+        )
+
+
+def _take_card(cls: type[Algorithm]) -> None:
+    """Build the class's card from the card fields a plugin set one by one as class
+    attributes (a plugin written before cards; ``mechanism = {...}``), over the card it
+    inherits, and leave the names to ``_FromCard``."""
+    own = {f: cls.__dict__[f] for f in CARD_FIELDS if f in cls.__dict__}
+    if not own:
+        return
+    if "card" in cls.__dict__:
+        raise TypeError(
+            f"algorithm class {cls.__qualname__}: sets both card and {', '.join(own)}; "
+            "state them in the card"
+        )
+    cls.card = dataclasses.replace(cls.card, **own)
+    for f in own:
+        delattr(cls, f)
+
+
 class Algorithm(ABC):
     name: ClassVar[str] = ""
     config_class: ClassVar[type]
-    paper: ClassVar[str] = ""
-    """The paper it follows: authors, title, arXiv id."""
-    family: ClassVar[str] = "other"
-    """The family ``harness list algorithms`` groups it under, e.g. "group-relative
-    PPO-clip", "sequence-level", "soft/capped ratio", "REINFORCE-style", "entropy
-    control", "geometric mean" (docs/algorithms.md); "other" for a plugin that says none."""
+    card: ClassVar[Card] = Card()
+    """What the algorithm is, for reports and generic checks (zoo/core/card.py): paper,
+    family, clip style, whether it is sequence-level, its mechanism's acting shares and
+    its token selection. Each field also reads under its own name below."""
+    inputs: ClassVar[frozenset[str]] = frozenset({"lengths"})
+    """What ``advantages`` takes beside the rewards, from the vocabulary
+    ``zoo.core.types.ADVANTAGE_INPUTS`` (the fields of ``AdvantageInputs``): "lengths",
+    "turn_rewards", "greedy_rewards", "turn_states". The loop builds only the declared ones
+    and passes them as keyword arguments; the declaration must match the parameters of
+    ``advantages`` exactly (checked when the class is created). The default's:
+    {"lengths"}; a plugin whose ``advantages(self, rewards)`` reads nothing else declares
+    ``frozenset()``."""
     aggregation: ClassVar[Aggregation] = "seq_mean"
     """How ``loss`` reduces per-token terms to a scalar: "seq_mean", "token_mean" or
     "fixed" (docs/algorithms.md, "Aggregation modes"). Pass it to
     ``zoo.core.losses.aggregate``; the conformance suite builds its REINFORCE reference
     -A*lp under the same mode. ``--set aggregation=token_mean`` overrides it for one run
-    (an ablation); the plugin must then reduce with ``self.aggregation``."""
-    clip_style: ClassVar[Literal["zero", "cap", "none"]] = "zero"
-    """What happens to a token with A > 0 whose ratio is above the upper clip:
-    "zero": PPO-style clip, its gradient is zero (GRPO, DAPO, GSPO, ...);
-    "cap": the ratio's weight is capped, the gradient stays nonzero (CISPO);
-    "none": no hard clip (SAPO's soft gate)."""
-    sequence_level: ClassVar[bool] = False
-    """True when the loss sees a sequence's tokens only through its mean log-ratio
-    (GSPO's sequence ratio)."""
-    mechanism: ClassVar[dict[str, float]] = {}
-    """What the loss does once the ratio moves away from 1, as its acting shares: metric
-    name -> idle value, always 0.0. An acting share counts the response tokens (or, named
-    ``seq_...``, the sequences) whose gradient the clip, cap or gate changed, not those
-    whose ratio is merely out of range: a token with A = 0, or out of range on the side its
-    advantage does not push, is not counted. {"clip_low_acting_frac": 0.0,
-    "clip_high_acting_frac": 0.0} for a PPO clip, {"capped_acting_frac": 0.0} for CISPO's
-    cap, {"gate_acting_frac": 0.0} for SAPO's gate (docs/algorithms.md). ``check-plugin``
-    and the compare report say from it whether the mechanism acted; empty: the algorithm
-    declares none."""
-    token_selection: ClassVar[str] = ""
-    """For a loss that treats a few tokens differently, chosen from statistics of the rows
-    it is given, whether or not the ratio moved (Clip-Cov's and KL-Cov's covariance
-    selection): the metric reporting the fraction of response tokens it selected. The
-    conformance suite then lets the on-policy gradient differ from REINFORCE's on at most
-    that many tokens, and, since a micro-batch selects from its own rows, checks that each
-    micro-batch divides by the whole batch's counts instead of that micro-batches add up
-    to the whole batch. Empty: no such selection."""
+    (an ablation); the plugin must then reduce with ``self.aggregation``. Not on the card:
+    the loss computes with it."""
+
+    paper = _FromCard()
+    family = _FromCard()
+    clip_style = _FromCard()
+    sequence_level = _FromCard()
+    mechanism = _FromCard()
+    token_selection = _FromCard()
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        overridden = sorted(set(RUN_API) & set(cls.__dict__))
+        if overridden:
+            raise TypeError(
+                f"algorithm class {cls.__qualname__} overrides {', '.join(overridden)}, which "
+                f"the run derives from its declarations; a plugin overrides only the hooks "
+                f"({', '.join(HOOKS)})"
+            )
+        _take_card(cls)
+        _check_inputs(cls)
 
     @classmethod
     def acting_shares(cls) -> list[str]:
-        """The metrics that say on what share of its units the algorithm's own mechanism
-        changed the gradient: its ``mechanism``, else its ``token_selection`` (Clip-Cov
-        detaches the tokens it selects, ratio or not), else none (gpg). Boards and the
-        tuning selection read these."""
-        if cls.mechanism:
-            return list(cls.mechanism)
-        return [cls.token_selection] if cls.token_selection else []
+        """The card's acting shares (``Card.acting_shares``). Boards and the tuning
+        selection read these."""
+        return cls.card.acting_shares()
 
     @classmethod
     def mechanism_acted(cls, metrics: dict[str, float]) -> bool:
-        """True when an acting share of ``mechanism`` in ``metrics`` is above 0: the
-        mechanism changed at least one token's (or sequence's) gradient. Shares missing
-        from ``metrics`` count as idle."""
-        return any(metrics.get(k, 0.0) > 0.0 for k in cls.mechanism)
+        """``Card.mechanism_acted``: did the declared mechanism act in ``metrics``?"""
+        return cls.card.mechanism_acted(metrics)
 
     needs_values: ClassVar[bool] = False
     """True for an algorithm with a learned critic: the loop then serves it values and
@@ -300,7 +426,7 @@ class Algorithm(ABC):
             if self.entropy_options[1] < 1.0 and not self.token_selection:
                 # the top-share selection masks most tokens' policy gradient: declared
                 # like Clip-Cov's selection, so the conformance suite allows for it
-                self.token_selection = MASKED_METRIC
+                self.card = dataclasses.replace(self.card, token_selection=MASKED_METRIC)
 
     @property
     def entropy_options(self) -> tuple[float, float]:
@@ -446,25 +572,25 @@ class Algorithm(ABC):
 
     @property
     def uses_turn_rewards(self) -> bool:
-        """True when ``advantages`` declares ``turn_rewards``: only then does the loop build
-        the per-turn reward tensor."""
-        return "turn_rewards" in inspect.signature(self.advantages).parameters
+        """True when ``inputs`` declares "turn_rewards": only then does the loop build the
+        per-turn reward tensor."""
+        return "turn_rewards" in self.inputs
 
     @property
     def uses_turn_states(self) -> bool:
-        """True when ``advantages`` declares ``turn_states``: only then does the loop build
-        the [groups, G, K] ids of the history before each turn (equal ids: identical
-        history; GiGPO's anchor states)."""
-        return "turn_states" in inspect.signature(self.advantages).parameters
+        """True when ``inputs`` declares "turn_states": only then does the loop build the
+        [groups, G, K] ids of the history before each turn (equal ids: identical history;
+        GiGPO's anchor states)."""
+        return "turn_states" in self.inputs
 
     @property
     def needs_greedy_baseline(self) -> bool:
-        """True when ``advantages`` declares ``greedy_rewards``: only then does the loop
-        generate one greedy (argmax) completion of each prompt besides its G samples, with
-        the same generator and weights, score it with the env, charge it to the ledger's
+        """True when ``inputs`` declares "greedy_rewards": only then does the loop generate
+        one greedy (argmax) completion of each prompt besides its G samples, with the same
+        generator and weights, score it with the env, charge it to the ledger's
         ``baseline`` phase (it is paid for from the run's budget) and pass its rewards
         (ReMax's baseline, arXiv 2310.10505). Otherwise nothing of it runs."""
-        return "greedy_rewards" in inspect.signature(self.advantages).parameters
+        return "greedy_rewards" in self.inputs
 
     def ratio_surrogate(
         self, batch: TrainBatch, low: float, high: float, beta: float, kl_in_reward: bool = False
@@ -533,8 +659,8 @@ class Algorithm(ABC):
         turn_states: torch.Tensor | None = None,
     ) -> torch.Tensor:  # fmt: skip
         """What the loop calls: ``advantages(rewards, ...)`` with ``lengths=``,
-        ``turn_rewards=``, ``greedy_rewards=`` and ``turn_states=`` only for the parameters
-        an override declares (plugins written before they were passed keep working).
+        ``turn_rewards=``, ``greedy_rewards=`` and ``turn_states=`` only for the names the
+        class declares in ``inputs`` (packed once as ``AdvantageInputs``).
         ``turn_rewards``: [groups, G, K], NaN past an episode's last turn; None: one turn
         each, whose reward is ``rewards``. ``greedy_rewards``: [groups], the reward of each
         prompt's greedy completion (shaped like ``rewards``), required when
@@ -542,28 +668,28 @@ class Algorithm(ABC):
         each turn, -1 past an episode's last turn; None: one turn each, all from the prompt
         (ids 0). Returns [groups, G] advantages, or [groups, G, K] from an override that
         assigns credit per turn."""
-        params = inspect.signature(self.advantages).parameters
-        extra: dict[str, torch.Tensor] = {}
-        if "lengths" in params:
-            extra["lengths"] = lengths
-        if self.uses_turn_rewards:
-            extra["turn_rewards"] = rewards[..., None] if turn_rewards is None else turn_rewards
-        if self.needs_greedy_baseline:
-            if greedy_rewards is None or tuple(greedy_rewards.shape) != tuple(rewards.shape[:1]):
-                got = None if greedy_rewards is None else tuple(greedy_rewards.shape)
-                raise ValueError(
-                    f"algorithm {self.name!r}: advantages() takes greedy_rewards, the reward "
-                    f"of one greedy completion per prompt ([groups] = "
-                    f"{tuple(rewards.shape[:1])}); got {got}"
-                )
-            extra["greedy_rewards"] = greedy_rewards
-        if self.uses_turn_states:
-            extra["turn_states"] = self._turn_states(rewards, turn_rewards, turn_states)
+        declared = self.inputs
+        if "greedy_rewards" in declared and (
+            greedy_rewards is None or tuple(greedy_rewards.shape) != tuple(rewards.shape[:1])
+        ):
+            got = None if greedy_rewards is None else tuple(greedy_rewards.shape)
+            raise ValueError(
+                f"algorithm {self.name!r}: advantages() takes greedy_rewards, the reward "
+                f"of one greedy completion per prompt ([groups] = "
+                f"{tuple(rewards.shape[:1])}); got {got}"
+            )
+        if "turn_states" in declared:
+            turn_states = self._turn_states(rewards, turn_rewards, turn_states)
+        if "turn_rewards" in declared and turn_rewards is None:
+            turn_rewards = rewards[..., None]
+        given = AdvantageInputs(lengths, turn_rewards, greedy_rewards, turn_states)
+        extra = given.select(declared)
         advantages = self.advantages(rewards, **extra)
         expected = [tuple(rewards.shape)]
         for per_turn in ("turn_rewards", "turn_states"):
-            if per_turn in extra and tuple(extra[per_turn].shape) not in expected:
-                expected.append(tuple(extra[per_turn].shape))
+            shape = None if extra.get(per_turn) is None else tuple(extra[per_turn].shape)
+            if shape is not None and shape not in expected:
+                expected.append(shape)
         if tuple(advantages.shape) not in expected:
             raise ValueError(
                 f"algorithm {self.name!r}: advantages() returned shape {tuple(advantages.shape)}; "

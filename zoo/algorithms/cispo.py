@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import torch
 
-from zoo.algorithms.base import Algorithm, EstimatorFields
+from zoo.algorithms.base import Algorithm, Card, EstimatorFields
 from zoo.core.losses import aggregate, capped_weight_loss, kl_penalty, log_ratio
 from zoo.core.types import LossOutput, TrainBatch
 
@@ -40,11 +40,13 @@ class CISPOConfig(EstimatorFields):
 class CISPO(Algorithm):
     name = "cispo"
     config_class = CISPOConfig
-    paper = "MiniMax, MiniMax-M1, arXiv 2506.13585 (2025)"
-    family = "soft/capped ratio"
+    card = Card(
+        paper="MiniMax, MiniMax-M1, arXiv 2506.13585 (2025)",
+        family="soft/capped ratio",
+        clip_style="cap",
+        mechanism={"capped_acting_frac": 0.0},
+    )
     aggregation = "token_mean"
-    mechanism = {"capped_acting_frac": 0.0}
-    clip_style = "cap"
 
     def loss(self, batch: TrainBatch) -> LossOutput:
         cap = 1 + self.config.eps_high

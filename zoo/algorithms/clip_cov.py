@@ -30,8 +30,15 @@ from dataclasses import dataclass
 
 import torch
 
-from zoo.algorithms.base import Algorithm
-from zoo.core.losses import aggregate, clipped_objective, kl_penalty, log_ratio, ratio_metrics
+from zoo.algorithms.base import Algorithm, Card
+from zoo.core.losses import (
+    aggregate,
+    clipped_objective,
+    kl_penalty,
+    log_ratio,
+    ratio_metrics,
+    token_covariance,
+)
 from zoo.core.types import LossOutput, TrainBatch
 
 
@@ -55,19 +62,6 @@ class ClipCovConfig:
     """Weight of a k3 KL penalty to the reference; 0: the paper trains without one."""
 
 
-def token_covariance(batch: TrainBatch) -> torch.Tensor:
-    """[B, T] per-token covariance term (A_t - mean A)(lp_t - mean lp), means over the
-    response tokens of ``batch`` (Cui et al., arXiv 2505.22617, Sec. 4);
-    detached, 0 on padding."""
-    mask = batch.mask
-    count = mask.sum().clamp(min=1)
-    adv = batch.token_advantages.detach()
-    lp = batch.logprobs.detach()
-    adv_mean = (adv * mask).sum() / count
-    lp_mean = (lp * mask).sum() / count
-    return torch.where(mask > 0, (adv - adv_mean) * (lp - lp_mean), 0.0)
-
-
 def batch_generator(seed: int, batch: TrainBatch) -> torch.Generator:
     """A CPU generator seeded from ``seed`` and the batch's response tokens: the same rows
     (padding aside) always give the same draw."""
@@ -79,14 +73,16 @@ def batch_generator(seed: int, batch: TrainBatch) -> torch.Generator:
 class ClipCov(Algorithm):
     name = "clip_cov"
     config_class = ClipCovConfig
-    paper = "Cui et al., The Entropy Mechanism of RL for Reasoning LMs, arXiv 2505.22617 (2025)"
-    family = "entropy control"
+    card = Card(
+        paper="Cui et al., The Entropy Mechanism of RL for Reasoning LMs, arXiv 2505.22617 (2025)",
+        family="entropy control",
+        # its mechanism, the covariance clip, acts whatever the ratio: declared as a token
+        # selection, not as a ratio mechanism. The PPO clip at (0, 2) reports its acting
+        # shares, but is a loose safeguard (the low side can never act: r > 0).
+        mechanism={},
+        token_selection="cov_clip_frac",
+    )
     aggregation = "token_mean"
-    # its mechanism, the covariance clip, acts whatever the ratio: declared as a token
-    # selection, not as a ratio mechanism. The PPO clip at (0, 2) reports its acting
-    # shares, but is a loose safeguard (the low side can never act: r > 0).
-    mechanism: dict[str, float] = {}
-    token_selection = "cov_clip_frac"
 
     def loss(self, batch: TrainBatch) -> LossOutput:
         cfg = self.config

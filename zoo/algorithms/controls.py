@@ -11,10 +11,15 @@ positive controls at fractions of the baseline's learning rate.
 
 from __future__ import annotations
 
+import dataclasses
+
 from zoo.algorithms.grpo import GRPO
 
 
 class GRPOTwin(GRPO):
     name = "grpo_twin"
-    paper = "the negative control: an exact copy of grpo (Shao et al., arXiv 2402.03300)"
-    family = "control"
+    card = dataclasses.replace(  # GRPO's card (its mechanism), under another paper line
+        GRPO.card,
+        paper="the negative control: an exact copy of grpo (Shao et al., arXiv 2402.03300)",
+        family="control",
+    )

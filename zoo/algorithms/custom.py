@@ -25,27 +25,29 @@ How to write a plugin
      docstring under it. Overrides (``get_algorithm("custom", clip_range=0.3)``, or
      ``python -m harness run custom --set clip_range=0.3``) are checked against these
      fields. A field named ``beta`` turns the reference model on when it is > 0.
-  2. A subclass of ``Algorithm`` with ``name``, ``config_class`` and ``paper``, and a
-     ``loss(batch)`` returning ``LossOutput(loss, metrics)``: minus the objective, a scalar.
-     The batch holds [B, T] tensors ``logprobs`` (with grad), ``old_logprobs``,
-     ``ref_logprobs``, ``mask`` and ``advantages``; always reduce with
-     ``aggregate(per_token, batch, self.aggregation)`` so padding never counts and
-     micro-batches add up to the whole batch.
-  3. Optionally override ``advantages(rewards, lengths=None)`` (``lengths``: [groups, G]
-     response lengths; an override without the parameter is called as
-     ``advantages(rewards)``), ``shape_rewards(rewards, lengths, max_response_len)``,
+  2. A subclass of ``Algorithm`` with ``name``, ``config_class`` and a ``card``
+     (zoo/core/card.py: ``paper``, ``family``, ``clip_style``, ``sequence_level``,
+     ``mechanism``, ``token_selection``), and a ``loss(batch)`` returning
+     ``LossOutput(loss, metrics)``: minus the objective, a scalar. The batch holds [B, T]
+     tensors ``logprobs`` (with grad), ``old_logprobs``, ``ref_logprobs``, ``mask`` and
+     ``advantages``; always reduce with ``aggregate(per_token, batch, self.aggregation)``
+     so padding never counts and micro-batches add up to the whole batch.
+  3. Optionally override the other hooks (docs/algorithms.md, "The plugin contract"):
+     ``advantages(rewards, lengths=None)``, declaring in ``inputs`` exactly the inputs
+     it takes beside the rewards (the default's: {"lengths"}; ``frozenset()`` for
+     ``advantages(rewards)``; "turn_rewards", "turn_states" and "greedy_rewards" too, see
+     gigpo.py and remax.py), ``shape_rewards(rewards, lengths, max_response_len)``,
      ``keep(rewards)`` and ``train_mask(truncated)`` (see opo.py and dapo.py). Or pick a
      shared estimator without code: fields ``advantage`` (zoo.core.losses
      .ADVANTAGE_ESTIMATORS: group_norm, group_center, rloo, reinforce_pp,
      reinforce_pp_baseline, opo) and ``kl`` (KL_ESTIMATORS: k1, k2, k3, passed to
      ``kl_penalty``) are read by the base class and checked when the algorithm is built.
-     Set the class attributes ``family``, ``aggregation``, ``clip_style``,
-     ``sequence_level``, ``mechanism`` and ``token_selection`` (base.py). ``mechanism``
-     names your loss's acting shares, each idle at 0: the share of response tokens whose
-     gradient the clip, cap or gate changed once the ratio moved away from 1 (each
-     rollout batch trains in several mini-batches, so it does after the first), not the
-     share merely out of range; ``ratio_metrics(..., advantages)`` gives them for PPO's
-     clip. check-plugin and the compare report read it.
+     The card's ``mechanism`` names your loss's acting shares, each idle at 0: the share
+     of response tokens whose gradient the clip, cap or gate changed once the ratio moved
+     away from 1 (each rollout batch trains in several mini-batches, so it does after the
+     first), not the share merely out of range; ``ratio_metrics(..., advantages)`` gives
+     them for PPO's clip. check-plugin and the compare report read it. Set
+     ``aggregation`` beside the card: the loss computes with it.
 
 How to register it
   - In this repository: add ``"name": "zoo.algorithms.<module>:<Class>"`` to ``builtins``
@@ -66,7 +68,7 @@ from dataclasses import dataclass
 
 import torch
 
-from zoo.algorithms.base import Algorithm, EstimatorFields
+from zoo.algorithms.base import Algorithm, Card, EstimatorFields
 from zoo.core.config import ConfigError
 from zoo.core.losses import (
     aggregate,
@@ -98,12 +100,16 @@ class CustomConfig(EstimatorFields):
 class Custom(Algorithm):
     name = "custom"
     config_class = CustomConfig
-    paper = "Schulman et al., Proximal Policy Optimization Algorithms, arXiv 1707.06347 (2017)"
-    family = "group-relative PPO-clip"  # its heading in `harness list algorithms`
+    card = Card(
+        paper="Schulman et al., Proximal Policy Optimization Algorithms, arXiv 1707.06347 (2017)",
+        # its heading in `harness list algorithms`
+        family="group-relative PPO-clip",
+        # a token whose ratio is clipped gets no policy gradient
+        clip_style="zero",
+        # the shares of tokens whose gradient its mechanism changed, each idle at 0
+        mechanism={"clip_low_acting_frac": 0.0, "clip_high_acting_frac": 0.0},
+    )
     aggregation = "seq_mean"  # (1/B) sum_i (1/|o_i|) sum_t
-    # the shares of tokens whose gradient its mechanism changed, each idle at 0
-    mechanism = {"clip_low_acting_frac": 0.0, "clip_high_acting_frac": 0.0}
-    clip_style = "zero"  # a token whose ratio is clipped gets no policy gradient
 
     def loss(self, batch: TrainBatch) -> LossOutput:
         eps, beta = self.config.clip_range, self.config.beta

@@ -40,7 +40,7 @@ from dataclasses import dataclass
 
 import torch
 
-from zoo.algorithms.base import Algorithm, EntropyFields, PolicyLossFields
+from zoo.algorithms.base import Algorithm, Card, EntropyFields, PolicyLossFields
 from zoo.core.config import ConfigError
 from zoo.core.losses import (
     all_equal_groups,
@@ -67,10 +67,12 @@ class DAPOConfig(PolicyLossFields, EntropyFields):
 class DAPO(Algorithm):
     name = "dapo"
     config_class = DAPOConfig
-    paper = "Yu et al., DAPO, arXiv 2503.14476 (2025)"
-    family = "group-relative PPO-clip"
+    card = Card(
+        paper="Yu et al., DAPO, arXiv 2503.14476 (2025)",
+        family="group-relative PPO-clip",
+        mechanism={"clip_low_acting_frac": 0.0, "clip_high_acting_frac": 0.0},
+    )
     aggregation = "token_mean"
-    mechanism = {"clip_low_acting_frac": 0.0, "clip_high_acting_frac": 0.0}
 
     def shape_rewards(
         self, rewards: torch.Tensor, lengths: torch.Tensor, max_response_len: int

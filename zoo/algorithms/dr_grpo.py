@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from zoo.algorithms.base import Algorithm, EntropyFields, PolicyLossFields
+from zoo.algorithms.base import Algorithm, Card, EntropyFields, PolicyLossFields
 from zoo.core.types import LossOutput, TrainBatch
 
 
@@ -43,10 +43,12 @@ class DrGRPOConfig(PolicyLossFields, EntropyFields):
 class DrGRPO(Algorithm):
     name = "dr_grpo"
     config_class = DrGRPOConfig
-    paper = "Liu et al., Understanding R1-Zero-Like Training, arXiv 2503.20783 (2025)"
-    family = "group-relative PPO-clip"
+    card = Card(
+        paper="Liu et al., Understanding R1-Zero-Like Training, arXiv 2503.20783 (2025)",
+        family="group-relative PPO-clip",
+        mechanism={"clip_low_acting_frac": 0.0, "clip_high_acting_frac": 0.0},
+    )
     aggregation = "fixed"
-    mechanism = {"clip_low_acting_frac": 0.0, "clip_high_acting_frac": 0.0}
 
     def loss(self, batch: TrainBatch) -> LossOutput:
         # min(r A, clip(r, clip_low, clip_high) A), summed and divided by a fixed constant

@@ -37,7 +37,7 @@ from typing import Any
 
 import torch
 
-from zoo.algorithms.base import Algorithm, EntropyFields, KLField, LossField
+from zoo.algorithms.base import Algorithm, Card, EntropyFields, KLField, LossField
 from zoo.core.config import ConfigError
 from zoo.core.losses import STD_EPS, group_center, group_norm
 from zoo.core.types import LossOutput, TrainBatch
@@ -66,10 +66,12 @@ class GiGPOConfig(LossField, KLField, EntropyFields):
 class GiGPO(Algorithm):
     name = "gigpo"
     config_class = GiGPOConfig
-    paper = "Feng et al., Group-in-Group Policy Optimization, arXiv 2505.10978 (2025)"
-    family = "group-relative PPO-clip"
+    card = Card(
+        paper="Feng et al., Group-in-Group Policy Optimization, arXiv 2505.10978 (2025)",
+        family="group-relative PPO-clip",
+        mechanism={"clip_low_acting_frac": 0.0, "clip_high_acting_frac": 0.0},
+    )
     aggregation = "token_mean"
-    mechanism = {"clip_low_acting_frac": 0.0, "clip_high_acting_frac": 0.0}
 
     def __init__(self, **overrides: Any) -> None:
         super().__init__(**overrides)
@@ -81,6 +83,9 @@ class GiGPO(Algorithm):
         if c.omega < 0.0:
             raise ConfigError(f"{owner}: omega must be >= 0, got {c.omega}")
         self._tally = [0, 0, 0]  # turns, in a shared step group, departing: since last read
+
+    # per-turn rewards for the step-level return, and the anchor states that group turns
+    inputs = frozenset({"turn_rewards", "turn_states"})
 
     def advantages(
         self, rewards: torch.Tensor, turn_rewards: torch.Tensor, turn_states: torch.Tensor

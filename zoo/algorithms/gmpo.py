@@ -35,7 +35,7 @@ from dataclasses import dataclass
 
 import torch
 
-from zoo.algorithms.base import Algorithm
+from zoo.algorithms.base import Algorithm, Card
 from zoo.core.losses import aggregate, kl_penalty, log_ratio, masked_mean, ratio_metrics
 from zoo.core.types import LossOutput, TrainBatch
 
@@ -59,10 +59,12 @@ def response_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 class GMPO(Algorithm):
     name = "gmpo"
     config_class = GMPOConfig
-    paper = "Zhao et al., Geometric-Mean Policy Optimization, arXiv 2507.20673 (2025)"
-    family = "geometric mean"
+    card = Card(
+        paper="Zhao et al., Geometric-Mean Policy Optimization, arXiv 2507.20673 (2025)",
+        family="geometric mean",
+        mechanism={"clip_low_acting_frac": 0.0, "clip_high_acting_frac": 0.0},
+    )
     aggregation = "seq_mean"
-    mechanism = {"clip_low_acting_frac": 0.0, "clip_high_acting_frac": 0.0}
 
     def loss(self, batch: TrainBatch) -> LossOutput:
         low, high = self.config.clip_low, self.config.clip_high

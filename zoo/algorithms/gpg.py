@@ -40,7 +40,7 @@ from dataclasses import dataclass
 
 import torch
 
-from zoo.algorithms.base import Algorithm
+from zoo.algorithms.base import Algorithm, Card
 from zoo.core.losses import (
     aggregate,
     all_equal_groups,
@@ -75,11 +75,16 @@ def valid_correction(rewards: torch.Tensor) -> float:
 class GPG(Algorithm):
     name = "gpg"
     config_class = GPGConfig
-    paper = "Chu et al., GPG: A Simple and Strong RL Baseline, arXiv 2504.02546 (2025)"
-    family = "REINFORCE-style"
+    card = Card(
+        paper="Chu et al., GPG: A Simple and Strong RL Baseline, arXiv 2504.02546 (2025)",
+        family="REINFORCE-style",
+        clip_style="none",
+        # no ratio, no clip: its corrections act on A
+        mechanism={},
+    )
     aggregation = "token_mean"
-    clip_style = "none"
-    mechanism: dict[str, float] = {}  # no ratio, no clip: its corrections act on A
+
+    inputs = frozenset()  # the group's rewards alone
 
     def advantages(self, rewards: torch.Tensor) -> torch.Tensor:
         centred = group_norm(rewards) if self.config.std_norm else group_center(rewards)

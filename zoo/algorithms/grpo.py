@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from zoo.algorithms.base import Algorithm, EntropyFields, PolicyLossFields
+from zoo.algorithms.base import Algorithm, Card, EntropyFields, PolicyLossFields
 from zoo.core.types import LossOutput, TrainBatch
 
 
@@ -33,10 +33,12 @@ class GRPOConfig(PolicyLossFields, EntropyFields):
 class GRPO(Algorithm):
     name = "grpo"
     config_class = GRPOConfig
-    paper = "Shao et al., DeepSeekMath, arXiv 2402.03300 (2024)"
-    family = "group-relative PPO-clip"
+    card = Card(
+        paper="Shao et al., DeepSeekMath, arXiv 2402.03300 (2024)",
+        family="group-relative PPO-clip",
+        mechanism={"clip_low_acting_frac": 0.0, "clip_high_acting_frac": 0.0},
+    )
     aggregation = "seq_mean"
-    mechanism = {"clip_low_acting_frac": 0.0, "clip_high_acting_frac": 0.0}
 
     def loss(self, batch: TrainBatch) -> LossOutput:
         # min(r A, clip(r, 1 - eps, 1 + eps) A) - beta KL: Algorithm.ratio_surrogate

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 import torch
 
-from zoo.algorithms.base import Algorithm, EstimatorFields
+from zoo.algorithms.base import Algorithm, Card, EstimatorFields
 from zoo.core.losses import (
     aggregate,
     clip_flags,
@@ -63,11 +63,13 @@ def sequence_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 class GSPO(Algorithm):
     name = "gspo"
     config_class = GSPOConfig
-    paper = "Zheng et al., Group Sequence Policy Optimization, arXiv 2507.18071 (2025)"
-    family = "sequence-level"
+    card = Card(
+        paper="Zheng et al., Group Sequence Policy Optimization, arXiv 2507.18071 (2025)",
+        family="sequence-level",
+        sequence_level=True,
+        mechanism={"seq_clip_low_acting_frac": 0.0, "seq_clip_high_acting_frac": 0.0},
+    )
     aggregation = "seq_mean"
-    mechanism = {"seq_clip_low_acting_frac": 0.0, "seq_clip_high_acting_frac": 0.0}
-    sequence_level = True
 
     def loss(self, batch: TrainBatch) -> LossOutput:
         low, high = 1 - self.config.eps_low, 1 + self.config.eps_high

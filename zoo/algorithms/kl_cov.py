@@ -31,9 +31,15 @@ from dataclasses import dataclass
 
 import torch
 
-from zoo.algorithms.base import Algorithm
-from zoo.algorithms.clip_cov import token_covariance
-from zoo.core.losses import aggregate, kl_penalty, log_ratio, masked_mean, ratio_metrics
+from zoo.algorithms.base import Algorithm, Card
+from zoo.core.losses import (
+    aggregate,
+    kl_penalty,
+    log_ratio,
+    masked_mean,
+    ratio_metrics,
+    token_covariance,
+)
 from zoo.core.types import LossOutput, TrainBatch
 
 
@@ -51,12 +57,14 @@ class KLCovConfig:
 class KLCov(Algorithm):
     name = "kl_cov"
     config_class = KLCovConfig
-    paper = "Cui et al., The Entropy Mechanism of RL for Reasoning LMs, arXiv 2505.22617 (2025)"
-    family = "entropy control"
+    card = Card(
+        paper="Cui et al., The Entropy Mechanism of RL for Reasoning LMs, arXiv 2505.22617 (2025)",
+        family="entropy control",
+        clip_style="none",
+        mechanism={"kl_cov_acting_frac": 0.0},
+        token_selection="kl_cov_frac",
+    )
     aggregation = "token_mean"
-    clip_style = "none"
-    mechanism = {"kl_cov_acting_frac": 0.0}
-    token_selection = "kl_cov_frac"
 
     def loss(self, batch: TrainBatch) -> LossOutput:
         cfg = self.config

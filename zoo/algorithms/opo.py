@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from zoo.algorithms.base import Algorithm, EntropyFields, PolicyLossFields
+from zoo.algorithms.base import Algorithm, Card, EntropyFields, PolicyLossFields
 from zoo.core.types import LossOutput, TrainBatch
 
 
@@ -49,10 +49,12 @@ class OPOConfig(PolicyLossFields, EntropyFields):
 class OPO(Algorithm):
     name = "opo"
     config_class = OPOConfig
-    family = "REINFORCE-style"
-    paper = "Hao et al., On-Policy RL with Optimal Reward Baseline, arXiv 2505.23585 (2025)"
+    card = Card(
+        paper="Hao et al., On-Policy RL with Optimal Reward Baseline, arXiv 2505.23585 (2025)",
+        family="REINFORCE-style",
+        mechanism={"clip_low_acting_frac": 0.0, "clip_high_acting_frac": 0.0},
+    )
     aggregation = "token_mean"
-    mechanism = {"clip_low_acting_frac": 0.0, "clip_high_acting_frac": 0.0}
 
     def loss(self, batch: TrainBatch) -> LossOutput:
         # min(r A, clip(r, 1 - eps, 1 + eps) A) - beta KL: Algorithm.ratio_surrogate

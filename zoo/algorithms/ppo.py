@@ -33,7 +33,7 @@ from typing import Any
 
 import torch
 
-from zoo.algorithms.base import Algorithm, EntropyFields, KLField, LossField
+from zoo.algorithms.base import Algorithm, Card, EntropyFields, KLField, LossField
 from zoo.core.config import ConfigError
 from zoo.core.losses import (
     STD_EPS,
@@ -73,10 +73,12 @@ class PPOConfig(LossField, KLField, EntropyFields):
 class PPO(Algorithm):
     name = "ppo"
     config_class = PPOConfig
-    paper = "Schulman et al., PPO, arXiv 1707.06347 (2017); GAE, arXiv 1506.02438 (2016)"
-    family = "actor-critic"
+    card = Card(
+        paper="Schulman et al., PPO, arXiv 1707.06347 (2017); GAE, arXiv 1506.02438 (2016)",
+        family="actor-critic",
+        mechanism={"clip_low_acting_frac": 0.0, "clip_high_acting_frac": 0.0},
+    )
     aggregation = "token_mean"
-    mechanism = {"clip_low_acting_frac": 0.0, "clip_high_acting_frac": 0.0}
     needs_values = True
 
     def __init__(self, **overrides: Any) -> None:

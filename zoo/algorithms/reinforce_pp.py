@@ -51,7 +51,7 @@ from typing import Any
 
 import torch
 
-from zoo.algorithms.base import Algorithm, EntropyFields, PolicyLossFields
+from zoo.algorithms.base import Algorithm, Card, EntropyFields, PolicyLossFields
 from zoo.core.config import ConfigError
 from zoo.core.losses import (
     group_center,
@@ -87,10 +87,12 @@ WHITENED = ("reinforce_pp", "reinforce_pp_baseline")
 class ReinforcePP(Algorithm):
     name = "reinforce_pp"
     config_class = ReinforcePPConfig
-    family = "REINFORCE-style"
-    paper = "Hu et al., REINFORCE++, arXiv 2501.03262 (2025)"
+    card = Card(
+        paper="Hu et al., REINFORCE++, arXiv 2501.03262 (2025)",
+        family="REINFORCE-style",
+        mechanism={"clip_low_acting_frac": 0.0, "clip_high_acting_frac": 0.0},
+    )
     aggregation = "token_mean"
-    mechanism = {"clip_low_acting_frac": 0.0, "clip_high_acting_frac": 0.0}
 
     def __init__(self, **overrides: Any) -> None:
         super().__init__(**overrides)

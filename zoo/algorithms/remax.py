@@ -44,7 +44,7 @@ from dataclasses import dataclass
 
 import torch
 
-from zoo.algorithms.base import Algorithm, EntropyFields, KLField, LossField
+from zoo.algorithms.base import Algorithm, Card, EntropyFields, KLField, LossField
 from zoo.core.types import LossOutput, TrainBatch
 
 
@@ -63,10 +63,14 @@ class ReMaxConfig(LossField, KLField, EntropyFields):
 class ReMax(Algorithm):
     name = "remax"
     config_class = ReMaxConfig
-    paper = "Li et al., ReMax, arXiv 2310.10505 (2023)"
-    family = "REINFORCE-style"
+    card = Card(
+        paper="Li et al., ReMax, arXiv 2310.10505 (2023)",
+        family="REINFORCE-style",
+        mechanism={"clip_low_acting_frac": 0.0, "clip_high_acting_frac": 0.0},
+    )
     aggregation = "token_mean"
-    mechanism = {"clip_low_acting_frac": 0.0, "clip_high_acting_frac": 0.0}
+
+    inputs = frozenset({"greedy_rewards"})  # the loop then samples the greedy baseline
 
     def advantages(self, rewards: torch.Tensor, greedy_rewards: torch.Tensor) -> torch.Tensor:
         """[groups, G] rewards of the samples and [groups] rewards of each prompt's greedy

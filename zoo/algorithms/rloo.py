@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from zoo.algorithms.base import Algorithm, EntropyFields, PolicyLossFields
+from zoo.algorithms.base import Algorithm, Card, EntropyFields, PolicyLossFields
 from zoo.core.types import LossOutput, TrainBatch
 
 
@@ -38,10 +38,12 @@ class RLOOConfig(PolicyLossFields, EntropyFields):
 class RLOO(Algorithm):
     name = "rloo"
     config_class = RLOOConfig
-    family = "REINFORCE-style"
-    paper = "Ahmadian et al., Back to Basics (RLOO), arXiv 2402.14740 (2024)"
+    card = Card(
+        paper="Ahmadian et al., Back to Basics (RLOO), arXiv 2402.14740 (2024)",
+        family="REINFORCE-style",
+        mechanism={"clip_low_acting_frac": 0.0, "clip_high_acting_frac": 0.0},
+    )
     aggregation = "seq_mean"
-    mechanism = {"clip_low_acting_frac": 0.0, "clip_high_acting_frac": 0.0}
 
     def loss(self, batch: TrainBatch) -> LossOutput:
         # min(r A, clip(r, 1 - eps, 1 + eps) A) - beta KL: Algorithm.ratio_surrogate

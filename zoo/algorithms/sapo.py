@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 import torch
 
-from zoo.algorithms.base import Algorithm, EstimatorFields
+from zoo.algorithms.base import Algorithm, Card, EstimatorFields
 from zoo.core.losses import aggregate, kl_penalty, log_ratio, masked_mean, ratio_metrics
 from zoo.core.types import LossOutput, TrainBatch
 
@@ -51,11 +51,13 @@ class SAPOConfig(EstimatorFields):
 class SAPO(Algorithm):
     name = "sapo"
     config_class = SAPOConfig
-    paper = "Gao et al., Soft Adaptive Policy Optimization, arXiv 2511.20347 (2025)"
-    family = "soft/capped ratio"
+    card = Card(
+        paper="Gao et al., Soft Adaptive Policy Optimization, arXiv 2511.20347 (2025)",
+        family="soft/capped ratio",
+        clip_style="none",
+        mechanism={"gate_acting_frac": 0.0},
+    )
     aggregation = "seq_mean"
-    mechanism = {"gate_acting_frac": 0.0}
-    clip_style = "none"
 
     def loss(self, batch: TrainBatch) -> LossOutput:
         adv = batch.token_advantages

@@ -405,6 +405,20 @@ def adaptive_kl_coef(beta: float, kl: float, target: float, horizon: int, n_step
     return beta * (1.0 + error * n_steps / horizon)
 
 
+def token_covariance(batch: TrainBatch) -> torch.Tensor:
+    """[B, T] per-token covariance term (A_t - mean A)(lp_t - mean lp), means over the
+    response tokens of ``batch`` (Cui et al., arXiv 2505.22617, Sec. 4); detached, 0 on
+    padding. Shared by Clip-Cov and KL-Cov, which select tokens by it (each plugin imports
+    it from here, never from the other)."""
+    mask = batch.mask
+    count = mask.sum().clamp(min=1)
+    adv = batch.token_advantages.detach()
+    lp = batch.logprobs.detach()
+    adv_mean = (adv * mask).sum() / count
+    lp_mean = (lp * mask).sum() / count
+    return torch.where(mask > 0, (adv - adv_mean) * (lp - lp_mean), 0.0)
+
+
 def masked_mean(values: torch.Tensor, mask: torch.Tensor) -> float:
     """Mean over response tokens, as a plain float (for metrics)."""
     total = mask.sum()

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 import torch
 
@@ -132,3 +132,37 @@ class ValueBatch:
         self.mask = self.mask.to(self.values.dtype)
         if self.num_tokens is None:
             self.num_tokens = int(self.mask.sum())
+
+
+@dataclass(frozen=True)
+class AdvantageInputs:
+    """What the loop may hand an algorithm's ``advantages`` beside the [groups, G] rewards.
+    Each field is one name of the fixed vocabulary ``ADVANTAGE_INPUTS``; an algorithm
+    declares the names it reads (``Algorithm.inputs``) and the loop computes, and passes as
+    keyword arguments, only those: a greedy baseline costs a generation, per-turn states a
+    walk over every episode, so nothing is built that no one reads. None: not provided
+    (not declared, or not built for this batch)."""
+
+    lengths: torch.Tensor | None = None
+    """[groups, G] response lengths in tokens, the env's observation tokens included
+    (OPO's length-weighted baseline, arXiv 2505.23585; the shared estimators)."""
+    turn_rewards: torch.Tensor | None = None
+    """[groups, G, K] each assistant turn's reward (K: the most turns of any episode in
+    the batch), NaN past an episode's last turn, whose entry is the episode's reward; a
+    single-turn env gives K = 1 (docs/multi-turn.md)."""
+    greedy_rewards: torch.Tensor | None = None
+    """[groups] the reward of one greedy (argmax) completion of each prompt, shaped like
+    the samples' (ReMax's baseline, arXiv 2310.10505); the loop charges its generation to
+    the ledger's ``baseline`` phase."""
+    turn_states: torch.Tensor | None = None
+    """[groups, G, K] integer ids of the history the policy saw before each turn (equal
+    ids within a group: identical token histories; GiGPO's anchor states, arXiv
+    2505.10978), -1 past an episode's last turn; a single-turn env gives K = 1, ids 0."""
+
+    def select(self, names: frozenset[str]) -> dict[str, torch.Tensor | None]:
+        """The keyword arguments of ``advantages`` for the declared ``names``."""
+        return {name: getattr(self, name) for name in sorted(names)}
+
+
+ADVANTAGE_INPUTS: frozenset[str] = frozenset(f.name for f in fields(AdvantageInputs))
+"""The vocabulary of ``Algorithm.inputs``: the fields of ``AdvantageInputs``."""

@@ -11,8 +11,8 @@ here the mean reward of the responses to the same prompt:
 
 On-policy (one optimizer step per batch, r = 1) this is exactly REINFORCE with the mean
 baseline. The package is the template for an algorithm that lives outside forge-zoo:
-``advantages(rewards)`` is written in the short form (no ``lengths``), which the loop
-still calls.
+``advantages(rewards)`` takes the rewards alone, so it declares ``inputs = frozenset()``
+(the loop passes an advantage only what its class declares; docs/algorithms.md).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import torch
 
-from zoo.algorithms import Algorithm
+from zoo.algorithms import Algorithm, Card
 from zoo.core import LossOutput, TrainBatch
 from zoo.core.losses import aggregate, check_groups, clipped_objective, log_ratio, ratio_metrics
 
@@ -35,10 +35,14 @@ class VanillaPGConfig:
 class VanillaPG(Algorithm):
     name = "vanilla_pg"
     config_class = VanillaPGConfig
-    paper = "Williams, Simple Statistical Gradient-Following Algorithms (REINFORCE), 1992"
+    card = Card(
+        paper="Williams, Simple Statistical Gradient-Following Algorithms (REINFORCE), 1992",
+        # shares of tokens whose gradient the clip changed, idle at 0 (zoo/algorithms/base.py)
+        mechanism={"clip_low_acting_frac": 0.0, "clip_high_acting_frac": 0.0},
+    )
     aggregation = "seq_mean"
-    # shares of tokens whose gradient the clip changed, idle at 0 (zoo/algorithms/base.py)
-    mechanism = {"clip_low_acting_frac": 0.0, "clip_high_acting_frac": 0.0}  # noqa: RUF012
+
+    inputs = frozenset()  # advantages(rewards) reads nothing else (not even lengths)
 
     def advantages(self, rewards: torch.Tensor) -> torch.Tensor:
         check_groups(rewards)
