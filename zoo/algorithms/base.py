@@ -1,77 +1,38 @@
-"""The algorithm plugin base class. A plugin sets ``name``, ``config_class`` and ``paper``
-and writes ``loss``; it may override ``advantages``, ``shape_rewards``, ``keep`` and
-``train_mask``, and declare state kept across steps (``state_dict`` / ``load_state_dict``,
-which the run's checkpoint saves and a resume restores). When each hook runs:
-docs/algorithms.md, "Hooks, and when each runs" (``advantages`` once per sampling round,
-``loss`` once per micro-batch).
+"""The algorithm plugin base class, and the contract a plugin keeps (docs/algorithms.md,
+"The plugin contract").
+
+A plugin DECLARES, as class attributes: ``name``, ``config_class`` (a dataclass of its
+hyperparameters), ``card`` (what it is, for reports and generic checks:
+zoo/core/card.py), ``inputs`` (what its ``advantages`` takes beside the rewards, from the
+fixed vocabulary of ``zoo.core.types.AdvantageInputs``), ``aggregation`` (how its loss
+reduces tokens), and where they apply ``needs_values`` (a learned critic) and
+``needs_entropy``. It WRITES ``loss`` and may override the other ``HOOKS``; the run reads
+everything else (``RUN_API``) from those declarations and the config, so a plugin never
+overrides it (refused when the class is created, as is an ``inputs`` that does not match
+``advantages``).
+
 It never sees a process, a device or a mesh: only tensors of rewards and a TrainBatch.
+The loop decides what to compute from the declarations alone: per-turn rewards, per-turn
+states and a greedy baseline (which costs a generation) are built only for the
+algorithms whose ``inputs`` name them; the reference only when the KL weight is above 0;
+the entropy only when ``needs_entropy``; a critic only when ``needs_values``.
 
 Shared estimators by name: a config field ``advantage`` picks one of
-``zoo.core.losses.ADVANTAGE_ESTIMATORS`` (the default ``advantages`` reads it) and a field
-``kl`` one of ``KL_ESTIMATORS`` (the loss passes ``self.config.kl`` to ``kl_penalty``), and
-a field ``loss`` one of ``POLICY_LOSSES`` (the loss passes it to ``policy_loss``); all are
+``zoo.core.losses.ADVANTAGE_ESTIMATORS`` (the default ``advantages`` reads it), a field
+``kl`` one of ``KL_ESTIMATORS`` and a field ``loss`` one of ``POLICY_LOSSES``; all are
 checked when the algorithm is built, so ``--set advantage=nope`` fails at once, naming the
-valid choices. The fields themselves are declared once, in ``EstimatorFields``,
-``PolicyLossFields`` and ``EntropyFields``, which a config subclasses.
+valid choices. The fields are declared once (``EstimatorFields``, ``PolicyLossFields``,
+``EntropyFields``; zoo/core/options.py), as are the options any algorithm with a KL weight
+``beta`` or an ``advantage`` field takes beside its own config (``SharedOptions``: the
+adaptive KL controller, the KL charged in the reward, pass@k's k). ``kl_coef`` is the KL
+weight in force; the loop adapts it (``set_kl_coef``), checkpoints it, and for
+``kl_in_reward`` subtracts the KL return from the advantages itself, the loss then seeing
+``beta = 0``.
 
-Response lengths: the loop calls ``group_advantages(rewards, lengths)``, which passes
-``lengths`` ([groups, G] tokens) to ``advantages`` when its signature has a ``lengths``
-parameter (OPO's length-weighted baseline needs them) and calls ``advantages(rewards)``
-otherwise, so a plugin written as ``def advantages(self, rewards)`` keeps working.
-
-Per-turn credit (multi-turn envs, docs/multi-turn.md): when ``advantages`` also has a
-``turn_rewards`` parameter, the loop passes each episode's per-turn rewards as a
-[groups, G, K] tensor (K: the most turns of any episode in the batch; NaN after an
-episode's last turn; the last turn's entry is the episode's reward). Such an override may
-return [groups, G, K] advantages, one per assistant turn: every token of turn k then
-carries advantage k. A single-turn env passes K = 1.
-
-Which turns share a state (GiGPO's anchor states, zoo/algorithms/gigpo.py): when
-``advantages`` has a ``turn_states`` parameter (``uses_turn_states``), the loop also passes
-a [groups, G, K] integer tensor (K as for ``turn_rewards``): entry [g, i, k] identifies the
-history the policy saw before turn k of episode i of group g, the prompt's ids and every
-token of the episode before that turn (its earlier turns as sampled and the observations'
-ids). Two turns of one group have equal ids exactly when those token sequences are equal
-(ids count from 0 within each group; compare them within a group only); -1 after an
-episode's last turn. Turn 0 of every episode of a group starts from the prompt alone, so
-it is one state. A single-turn env passes K = 1, every id 0.
-
-A greedy baseline (ReMax, arXiv 2310.10505): when ``advantages`` has a ``greedy_rewards``
-parameter (``needs_greedy_baseline``), the loop also generates one greedy completion of
-each prompt with the policy that sampled the group, scores it like the samples (shaped by
-``shape_rewards`` as they are) and passes the [groups] rewards; it charges that generation
-to the ledger (phase ``baseline``), so a matched-compute budget pays for it. Sync mode;
-single- and multi-turn envs.
-
-Entropy (zoo/core/entropy.py): when ``needs_entropy`` is True the trainer also hands the
-loss ``batch.entropy``, the policy's per-token entropy over its whole next-token
-distribution, with its gradient. The default property reads the config fields
-``entropy_coef`` (a bonus, on at != 0) and ``entropy_top_share`` (train on the top share of
-tokens by entropy, on at < 1); a plugin that always reads the entropy sets the class
-attribute ``needs_entropy = True``. Otherwise it is never computed.
-
-A learned critic (PPO, zoo/algorithms/ppo.py): an algorithm whose ``needs_values`` is True
-gets a value model from the infrastructure (zoo/services/value.py), as the reference is
-served. Its ``advantages`` hook gives each response's reward, which the loop places on the
-response's last token; once the batch is packed the loop asks the critic for V(s_t) of
-every response token and calls ``token_advantages(rewards, values, mask)`` for [B, T]
-advantages and returns, and after the policy's updates trains the critic on the returns
-with ``value_loss(ValueBatch)``, at ``critic_lr(run lr)``. Otherwise no critic exists.
-
-Shared options (``SharedOptions``): beside its own config, any algorithm whose config has
-a KL weight ``beta`` takes ``kl_target`` / ``kl_horizon`` (an adaptive KL coefficient,
-Ziegler et al.; ``kl_rollout_mean`` picks how its KL is averaged) and ``kl_in_reward``
-(the KL charged in the reward, not the loss; ``kl_reward_credit`` picks whether a token
-is charged the KL to the end of its response or its own), and any
-whose config has an ``advantage`` field takes ``pass_k`` (for ``advantage=pass_at_k``).
-``kl_coef`` is the KL weight in force; the loop adapts it (``set_kl_coef``), checkpoints
-it, and for ``kl_in_reward`` subtracts the KL return from the advantages itself, the loss
-then seeing ``beta = 0``. ``check_run`` checks them against the run (group size, batch).
-
-More class attributes describe the loss to generic checks (zoo/algorithms/conformance.py),
-to the compare report, to ``harness list algorithms`` and to readers; they do not change
-what the loss does: ``family``, ``aggregation``, ``clip_style``, ``sequence_level``,
-``mechanism`` and ``token_selection``."""
+A learned critic (PPO, zoo/algorithms/ppo.py): with ``needs_values`` the loop places each
+response's reward on its last token, asks the critic for V(s_t), calls
+``token_advantages(rewards, values, mask)`` for [B, T] advantages and returns, and trains
+the critic with ``value_loss(ValueBatch)`` at ``critic_lr(run lr)``."""
 
 from __future__ import annotations
 
@@ -89,11 +50,7 @@ from zoo.core.entropy import MASKED_METRIC, check_entropy_options, entropy_terms
 from zoo.core.losses import (
     ADVANTAGE_ESTIMATORS,
     AGGREGATIONS,
-    DEFAULT_PASS_K,
-    KL_ERROR_CLIP,
     KL_ESTIMATORS,
-    KL_REWARD_CREDITS,
-    KL_ROLLOUT_MEANS,
     POLICY_LOSSES,
     Aggregation,
     aggregate,
@@ -104,105 +61,35 @@ from zoo.core.losses import (
     log_ratio,
     policy_loss,
 )
+from zoo.core.options import (
+    KL_OPTIONS,
+    AdvantageField,
+    EntropyFields,
+    EstimatorFields,
+    KLField,
+    LossField,
+    PolicyLossFields,
+    SharedOptions,
+    check_shared_options,
+    make_shared_options,
+)
 from zoo.core.types import ADVANTAGE_INPUTS, AdvantageInputs, LossOutput, TrainBatch, ValueBatch
 
-
-@dataclasses.dataclass
-class SharedOptions:
-    """Options any algorithm takes beside its own config where they apply (``--set
-    kl_target=0.05``): the KL ones where the config has a KL weight ``beta``, ``pass_k``
-    where it has an ``advantage`` field. A config that declares one of these fields itself
-    keeps its own (reinforce_pp's ``kl_in_reward``, which its loss applies)."""
-
-    kl_target: float = 0.0
-    """Target KL of the adaptive KL controller (Ziegler et al., arXiv 1909.08593, Sec. 2.2),
-    in the unit of the logged ``kl_rollout``: the config's ``kl`` estimator (k3 without
-    one) of the sampling policy against the reference, averaged as ``kl_rollout_mean``
-    says (over response tokens by default). Each step moves beta by the factor
-    1 + clip(KL / kl_target - 1, -0.2, 0.2) * responses / kl_horizon. 0: beta stays fixed
-    (the default; verl's default target is 0.1, in its unit: ``kl_rollout_mean``)."""
-    kl_horizon: int = 10000
-    """The controller's horizon, in responses: K_beta = responses per step / kl_horizon
-    (10000 as in lm-human-preferences, verl, OpenRLHF and TRL)."""
-    kl_in_reward: bool = False
-    """True: each token is charged -beta * KL of the sampling policy as a reward, and with
-    gamma = 1 the KL return beta * sum_{s >= t} KL_s is subtracted from its advantage
-    (``kl_reward_to_go``; Ziegler et al.; REINFORCE++, arXiv 2501.03262), the loss adding
-    no KL term. False: + beta * KL per token in the loss (every built-in's default but
-    reinforce_pp's). The KL is the config's ``kl`` estimator: k3 for most built-ins, where
-    Ziegler et al. and InstructGPT charge k1, log(pi / pi_ref) (``--set kl=k1``)."""
-    kl_rollout_mean: str = "token_mean"
-    """How the adaptive controller (``kl_target``) averages the per-token KL of a step:
-    "token_mean", over the step's response tokens (this zoo's default); "seq_mean", each
-    response's token mean, then the mean over responses (verl's ``apply_kl_penalty``,
-    which with ``kl = k1`` is verl's measure). Only with ``kl_target > 0``."""
-    kl_reward_credit: str = "to_go"
-    """Where a KL charged in the reward (``kl_in_reward``, the shared option or
-    reinforce_pp's own) enters a token's advantage: "to_go", the KL summed from the token
-    to the end of the response (gamma = 1; REINFORCE++, verl, OpenRLHF); "token", the
-    token's own KL only (the ReMax authors' code, arXiv 2310.10505). Not for an algorithm
-    with a critic, whose GAE sums the per-token KL rewards its own way."""
-    pass_k: int = DEFAULT_PASS_K
-    """k of ``advantage = "pass_at_k"`` (Chen et al., arXiv 2508.10751); 1 <= k <= group
-    size."""
-
-
-KL_OPTIONS = ("kl_target", "kl_horizon", "kl_in_reward", "kl_rollout_mean", "kl_reward_credit")
-
-
-# Config fields that several built-ins share, each declared once here. A plugin's config
-# subclasses the groups it has; one that needs another default redeclares only the line
-# ``advantage: str = "rloo"`` (its documentation stays the one below).
-
-
-# Each single field is its own group too, for a config that has some of them but not
-# another (remax has ``kl`` and ``loss``, but no ``advantage``: its paper fixes the
-# baseline). The groups combine base-last, so a dataclass lists their fields in the order
-# ``advantage, kl, loss`` as it always has (config.json and ``list algorithms`` keep it).
-
-
-@dataclasses.dataclass
-class AdvantageField:
-    advantage: str = "group_norm"
-    """Advantage estimator by name (zoo.core.losses.ADVANTAGE_ESTIMATORS; docs/algorithms.md,
-    "Advantage estimators"); group_norm is GRPO's (DeepSeekMath, arXiv 2402.03300, eq. 3)."""
-
-
-@dataclasses.dataclass
-class KLField:
-    kl: str = "k3"
-    """Estimator of the KL penalty weighted by beta (zoo.core.losses.KL_ESTIMATORS: k1, k2,
-    k3); k3 is GRPO's (DeepSeekMath, arXiv 2402.03300, eq. 4). Idle while beta is 0."""
-
-
-@dataclasses.dataclass
-class LossField:
-    loss: str = "ppo_clip"
-    """Policy loss by name (zoo.core.losses.POLICY_LOSSES) at this algorithm's ratio bounds:
-    ppo_clip, PPO's clipped surrogate (arXiv 1707.06347, eq. 7); cispo, the ratio capped at
-    the upper bound as a REINFORCE weight (arXiv 2506.13585); unclipped, r A, no bound."""
-
-
-@dataclasses.dataclass
-class EstimatorFields(KLField, AdvantageField):
-    """The shared estimators by name: the advantage and the KL penalty's."""
-
-
-@dataclasses.dataclass
-class PolicyLossFields(LossField, EstimatorFields):
-    """The shared estimators, and the policy loss of a plugin that bounds a token ratio."""
-
-
-@dataclasses.dataclass
-class EntropyFields:
-    """The entropy options (zoo/core/entropy.py), both off by default."""
-
-    entropy_coef: float = 0.0
-    """Entropy bonus c: loss -= c * aggregate(H) over the policy's per-token entropy
-    (zoo/core/entropy.py; PPO, arXiv 1707.06347, eq. 9). 0: off, as in the paper."""
-    entropy_top_share: float = 1.0
-    """Policy gradient only on this top share of response tokens by entropy (Wang et
-    al., arXiv 2506.01939, keep 0.2). 1: every token, as in the paper."""
+__all__ = [  # the field groups and options live in zoo/core/options.py; plugins import them here
+    "HOOKS",
+    "KL_OPTIONS",
+    "RUN_API",
+    "AdvantageField",
+    "AdvantageInputs",
+    "Algorithm",
+    "Card",
+    "EntropyFields",
+    "EstimatorFields",
+    "KLField",
+    "LossField",
+    "PolicyLossFields",
+    "SharedOptions",
+]
 
 
 class _FromCard:
@@ -402,8 +289,11 @@ class Algorithm(ABC):
     def __init__(self, **overrides: Any) -> None:
         overrides = dict(overrides)
         own = set(config_fields(self.config_class))
-        shared = {k: overrides.pop(k) for k in config_fields(SharedOptions)
-                  if k in overrides and k not in own}  # fmt: skip
+        shared = {
+            k: overrides.pop(k)
+            for k in config_fields(SharedOptions)
+            if k in overrides and k not in own
+        }
         aggregation = overrides.pop("aggregation", None)
         if aggregation is not None:  # an ablation: any algorithm under another reduction
             if aggregation not in AGGREGATIONS:
@@ -445,60 +335,16 @@ class Algorithm(ABC):
         return coef != 0.0 or top_share < 1.0
 
     def _take_shared_options(self, shared: dict[str, Any], owner: str) -> None:
-        """Build ``self.options`` from the overrides that are shared options, refusing one
-        that does not apply to this config (no ``beta`` for the KL ones, no ``advantage``
-        for ``pass_k``) or is out of range."""
-        options = make_config(SharedOptions, shared, owner=f"{owner} (shared options)")
-        kl_given = sorted(set(shared) & set(KL_OPTIONS))
-        if kl_given and not hasattr(self.config, "beta"):
-            raise ConfigError(
-                f"{owner} has no KL coefficient (config field beta), so "
-                f"{', '.join(kl_given)} cannot apply to it"
-            )
-        if "pass_k" in shared and not hasattr(self.config, "advantage"):
-            raise ConfigError(f"{owner} has no advantage field, so pass_k cannot apply to it")
-        if options.kl_target < 0:
-            raise ConfigError(
-                f"{owner}: kl_target must be >= 0 (0: fixed beta), got {options.kl_target}"
-            )
-        if options.kl_horizon < 1:
-            raise ConfigError(f"{owner}: kl_horizon must be >= 1, got {options.kl_horizon}")
-        if options.pass_k < 1:
-            raise ConfigError(f"{owner}: pass_k must be >= 1, got {options.pass_k}")
-        self._check_kl_conventions(options, owner)
+        """Build ``self.options`` from the overrides that are shared options (checked in
+        ``zoo.core.options.make_shared_options``); with ``kl_in_reward`` the loop charges
+        the KL, so the loss's own ``beta`` becomes 0 and ``kl_coef`` keeps the weight."""
+        options = make_shared_options(self.config, shared, owner, critic=self.needs_values)
         self.options = options
         self._initial_beta = float(getattr(self.config, "beta", 0.0))
         if options.kl_in_reward:
             self.kl_in_reward_by_loop = True
             self._reward_beta = self._initial_beta
             self.config.beta = 0.0  # the loss adds no KL term: the loop charges it
-
-    def _check_kl_conventions(self, options: SharedOptions, owner: str) -> None:
-        """Refuse a KL convention that names no valid choice, or one that would change
-        nothing in this run (a silent no-op would read as a measured difference)."""
-        choices = {"kl_rollout_mean": KL_ROLLOUT_MEANS, "kl_reward_credit": KL_REWARD_CREDITS}
-        for field, valid in choices.items():
-            if getattr(options, field) not in valid:
-                raise ConfigError(
-                    f"{owner}: {field} {getattr(options, field)!r}; valid: {', '.join(valid)}"
-                )
-        if options.kl_rollout_mean != "token_mean" and options.kl_target <= 0:
-            raise ConfigError(
-                f"{owner}: kl_rollout_mean = {options.kl_rollout_mean} sets how the adaptive "
-                "KL is measured; it needs kl_target > 0"
-            )
-        if options.kl_reward_credit != "to_go":
-            in_reward = options.kl_in_reward or bool(getattr(self.config, "kl_in_reward", False))
-            if not in_reward:
-                raise ConfigError(
-                    f"{owner}: kl_reward_credit = {options.kl_reward_credit} sets how a KL in "
-                    "the reward reaches the advantages; it needs kl_in_reward = true"
-                )
-            if self.needs_values:
-                raise ConfigError(
-                    f"{owner}: kl_reward_credit applies to critic-free advantages; a critic's "
-                    "GAE sums the per-token KL rewards itself (gamma, lam)"
-                )
 
     @property
     def kl_coef(self) -> float:
@@ -531,27 +377,15 @@ class Algorithm(ABC):
         value): pass@k with k outside [1, group size], an adaptive or in-reward KL with
         beta = 0 (the controller scales beta, so 0 stays 0), and a horizon so short that
         one step could take beta to 0 or below (0.2 * responses / kl_horizon >= 1)."""
-        owner = f"algorithm {self.name!r}"
-        k = self.options.pass_k
-        if getattr(self.config, "advantage", None) == "pass_at_k" and not 1 <= k <= group_size:
-            raise ConfigError(
-                f"{owner}: pass_k = {k} with advantage = pass_at_k needs 1 <= pass_k <= the "
-                f"group size ({group_size}): set --set pass_k=K or a larger --group-size"
-            )
-        adaptive = self.options.kl_target > 0
-        for on, what in ((adaptive, "kl_target"), (self.kl_in_reward_by_loop, "kl_in_reward")):
-            if on and self.kl_coef <= 0:
-                raise ConfigError(
-                    f"{owner}: {what} needs a KL weight beta > 0 (its starting value), "
-                    f"got beta = {self.kl_coef}"
-                )
-        if adaptive and KL_ERROR_CLIP * responses_per_step >= self.options.kl_horizon:
-            raise ConfigError(
-                f"{owner}: kl_horizon = {self.options.kl_horizon} is too short for "
-                f"{responses_per_step} responses per step: one step may scale beta by "
-                f"1 -+ 0.2 * {responses_per_step} / kl_horizon, which must stay above 0 "
-                f"(use kl_horizon > {KL_ERROR_CLIP * responses_per_step:g})"
-            )
+        check_shared_options(  # zoo/core/options.py
+            self.config,
+            self.options,
+            kl_coef=self.kl_coef,
+            kl_in_reward=self.kl_in_reward_by_loop,
+            group_size=group_size,
+            responses_per_step=responses_per_step,
+            owner=f"algorithm {self.name!r}",
+        )
 
     @property
     def needs_reference(self) -> bool:
@@ -620,8 +454,9 @@ class Algorithm(ABC):
         if bonus is not None:
             per_token = per_token - bonus
         loss = aggregate(per_token, batch, self.aggregation)
-        return LossOutput(loss, {"loss": float(loss.detach()), **policy.metrics, **kl_metrics,
-                                 **entropy_metrics})  # fmt: skip
+        return LossOutput(
+            loss, {"loss": float(loss.detach()), **policy.metrics, **kl_metrics, **entropy_metrics}
+        )
 
     def advantage_metrics(self) -> dict[str, float]:
         """Figures of the advantages this algorithm gave since it was last asked, for the
@@ -654,10 +489,13 @@ class Algorithm(ABC):
             )
 
     def group_advantages(
-        self, rewards: torch.Tensor, lengths: torch.Tensor,
-        turn_rewards: torch.Tensor | None = None, greedy_rewards: torch.Tensor | None = None,
+        self,
+        rewards: torch.Tensor,
+        lengths: torch.Tensor,
+        turn_rewards: torch.Tensor | None = None,
+        greedy_rewards: torch.Tensor | None = None,
         turn_states: torch.Tensor | None = None,
-    ) -> torch.Tensor:  # fmt: skip
+    ) -> torch.Tensor:
         """What the loop calls: ``advantages(rewards, ...)`` with ``lengths=``,
         ``turn_rewards=``, ``greedy_rewards=`` and ``turn_states=`` only for the names the
         class declares in ``inputs`` (packed once as ``AdvantageInputs``).
@@ -698,9 +536,11 @@ class Algorithm(ABC):
         return advantages
 
     def _turn_states(
-        self, rewards: torch.Tensor, turn_rewards: torch.Tensor | None,
+        self,
+        rewards: torch.Tensor,
+        turn_rewards: torch.Tensor | None,
         turn_states: torch.Tensor | None,
-    ) -> torch.Tensor:  # fmt: skip
+    ) -> torch.Tensor:
         """The ``turn_states`` an override gets: the loop's, checked against the per-turn
         rewards' shape; without them, one turn per episode, every one from the prompt."""
         if turn_rewards is not None:
@@ -770,8 +610,9 @@ class Algorithm(ABC):
         # shared options only when set, so the description of a run without them is
         # what it was before they existed
         defaults = dataclasses.asdict(SharedOptions())
-        config.update({k: v for k, v in dataclasses.asdict(self.options).items()
-                       if v != defaults[k]})  # fmt: skip
+        config.update(
+            {k: v for k, v in dataclasses.asdict(self.options).items() if v != defaults[k]}
+        )
         return {
             "name": self.name,
             "paper": self.paper,

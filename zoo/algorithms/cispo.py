@@ -58,7 +58,10 @@ class CISPO(Algorithm):
         loss = aggregate(-policy.objective + penalty, batch, self.aggregation)
 
         shares = policy.metrics  # the cap's shares, under CISPO's own names
-        metrics = {"ratio_mean": shares["ratio_mean"], "ratio_max": shares["ratio_max"],
-                   "capped_frac": shares["clip_high_frac"],
-                   "capped_acting_frac": shares["clip_high_acting_frac"]}  # fmt: skip
+        metrics = {
+            "ratio_mean": shares["ratio_mean"],
+            "ratio_max": shares["ratio_max"],
+            "capped_frac": shares["clip_high_frac"],
+            "capped_acting_frac": shares["clip_high_acting_frac"],
+        }
         return LossOutput(loss, {"loss": float(loss.detach()), **metrics, **kl_metrics})
