@@ -141,7 +141,8 @@ def test_the_shared_fields_are_declared_once_with_one_docstring():
     groups = [EstimatorFields, PolicyLossFields, EntropyFields]
     shared = {f.name: field_docs(g)[f.name] for g in groups for f in dataclasses.fields(g)}
     seen = 0
-    for path in sorted(set(PLUGINS.glob("*.py")) - {PLUGINS / "base.py"}):
+    declared_in = {PLUGINS / "base.py", PLUGINS / "options.py"}  # the groups themselves
+    for path in sorted(set(PLUGINS.glob("*.py")) - declared_in):
         tree = ast.parse(path.read_text())
         for cls in (n for n in tree.body if isinstance(n, ast.ClassDef)):
             body = cls.body

@@ -6,9 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 from zoo.algorithms.base import Algorithm
-from zoo.core.card import Card
 from zoo.core.registry import Registry
-from zoo.core.types import ADVANTAGE_INPUTS, AdvantageInputs
+from zoo.core.types import ADVANTAGE_INPUTS, AdvantageInputs, Card
 
 ALGORITHMS = Registry(
     "algorithm",

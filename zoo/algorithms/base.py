@@ -3,7 +3,7 @@
 
 A plugin DECLARES, as class attributes: ``name``, ``config_class`` (a dataclass of its
 hyperparameters), ``card`` (what it is, for reports and generic checks:
-zoo/core/card.py), ``inputs`` (what its ``advantages`` takes beside the rewards, from the
+zoo/core/types.py), ``inputs`` (what its ``advantages`` takes beside the rewards, from the
 fixed vocabulary of ``zoo.core.types.AdvantageInputs``), ``aggregation`` (how its loss
 reduces tokens), and where they apply ``needs_values`` (a learned critic) and
 ``needs_entropy``. It WRITES ``loss`` and may override the other ``HOOKS``; the run reads
@@ -22,12 +22,12 @@ Shared estimators by name: a config field ``advantage`` picks one of
 ``kl`` one of ``KL_ESTIMATORS`` and a field ``loss`` one of ``POLICY_LOSSES``; all are
 checked when the algorithm is built, so ``--set advantage=nope`` fails at once, naming the
 valid choices. The fields are declared once (``EstimatorFields``, ``PolicyLossFields``,
-``EntropyFields``; zoo/core/options.py), as are the options any algorithm with a KL weight
-``beta`` or an ``advantage`` field takes beside its own config (``SharedOptions``: the
-adaptive KL controller, the KL charged in the reward, pass@k's k). ``kl_coef`` is the KL
-weight in force; the loop adapts it (``set_kl_coef``), checkpoints it, and for
-``kl_in_reward`` subtracts the KL return from the advantages itself, the loss then seeing
-``beta = 0``.
+``EntropyFields``; zoo/algorithms/options.py), as are the options any algorithm with a
+KL weight ``beta`` or an ``advantage`` field takes beside its own config
+(``SharedOptions``: the adaptive KL controller, the KL charged in the reward, pass@k's k).
+``kl_coef`` is the KL weight in force; the loop adapts it (``set_kl_coef``), checkpoints
+it, and for ``kl_in_reward`` subtracts the KL return from the advantages itself, the loss
+then seeing ``beta = 0``.
 
 A learned critic (PPO, zoo/algorithms/ppo.py): with ``needs_values`` the loop places each
 response's reward on its last token, asks the critic for V(s_t), calls
@@ -44,7 +44,18 @@ from typing import Any, ClassVar
 
 import torch
 
-from zoo.core.card import CARD_FIELDS, Card
+from zoo.algorithms.options import (
+    KL_OPTIONS,
+    AdvantageField,
+    EntropyFields,
+    EstimatorFields,
+    KLField,
+    LossField,
+    PolicyLossFields,
+    SharedOptions,
+    check_shared_options,
+    make_shared_options,
+)
 from zoo.core.config import ConfigError, config_fields, make_config
 from zoo.core.entropy import MASKED_METRIC, check_entropy_options, entropy_terms
 from zoo.core.losses import (
@@ -61,21 +72,18 @@ from zoo.core.losses import (
     log_ratio,
     policy_loss,
 )
-from zoo.core.options import (
-    KL_OPTIONS,
-    AdvantageField,
-    EntropyFields,
-    EstimatorFields,
-    KLField,
-    LossField,
-    PolicyLossFields,
-    SharedOptions,
-    check_shared_options,
-    make_shared_options,
+from zoo.core.types import (
+    ADVANTAGE_INPUTS,
+    CARD_FIELDS,
+    AdvantageInputs,
+    Card,
+    LossOutput,
+    TrainBatch,
+    ValueBatch,
 )
-from zoo.core.types import ADVANTAGE_INPUTS, AdvantageInputs, LossOutput, TrainBatch, ValueBatch
 
-__all__ = [  # the field groups and options live in zoo/core/options.py; plugins import them here
+# the field groups and options live in zoo/algorithms/options.py; plugins import them here
+__all__ = [
     "HOOKS",
     "KL_OPTIONS",
     "RUN_API",
@@ -226,7 +234,7 @@ class Algorithm(ABC):
     name: ClassVar[str] = ""
     config_class: ClassVar[type]
     card: ClassVar[Card] = Card()
-    """What the algorithm is, for reports and generic checks (zoo/core/card.py): paper,
+    """What the algorithm is, for reports and generic checks (zoo/core/types.py): paper,
     family, clip style, whether it is sequence-level, its mechanism's acting shares and
     its token selection. Each field also reads under its own name below."""
     inputs: ClassVar[frozenset[str]] = frozenset({"lengths"})
@@ -336,7 +344,7 @@ class Algorithm(ABC):
 
     def _take_shared_options(self, shared: dict[str, Any], owner: str) -> None:
         """Build ``self.options`` from the overrides that are shared options (checked in
-        ``zoo.core.options.make_shared_options``); with ``kl_in_reward`` the loop charges
+        ``zoo.algorithms.options.make_shared_options``); with ``kl_in_reward`` the loop charges
         the KL, so the loss's own ``beta`` becomes 0 and ``kl_coef`` keeps the weight."""
         options = make_shared_options(self.config, shared, owner, critic=self.needs_values)
         self.options = options
@@ -377,7 +385,7 @@ class Algorithm(ABC):
         value): pass@k with k outside [1, group size], an adaptive or in-reward KL with
         beta = 0 (the controller scales beta, so 0 stays 0), and a horizon so short that
         one step could take beta to 0 or below (0.2 * responses / kl_horizon >= 1)."""
-        check_shared_options(  # zoo/core/options.py
+        check_shared_options(  # zoo/algorithms/options.py
             self.config,
             self.options,
             kl_coef=self.kl_coef,

@@ -26,7 +26,7 @@ How to write a plugin
      ``python -m harness run custom --set clip_range=0.3``) are checked against these
      fields. A field named ``beta`` turns the reference model on when it is > 0.
   2. A subclass of ``Algorithm`` with ``name``, ``config_class`` and a ``card``
-     (zoo/core/card.py: ``paper``, ``family``, ``clip_style``, ``sequence_level``,
+     (zoo/core/types.py: ``paper``, ``family``, ``clip_style``, ``sequence_level``,
      ``mechanism``, ``token_selection``), and a ``loss(batch)`` returning
      ``LossOutput(loss, metrics)``: minus the objective, a scalar. The batch holds [B, T]
      tensors ``logprobs`` (with grad), ``old_logprobs``, ``ref_logprobs``, ``mask`` and

@@ -7,7 +7,8 @@ them when an algorithm is built and ``check_shared_options`` against a run's gro
 and batch. The field groups (``AdvantageField``, ``KLField``, ``LossField``,
 ``EstimatorFields``, ``PolicyLossFields``, ``EntropyFields``) are what a plugin's config
 subclasses; ``zoo.algorithms.base`` re-exports them, where plugins have always imported
-them from. Nothing here knows an algorithm class: it reads a config dataclass.
+them from. Nothing here knows an algorithm class: it reads a config dataclass. Not a
+plugin: the registry names none of it.
 """
 
 from __future__ import annotations
