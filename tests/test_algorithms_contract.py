@@ -138,6 +138,7 @@ def test_only_declared_inputs_are_passed():
 
 def test_the_run_api_cannot_be_overridden():
     assert len(HOOKS) <= 12 and not set(HOOKS) & set(RUN_API)
+    assert all(hasattr(Algorithm, name) for name in (*HOOKS, *RUN_API))
     with pytest.raises(TypeError, match=r"overrides needs_greedy_baseline.*hooks"):
 
         class Sneaky(_Loss):
