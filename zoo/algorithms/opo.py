@@ -16,7 +16,7 @@ response lengths to ``advantages``). token_mean sums each response's tokens, the
 REINFORCE gradient sum_t grad lp_it whose squared norm the baseline assumes ~ |o|.
 
 Multi-turn envs: |o_j| is the episode's length as the loop counts it, every token after
-the prompt, the env's observation tokens included (zoo/run/loop.py, ``lengths``), while
+the prompt, the env's observation tokens included (zoo/run/rounds.py, ``lengths``), while
 the gradient sums only the assistant tokens (observations are masked out of the loss). An
 episode with long tool outputs therefore weighs more in the baseline than the tokens it is
 trained on; the paper (single-turn) has no observation tokens, so it does not say.
