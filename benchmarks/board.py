@@ -41,10 +41,22 @@ class Board:
 
 BOARDS = (
     Board("tiny arithmetic (results/tiny-arithmetic)", "arithmetic", "tiny", ()),
-    Board("running_sum testbed (results/tiny-sum-running-sum)", "running_sum", "tiny-sum",
-          ("--budget", "4e12", "--eval-points", "8", "--eval-samples", "4",
-           "--sampled-eval-points", "3")),
-)  # fmt: skip
+    Board(
+        "running_sum testbed (results/tiny-sum-running-sum)",
+        "running_sum",
+        "tiny-sum",
+        (
+            "--budget",
+            "4e12",
+            "--eval-points",
+            "8",
+            "--eval-samples",
+            "4",
+            "--sampled-eval-points",
+            "3",
+        ),
+    ),
+)
 
 QUICK_FLAGS = ("--steps", "3", "--prompts-per-step", "8", "--eval-samples", "0")
 """A smoke-test setting (figures meaningless): a few short steps, a small evaluation."""
@@ -56,9 +68,22 @@ def run_compare(board: Board, out: Path, quick: bool) -> tuple[float, list[Path]
     flags = list(board.flags)
     if quick:  # (the last of a repeated flag wins; --steps replaces the budget)
         flags = [f for f in flags if f not in ("--budget", "4e12")] + list(QUICK_FLAGS)
-    elapsed = timed_harness("compare", "grpo", "--seeds", "2", "--jobs", "1", "--quiet",
-                            "--env", board.env, "--model", board.model, *flags,
-                            "--out", str(out))  # fmt: skip
+    elapsed = timed_harness(
+        "compare",
+        "grpo",
+        "--seeds",
+        "2",
+        "--jobs",
+        "1",
+        "--quiet",
+        "--env",
+        board.env,
+        "--model",
+        board.model,
+        *flags,
+        "--out",
+        str(out),
+    )
     return elapsed, sorted((out / "runs").iterdir())
 
 
@@ -87,8 +112,13 @@ def bare_seconds(env_name: str, parts: dict[str, Any]) -> float:
     loading excluded: start-up is not part of a step)."""
     from benchmarks.rl_step import StepSetting, bare_records
 
-    setting = StepSetting(parts["prompts_per_step"], parts["group_size"],
-                          parts["max_response_len"], steps=parts["steps"], warmup=0)  # fmt: skip
+    setting = StepSetting(
+        parts["prompts_per_step"],
+        parts["group_size"],
+        parts["max_response_len"],
+        steps=parts["steps"],
+        warmup=0,
+    )
     return sum(r["step_seconds"] for r in bare_records(parts["model_path"], setting, env_name))
 
 

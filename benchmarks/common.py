@@ -23,11 +23,21 @@ from zoo.models.tokenizer import EOS_ID, save_tokenizer
 # no Qwen3 releases this small, and these are the sizes where a 2-core CPU shows how cost
 # grows. Parameter counts exclude the 320 x hidden embedding and LM head.
 BENCH_SHAPES = {
-    "10m": {"hidden_size": 384, "num_hidden_layers": 6, "num_attention_heads": 6,
-            "num_key_value_heads": 2, "intermediate_size": 1152},
-    "50m": {"hidden_size": 768, "num_hidden_layers": 8, "num_attention_heads": 12,
-            "num_key_value_heads": 4, "intermediate_size": 2048},
-}  # fmt: skip
+    "10m": {
+        "hidden_size": 384,
+        "num_hidden_layers": 6,
+        "num_attention_heads": 6,
+        "num_key_value_heads": 2,
+        "intermediate_size": 1152,
+    },
+    "50m": {
+        "hidden_size": 768,
+        "num_hidden_layers": 8,
+        "num_attention_heads": 12,
+        "num_key_value_heads": 4,
+        "intermediate_size": 2048,
+    },
+}
 
 
 def random_model_dir(name: str, root: Path) -> Path:
@@ -73,8 +83,14 @@ def timed_harness(*args: str) -> float:
     stderr's tail in the error if it fails."""
     command = [sys.executable, "-m", "harness", *args]
     start = time.perf_counter()
-    done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, check=False,
-                          env={**os.environ, "TQDM_DISABLE": "1"})  # fmt: skip
+    done = subprocess.run(
+        command,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=False,
+        env={**os.environ, "TQDM_DISABLE": "1"},
+    )
     elapsed = time.perf_counter() - start
     if done.returncode != 0:
         raise RuntimeError(f"{' '.join(command)} failed:\n{done.stderr[-3000:]}")

@@ -25,17 +25,40 @@ from benchmarks.common import timed_harness
 
 BOARD_FLAGS = ("--budget", "2e12")
 """The tiny arithmetic board's run (its other settings are the defaults)."""
-QUICK_FLAGS = ("--steps", "4", "--prompts-per-step", "8", "--eval-every", "1",
-               "--eval-samples", "2", "--sampled-eval-points", "0", "--checkpoint-every", "0",
-               "--env-set", "eval_size=50")  # fmt: skip
+QUICK_FLAGS = (
+    "--steps",
+    "4",
+    "--prompts-per-step",
+    "8",
+    "--eval-every",
+    "1",
+    "--eval-samples",
+    "2",
+    "--sampled-eval-points",
+    "0",
+    "--checkpoint-every",
+    "0",
+    "--env-set",
+    "eval_size=50",
+)
 """A smoke-test setting (figures meaningless): every step evaluated, the middle ones overlapped."""
 
 
 def timed_run(overlap: str, out: Path, quick: bool) -> tuple[float, list[dict[str, Any]]]:
     """Wall seconds of one ``harness run`` and its metrics."""
     flags = QUICK_FLAGS if quick else BOARD_FLAGS
-    elapsed = timed_harness("run", "grpo", "--placement", "monarch", "--eval-overlap", overlap,
-                            *flags, "--quiet", "--out", str(out))  # fmt: skip
+    elapsed = timed_harness(
+        "run",
+        "grpo",
+        "--placement",
+        "monarch",
+        "--eval-overlap",
+        overlap,
+        *flags,
+        "--quiet",
+        "--out",
+        str(out),
+    )
     lines = (out / "metrics.jsonl").read_text().splitlines()
     return elapsed, [json.loads(line) for line in lines]
 
@@ -55,17 +78,21 @@ def eval_overlap_table(root: Path, quick: bool = False) -> list[dict[str, Any]]:
     rows = []
     for overlap, done in runs.items():
         seconds = statistics.median(s for s, _ in done)
-        rows.append({
-            "setting": f"Monarch sync, --eval-overlap {overlap}",
-            "steps": done[0][1][-1]["step"],
-            "s per run": seconds,
-            "training loop s": statistics.median(r[-1]["seconds"] for _, r in done),
-            "evaluation s waited": statistics.median(
-                sum(x.get("eval_seconds", 0.0) for x in r) for _, r in done
-            ),
-            "off s / this s": off_seconds / seconds,
-            "same numbers as off": "yes" if all(numbers(r) == reference for _, r in done) else "no",
-        })  # fmt: skip
+        rows.append(
+            {
+                "setting": f"Monarch sync, --eval-overlap {overlap}",
+                "steps": done[0][1][-1]["step"],
+                "s per run": seconds,
+                "training loop s": statistics.median(r[-1]["seconds"] for _, r in done),
+                "evaluation s waited": statistics.median(
+                    sum(x.get("eval_seconds", 0.0) for x in r) for _, r in done
+                ),
+                "off s / this s": off_seconds / seconds,
+                "same numbers as off": "yes"
+                if all(numbers(r) == reference for _, r in done)
+                else "no",
+            }
+        )
     return rows
 
 

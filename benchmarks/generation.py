@@ -26,8 +26,9 @@ def tokens_per_second(generator, prompts, n: int, sampling: SamplingConfig, repe
     seeds = list(range(len(prompts)))
     out = generator.generate(prompts, n=n, sampling=sampling, seeds=seeds)
     tokens = sum(len(c.token_ids) for g in out for c in g)
-    wall = seconds(lambda: generator.generate(prompts, n=n, sampling=sampling, seeds=seeds),
-                   repeats)  # fmt: skip
+    wall = seconds(
+        lambda: generator.generate(prompts, n=n, sampling=sampling, seeds=seeds), repeats
+    )
     return tokens / wall, tokens
 
 
@@ -38,9 +39,15 @@ def generation_table(root: Path, quick: bool = False) -> list[dict[str, Any]]:
 
     settings = [
         ("tiny, 128 prompts x 8, <= 6 new tokens", "tiny", 16 if quick else 128, 8, 6, False),
-        ("50m, 256 sequences x 128 new tokens", "50m", 8 if quick else 256, 1,
-         8 if quick else 128, True),
-    ]  # fmt: skip
+        (
+            "50m, 256 sequences x 128 new tokens",
+            "50m",
+            8 if quick else 256,
+            1,
+            8 if quick else 128,
+            True,
+        ),
+    ]
     rows = []
     for label, name, prompts_n, n, max_tokens, ignore_eos in settings:
         path, init = model_dir(name, root)

@@ -127,8 +127,13 @@ def sampled_batch(groups) -> RolloutBatch:
         tokens[i, : prompt + len(c.token_ids)] = torch.tensor(c.prompt_ids + c.token_ids)
         mask[i, : len(c.token_ids)] = 1.0
         sampler[i, : len(c.logprobs)] = torch.tensor(c.logprobs)
-    return RolloutBatch(tokens, torch.full((len(flat),), prompt), mask,
-                        torch.zeros(len(flat)), sampler_logprobs=sampler)  # fmt: skip
+    return RolloutBatch(
+        tokens,
+        torch.full((len(flat),), prompt),
+        mask,
+        torch.zeros(len(flat)),
+        sampler_logprobs=sampler,
+    )
 
 
 @torch.no_grad()

@@ -51,11 +51,20 @@ def forge_zoo_steps(
     from zoo.run.wiring import build_services
 
     cfg = RunConfig(
-        model=str(model), init=init, generator=generator_backend, device="cpu",
-        prompts_per_step=setting.prompts_per_step, group_size=setting.group_size,
-        max_response_len=setting.max_new_tokens, algorithm_config={"beta": 0.0}, mini_batches=1,
-        eval_every=10**9, checkpoint_every=0, placement=placement, **run,
-    )  # fmt: skip
+        model=str(model),
+        init=init,
+        generator=generator_backend,
+        device="cpu",
+        prompts_per_step=setting.prompts_per_step,
+        group_size=setting.group_size,
+        max_response_len=setting.max_new_tokens,
+        algorithm_config={"beta": 0.0},
+        mini_batches=1,
+        eval_every=10**9,
+        checkpoint_every=0,
+        placement=placement,
+        **run,
+    )
     services = build_services(cfg, quiet=True, generator=generator)
     loop = RLLoop(cfg, services)
     loop.sampling.ignore_eos = ignore_eos
@@ -73,12 +82,25 @@ def forge_zoo_steps(
         services.close()
     phases = {
         f"{p}_seconds": statistics.median(r[f"{p}_seconds"] for r in records)
-        for p in ("generate", "score", "old_logprobs", "reference", "train", "sync",
-                  "trainer_idle", "generator_idle")
-    }  # fmt: skip
+        for p in (
+            "generate",
+            "score",
+            "old_logprobs",
+            "reference",
+            "train",
+            "sync",
+            "trainer_idle",
+            "generator_idle",
+        )
+    }
     tokens = statistics.mean(r["response_tokens"] for r in records)
-    return {"step_seconds": statistics.median(walls), "response_tokens": tokens, **phases,
-            "generator": services.generator, "weight_load_seconds": load}  # fmt: skip
+    return {
+        "step_seconds": statistics.median(walls),
+        "response_tokens": tokens,
+        **phases,
+        "generator": services.generator,
+        "weight_load_seconds": load,
+    }
 
 
 def arithmetic_batches(setting: StepSetting, seed: int = 0, env_name: str = "arithmetic"):
@@ -91,8 +113,9 @@ def arithmetic_batches(setting: StepSetting, seed: int = 0, env_name: str = "ari
     return env, batches
 
 
-def bare_records(model_path: Path, setting: StepSetting,
-                 env_name: str = "arithmetic") -> list[dict[str, float]]:  # fmt: skip
+def bare_records(
+    model_path: Path, setting: StepSetting, env_name: str = "arithmetic"
+) -> list[dict[str, float]]:
     """The bare loop's record (``BareGRPO.step``: its seconds and reward) of every step
     after ``setting.warmup``, on ``env_name``'s training prompts (byte-level ids: the tiny
     models' tokenizer)."""
@@ -107,8 +130,12 @@ def bare_records(model_path: Path, setting: StepSetting,
         def rewards(texts: list[str], repeated=repeated) -> list[float]:
             return env.score_batch(repeated, texts)
 
-        record = loop.step([list(p.text.encode()) for p in prompts], rewards,
-                           setting.group_size, setting.max_new_tokens)  # fmt: skip
+        record = loop.step(
+            [list(p.text.encode()) for p in prompts],
+            rewards,
+            setting.group_size,
+            setting.max_new_tokens,
+        )
         if i >= setting.warmup:
             records.append(record)
     return records
@@ -134,11 +161,17 @@ def trl_steps(model_path: Path, setting: StepSetting, checkpointing: bool) -> di
         return env.score_batch([by_text[t] for t in prompt_texts], texts)
 
     out = trl_grpo_step_seconds(
-        model_path, [p.text for p in prompts], [p.text for p in prompts], rewards,
-        group_size=setting.group_size, prompts_per_step=setting.prompts_per_step,
-        max_new_tokens=setting.max_new_tokens, steps=setting.steps, warmup=setting.warmup,
+        model_path,
+        [p.text for p in prompts],
+        [p.text for p in prompts],
+        rewards,
+        group_size=setting.group_size,
+        prompts_per_step=setting.prompts_per_step,
+        max_new_tokens=setting.max_new_tokens,
+        steps=setting.steps,
+        warmup=setting.warmup,
         gradient_checkpointing=checkpointing,
-    )  # fmt: skip
+    )
     return {"step_seconds": out["step_seconds"]}
 
 
@@ -228,10 +261,15 @@ def in_subprocess(system: str, option: Any, setting: StepSetting) -> dict[str, f
     import subprocess
     import sys
 
-    payload = json.dumps({"system": system, "option": option,
-                          "setting": dataclasses.asdict(setting)})  # fmt: skip
-    done = subprocess.run([sys.executable, "-m", "benchmarks.rl_step", "--measure", payload],
-                          capture_output=True, text=True, check=False)  # fmt: skip
+    payload = json.dumps(
+        {"system": system, "option": option, "setting": dataclasses.asdict(setting)}
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks.rl_step", "--measure", payload],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     if done.returncode != 0:
         raise RuntimeError(f"{system} ({option}) failed:\n{done.stderr[-3000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])

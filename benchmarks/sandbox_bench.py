@@ -90,9 +90,16 @@ def sandbox_table(n: int = 40, workers: int = 2) -> list[dict[str, object]]:
             if kind == "one process":
                 baseline[mode] = rate
             ratio = rate / baseline[mode] if kind == "verdict" else None
-            rows.append({"program": kind, "mode": mode, "exec/s": rate,
-                         "ms/exec (wall)": wall / n * 1e3, "ms/exec (own)": own * 1e3,
-                         "x one process": ratio})  # fmt: skip
+            rows.append(
+                {
+                    "program": kind,
+                    "mode": mode,
+                    "exec/s": rate,
+                    "ms/exec (wall)": wall / n * 1e3,
+                    "ms/exec (own)": own * 1e3,
+                    "x one process": ratio,
+                }
+            )
     return rows
 
 

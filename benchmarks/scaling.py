@@ -41,12 +41,21 @@ def scaling_table(root: Path, quick: bool = False) -> list[dict[str, Any]]:
     for sweep, points in sweeps(quick).items():
         for x, model, setting, ignore_eos in points:
             path, init = model_dir(model, root)
-            r = forge_zoo_steps(path, setting, init=init, ignore_eos=ignore_eos,
-                                generator=generators.get(model))  # fmt: skip
+            r = forge_zoo_steps(
+                path, setting, init=init, ignore_eos=ignore_eos, generator=generators.get(model)
+            )
             generators[model] = r.pop("generator")
             params = ModelShape.from_hf_dir(path).params
-            rows.append({"sweep": sweep, "x": x, "model": model, "params": params,
-                         "x value": params if sweep == "model size" else x, **r})  # fmt: skip
+            rows.append(
+                {
+                    "sweep": sweep,
+                    "x": x,
+                    "model": model,
+                    "params": params,
+                    "x value": params if sweep == "model size" else x,
+                    **r,
+                }
+            )
     return rows
 
 
@@ -74,8 +83,13 @@ def plot(rows: list[dict[str, Any]], path: Path) -> None:
         xs = [r["x value"] for r in pts]
         for phase in ("generate", "train"):
             ax.loglog(xs, [r[f"{phase}_seconds"] for r in pts], "o--", label=phase, alpha=0.7)
-        ax.loglog(xs, [r["step_seconds"] for r in pts], "o-", color="k",
-                  label=f"step (k = {slopes[sweep]:.2f})")  # fmt: skip
+        ax.loglog(
+            xs,
+            [r["step_seconds"] for r in pts],
+            "o-",
+            color="k",
+            label=f"step (k = {slopes[sweep]:.2f})",
+        )
         ax.set_xticks(xs, [f"{x / 1e6:.1f}M" if sweep == "model size" else str(x) for x in xs])
         ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
         ax.set_xlabel("parameters" if sweep == "model size" else sweep)

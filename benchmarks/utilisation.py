@@ -49,12 +49,17 @@ def utilisation_table(root: Path, quick: bool = False) -> list[dict[str, Any]]:
         step = seconds(lambda t=trainer, b=batch: t.step(b, loss), repeats=2 if quick else 3)
         shape = ModelShape.from_hf_dir(path)
         flops = 3 * Ledger(shape).scoring_flops(prompt, response) * sequences
-        rows.append({
-            "model": name, "params (M)": shape.params / 1e6,
-            "batch": f"{sequences} x ({prompt} + {response}) tokens",
-            "s/step": step, "achieved GFLOP/s": flops / step / 1e9,
-            "peak GFLOP/s (fp32 matmul)": peak / 1e9, "% of peak": 100 * flops / step / peak,
-        })  # fmt: skip
+        rows.append(
+            {
+                "model": name,
+                "params (M)": shape.params / 1e6,
+                "batch": f"{sequences} x ({prompt} + {response}) tokens",
+                "s/step": step,
+                "achieved GFLOP/s": flops / step / 1e9,
+                "peak GFLOP/s (fp32 matmul)": peak / 1e9,
+                "% of peak": 100 * flops / step / peak,
+            }
+        )
     return rows
 
 

@@ -60,10 +60,18 @@ def reward_table(points: pd.DataFrame) -> pd.DataFrame:
     rows = []
     for (env, algo, k), g in points.groupby(["env", "algorithm", "point"]):
         mid, low, high = interval(g["reward"].to_numpy())
-        row = {"env": env, "algorithm": algo, "point": k,
-               "budget_fraction": g["budget_fraction"].iloc[0],
-               "flops": g["flops"].mean(), "seconds": g["seconds"].mean(),
-               "reward_mean": mid, "ci_low": low, "ci_high": high, "seeds": len(g)}  # fmt: skip
+        row = {
+            "env": env,
+            "algorithm": algo,
+            "point": k,
+            "budget_fraction": g["budget_fraction"].iloc[0],
+            "flops": g["flops"].mean(),
+            "seconds": g["seconds"].mean(),
+            "reward_mean": mid,
+            "ci_low": low,
+            "ci_high": high,
+            "seeds": len(g),
+        }
         for m in SAMPLED_METRICS:
             if m in g and g[m].notna().all():
                 row[m.removeprefix("eval_")] = g[m].mean()
@@ -87,13 +95,20 @@ def summary_table(points: pd.DataFrame, pairs: pd.DataFrame | None = None) -> pd
         mid, b_low, b_high = iqm_interval(values)
         sd = float(np.std(values, ddof=1)) if len(values) > 1 else float("nan")
         row = {
-            "env": env, "algorithm": algo, "seeds": len(g),
+            "env": env,
+            "algorithm": algo,
+            "seeds": len(g),
             "per_seed": " ".join(f"{v:.3f}" for v in values),
-            "headline_mean": mean, "ci_low": low, "ci_high": high, "seed_sd": sd,
+            "headline_mean": mean,
+            "ci_low": low,
+            "ci_high": high,
+            "seed_sd": sd,
             "mdd_80": min_detectable_difference(sd, len(values), len(values)),
             "tie_group": groups.get((env, algo), np.nan),
-            "iqm": mid, "iqm_ci_low": b_low, "iqm_ci_high": b_high,
-        }  # fmt: skip
+            "iqm": mid,
+            "iqm_ci_low": b_low,
+            "iqm_ci_high": b_high,
+        }
         row["auc_mean"], row["auc_ci_low"], row["auc_ci_high"] = interval(g["auc"].to_numpy())
         for m in SAMPLED_METRICS:
             key = m.removeprefix("eval_")
@@ -119,20 +134,28 @@ def fit_columns(points: pd.DataFrame) -> dict:
     r0 = float(points[points["point"] == 0]["reward"].mean())
     first = points[points["point"] == 1]["flops"]
     exclude = float(first.max()) if len(first) else 0.0
-    curves = [(d["flops"].to_numpy(), d["reward"].to_numpy())
-              for _, d in points.groupby("seed")]  # fmt: skip
+    curves = [(d["flops"].to_numpy(), d["reward"].to_numpy()) for _, d in points.groupby("seed")]
     summary = bootstrap_fit(curves, r0, exclude, reps=FIT_BOOTSTRAP_REPS)
     check = extrapolation_check(curves, r0, 0.5, exclude)
     fit = summary.fit
     return {
-        "fit_A": summary.a, "fit_A_low": summary.a_low, "fit_A_high": summary.a_high,
-        "fit_B": fit.b, "fit_B_low": summary.b_low, "fit_B_high": summary.b_high,
-        "fit_C_mid": fit.c_mid, "fit_C_mid_low": summary.c_mid_low,
-        "fit_C_mid_high": summary.c_mid_high, "max_flops": float(points["flops"].max()),
-        "fit_identified": fit.identified, "fit_identified_share": summary.identified_share,
-        "fit_note": summary.reason, "fit_points": fit.points_used,
-        "half_budget_predicted": check["predicted"], "half_budget_error": check["error"],
-    }  # fmt: skip
+        "fit_A": summary.a,
+        "fit_A_low": summary.a_low,
+        "fit_A_high": summary.a_high,
+        "fit_B": fit.b,
+        "fit_B_low": summary.b_low,
+        "fit_B_high": summary.b_high,
+        "fit_C_mid": fit.c_mid,
+        "fit_C_mid_low": summary.c_mid_low,
+        "fit_C_mid_high": summary.c_mid_high,
+        "max_flops": float(points["flops"].max()),
+        "fit_identified": fit.identified,
+        "fit_identified_share": summary.identified_share,
+        "fit_note": summary.reason,
+        "fit_points": fit.points_used,
+        "half_budget_predicted": check["predicted"],
+        "half_budget_error": check["error"],
+    }
 
 
 def pairs_table(points: pd.DataFrame) -> pd.DataFrame:
@@ -156,16 +179,30 @@ def pairs_table(points: pd.DataFrame) -> pd.DataFrame:
                 paired = list(x.index) == list(y.index) and len(x) > 1
                 cmp = probability_of_improvement(x.to_numpy(), y.to_numpy(), paired=paired)
                 diff = (x - y).to_numpy() if paired else None
-                sd = float(np.std(diff, ddof=1)) if paired else float(
-                    np.sqrt((x.var(ddof=1) + y.var(ddof=1)) / 2))  # fmt: skip
-                mdd = (min_detectable_difference(sd, len(x), paired=True) if paired
-                       else min_detectable_difference(sd, len(x), len(y)))  # fmt: skip
-                env_rows.append({
-                    "env": env, "a": a, "b": b, "mean_a_minus_b": cmp.mean_difference,
-                    "p_a_better": cmp.p_improve, "p_a_better_low": cmp.ci_low,
-                    "p_a_better_high": cmp.ci_high, "paired": paired, "p_value": cmp.p_value,
-                    "mdd_80": mdd,
-                })  # fmt: skip
+                sd = (
+                    float(np.std(diff, ddof=1))
+                    if paired
+                    else float(np.sqrt((x.var(ddof=1) + y.var(ddof=1)) / 2))
+                )
+                mdd = (
+                    min_detectable_difference(sd, len(x), paired=True)
+                    if paired
+                    else min_detectable_difference(sd, len(x), len(y))
+                )
+                env_rows.append(
+                    {
+                        "env": env,
+                        "a": a,
+                        "b": b,
+                        "mean_a_minus_b": cmp.mean_difference,
+                        "p_a_better": cmp.p_improve,
+                        "p_a_better_low": cmp.ci_low,
+                        "p_a_better_high": cmp.ci_high,
+                        "paired": paired,
+                        "p_value": cmp.p_value,
+                        "mdd_80": mdd,
+                    }
+                )
         for row, adjusted in zip(env_rows, holm([r["p_value"] for r in env_rows]), strict=True):
             row["p_holm"] = adjusted
         rows += env_rows
@@ -222,22 +259,48 @@ def phases_of(frame: pd.DataFrame) -> tuple[str, ...]:
 
 def step_frame(runs: list[dict]) -> pd.DataFrame:
     """Every training step of every run (step 0, the evaluation of the start, left out)."""
-    return pd.DataFrame([{**r, "env": run["env"], "algorithm": run["algorithm"]}
-                         for run in runs for r in run["records"] if r["step"] > 0])  # fmt: skip
+    return pd.DataFrame(
+        [
+            {**r, "env": run["env"], "algorithm": run["algorithm"]}
+            for run in runs
+            for r in run["records"]
+            if r["step"] > 0
+        ]
+    )
 
 
 OFF_POLICY_METRICS = (
-    "ratio_mean", "ratio_max",
-    "clip_low_frac", "clip_low_acting_frac", "clip_high_frac", "clip_high_acting_frac",
-    "seq_clip_low_frac", "seq_clip_low_acting_frac",
-    "seq_clip_high_frac", "seq_clip_high_acting_frac",
-    "capped_frac", "capped_acting_frac",
-    "gate_weight_mean", "gate_weight_q05", "gate_acting_frac",
-    "policy_kl", "staleness_kl", "mismatch_logprob_mean",
-    "mismatch_logprob_max", "mismatch_kl", "is_weight_mean", "is_truncated_frac",
-    "is_masked_frac", "cov_clip_frac", "kl_cov_frac", "kl_cov_penalty", "kl_cov_acting_frac",
-    "dual_clip_frac", "grad_norm", "grad_clip_frac",
-)  # fmt: skip
+    "ratio_mean",
+    "ratio_max",
+    "clip_low_frac",
+    "clip_low_acting_frac",
+    "clip_high_frac",
+    "clip_high_acting_frac",
+    "seq_clip_low_frac",
+    "seq_clip_low_acting_frac",
+    "seq_clip_high_frac",
+    "seq_clip_high_acting_frac",
+    "capped_frac",
+    "capped_acting_frac",
+    "gate_weight_mean",
+    "gate_weight_q05",
+    "gate_acting_frac",
+    "policy_kl",
+    "staleness_kl",
+    "mismatch_logprob_mean",
+    "mismatch_logprob_max",
+    "mismatch_kl",
+    "is_weight_mean",
+    "is_truncated_frac",
+    "is_masked_frac",
+    "cov_clip_frac",
+    "kl_cov_frac",
+    "kl_cov_penalty",
+    "kl_cov_acting_frac",
+    "dual_clip_frac",
+    "grad_norm",
+    "grad_clip_frac",
+)
 """Per-step metrics of the training regime (zoo/services/trainer.py, zoo/services/offpolicy.py)
 and the algorithms' mechanisms, each share out of range beside its acting share (the
 tokens or sequences whose gradient the mechanism changed; docs/algorithms.md); a column
@@ -286,8 +349,15 @@ def off_policy_table(runs: list[dict]) -> pd.DataFrame:
     table = pd.DataFrame(rows)
     # the order of OFF_POLICY_METRICS, whichever row came first: each out-of-range share
     # beside its acting share
-    order = ["env", "algorithm", "regime", *OFF_POLICY_METRICS, "mechanism_acted_steps",
-             "mechanism_in_band_steps", *MECHANISM_SUMMARY]  # fmt: skip
+    order = [
+        "env",
+        "algorithm",
+        "regime",
+        *OFF_POLICY_METRICS,
+        "mechanism_acted_steps",
+        "mechanism_in_band_steps",
+        *MECHANISM_SUMMARY,
+    ]
     return table[[c for c in order if c in table.columns]]
 
 
@@ -311,9 +381,10 @@ def mechanism_summary(steps: pd.DataFrame, acting: list[str]) -> dict:
     # a ratio mechanism's out-of-range share sits beside its acting share; a selection's
     # (Clip-Cov's cov_clip_frac) has none
     counterparts = [m.replace("_acting_frac", "_frac") for m in present if "_acting_" in m]
-    out = {"mechanism_acting": float(sum(steps[m].mean() for m in present)),
-           "mechanism_unit": "sequences" if all(m.startswith("seq_") for m in present)
-           else "tokens"}  # fmt: skip
+    out = {
+        "mechanism_acting": float(sum(steps[m].mean() for m in present)),
+        "mechanism_unit": "sequences" if all(m.startswith("seq_") for m in present) else "tokens",
+    }
     if counterparts and len(counterparts) == len(present) and all(c in steps for c in counterparts):
         out["mechanism_out_of_range"] = float(sum(steps[c].mean() for c in counterparts))
     return out
@@ -399,12 +470,15 @@ def plot_curves(
         panels += [(env, base, a, e) for a in others]
     cols = min(4, len(panels))
     rows = math.ceil(len(panels) / cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(3.6 * cols, 2.9 * rows), squeeze=False,
-                             sharey=True)  # fmt: skip
+    fig, axes = plt.subplots(
+        rows, cols, figsize=(3.6 * cols, 2.9 * rows), squeeze=False, sharey=True
+    )
     colours = plt.get_cmap("tab10")
     for i, (ax, (env, base, algo, e)) in enumerate(zip(axes.flat, panels, strict=False)):
-        for name, style in ((base, {"color": "black", "linestyle": "--"}),
-                            (algo, {"color": colours(i % 10)})):  # fmt: skip
+        for name, style in (
+            (base, {"color": "black", "linestyle": "--"}),
+            (algo, {"color": colours(i % 10)}),
+        ):
             g = e[e["algorithm"] == name].sort_values("point")
             ax.plot(g[x], g["reward_mean"], marker="o", markersize=3, label=name, **style)
             ax.fill_between(g[x], g["ci_low"], g["ci_high"], alpha=0.15, color=style["color"])
@@ -423,8 +497,9 @@ def plot_curves(
     plt.close(fig)
 
 
-def seed_curves_figure(curves: pd.DataFrame, x: str, xlabel: str,
-                       order: list[str] | None = None, columns: int = 5) -> Figure:  # fmt: skip
+def seed_curves_figure(
+    curves: pd.DataFrame, x: str, xlabel: str, order: list[str] | None = None, columns: int = 5
+) -> Figure:
     """Every seed's held-out greedy reward at each evaluation, one panel per algorithm
     (``order``, else sorted; at most ``columns`` panels a line) on shared axes, each with
     its own tick labels: a thin line per seed, in the same colour in every panel (runs of
@@ -435,8 +510,14 @@ def seed_curves_figure(curves: pd.DataFrame, x: str, xlabel: str,
     colors = plt.get_cmap("tab10" if len(seeds) <= 10 else "tab20")
     cols = min(columns, len(names))
     rows = math.ceil(len(names) / cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(2.6 * cols + 0.6, 2.2 * rows + 0.4),
-                             sharex=True, sharey=True, squeeze=False)  # fmt: skip
+    fig, axes = plt.subplots(
+        rows,
+        cols,
+        figsize=(2.6 * cols + 0.6, 2.2 * rows + 0.4),
+        sharex=True,
+        sharey=True,
+        squeeze=False,
+    )
     for ax, name in zip(axes.flat, names, strict=False):
         g = curves[curves["algorithm"] == name]
         for i, seed in enumerate(seeds):
@@ -461,8 +542,13 @@ def seed_curves_figure(curves: pd.DataFrame, x: str, xlabel: str,
     return fig
 
 
-def plot_seed_curves(curves: pd.DataFrame, x: str, xlabel: str, target: Path | BinaryIO,
-                     order: list[str] | None = None) -> None:  # fmt: skip
+def plot_seed_curves(
+    curves: pd.DataFrame,
+    x: str,
+    xlabel: str,
+    target: Path | BinaryIO,
+    order: list[str] | None = None,
+) -> None:
     """``seed_curves_figure`` as a PNG in ``target`` (a path or a binary file)."""
     fig = seed_curves_figure(curves, x, xlabel, order)
     fig.savefig(target, dpi=80, format="png")
@@ -473,8 +559,10 @@ def plot_profile(scores: pd.DataFrame, points: pd.DataFrame, path: Path) -> None
     """rliable's performance profile over envs: the share of an algorithm's runs (all envs
     and seeds) whose normalised headline exceeds tau; 0 = the env's starting reward, 1 =
     the best run on that env (harness/stats.py normalised_scores)."""
-    per_env = {env: {a: d["headline"].to_numpy() for a, d in e.groupby("algorithm")}
-               for env, e in scores.groupby("env")}  # fmt: skip
+    per_env = {
+        env: {a: d["headline"].to_numpy() for a, d in e.groupby("algorithm")}
+        for env, e in scores.groupby("env")
+    }
     start = {env: float(d[d["point"] == 0]["reward"].mean()) for env, d in points.groupby("env")}
     taus = np.linspace(0, 1, 101)
     profile = performance_profile(normalised_scores(per_env, start), taus)
@@ -557,10 +645,20 @@ def write_analysis(out: Path) -> dict[str, pd.DataFrame]:
     if "claims" in tables:  # the report's view: one line per claim (the CSV has it all)
         text["claims"] = claims_markdown(tables["claims"])
     baseline = design.get("baseline")
-    plot_curves(tables["reward_at_checkpoints"], "flops", "model FLOPs (ledger)",
-                plots_dir / "reward_vs_flops.png", baseline)  # fmt: skip
-    plot_curves(tables["reward_at_checkpoints"], "seconds", "wall seconds of training",
-                plots_dir / "reward_vs_seconds.png", baseline)  # fmt: skip
+    plot_curves(
+        tables["reward_at_checkpoints"],
+        "flops",
+        "model FLOPs (ledger)",
+        plots_dir / "reward_vs_flops.png",
+        baseline,
+    )
+    plot_curves(
+        tables["reward_at_checkpoints"],
+        "seconds",
+        "wall seconds of training",
+        plots_dir / "reward_vs_seconds.png",
+        baseline,
+    )
     plot_throughput(tables["throughput"], plots_dir / "throughput.png")
     if points["env"].nunique() > 1:
         plot_profile(scores, points, plots_dir / "performance_profile.png")
@@ -624,18 +722,24 @@ def tool_use_section(tables: dict[str, str]) -> list[str]:
 def claims_markdown(claims: pd.DataFrame) -> str:
     """The claims table as the report shows it: the claim, its source, what was measured,
     the difference with its interval, the verdict and the acting share."""
-    view = pd.DataFrame({
-        "env": claims.env, "algorithm vs baseline": claims.algorithm + " vs " + claims.baseline,
-        "claim (source)": claims.claim + " (" + claims["where"] + ")",
-        "quantity (predicted)": claims.quantity + " (" + claims.predicts + ")",
-        "algorithm - baseline [95% CI]": [
-            f"{r.difference:+.4g} [{r.ci_low:+.4g}, {r.ci_high:+.4g}]" for r in claims.itertuples()
-        ],
-        "seeds": claims.seeds, "verdict": claims.verdict,
-        "acting share": claims.mechanism_acting.map(
-            lambda v: "n/a" if pd.isna(v) else f"{v:.2%}"),
-        "scope": claims.scope,
-    })  # fmt: skip
+    view = pd.DataFrame(
+        {
+            "env": claims.env,
+            "algorithm vs baseline": claims.algorithm + " vs " + claims.baseline,
+            "claim (source)": claims.claim + " (" + claims["where"] + ")",
+            "quantity (predicted)": claims.quantity + " (" + claims.predicts + ")",
+            "algorithm - baseline [95% CI]": [
+                f"{r.difference:+.4g} [{r.ci_low:+.4g}, {r.ci_high:+.4g}]"
+                for r in claims.itertuples()
+            ],
+            "seeds": claims.seeds,
+            "verdict": claims.verdict,
+            "acting share": claims.mechanism_acting.map(
+                lambda v: "n/a" if pd.isna(v) else f"{v:.2%}"
+            ),
+            "scope": claims.scope,
+        }
+    )
     return view.to_markdown(index=False)
 
 

@@ -19,8 +19,17 @@ from typing import Any
 
 import pandas as pd
 
-BENCHMARKS = ("rl_step", "generation", "utilisation", "scaling", "sandbox", "board",
-              "evaluation", "eval_overlap", "parity")  # fmt: skip
+BENCHMARKS = (
+    "rl_step",
+    "generation",
+    "utilisation",
+    "scaling",
+    "sandbox",
+    "board",
+    "evaluation",
+    "eval_overlap",
+    "parity",
+)
 """Every benchmark, in report order; valid names of ``--only``."""
 BY_DEFAULT = tuple(name for name in BENCHMARKS if name != "parity")
 """What ``harness bench`` runs without ``--only``: the speed benchmarks. Parity with TRL
@@ -121,30 +130,59 @@ def write_report(sections: dict[str, dict[str, Any]], out: Path) -> Path:
         "`benchmarks/`, never in tests. Regenerate with `python -m harness bench`.",
         "",
     ]
-    titles = {"rl_step": "1. RL step throughput", "generation": "2. Generation",
-              "utilisation": "3. Training utilisation", "scaling": "4. How cost grows",
-              "sandbox": "5. Sandbox executions", "board": "6. Board runs",
-              "evaluation": "7. Evaluation batching",
-              "eval_overlap": "8. Evaluation overlapped with training",
-              "parity": "9. Parity with TRL's GRPOTrainer"}  # fmt: skip
+    titles = {
+        "rl_step": "1. RL step throughput",
+        "generation": "2. Generation",
+        "utilisation": "3. Training utilisation",
+        "scaling": "4. How cost grows",
+        "sandbox": "5. Sandbox executions",
+        "board": "6. Board runs",
+        "evaluation": "7. Evaluation batching",
+        "eval_overlap": "8. Evaluation overlapped with training",
+        "parity": "9. Parity with TRL's GRPOTrainer",
+    }
     for name in [n for n in BENCHMARKS if n in sections]:
         section = sections[name]
         rows = section["rows"]
         module = "sandbox_bench" if name == "sandbox" else name
         doc = __import__(f"benchmarks.{module}", fromlist=["_"]).__doc__ or ""
-        measured = (f"Measured by `{section['command']}` on {section['date']} "
-                    f"({section['minutes']:.1f} min); machine: {section['machine']}.")  # fmt: skip
-        lines += [f"## {titles[name]}", "", doc.split("\n\n")[0].replace("\n", " "), "",
-                  f"Target: {TARGETS[name]}.", "", measured, ""]  # fmt: skip
+        measured = (
+            f"Measured by `{section['command']}` on {section['date']} "
+            f"({section['minutes']:.1f} min); machine: {section['machine']}."
+        )
+        lines += [
+            f"## {titles[name]}",
+            "",
+            doc.split("\n\n")[0].replace("\n", " "),
+            "",
+            f"Target: {TARGETS[name]}.",
+            "",
+            measured,
+            "",
+        ]
         table = pd.DataFrame(rows)
         if name == "scaling":
-            table = table[["sweep", "x", "model", "params", "step_seconds", "generate_seconds",
-                           "train_seconds", "response_tokens"]]  # fmt: skip
+            table = table[
+                [
+                    "sweep",
+                    "x",
+                    "model",
+                    "params",
+                    "step_seconds",
+                    "generate_seconds",
+                    "train_seconds",
+                    "response_tokens",
+                ]
+            ]
             slopes = exponents(rows)
             plot(rows, plots / "scaling.png")
-            lines += ["Fitted exponents (seconds per step ~ x^k): "
-                      + ", ".join(f"{k}: k = {v:.2f}" for k, v in slopes.items()), "",
-                      "![scaling](perf/scaling.png)", ""]  # fmt: skip
+            lines += [
+                "Fitted exponents (seconds per step ~ x^k): "
+                + ", ".join(f"{k}: k = {v:.2f}" for k, v in slopes.items()),
+                "",
+                "![scaling](perf/scaling.png)",
+                "",
+            ]
         if name == "rl_step":
             plot_rl_step(rows, plots / "rl_step.png")
             lines += ["![rl step](perf/rl_step.png)", ""]
@@ -158,8 +196,9 @@ def write_report(sections: dict[str, dict[str, Any]], out: Path) -> Path:
     return report
 
 
-def run_all(names: list[str], out: Path, quick: bool, command: str,
-            log: Callable[[str], None] = print) -> Path:  # fmt: skip
+def run_all(
+    names: list[str], out: Path, quick: bool, command: str, log: Callable[[str], None] = print
+) -> Path:
     """Run ``names`` and rewrite the report; sections of other benchmarks are kept from
     ``out/perf/bench.json`` (each says when and how it was measured)."""
     from benchmarks.common import machine_line
@@ -179,7 +218,12 @@ def run_all(names: list[str], out: Path, quick: bool, command: str,
             rows = run_benchmark(name, Path(tmp), quick)
             minutes = (time.perf_counter() - start) / 60
             date = time.strftime("%Y-%m-%d %H:%M")
-            sections[name] = {"rows": rows, "command": command, "minutes": minutes,
-                              "date": date, "machine": machine}  # fmt: skip
+            sections[name] = {
+                "rows": rows,
+                "command": command,
+                "minutes": minutes,
+                "date": date,
+                "machine": machine,
+            }
             log(f"[bench] {name} done in {minutes * 60:.0f} s")
     return write_report(sections, out)

@@ -83,9 +83,14 @@ def seed_plan(
     for env, e in scores.groupby("env"):
         if design["baseline"] in set(e.algorithm):
             plans[env] = power_plan(
-                e, design["baseline"], design["delta"], design["alpha"],
-                minimum=minimum, cap=cap, outside=control_rows(controls),
-            )  # fmt: skip
+                e,
+                design["baseline"],
+                design["delta"],
+                design["alpha"],
+                minimum=minimum,
+                cap=cap,
+                outside=control_rows(controls),
+            )
     if not plans:
         raise ValueError(f"{out}: the pilot has no finished run of {design['baseline']}")
     env = max(plans, key=lambda k: plans[k]["seeds"])
@@ -189,15 +194,18 @@ def board_tables(
         (rank_intervals(scores), ["rank", "rank_low", "rank_high"]),
         (half, ["headline_half", "rank_half", "rank_full"]),
         (still_rising(points, design["alpha"]), ["still_rising", "last_gain"]),
-        (health_table(runs), ["informative_groups_start", "informative_groups",
-                              "train_reward_per_10_steps"]),
+        (
+            health_table(runs),
+            ["informative_groups_start", "informative_groups", "train_reward_per_10_steps"],
+        ),
         (provenance_table(runs), ["commits", "machines"]),
         (off_policy, ["mechanism_acting"]),
-    ):  # fmt: skip
+    ):
         present = [c for c in cols if c in extra]
         if len(extra) and present:
-            table = table.merge(extra[["env", "algorithm", *present]], on=["env", "algorithm"],
-                                how="left")  # fmt: skip
+            table = table.merge(
+                extra[["env", "algorithm", *present]], on=["env", "algorithm"], how="left"
+            )
     for column in EXPECTED_COLUMNS:  # (a board too small for a statistic leaves it blank)
         if column not in table:
             table[column] = math.nan
@@ -248,20 +256,39 @@ def decision_rule_check(differences: np.ndarray, level: float, twin: str) -> dic
     fpr = decision_rule_false_positives(differences, level)
     low, high = fpr["interval"]
     return {
-        "control": "decision rule", "row": twin,
+        "control": "decision rule",
+        "row": twin,
         "expect": f"false positives near {level:.4f}",
         "why": "sign-flipped resamples of the A/A differences",
-        "false_positive_rate": fpr["rate"], "fpr_low": low, "fpr_high": high,
+        "false_positive_rate": fpr["rate"],
+        "fpr_low": low,
+        "fpr_high": high,
         "verdict": "passed" if low <= level else "failed",
-    }  # fmt: skip
+    }
 
 
 EXPECTED_COLUMNS = (
-    "ci_low", "ci_high", "p_difference_adjusted", "p_equivalence_adjusted", "mdd",
-    "power_at_delta", "equivalence_power", "level", "rank", "rank_low", "rank_high",
-    "headline_half", "rank_half", "rank_full", "still_rising", "last_gain", "mechanism_acting",
-    "informative_groups_start", "informative_groups", "train_reward_per_10_steps",
-)  # fmt: skip
+    "ci_low",
+    "ci_high",
+    "p_difference_adjusted",
+    "p_equivalence_adjusted",
+    "mdd",
+    "power_at_delta",
+    "equivalence_power",
+    "level",
+    "rank",
+    "rank_low",
+    "rank_high",
+    "headline_half",
+    "rank_half",
+    "rank_full",
+    "still_rising",
+    "last_gain",
+    "mechanism_acting",
+    "informative_groups_start",
+    "informative_groups",
+    "train_reward_per_10_steps",
+)
 
 
 def _pct(v: float) -> str:

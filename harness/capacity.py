@@ -164,10 +164,14 @@ class Workload:
         default; 4 is float32, as on the CPU. The pre-flight check, ``doctor``'s memory
         check and ``list models`` ask memory_estimate the same of the same run."""
         return memory_estimate(
-            self.shape, sequences=self.sequences, seq_len=self.max_len,
-            micro_batch=self.micro_batch, reference=self.reference,
-            compute_bytes=compute_bytes, kept_versions=self.kept_versions,
-        )  # fmt: skip
+            self.shape,
+            sequences=self.sequences,
+            seq_len=self.max_len,
+            micro_batch=self.micro_batch,
+            reference=self.reference,
+            compute_bytes=compute_bytes,
+            kept_versions=self.kept_versions,
+        )
 
 
 @dataclass(frozen=True)
@@ -219,11 +223,13 @@ def capacity_plan(
     if isinstance(gpu, str) and gpu not in GPUS:
         raise ConfigError(f"unknown --gpu {gpu!r}; valid: {', '.join(GPUS)}")
     return CapacityPlan(
-        gpu=GPUS[gpu] if isinstance(gpu, str) else gpu, gpus=gpus,
+        gpu=GPUS[gpu] if isinstance(gpu, str) else gpu,
+        gpus=gpus,
         memory=work.memory().trainer_split(gpus),
-        flops=work.phase_flops(), train_efficiency=train_efficiency,
+        flops=work.phase_flops(),
+        train_efficiency=train_efficiency,
         generation_efficiency=generation_efficiency,
-    )  # fmt: skip
+    )
 
 
 def gpus_needed(work: Workload, gpu: str | GPUKind, most: int = 1024) -> int | None:
@@ -260,10 +266,14 @@ def gpu_check_workload() -> Workload:
     beta 0)."""
     g = GPU_CHECK
     return Workload(
-        shape=GPU_CHECK_SHAPE, sequences=g["train_sequences"], prompt=g["prompt_tokens"],
-        response=g["response_tokens"], max_len=g["prompt_tokens"] + g["response_tokens"],
-        micro_batch=g["micro_batch"], old_logprobs=False,
-    )  # fmt: skip
+        shape=GPU_CHECK_SHAPE,
+        sequences=g["train_sequences"],
+        prompt=g["prompt_tokens"],
+        response=g["response_tokens"],
+        max_len=g["prompt_tokens"] + g["response_tokens"],
+        micro_batch=g["micro_batch"],
+        old_logprobs=False,
+    )
 
 
 def gpu_check_comparison() -> Comparison:
@@ -297,41 +307,80 @@ def plan_rows(run: RunPlan, plan: CapacityPlan, work: Workload) -> list[tuple[st
     steps = run_steps(run, plan, work)
     evaluation = evaluation_seconds(run, plan, work)
     need = gpus_needed(work, plan.gpu)
-    names = {"old_logprobs": "old log-probs", "reference": "reference",
-             "train": "3x forward per epoch", "critic": "critic"}  # fmt: skip
+    names = {
+        "old_logprobs": "old log-probs",
+        "reference": "reference",
+        "train": "3x forward per epoch",
+        "critic": "critic",
+    }
     passes = ", ".join(names[k] for k, v in plan.flops.items() if k != "generate" and v)
     rows = [
-        ("run", f"{cfg.algorithm} on {cfg.env}, {cfg.model} ({work.shape.params / 1e9:.2f}B "
-         f"parameters)", "shape by name, no weights read"),
-        ("GPUs", f"{n} x {plan.gpu.name}", f"{plan.gpu.peak_flops / 1e12:.1f} TFLOP/s bf16 "
-         f"dense, {plan.gpu.memory_bytes * gib:.1f} GiB each ({plan.gpu.source})"),
-        ("batch", f"{work.sequences} sequences x ({work.prompt} + {work.response}) tokens",
-         f"prompt + typical response (half of the budget, {work.max_len - work.prompt}); "
-         f"micro-batch {work.micro_batch}, {work.epochs} epoch(s)"),
-        ("memory per GPU", f"{m.minimum * gib:.1f} GiB of {plan.gpu.memory_bytes * gib:.1f}"
-         f" ({'fits' if plan.fits else 'does NOT fit'})",
-         f"smallest KV cache; {m.total * gib:.1f} GiB with the whole step's; "
-         f"fits at <= {MEMORY_HEADROOM:.0%}"),
-        ("  trainer state", f"{(m.weights + m.gradients + m.optimizer + m.kept_weights) * gib:.1f}"
-         " GiB", f"float32 weights, gradients, AdamW moments split over {n} (FSDP2)"),
+        (
+            "run",
+            f"{cfg.algorithm} on {cfg.env}, {cfg.model} ({work.shape.params / 1e9:.2f}B "
+            f"parameters)",
+            "shape by name, no weights read",
+        ),
+        (
+            "GPUs",
+            f"{n} x {plan.gpu.name}",
+            f"{plan.gpu.peak_flops / 1e12:.1f} TFLOP/s bf16 "
+            f"dense, {plan.gpu.memory_bytes * gib:.1f} GiB each ({plan.gpu.source})",
+        ),
+        (
+            "batch",
+            f"{work.sequences} sequences x ({work.prompt} + {work.response}) tokens",
+            f"prompt + typical response (half of the budget, {work.max_len - work.prompt}); "
+            f"micro-batch {work.micro_batch}, {work.epochs} epoch(s)",
+        ),
+        (
+            "memory per GPU",
+            f"{m.minimum * gib:.1f} GiB of {plan.gpu.memory_bytes * gib:.1f}"
+            f" ({'fits' if plan.fits else 'does NOT fit'})",
+            f"smallest KV cache; {m.total * gib:.1f} GiB with the whole step's; "
+            f"fits at <= {MEMORY_HEADROOM:.0%}",
+        ),
+        (
+            "  trainer state",
+            f"{(m.weights + m.gradients + m.optimizer + m.kept_weights) * gib:.1f} GiB",
+            f"float32 weights, gradients, AdamW moments split over {n} (FSDP2)",
+        ),
         ("  activations", f"{m.activations * gib:.1f} GiB", "one micro-batch, kept for backward"),
-        ("  generator + KV", f"{(m.generator + m.kv_cache_minimum) * gib:.1f} GiB",
-         f"bf16 weights, one micro-batch's KV ({m.kv_cache * gib:.1f} GiB for the step's)"),
-        ("GPUs needed", "none holds it" if need is None else str(need),
-         "the fewest whose split fits (the unsplit parts stay whole)"),
-        ("generation", f"{_duration(plan.generation_seconds)} per step",
-         f"{plan.flops['generate'] / 1e12:.1f} TFLOP at {plan.generation_efficiency:.1%} "
-         "of peak per GPU"),
-        ("training", f"{_duration(plan.train_seconds)} per step",
-         f"{plan.train_flops / 1e12:.1f} TFLOP ({passes}) at {plan.train_efficiency:.1%} "
-         "of peak per GPU"),
+        (
+            "  generator + KV",
+            f"{(m.generator + m.kv_cache_minimum) * gib:.1f} GiB",
+            f"bf16 weights, one micro-batch's KV ({m.kv_cache * gib:.1f} GiB for the step's)",
+        ),
+        (
+            "GPUs needed",
+            "none holds it" if need is None else str(need),
+            "the fewest whose split fits (the unsplit parts stay whole)",
+        ),
+        (
+            "generation",
+            f"{_duration(plan.generation_seconds)} per step",
+            f"{plan.flops['generate'] / 1e12:.1f} TFLOP at {plan.generation_efficiency:.1%} "
+            "of peak per GPU",
+        ),
+        (
+            "training",
+            f"{_duration(plan.train_seconds)} per step",
+            f"{plan.train_flops / 1e12:.1f} TFLOP ({passes}) at {plan.train_efficiency:.1%} "
+            "of peak per GPU",
+        ),
         ("step", f"{_duration(plan.step_seconds)}", "generation then training (sync mode)"),
-        ("evaluation", f"{_duration(evaluation)} per run",
-         f"{evaluation_text(run)}, generated at the generation row's rate"),
-        ("run", f"{_duration(steps * plan.step_seconds + evaluation)} for {steps:,.0f} steps",
-         f"budget: {run.budget[1]:g} {run.budget[0]}; steps and evaluations, start-up (loading "
-         "the weights, starting the engine) not counted"),
-    ]  # fmt: skip
+        (
+            "evaluation",
+            f"{_duration(evaluation)} per run",
+            f"{evaluation_text(run)}, generated at the generation row's rate",
+        ),
+        (
+            "run",
+            f"{_duration(steps * plan.step_seconds + evaluation)} for {steps:,.0f} steps",
+            f"budget: {run.budget[1]:g} {run.budget[0]}; steps and evaluations, start-up (loading "
+            "the weights, starting the engine) not counted",
+        ),
+    ]
     return rows
 
 

@@ -97,107 +97,186 @@ class Claim:
 
 TOKEN_CLIPS = ("clip_low_frac", "clip_high_frac")
 CLAIMS = [
-    Claim("dr_grpo", "grpo",
-          "GRPO's per-response length normalisation lets wrong answers grow longer; "
-          "without it (Dr. GRPO) they do not",
-          "Liu et al., arXiv 2503.20783, abstract and Sec. 3.2 / Fig. 5",
-          "tokens of incorrect training samples, mean over the second half of the steps",
-          late_mean("response_len_incorrect_mean"), -1,
-          "direction only: the paper's growth is over hundreds of steps on long answers; "
-          "grpo here also has a KL term (beta 0.04) that dr_grpo lacks"),
-    Claim("dapo", "grpo",
-          "Clip-Higher (eps_high 0.28 > eps_low 0.2) keeps the policy's entropy from "
-          "collapsing", "Yu et al., arXiv 2503.14476, Sec. 3.1 / Fig. 2",
-          "entropy of sampled tokens (nats), mean over the second half of the steps",
-          late_mean("entropy_sampled"), +1,
-          "confounded: dapo also drops the KL term and uses token_mean; an eps_high ablation "
-          "isolates Clip-Higher", needs_mechanism=True),
-    Claim("gspo", "grpo",
-          "sequence-level clipping clips about two orders of magnitude more tokens than GRPO",
-          "Zheng et al., arXiv 2507.18071, Sec. 5.2 / Fig. 2",
-          "share of response tokens out of the clip range, mean over steps",
-          share_sum(*TOKEN_CLIPS), +1, "mechanistic: visible from the first mini-batch"),
-    Claim("gspo", "grpo",
-          "GSPO trains more efficiently than GRPO (higher reward at the same compute)",
-          "Zheng et al., arXiv 2507.18071, Sec. 5.1 / Fig. 1",
-          "area under the held-out reward curve over the budget",
-          checkpoint_score("auc"), +1,
-          "direction only: the paper's gain is on a 30B mixture-of-experts model"),
-    Claim("cispo", "dapo",
-          "CISPO matches DAPO with half the training steps (faster at matched compute)",
-          "MiniMax, arXiv 2506.13585, Sec. 3.1 / Fig. 2",
-          "area under the held-out reward curve over the budget",
-          checkpoint_score("auc"), +1,
-          "direction only: the paper ran 16 off-policy rounds per batch",
-          needs_mechanism=True),
-    Claim("sapo", "grpo",
-          "a soft, temperature-controlled gate instead of a hard clip gives higher Pass@1 "
-          "at a comparable budget", "Gao et al., arXiv 2511.20347, abstract",
-          "held-out greedy headline", checkpoint_score("headline"), +1,
-          "direction only: the paper's instability is of long MoE runs", needs_mechanism=True),
-    Claim("gpg", "grpo",
-          "plain policy gradient with the B/B_valid rescale beats GRPO at lower compute",
-          "Chu et al., arXiv 2504.02546, abstract", "held-out greedy headline",
-          checkpoint_score("headline"), +1,
-          "direction only; at a FLOP budget gpg's cheaper steps (no reference) buy it more "
-          "steps"),
-    Claim("opo", "grpo",
-          "exact on-policy training with the optimal baseline keeps output entropy higher",
-          "Hao et al., arXiv 2505.23585, abstract",
-          "entropy of sampled tokens (nats), mean over the second half of the steps",
-          late_mean("entropy_sampled"), +1,
-          "direction only; on the board opo runs 4 mini-batches like grpo (its on-policy "
-          "regime is the ablation's claim below)"),
-    Claim("opo@mini_batches=1", "opo@mini_batches=4",
-          "exact on-policy training (one update per rollout batch) trains better than "
-          "off-policy updates of the same batch", "Hao et al., arXiv 2505.23585, abstract",
-          "held-out greedy headline, each arm at its own tuned lr",
-          checkpoint_score("headline"), +1,
-          "the ablation board (compare opo --vary mini_batches=1,4 --tuned ...)"),
-    Claim("reinforce_pp", "grpo",
-          "global advantage normalisation is more stable and performs better than GRPO's "
-          "per-prompt normalisation", "Hu et al., arXiv 2501.03262, abstract",
-          "held-out greedy headline", checkpoint_score("headline"), +1,
-          "direction only: the paper's instability is over long runs"),
-    Claim("gmpo", "grpo",
-          "the geometric-mean objective keeps importance ratios in a narrower range than "
-          "GRPO, even with a wider clip", "Zhao et al., arXiv 2507.20673, Fig. 1 and 3",
-          "largest token importance ratio seen in a step, max over steps",
-          step_max("ratio_max"), -1, "needs off-policy mini-batches (ratios away from 1)",
-          needs_mechanism=True),
-    Claim("clip_cov", "grpo",
-          "detaching a few high-covariance tokens keeps entropy far above GRPO's",
-          "Cui et al., arXiv 2505.22617, Sec. 4.3 / Fig. 11",
-          "entropy of sampled tokens (nats), mean over the second half of the steps",
-          late_mean("entropy_sampled"), +1,
-          "direction only: at this batch size the rule selects few tokens per update",
-          needs_mechanism=True),
-    Claim("kl_cov", "grpo",
-          "a KL penalty on the top-covariance tokens keeps entropy far above GRPO's",
-          "Cui et al., arXiv 2505.22617, Sec. 4.3",
-          "entropy of sampled tokens (nats), mean over the second half of the steps",
-          late_mean("entropy_sampled"), +1,
-          "direction only: at this batch size the rule selects few tokens per update",
-          needs_mechanism=True),
-    Claim("rloo", "grpo",
-          "REINFORCE with a leave-one-out baseline does as well as PPO-style training, "
-          "whose clip rarely binds", "Ahmadian et al., arXiv 2402.14740, abstract",
-          "held-out greedy headline", checkpoint_score("headline"), 0,
-          "the paper's baseline is PPO with a critic on RLHF; here grpo stands in"),
-    Claim("remax", "ppo",
-          "REINFORCE with the greedy answer's reward as baseline, and no value model, "
-          "performs as well as PPO with a critic while using less memory and time",
-          "Li et al., arXiv 2310.10505, abstract and Sec. 5", "held-out greedy headline",
-          checkpoint_score("headline"), 0,
-          "the headline only (the memory saving is of a 7B critic, nothing to measure on "
-          "a 0.5M model); matched FLOPs charge remax its greedy generation, ppo its critic"),
-    Claim("grpo", "ppo",
-          "dropping the value model for the group's mean reward as baseline does as well as "
-          "PPO with a learned critic", "Shao et al., arXiv 2402.03300, Sec. 4.1",
-          "held-out greedy headline", checkpoint_score("headline"), 0,
-          "direction only: the paper's comparison is on a 7B math model; each row at its "
-          "own tuned lr and clip"),
-]  # fmt: skip
+    Claim(
+        "dr_grpo",
+        "grpo",
+        "GRPO's per-response length normalisation lets wrong answers grow longer; "
+        "without it (Dr. GRPO) they do not",
+        "Liu et al., arXiv 2503.20783, abstract and Sec. 3.2 / Fig. 5",
+        "tokens of incorrect training samples, mean over the second half of the steps",
+        late_mean("response_len_incorrect_mean"),
+        -1,
+        "direction only: the paper's growth is over hundreds of steps on long answers; "
+        "grpo here also has a KL term (beta 0.04) that dr_grpo lacks",
+    ),
+    Claim(
+        "dapo",
+        "grpo",
+        "Clip-Higher (eps_high 0.28 > eps_low 0.2) keeps the policy's entropy from collapsing",
+        "Yu et al., arXiv 2503.14476, Sec. 3.1 / Fig. 2",
+        "entropy of sampled tokens (nats), mean over the second half of the steps",
+        late_mean("entropy_sampled"),
+        +1,
+        "confounded: dapo also drops the KL term and uses token_mean; an eps_high ablation "
+        "isolates Clip-Higher",
+        needs_mechanism=True,
+    ),
+    Claim(
+        "gspo",
+        "grpo",
+        "sequence-level clipping clips about two orders of magnitude more tokens than GRPO",
+        "Zheng et al., arXiv 2507.18071, Sec. 5.2 / Fig. 2",
+        "share of response tokens out of the clip range, mean over steps",
+        share_sum(*TOKEN_CLIPS),
+        +1,
+        "mechanistic: visible from the first mini-batch",
+    ),
+    Claim(
+        "gspo",
+        "grpo",
+        "GSPO trains more efficiently than GRPO (higher reward at the same compute)",
+        "Zheng et al., arXiv 2507.18071, Sec. 5.1 / Fig. 1",
+        "area under the held-out reward curve over the budget",
+        checkpoint_score("auc"),
+        +1,
+        "direction only: the paper's gain is on a 30B mixture-of-experts model",
+    ),
+    Claim(
+        "cispo",
+        "dapo",
+        "CISPO matches DAPO with half the training steps (faster at matched compute)",
+        "MiniMax, arXiv 2506.13585, Sec. 3.1 / Fig. 2",
+        "area under the held-out reward curve over the budget",
+        checkpoint_score("auc"),
+        +1,
+        "direction only: the paper ran 16 off-policy rounds per batch",
+        needs_mechanism=True,
+    ),
+    Claim(
+        "sapo",
+        "grpo",
+        "a soft, temperature-controlled gate instead of a hard clip gives higher Pass@1 "
+        "at a comparable budget",
+        "Gao et al., arXiv 2511.20347, abstract",
+        "held-out greedy headline",
+        checkpoint_score("headline"),
+        +1,
+        "direction only: the paper's instability is of long MoE runs",
+        needs_mechanism=True,
+    ),
+    Claim(
+        "gpg",
+        "grpo",
+        "plain policy gradient with the B/B_valid rescale beats GRPO at lower compute",
+        "Chu et al., arXiv 2504.02546, abstract",
+        "held-out greedy headline",
+        checkpoint_score("headline"),
+        +1,
+        "direction only; at a FLOP budget gpg's cheaper steps (no reference) buy it more steps",
+    ),
+    Claim(
+        "opo",
+        "grpo",
+        "exact on-policy training with the optimal baseline keeps output entropy higher",
+        "Hao et al., arXiv 2505.23585, abstract",
+        "entropy of sampled tokens (nats), mean over the second half of the steps",
+        late_mean("entropy_sampled"),
+        +1,
+        "direction only; on the board opo runs 4 mini-batches like grpo (its on-policy "
+        "regime is the ablation's claim below)",
+    ),
+    Claim(
+        "opo@mini_batches=1",
+        "opo@mini_batches=4",
+        "exact on-policy training (one update per rollout batch) trains better than "
+        "off-policy updates of the same batch",
+        "Hao et al., arXiv 2505.23585, abstract",
+        "held-out greedy headline, each arm at its own tuned lr",
+        checkpoint_score("headline"),
+        +1,
+        "the ablation board (compare opo --vary mini_batches=1,4 --tuned ...)",
+    ),
+    Claim(
+        "reinforce_pp",
+        "grpo",
+        "global advantage normalisation is more stable and performs better than GRPO's "
+        "per-prompt normalisation",
+        "Hu et al., arXiv 2501.03262, abstract",
+        "held-out greedy headline",
+        checkpoint_score("headline"),
+        +1,
+        "direction only: the paper's instability is over long runs",
+    ),
+    Claim(
+        "gmpo",
+        "grpo",
+        "the geometric-mean objective keeps importance ratios in a narrower range than "
+        "GRPO, even with a wider clip",
+        "Zhao et al., arXiv 2507.20673, Fig. 1 and 3",
+        "largest token importance ratio seen in a step, max over steps",
+        step_max("ratio_max"),
+        -1,
+        "needs off-policy mini-batches (ratios away from 1)",
+        needs_mechanism=True,
+    ),
+    Claim(
+        "clip_cov",
+        "grpo",
+        "detaching a few high-covariance tokens keeps entropy far above GRPO's",
+        "Cui et al., arXiv 2505.22617, Sec. 4.3 / Fig. 11",
+        "entropy of sampled tokens (nats), mean over the second half of the steps",
+        late_mean("entropy_sampled"),
+        +1,
+        "direction only: at this batch size the rule selects few tokens per update",
+        needs_mechanism=True,
+    ),
+    Claim(
+        "kl_cov",
+        "grpo",
+        "a KL penalty on the top-covariance tokens keeps entropy far above GRPO's",
+        "Cui et al., arXiv 2505.22617, Sec. 4.3",
+        "entropy of sampled tokens (nats), mean over the second half of the steps",
+        late_mean("entropy_sampled"),
+        +1,
+        "direction only: at this batch size the rule selects few tokens per update",
+        needs_mechanism=True,
+    ),
+    Claim(
+        "rloo",
+        "grpo",
+        "REINFORCE with a leave-one-out baseline does as well as PPO-style training, "
+        "whose clip rarely binds",
+        "Ahmadian et al., arXiv 2402.14740, abstract",
+        "held-out greedy headline",
+        checkpoint_score("headline"),
+        0,
+        "the paper's baseline is PPO with a critic on RLHF; here grpo stands in",
+    ),
+    Claim(
+        "remax",
+        "ppo",
+        "REINFORCE with the greedy answer's reward as baseline, and no value model, "
+        "performs as well as PPO with a critic while using less memory and time",
+        "Li et al., arXiv 2310.10505, abstract and Sec. 5",
+        "held-out greedy headline",
+        checkpoint_score("headline"),
+        0,
+        "the headline only (the memory saving is of a 7B critic, nothing to measure on "
+        "a 0.5M model); matched FLOPs charge remax its greedy generation, ppo its critic",
+    ),
+    Claim(
+        "grpo",
+        "ppo",
+        "dropping the value model for the group's mean reward as baseline does as well as "
+        "PPO with a learned critic",
+        "Shao et al., arXiv 2402.03300, Sec. 4.1",
+        "held-out greedy headline",
+        checkpoint_score("headline"),
+        0,
+        "direction only: the paper's comparison is on a 7B math model; each row at its "
+        "own tuned lr and clip",
+    ),
+]
 """One central claim per built-in (two for GSPO; OPO's on-policy claim between the rows of
 the mini-batch ablation; ``ppo``, the critic baseline, is the other side of ReMax's and
 GRPO's claims); ``custom`` (PPO's clipped surrogate
@@ -287,12 +366,18 @@ def claims_table(
     ``delta``: the board's equivalence margin, for the "as well as" claims."""
     by_run = {}
     if scores is not None and len(scores):
-        by_run = {(r["env"], r["algorithm"], r["seed"]): r
-                  for r in scores.to_dict("records")}  # fmt: skip
-    runs = [{**run, "scores": by_run.get((run["env"], run["algorithm"], run["seed"]), {}),
-             "start": next((r["eval_reward"] for r in run["records"]
-                            if r["step"] == 0 and "eval_reward" in r), math.nan)}
-            for run in runs]  # fmt: skip
+        by_run = {(r["env"], r["algorithm"], r["seed"]): r for r in scores.to_dict("records")}
+    runs = [
+        {
+            **run,
+            "scores": by_run.get((run["env"], run["algorithm"], run["seed"]), {}),
+            "start": next(
+                (r["eval_reward"] for r in run["records"] if r["step"] == 0 and "eval_reward" in r),
+                math.nan,
+            ),
+        }
+        for run in runs
+    ]
     acting = {}
     if off_policy is not None and "mechanism_acting" in off_policy:
         acting = {(r.env, r.algorithm): r.mechanism_acting for r in off_policy.itertuples()}
@@ -321,18 +406,28 @@ def claims_table(
                 p_against = one_sided_p(diff, se, dof, upper=c.direction < 0)
             mech = acting.get((env, c.algorithm), math.nan)
             predicts = {1: "higher", -1: "lower", 0: f"as well (within -{delta:g})"}
-            rows.append({
-                "env": env, "algorithm": c.algorithm, "baseline": c.baseline,
-                "claim": c.claim, "where": c.where, "quantity": c.quantity,
-                "predicts": predicts[c.direction],
-                "algorithm_value": float(np.mean(xa)), "baseline_value": float(np.mean(xb)),
-                "difference": diff, "ci_low": low, "ci_high": high,
-                "seeds": f"{len(a)} vs {len(b)}" + (" paired" if paired else ""),
-                "p_for": p_for, "p_against": p_against,
-                "untested": precondition(c, a, b, mech),
-                "mechanism_acting": mech,
-                "scope": c.scope,
-            })  # fmt: skip
+            rows.append(
+                {
+                    "env": env,
+                    "algorithm": c.algorithm,
+                    "baseline": c.baseline,
+                    "claim": c.claim,
+                    "where": c.where,
+                    "quantity": c.quantity,
+                    "predicts": predicts[c.direction],
+                    "algorithm_value": float(np.mean(xa)),
+                    "baseline_value": float(np.mean(xb)),
+                    "difference": diff,
+                    "ci_low": low,
+                    "ci_high": high,
+                    "seeds": f"{len(a)} vs {len(b)}" + (" paired" if paired else ""),
+                    "p_for": p_for,
+                    "p_against": p_against,
+                    "untested": precondition(c, a, b, mech),
+                    "mechanism_acting": mech,
+                    "scope": c.scope,
+                }
+            )
     table = pd.DataFrame(rows)
     return decide_claims(table)
 

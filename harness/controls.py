@@ -120,15 +120,17 @@ def control_verdicts(
             out.append({**row, "verdict": "missing"})
             continue
         v = by_row.loc[spec["row"]]
-        out.append({
-            **row,
-            "difference": float(v.difference),
-            "gap_in_delta": abs(float(v.difference)) / delta,
-            "p_difference_adjusted": float(v.p_difference_adjusted),
-            "p_equivalence_adjusted": float(v.p_equivalence_adjusted),
-            "came_out": str(v.verdict),
-            "verdict": control_outcome(kind, str(v.verdict), float(v.difference), delta),
-        })  # fmt: skip
+        out.append(
+            {
+                **row,
+                "difference": float(v.difference),
+                "gap_in_delta": abs(float(v.difference)) / delta,
+                "p_difference_adjusted": float(v.p_difference_adjusted),
+                "p_equivalence_adjusted": float(v.p_equivalence_adjusted),
+                "came_out": str(v.verdict),
+                "verdict": control_outcome(kind, str(v.verdict), float(v.difference), delta),
+            }
+        )
     return out
 
 
@@ -179,8 +181,13 @@ def legacy_verdicts(pairs: pd.DataFrame, controls: dict[str, Any]) -> list[dict[
             spec = controls[kind]
             a, b = spec["rows"]
             hit = e[((e.a == a) & (e.b == b)) | ((e.a == b) & (e.b == a))]
-            row = {"env": env, "control": kind, "rows": f"{a} vs {b}", "expect": spec["expect"],
-                   "why": spec["why"]}  # fmt: skip
+            row = {
+                "env": env,
+                "control": kind,
+                "rows": f"{a} vs {b}",
+                "expect": spec["expect"],
+                "why": spec["why"],
+            }
             if hit.empty:
                 out.append({**row, "verdict": "missing"})
                 continue
@@ -188,9 +195,15 @@ def legacy_verdicts(pairs: pd.DataFrame, controls: dict[str, Any]) -> list[dict[
             diff = r.mean_a_minus_b if r.a == a else -r.mean_a_minus_b
             separated = r.p_holm < ALPHA
             passed = not separated if spec["expect"] == "tie" else separated and diff > 0
-            out.append({**row, "difference": float(diff), "p_holm": float(r.p_holm),
-                        "mdd_80": float(r.mdd_80),
-                        "verdict": "passed" if passed else "failed"})  # fmt: skip
+            out.append(
+                {
+                    **row,
+                    "difference": float(diff),
+                    "p_holm": float(r.p_holm),
+                    "mdd_80": float(r.mdd_80),
+                    "verdict": "passed" if passed else "failed",
+                }
+            )
     return out
 
 
@@ -217,8 +230,10 @@ def legacy_board_power(pairs: pd.DataFrame, controls: dict[str, Any] | None) -> 
                 f"{np.nanmin(mdd):.3f}-{np.nanmax(mdd):.3f}."
             )
     if not controls:
-        lines.append("- No controls were run (compare --controls): nothing shows this board's "
-                     "false-positive rate or its power.")  # fmt: skip
+        lines.append(
+            "- No controls were run (compare --controls): nothing shows this board's "
+            "false-positive rate or its power."
+        )
         return lines
     verdicts = legacy_verdicts(pairs, controls)
     for v in verdicts:
@@ -234,7 +249,10 @@ def legacy_board_power(pairs: pd.DataFrame, controls: dict[str, Any] | None) -> 
         ok = all(v["verdict"] == "passed" for v in verdicts if v["env"] == env)
         lines.append(
             f"- {env}: "
-            + ("both controls passed: the ranking below is supported at these seeds."
-               if ok else "**a control failed or is missing: this board cannot rank.**")
-        )  # fmt: skip
+            + (
+                "both controls passed: the ranking below is supported at these seeds."
+                if ok
+                else "**a control failed or is missing: this board cannot rank.**"
+            )
+        )
     return lines

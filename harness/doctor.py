@@ -63,23 +63,32 @@ def check_disk(cfg: RunConfig, out: Path, free_bytes: int | None = None) -> Chec
     where = next((p for p in [out, *out.parents] if p.exists()), Path.cwd())
     refused = write_refused(where)
     if refused:
-        return Check("disk", "FAIL", f"cannot write in {where} ({refused})",
-                     "give --out a folder this user can write to (permissions, a read-only "
-                     "mount)")  # fmt: skip
+        return Check(
+            "disk",
+            "FAIL",
+            f"cannot write in {where} ({refused})",
+            "give --out a folder this user can write to (permissions, a read-only mount)",
+        )
     free = shutil.disk_usage(where).free if free_bytes is None else free_bytes
     one = checkpoint_bytes(model_shape(cfg.model, cfg.model_path).params)
     need = 2 * one + 16 * 2**20
     saves = (cfg.steps // cfg.checkpoint_every if cfg.checkpoint_every else 0) + 1
-    detail = (f"{free / 2**30:.2f} GiB free at {where}; a checkpoint is ~{one / 2**30:.2f} "
-              f"GiB, two at once while saving; every {cfg.checkpoint_every or 'end-only'} "
-              f"steps: ~{saves} saves, {saves * one / 2**30:.2f} GiB written")  # fmt: skip
+    detail = (
+        f"{free / 2**30:.2f} GiB free at {where}; a checkpoint is ~{one / 2**30:.2f} "
+        f"GiB, two at once while saving; every {cfg.checkpoint_every or 'end-only'} "
+        f"steps: ~{saves} saves, {saves * one / 2**30:.2f} GiB written"
+    )
     if free < need:
-        return Check("disk", "FAIL", detail,
-                     f"free {(need - free) / 2**30:.2f} GiB there, or give --out on a larger "
-                     "disk")  # fmt: skip
+        return Check(
+            "disk",
+            "FAIL",
+            detail,
+            f"free {(need - free) / 2**30:.2f} GiB there, or give --out on a larger disk",
+        )
     if free < 2 * need:
-        return Check("disk", "WARN", detail,
-                     "little room to spare: free space, or --out on a larger disk")  # fmt: skip
+        return Check(
+            "disk", "WARN", detail, "little room to spare: free space, or --out on a larger disk"
+        )
     return Check("disk", "PASS", detail)
 
 
@@ -124,17 +133,24 @@ def check_memory(run: RunConfig | RunPlan, capacity_bytes: int | None = None) ->
         total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
         available = _meminfo_available() or total
     where = "the GPU" if device == "cuda" else "this machine"
-    detail = (f"{cfg.model} needs ~{need.minimum / 2**30:.2f} GiB at the smallest KV cache "
-              f"(~{need.total / 2**30:.2f} GiB with the whole step's); {where} has "
-              f"{total / 2**30:.1f} GiB, {available / 2**30:.1f} GiB free")  # fmt: skip
-    smaller = ("use a smaller model, --micro-batch-size, fewer --prompts-per-step or a "
-               "shorter --max-response-len")  # fmt: skip
+    detail = (
+        f"{cfg.model} needs ~{need.minimum / 2**30:.2f} GiB at the smallest KV cache "
+        f"(~{need.total / 2**30:.2f} GiB with the whole step's); {where} has "
+        f"{total / 2**30:.1f} GiB, {available / 2**30:.1f} GiB free"
+    )
+    smaller = (
+        "use a smaller model, --micro-batch-size, fewer --prompts-per-step or a "
+        "shorter --max-response-len"
+    )
     if need.minimum > 0.9 * total:
         return Check("memory", "FAIL", detail, smaller)
     if need.minimum > available:
-        return Check("memory", "WARN", detail,
-                     "other processes hold the memory this run needs: stop them, or "
-                     + smaller)  # fmt: skip
+        return Check(
+            "memory",
+            "WARN",
+            detail,
+            "other processes hold the memory this run needs: stop them, or " + smaller,
+        )
     return Check("memory", "PASS", detail)
 
 
@@ -175,26 +191,39 @@ def check_sandbox() -> Check:
             listener.listen(1)
             port = listener.getsockname()[1]
             try:
-                result = execute(PROBE.format(port=port, target=str(target)), timeout_s=20,
-                                 memory_mb=512)  # fmt: skip
+                result = execute(
+                    PROBE.format(port=port, target=str(target)), timeout_s=20, memory_mb=512
+                )
             except SandboxUnavailable as exc:
-                return Check("sandbox", "FAIL", f"no isolation: {exc}",
-                             "install bubblewrap (apt-get install bubblewrap; "
-                             "scripts/setup.sh does it)")  # fmt: skip
+                return Check(
+                    "sandbox",
+                    "FAIL",
+                    f"no isolation: {exc}",
+                    "install bubblewrap (apt-get install bubblewrap; scripts/setup.sh does it)",
+                )
         escaped = target.exists()
     lines = result.stdout.split()
     if result.status != "ok" or "network:" not in lines:
-        return Check("sandbox", "FAIL", f"the probe did not run: {result.status} "
-                     f"{result.stderr.strip()[-200:]}",
-                     "see zoo/envs/execution/sandbox.py's requirements "
-                     "(bubblewrap, prlimit)")  # fmt: skip
+        return Check(
+            "sandbox",
+            "FAIL",
+            f"the probe did not run: {result.status} {result.stderr.strip()[-200:]}",
+            "see zoo/envs/execution/sandbox.py's requirements (bubblewrap, prlimit)",
+        )
     if escaped or "reached" in result.stdout or "wrote outside" in result.stdout:
-        return Check("sandbox", "FAIL", f"the probe escaped: {result.stdout.strip()}",
-                     "do not run code envs here; check that bwrap can create namespaces "
-                     "(unprivileged user namespaces enabled)")  # fmt: skip
-    return Check("sandbox", "PASS",
-                 f"a sandboxed program could not reach a host port nor write a host file "
-                 f"({result.duration_s:.2f} s)")  # fmt: skip
+        return Check(
+            "sandbox",
+            "FAIL",
+            f"the probe escaped: {result.stdout.strip()}",
+            "do not run code envs here; check that bwrap can create namespaces "
+            "(unprivileged user namespaces enabled)",
+        )
+    return Check(
+        "sandbox",
+        "PASS",
+        f"a sandboxed program could not reach a host port nor write a host file "
+        f"({result.duration_s:.2f} s)",
+    )
 
 
 def run_generator(plan: RunPlan) -> str:
@@ -238,13 +267,20 @@ def check_vllm(plan: RunPlan) -> Check:
         out = engine.generate([encode("12+34=")], n=2, sampling=SamplingConfig(max_tokens=4))
         tokens = sum(len(c.token_ids) for c in out[0])
     except Exception as exc:  # an import error, an engine that does not start
-        fix = ("reinstall (scripts/setup.sh)" if cfg.generator == "vllm" else
-               "runs will fall back to transformers (--generator auto); to use vLLM, "
-               "reinstall it (scripts/setup.sh)")  # fmt: skip
+        fix = (
+            "reinstall (scripts/setup.sh)"
+            if cfg.generator == "vllm"
+            else "runs will fall back to transformers (--generator auto); to use vLLM, "
+            "reinstall it (scripts/setup.sh)"
+        )
         status = "FAIL" if cfg.generator == "vllm" else "WARN"
         return Check("vllm", status, f"{type(exc).__name__}: {str(exc)[:200]}", fix)
-    return Check("vllm", "PASS", f"an engine started on the tiny model and generated {tokens} "
-                 f"tokens in {time.monotonic() - start:.1f} s")  # fmt: skip
+    return Check(
+        "vllm",
+        "PASS",
+        f"an engine started on the tiny model and generated {tokens} "
+        f"tokens in {time.monotonic() - start:.1f} s",
+    )
 
 
 def run_checks(

@@ -74,15 +74,19 @@ def evaluation_table(runs: list[dict], points: pd.DataFrame, headline_points: in
         p, n = float(headlines.mean()), problems[env]
         greedy = [s for run in members for s in eval_seconds(run)[0]]
         sampled = [s for run in members for s in eval_seconds(run)[1]]
-        rows.append({
-            "env": env, "algorithm": algorithm, "runs": len(members),
-            "evaluations_per_run": (len(greedy) + len(sampled)) / len(members),
-            "greedy_s": float(np.mean(greedy)) if greedy else math.nan,
-            "sampled_s": float(np.mean(sampled)) if sampled else math.nan,
-            "checkpoint_sd": checkpoint_sd,
-            "checkpoint_se": checkpoint_sd / math.sqrt(headline_points),
-            "seed_sd": float(headlines.std()) if len(headlines) > 1 else math.nan,
-            "problems": n,
-            "problems_se": math.sqrt(max(p * (1 - p), 0.0) / n) if n else math.nan,
-        })  # fmt: skip
+        rows.append(
+            {
+                "env": env,
+                "algorithm": algorithm,
+                "runs": len(members),
+                "evaluations_per_run": (len(greedy) + len(sampled)) / len(members),
+                "greedy_s": float(np.mean(greedy)) if greedy else math.nan,
+                "sampled_s": float(np.mean(sampled)) if sampled else math.nan,
+                "checkpoint_sd": checkpoint_sd,
+                "checkpoint_se": checkpoint_sd / math.sqrt(headline_points),
+                "seed_sd": float(headlines.std()) if len(headlines) > 1 else math.nan,
+                "problems": n,
+                "problems_se": math.sqrt(max(p * (1 - p), 0.0) / n) if n else math.nan,
+            }
+        )
     return pd.DataFrame(rows)

@@ -69,8 +69,14 @@ def preflight(cfgs: list[RunConfig], conformance: bool = True) -> list[RunPlan]:
                 f"({step.samples} samples); raise it"
             )
         # a multi-turn episode's trajectory: up to its token limit after the prompt
-        check_memory(cfg, plan.shape, step.samples, prompt + plan.episode_budget,
-                     plan.algorithm.needs_reference, plan.device)  # fmt: skip
+        check_memory(
+            cfg,
+            plan.shape,
+            step.samples,
+            prompt + plan.episode_budget,
+            plan.algorithm.needs_reference,
+            plan.device,
+        )
         if cfg.model not in TINY_MODELS or cfg.model_path:  # (tiny presets are built later)
             plan = plan.with_spec()  # the weights are there (or --init random)
         plans.append(plan)
@@ -98,8 +104,15 @@ def check_conformance(name: str, overrides: dict, group_size: int = 8) -> None:
         )
 
 
-def check_memory(cfg: RunConfig, shape, sequences: int, seq_len: int, reference: bool,
-                 device: str, capacity: int | None = None) -> None:  # fmt: skip
+def check_memory(
+    cfg: RunConfig,
+    shape,
+    sequences: int,
+    seq_len: int,
+    reference: bool,
+    device: str,
+    capacity: int | None = None,
+) -> None:
     """Refuse a run whose estimated minimum memory (MemoryEstimate.minimum) exceeds 90% of
     the device's (``capacity`` bytes; by default GPU memory on cuda, host memory on cpu).
     On GPUs a placement file's trainer processes each have a GPU of their own; on the CPU
@@ -126,8 +139,11 @@ def check_memory(cfg: RunConfig, shape, sequences: int, seq_len: int, reference:
     else:
         have = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     if need.minimum > 0.9 * have:
-        parts = ", ".join(f"{k.replace('_', ' ')} {v / 2**30:.1f}"
-                          for k, v in asdict(need).items() if v and k != "kv_cache")  # fmt: skip
+        parts = ", ".join(
+            f"{k.replace('_', ' ')} {v / 2**30:.1f}"
+            for k, v in asdict(need).items()
+            if v and k != "kv_cache"
+        )
         raise ConfigError(
             f"model {cfg.model!r} needs ~{need.minimum / 2**30:.1f} GiB by the ledger's estimate "
             f"({parts} GiB); {where} has {have / 2**30:.1f} GiB. Use a smaller model, "
@@ -135,9 +151,15 @@ def check_memory(cfg: RunConfig, shape, sequences: int, seq_len: int, reference:
         )
 
 
-def write_manifest(out: Path, cfgs: list[RunConfig], command: str, resume: bool,
-                   controls: dict | None = None, design: dict | None = None,
-                   power_plan: dict | None = None) -> dict:  # fmt: skip
+def write_manifest(
+    out: Path,
+    cfgs: list[RunConfig],
+    command: str,
+    resume: bool,
+    controls: dict | None = None,
+    design: dict | None = None,
+    power_plan: dict | None = None,
+) -> dict:
     """Write ``out/experiment.json``, stating the headline metric and the decision design
     (baseline, pairs, delta, alpha: harness/board.py) before any run. A resume keeps the
     first start's ``created`` (ISO UTC) and its ``command`` (unless the resume asks for
@@ -278,8 +300,9 @@ def run_experiment(
     todo = [cfg for cfg in cfgs if not is_complete(runs_dir / run_name(cfg))]
     summary = []
     with make_progress(quiet, *run_columns()) as progress:
-        overall = progress.add_task("all runs", total=len(cfgs), reward=float("nan"),
-                                    eval=float("nan"), tps=0.0)  # fmt: skip
+        overall = progress.add_task(
+            "all runs", total=len(cfgs), reward=float("nan"), eval=float("nan"), tps=0.0
+        )
         progress.advance(overall, len(cfgs) - len(todo))
         if jobs > 1 and len(todo) > 1:
             summary = run_concurrently(todo, runs_dir, command, resume, jobs, progress, overall)
@@ -288,19 +311,30 @@ def run_experiment(
             planned = {run_name(p.cfg): p for p in plans or []}
             for cfg in todo:
                 task = add_run_task(progress, run_name(cfg), cfg)
-                summary.append(train_one(
-                    cfg, runs_dir / run_name(cfg), command, resume, generators,
-                    on_record=lambda r, t=task, c=cfg: update_run_task(progress, t, c, r),
-                    plan=planned.pop(run_name(cfg), None),  # (its env freed after its run)
-                ))  # fmt: skip
+                summary.append(
+                    train_one(
+                        cfg,
+                        runs_dir / run_name(cfg),
+                        command,
+                        resume,
+                        generators,
+                        on_record=lambda r, t=task, c=cfg: update_run_task(progress, t, c, r),
+                        plan=planned.pop(run_name(cfg), None),  # (its env freed after its run)
+                    )
+                )
                 progress.remove_task(task)
                 progress.advance(overall)
     write_analysis(out)
     return summary
 
 
-def expand(base: RunConfig, algorithms: list[str], envs: list[str], seeds: int,
-           grid: list[dict[str, str]] | None = None) -> list[RunConfig]:  # fmt: skip
+def expand(
+    base: RunConfig,
+    algorithms: list[str],
+    envs: list[str],
+    seeds: int,
+    grid: list[dict[str, str]] | None = None,
+) -> list[RunConfig]:
     """One config per (env, algorithm, setting of ``grid``, seed), everything else shared:
     every setting of an ablation runs the same seeds, so rows compare seed by seed."""
     cfgs = [
@@ -324,8 +358,16 @@ RUN_NAME_BYTES = 240
 both must fit the 255 bytes a file name takes on Linux filesystems."""
 
 
-VARIED_ELSEWHERE = ("algorithm", "env", "seed", "model", "variant", "distributed",
-                    "algorithm_config", "env_config")  # fmt: skip
+VARIED_ELSEWHERE = (
+    "algorithm",
+    "env",
+    "seed",
+    "model",
+    "variant",
+    "distributed",
+    "algorithm_config",
+    "env_config",
+)
 """RunConfig fields that --vary cannot take: compare spans them its own way."""
 VALUE_CHARS = frozenset(string.ascii_letters + string.digits + "._+-")
 """--vary values become part of run folder names and leaderboard row ids."""
@@ -377,8 +419,10 @@ def variants(vary: list[tuple[str, list[str]]], one_at_a_time: bool = False) -> 
         first = {key: values[0] for key, values in vary}
         return [first] + [{**first, key: v} for key, values in vary for v in values[1:]]
     keys = [key for key, _ in vary]
-    return [dict(zip(keys, combo, strict=True))
-            for combo in itertools.product(*(values for _, values in vary))]  # fmt: skip
+    return [
+        dict(zip(keys, combo, strict=True))
+        for combo in itertools.product(*(values for _, values in vary))
+    ]
 
 
 def with_variant(cfg: RunConfig, setting: dict[str, str]) -> RunConfig:

@@ -165,12 +165,20 @@ _GENERATORS: dict[tuple, object] = {}
 def _run_in_worker(cfg: dict, run_dir: str, command: str, resume: bool) -> dict:
     from harness.runner import train_one
 
-    return train_one(RunConfig(**cfg), Path(run_dir), command, resume, _GENERATORS,
-                     hosts=list(_HOSTS) or None)  # fmt: skip
+    return train_one(
+        RunConfig(**cfg), Path(run_dir), command, resume, _GENERATORS, hosts=list(_HOSTS) or None
+    )
 
 
-def run_concurrently(cfgs: list[RunConfig], runs_dir: Path, command: str, resume: bool,
-                     jobs: int, progress: Progress, overall) -> list[dict]:  # fmt: skip
+def run_concurrently(
+    cfgs: list[RunConfig],
+    runs_dir: Path,
+    command: str,
+    resume: bool,
+    jobs: int,
+    progress: Progress,
+    overall,
+) -> list[dict]:
     """Run ``cfgs`` into ``runs_dir`` with ``jobs`` workers; a bar per run while it trains.
     A failed run stops the experiment once the runs in flight have finished (their folders
     stay resumable), with that run's error."""
@@ -183,13 +191,15 @@ def run_concurrently(cfgs: list[RunConfig], runs_dir: Path, command: str, resume
     for slot in worker_slots(cfgs, jobs):
         slots.put(slot)
     summary: list[dict] = []
-    with ProcessPoolExecutor(jobs, mp_context=context, initializer=_start_worker,
-                             initargs=(slots, os.getpid())) as pool:  # fmt: skip
+    with ProcessPoolExecutor(
+        jobs, mp_context=context, initializer=_start_worker, initargs=(slots, os.getpid())
+    ) as pool:
         running: dict[Future, RunConfig] = {
-            pool.submit(_run_in_worker, asdict(cfg), str(runs_dir / run_name(cfg)), command,
-                        resume): cfg
+            pool.submit(
+                _run_in_worker, asdict(cfg), str(runs_dir / run_name(cfg)), command, resume
+            ): cfg
             for cfg in cfgs
-        }  # fmt: skip
+        }
         tasks = {run_name(cfg): add_run_task(progress, run_name(cfg), cfg) for cfg in cfgs}
         failure: BaseException | None = None
         while running:

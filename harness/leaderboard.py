@@ -98,14 +98,17 @@ def row_provenance(run_dirs: list[Path]) -> dict:
         notes.append(f"runs started from {len(hashes)} different weights")
     missing = [r["run"] for r in runs if not r["start_weights_sha256"]]
     if missing:
-        how = sorted({r["start_weights"] or "not recorded" for r in runs
-                      if not r["start_weights_sha256"]})  # fmt: skip
+        how = sorted(
+            {r["start_weights"] or "not recorded" for r in runs if not r["start_weights_sha256"]}
+        )
         notes.append(f"start weights of {len(missing)} of {len(runs)} runs: {'; '.join(how)}")
     dirty = sum(r["dirty"] for r in runs)
     if dirty:
         kept = sum(r["dirty"] and r["diff_kept"] for r in runs)
-        notes.append(f"{dirty} of {len(runs)} runs from a modified tree; the diff is kept "
-                     f"(source.diff in the run folder) for {kept} of them")  # fmt: skip
+        notes.append(
+            f"{dirty} of {len(runs)} runs from a modified tree; the diff is kept "
+            f"(source.diff in the run folder) for {kept} of them"
+        )
     unknown = sum(r["unknown"] for r in runs)
     if unknown:
         notes.append(f"git state of {unknown} of {len(runs)} runs unknown")
@@ -134,12 +137,32 @@ def _minute(iso: str | None) -> str:
 
 
 STAT_FIELDS = (
-    "per_seed", "seed_sd", "tie_group", "iqm", "iqm_ci_low", "iqm_ci_high",
-    "auc_mean", "pass_at_1", "pass_at_4", "pass_at_8", "mean_at_8", "fit_A", "fit_A_low",
-    "fit_A_high", "fit_B", "fit_B_low", "fit_B_high", "fit_C_mid", "fit_C_mid_low",
-    "fit_C_mid_high", "max_flops", "fit_identified", "fit_identified_share", "fit_note",
+    "per_seed",
+    "seed_sd",
+    "tie_group",
+    "iqm",
+    "iqm_ci_low",
+    "iqm_ci_high",
+    "auc_mean",
+    "pass_at_1",
+    "pass_at_4",
+    "pass_at_8",
+    "mean_at_8",
+    "fit_A",
+    "fit_A_low",
+    "fit_A_high",
+    "fit_B",
+    "fit_B_low",
+    "fit_B_high",
+    "fit_C_mid",
+    "fit_C_mid_low",
+    "fit_C_mid_high",
+    "max_flops",
+    "fit_identified",
+    "fit_identified_share",
+    "fit_note",
     "half_budget_error",
-)  # fmt: skip
+)
 """Columns of an experiment's tables/summary.csv (harness/analysis.py) a row carries."""
 
 
@@ -151,8 +174,9 @@ def experiment_rows(experiment: Path) -> list[dict]:
     summary = read_table(summary_csv, ("env", "algorithm", "seeds", "headline_mean"))
     check_summary(summary_csv, summary, manifest)
     throughput_csv = experiment / "tables" / "throughput.csv"
-    throughput = read_table(throughput_csv, ("env", "algorithm", "generate_tokens_per_s",
-                                             "train_tokens_per_s"))  # fmt: skip
+    throughput = read_table(
+        throughput_csv, ("env", "algorithm", "generate_tokens_per_s", "train_tokens_per_s")
+    )
     mechanisms = mechanism_cells(experiment / "tables" / "off_policy.csv")
     verdicts = verdict_cells(experiment, manifest)
     rows = []
@@ -161,28 +185,41 @@ def experiment_rows(experiment: Path) -> list[dict]:
         config = read_json(run_dirs[0] / "config.json")
         t = throughput[(throughput.algorithm == r.algorithm) & (throughput.env == r.env)]
         if t.empty:
-            raise UnreadableFile(throughput_csv, f"has no row for {r.algorithm} on {r.env}",
-                                 REANALYSE.format(experiment=experiment))  # fmt: skip
-        rows.append({
-            "id": f"{config['run']['model']}__{r.env}__{r.algorithm}__{experiment.name}",
-            "model": config["run"]["model"], "env": r.env, "algorithm": r.algorithm,
-            "reward": r.headline_mean, "ci_low": r.ci_low, "ci_high": r.ci_high,
-            **{k: _plain(getattr(r, k, None)) for k in STAT_FIELDS}, "seeds": int(r.seeds),
-            # one pair's MDD at 5% (what reproduce judges a re-run against); many-to-one
-            # summaries leave it out of their tables, so it is derived here alike
-            "mdd_80": _plain(getattr(r, "mdd_80", None)) if hasattr(r, "mdd_80")
-            else row_mdd([float(v) for v in str(r.per_seed).split()]),
-            "generate_tokens_per_s": float(t.generate_tokens_per_s.iloc[0]),
-            "train_tokens_per_s": float(t.train_tokens_per_s.iloc[0]),
-            "budget": _budget(config["run"]),
-            "command": manifest["command"], "config_hash": config_hash(config["run"]),
-            "versions": manifest["versions"], **row_provenance(run_dirs),
-            "experiment": str(experiment),
-            "runs": [str(d) for d in run_dirs],
-            "mechanism": mechanisms.get((r.env, r.algorithm), "not recorded"),
-            "design": "many_to_one" if manifest.get("design") else "legacy",
-            **verdicts.get((r.env, r.algorithm), {"verdict": None, "vs_baseline": None}),
-        })  # fmt: skip
+            raise UnreadableFile(
+                throughput_csv,
+                f"has no row for {r.algorithm} on {r.env}",
+                REANALYSE.format(experiment=experiment),
+            )
+        rows.append(
+            {
+                "id": f"{config['run']['model']}__{r.env}__{r.algorithm}__{experiment.name}",
+                "model": config["run"]["model"],
+                "env": r.env,
+                "algorithm": r.algorithm,
+                "reward": r.headline_mean,
+                "ci_low": r.ci_low,
+                "ci_high": r.ci_high,
+                **{k: _plain(getattr(r, k, None)) for k in STAT_FIELDS},
+                "seeds": int(r.seeds),
+                # one pair's MDD at 5% (what reproduce judges a re-run against); many-to-one
+                # summaries leave it out of their tables, so it is derived here alike
+                "mdd_80": _plain(getattr(r, "mdd_80", None))
+                if hasattr(r, "mdd_80")
+                else row_mdd([float(v) for v in str(r.per_seed).split()]),
+                "generate_tokens_per_s": float(t.generate_tokens_per_s.iloc[0]),
+                "train_tokens_per_s": float(t.train_tokens_per_s.iloc[0]),
+                "budget": _budget(config["run"]),
+                "command": manifest["command"],
+                "config_hash": config_hash(config["run"]),
+                "versions": manifest["versions"],
+                **row_provenance(run_dirs),
+                "experiment": str(experiment),
+                "runs": [str(d) for d in run_dirs],
+                "mechanism": mechanisms.get((r.env, r.algorithm), "not recorded"),
+                "design": "many_to_one" if manifest.get("design") else "legacy",
+                **verdicts.get((r.env, r.algorithm), {"verdict": None, "vs_baseline": None}),
+            }
+        )
     return rows
 
 
@@ -196,11 +233,12 @@ def verdict_cells(experiment: Path, manifest: dict) -> dict[tuple[str, str], dic
     return {
         (r.env, r.algorithm): {
             "verdict": r.verdict_text,
-            "vs_baseline": "" if r.verdict_text == "baseline"
+            "vs_baseline": ""
+            if r.verdict_text == "baseline"
             else _interval(r.difference, r.ci_low, r.ci_high, "+.3f"),
         }
         for r in table.itertuples()
-    }  # fmt: skip
+    }
 
 
 REANALYSE = "re-write the tables from the runs with `python -m harness analyze {experiment}`"
@@ -224,12 +262,16 @@ def check_summary(path: Path, summary: pd.DataFrame, manifest: dict) -> None:
             raise UnreadableFile(path, f"has no row for {row} on {env}", advice)
         r = found[(env, row)]
         if r.seeds != seeds:
-            raise UnreadableFile(path, f"ranks {row} on {env} on {r.seeds} of the {seeds} seeds "
-                                 "experiment.json lists", advice)  # fmt: skip
+            raise UnreadableFile(
+                path,
+                f"ranks {row} on {env} on {r.seeds} of the {seeds} seeds experiment.json lists",
+                advice,
+            )
     for r in summary.itertuples():
         if not isinstance(r.headline_mean, float) or r.headline_mean != r.headline_mean:
-            raise UnreadableFile(path, f"gives {r.algorithm} on {r.env} no headline "
-                                 f"({r.headline_mean})", advice)  # fmt: skip
+            raise UnreadableFile(
+                path, f"gives {r.algorithm} on {r.env} no headline ({r.headline_mean})", advice
+            )
 
 
 def mechanism_cells(off_policy_csv: Path) -> dict[tuple[str, str], str]:
@@ -314,14 +356,21 @@ def pairs_frame(experiment: Path, env: str) -> pd.DataFrame | None:
     p = p[p.env == env]
     if p.empty:
         return None
-    return pd.DataFrame({
-        "a": p.a, "b": p.b, "mean a - b": p.mean_a_minus_b.map(lambda v: f"{v:+.3f}"),
-        "P(a > b)": [_interval(r.p_a_better, r.p_a_better_low, r.p_a_better_high, ".2f")
-                     for r in p.itertuples()],
-        "paired": p.paired, "p": p.p_value.map(lambda v: _num(v, ".3g")),
-        "p (Holm)": p.p_holm.map(lambda v: _num(v, ".3g")),
-        "MDD 80%": p.mdd_80.map(_num),
-    })  # fmt: skip
+    return pd.DataFrame(
+        {
+            "a": p.a,
+            "b": p.b,
+            "mean a - b": p.mean_a_minus_b.map(lambda v: f"{v:+.3f}"),
+            "P(a > b)": [
+                _interval(r.p_a_better, r.p_a_better_low, r.p_a_better_high, ".2f")
+                for r in p.itertuples()
+            ],
+            "paired": p.paired,
+            "p": p.p_value.map(lambda v: _num(v, ".3g")),
+            "p (Holm)": p.p_holm.map(lambda v: _num(v, ".3g")),
+            "MDD 80%": p.mdd_80.map(_num),
+        }
+    )
 
 
 def pairs_markdown(experiment: Path, env: str) -> str:
@@ -363,10 +412,11 @@ def start_weights_lines(g: pd.DataFrame, model: str, shipped: str | None) -> lis
     a tiny preset, or others (made before the weights shipped), which no row may pass for."""
     if shipped is None:
         return []
-    text = (f"Start weights: the `{model}` preset's ship with forge-zoo "
-            f"(zoo/models/start_weights/{model}; runs record them as {shipped[:12]}).")  # fmt: skip
-    others = sorted({h for hashes in g.start_weights_sha256 if hashes != [shipped]
-                     for h in hashes})  # fmt: skip
+    text = (
+        f"Start weights: the `{model}` preset's ship with forge-zoo "
+        f"(zoo/models/start_weights/{model}; runs record them as {shipped[:12]})."
+    )
+    others = sorted({h for hashes in g.start_weights_sha256 if hashes != [shipped] for h in hashes})
     if others:
         text += (
             f" Rows marked *not shipped* ({sum(h != [shipped] for h in g.start_weights_sha256)}"
@@ -379,8 +429,11 @@ def start_weights_lines(g: pd.DataFrame, model: str, shipped: str | None) -> lis
 
 
 def _budget(run: dict) -> str:
-    for key, unit in (("budget_flops", "FLOPs"), ("budget_samples", "samples"),
-                      ("budget_seconds", "s")):  # fmt: skip
+    for key, unit in (
+        ("budget_flops", "FLOPs"),
+        ("budget_samples", "samples"),
+        ("budget_seconds", "s"),
+    ):
         if run.get(key):
             return f"{run[key]:.3g} {unit}"
     return f"{run['steps']} steps"
@@ -468,13 +521,18 @@ def build_leaderboards(results: Path, out: Path, allow_dirty: bool = False) -> l
     each such run, unless ``allow_dirty``: then they are built, their commits marked
     ``+dirty``. Nothing is written when refused. An experiment with unfinished runs is
     skipped, with a line on stderr."""
-    experiments = [e for e in sorted(p.parent for p in results.glob("*/experiment.json"))
-                   if not is_tuning_sweep(e)]  # fmt: skip
+    experiments = [
+        e
+        for e in sorted(p.parent for p in results.glob("*/experiment.json"))
+        if not is_tuning_sweep(e)
+    ]
     for e in [e for e in experiments if unfinished_runs(e)]:
         total = len(read_json(e / "experiment.json").get("runs", {}))
-        print(f"skipped {e}: {total - len(unfinished_runs(e))} of {total} runs finished; a "
-              f"board enters the leaderboard whole (continue it with compare --resume)",
-              file=sys.stderr)  # fmt: skip
+        print(
+            f"skipped {e}: {total - len(unfinished_runs(e))} of {total} runs finished; a "
+            f"board enters the leaderboard whole (continue it with compare --resume)",
+            file=sys.stderr,
+        )
         experiments.remove(e)
     unclean = {e: runs for e in experiments if (runs := unclean_runs(e))}
     if unclean and not allow_dirty:
@@ -523,35 +581,61 @@ def board_columns(e: pd.DataFrame, shipped: str | None) -> pd.DataFrame:
         first = {"verdict": e.verdict, "vs baseline [95% CI]": e.vs_baseline}
     else:
         first = {"tie group": e.tie_group.map(lambda v: _num(v, ".0f"))}
-    return pd.DataFrame({
-        **first, "algorithm": e.algorithm,
-        "headline [95% t-CI]": [_interval(r.reward, r.ci_low, r.ci_high)
-                                for r in e.itertuples()],
-        "per seed": e.per_seed,
-        **({"MDD 80% (one pair)": e.mdd_80.map(_num)} if e.mdd_80.notna().any() else {}),
-        "pass@1": e.pass_at_1.map(_num), "pass@8": e.pass_at_8.map(_num),
-        "AUC": e.auc_mean.map(_num), "mechanism": e.mechanism,
-        "compute fit": [fit_cell(r) for r in e.itertuples()],
-        "B": e.fit_B.map(lambda v: _num(v, ".2f")), "seeds": e.seeds, "budget": e.budget,
-        "gen tok/s": e.generate_tokens_per_s.map(lambda v: f"{v:,.0f}"),
-        "train tok/s": e.train_tokens_per_s.map(lambda v: f"{v:,.0f}"),
-        "config": e.config_hash, "commits": [commits_cell(r) for r in e.itertuples()],
-        "start weights": [weights_cell(h, shipped) for h in e.start_weights_sha256],
-        "date": e.date, "row id": e.id,
-    })  # fmt: skip
+    return pd.DataFrame(
+        {
+            **first,
+            "algorithm": e.algorithm,
+            "headline [95% t-CI]": [
+                _interval(r.reward, r.ci_low, r.ci_high) for r in e.itertuples()
+            ],
+            "per seed": e.per_seed,
+            **({"MDD 80% (one pair)": e.mdd_80.map(_num)} if e.mdd_80.notna().any() else {}),
+            "pass@1": e.pass_at_1.map(_num),
+            "pass@8": e.pass_at_8.map(_num),
+            "AUC": e.auc_mean.map(_num),
+            "mechanism": e.mechanism,
+            "compute fit": [fit_cell(r) for r in e.itertuples()],
+            "B": e.fit_B.map(lambda v: _num(v, ".2f")),
+            "seeds": e.seeds,
+            "budget": e.budget,
+            "gen tok/s": e.generate_tokens_per_s.map(lambda v: f"{v:,.0f}"),
+            "train tok/s": e.train_tokens_per_s.map(lambda v: f"{v:,.0f}"),
+            "config": e.config_hash,
+            "commits": [commits_cell(r) for r in e.itertuples()],
+            "start weights": [weights_cell(h, shipped) for h in e.start_weights_sha256],
+            "date": e.date,
+            "row id": e.id,
+        }
+    )
 
 
 def board_markdown(model: str, env: str, g: pd.DataFrame, shipped: str | None) -> str:
     """leaderboards/<model>__<env>.md: the board's caveat and legend, then one table per
     experiment (each with its own tie groups, pairs and command)."""
     experiments = ranking_first(g)
-    md = [f"# {model} on {env}", "", *caveat_lines(env), headline_legend(experiments, env), "",
-          PAIRS_LEGEND, "", *exact_setup_lines(g), "",
-          *start_weights_lines(g, model, shipped)]  # fmt: skip
+    md = [
+        f"# {model} on {env}",
+        "",
+        *caveat_lines(env),
+        headline_legend(experiments, env),
+        "",
+        PAIRS_LEGEND,
+        "",
+        *exact_setup_lines(g),
+        "",
+        *start_weights_lines(g, model, shipped),
+    ]
     for experiment in experiments:
         e = g[g.experiment == experiment]
-        md += [f"## {Path(experiment).name}", "", *design_note(e), f"    {e.command.iloc[0]}",
-               "", board_columns(e, shipped).to_markdown(index=False), ""]  # fmt: skip
+        md += [
+            f"## {Path(experiment).name}",
+            "",
+            *design_note(e),
+            f"    {e.command.iloc[0]}",
+            "",
+            board_columns(e, shipped).to_markdown(index=False),
+            "",
+        ]
         pairs = pairs_markdown(Path(experiment), env)
         md += ["Pairs: probability of improvement", "", pairs, ""] if pairs else []
     notes = provenance_notes(g)
@@ -611,26 +695,38 @@ def index_html(boards: list[tuple[str, str, pd.DataFrame]], shipped: dict, out: 
     for model, env, g in boards:
         experiments = ranking_first(g)
         anchor = f"{model}__{env}"
-        links = " · ".join(f"<a href='#{escape(_anchor(e))}'>{escape(Path(e).name)}</a>"
-                           for e in experiments)  # fmt: skip
-        contents.append(f"<li><a href='#{escape(anchor)}'>{escape(model)} on {escape(env)}</a>"
-                        f": {links}</li>")  # fmt: skip
-        caveat = "".join(f"<p class='caveat'>{escape(line)}</p>" for line in caveat_lines(env)
-                         if line)  # fmt: skip
-        legend = [headline_legend(experiments, env), PAIRS_LEGEND, *exact_setup_lines(g),
-                  *start_weights_lines(g, model, shipped[model])]  # fmt: skip
+        links = " · ".join(
+            f"<a href='#{escape(_anchor(e))}'>{escape(Path(e).name)}</a>" for e in experiments
+        )
+        contents.append(
+            f"<li><a href='#{escape(anchor)}'>{escape(model)} on {escape(env)}</a>: {links}</li>"
+        )
+        caveat = "".join(
+            f"<p class='caveat'>{escape(line)}</p>" for line in caveat_lines(env) if line
+        )
+        legend = [
+            headline_legend(experiments, env),
+            PAIRS_LEGEND,
+            *exact_setup_lines(g),
+            *start_weights_lines(g, model, shipped[model]),
+        ]
         notes = provenance_notes(g)
         sections.append(
             f"<section class='board' id='{escape(anchor)}'><h2>{escape(model)} on "
             f"{escape(env)}</h2>{caveat}<details class='legend'><summary>How to read these "
             f"tables</summary><div>{''.join(_md_html(x) for x in legend if x)}</div></details>"
-            + "".join(experiment_html(Path(e), env, g[g.experiment == e], shipped[model], out)
-                      for e in experiments)
-            + _details("notes", f"Package versions, provenance notes ({len(notes)})",
-                       f"<p>Versions: {escape(json.dumps(g.versions.iloc[0]))}</p>"
-                       f"<ul>{''.join(f'<li>{escape(n)}</li>' for n in notes)}</ul>")
+            + "".join(
+                experiment_html(Path(e), env, g[g.experiment == e], shipped[model], out)
+                for e in experiments
+            )
+            + _details(
+                "notes",
+                f"Package versions, provenance notes ({len(notes)})",
+                f"<p>Versions: {escape(json.dumps(g.versions.iloc[0]))}</p>"
+                f"<ul>{''.join(f'<li>{escape(n)}</li>' for n in notes)}</ul>",
+            )
             + "</section>"
-        )  # fmt: skip
+        )
     return (
         "<!doctype html><html><head><meta charset='utf-8'><meta name='viewport' "
         "content='width=device-width'><title>forge-zoo leaderboards</title>"
@@ -662,19 +758,20 @@ Cell = str | tuple[str, str]
 """A table cell: escaped HTML, or (its <td> attributes, escaped HTML)."""
 
 
-def _html_table(header: list[str], rows: list[list[Cell]], cls: str,
-                numeric: tuple[int, ...] = ()) -> str:  # fmt: skip
+def _html_table(
+    header: list[str], rows: list[list[Cell]], cls: str, numeric: tuple[int, ...] = ()
+) -> str:
     """A table of escaped cells; the columns at ``numeric`` right-aligned. A row may be
     shorter than the header where a cell above spans it (rowspan)."""
 
     def td(i: int, cell: Cell) -> str:
-        attrs, html = cell if isinstance(cell, tuple) else (
-            " class='num'" if i in numeric else "", cell)  # fmt: skip
+        attrs, html = (
+            cell if isinstance(cell, tuple) else (" class='num'" if i in numeric else "", cell)
+        )
         return f"<td{attrs}>{html}</td>"
 
     head = "".join(f"<th>{h}</th>" for h in header)
-    body = "".join("<tr>" + "".join(td(i, c) for i, c in enumerate(row)) + "</tr>"
-                   for row in rows)  # fmt: skip
+    body = "".join("<tr>" + "".join(td(i, c) for i, c in enumerate(row)) + "</tr>" for row in rows)
     return f"<table class='{cls}'><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
@@ -689,12 +786,17 @@ def control_cells(experiment: Path, env: str) -> dict[str, tuple[str, str]] | No
     if controls.get("design") == "many_to_one":
         path = experiment / "tables" / "controls.csv"
         checks = read_table(path) if path.exists() else pd.DataFrame()
-        checks = checks[(checks.env == env) & (checks.control != "decision rule")] if len(
-            checks) else checks  # fmt: skip
+        checks = (
+            checks[(checks.env == env) & (checks.control != "decision rule")]
+            if len(checks)
+            else checks
+        )
         cells = {controls["baseline"]: ("baseline of the controls", "each control's comparison")}
         for c in checks.itertuples():
-            cells[c.row] = (f"{c.control}: {c.verdict} (came out {c.came_out})",
-                            f"must come out {c.expect}: {c.why}")  # fmt: skip
+            cells[c.row] = (
+                f"{c.control}: {c.verdict} (came out {c.came_out})",
+                f"must come out {c.expect}: {c.why}",
+            )
         return cells
     path = experiment / "tables" / "pairs.csv"
     pairs = read_table(path) if path.exists() else pd.DataFrame()
@@ -712,8 +814,9 @@ def control_cells(experiment: Path, env: str) -> dict[str, tuple[str, str]] | No
     return cells
 
 
-def experiment_html(experiment: Path, env: str, e: pd.DataFrame, shipped: str | None,
-                    out: Path) -> str:  # fmt: skip
+def experiment_html(
+    experiment: Path, env: str, e: pd.DataFrame, shipped: str | None, out: Path
+) -> str:
     """One experiment of a board: a line of what it ran, the compact table (algorithm, tie
     group, headline with its interval, pass@k, seeds, controls), the compute fits,
     statistics, pairs and provenance in <details>, every seed's curve, and a link to its
@@ -723,11 +826,20 @@ def experiment_html(experiment: Path, env: str, e: pd.DataFrame, shipped: str | 
     rows = []
     verdicts = (e.design == "many_to_one").all()
     for i, r in enumerate(e.itertuples()):
-        group = escape(f"{r.verdict} {r.vs_baseline or ''}".strip()) if verdicts else _num(
-            r.tie_group, ".0f")  # fmt: skip
-        row = [escape(r.algorithm), group,
-               escape(_interval(r.reward, r.ci_low, r.ci_high)), _num(r.pass_at_1),
-               _num(getattr(r, "pass_at_4", None)), _num(r.pass_at_8), str(r.seeds)]  # fmt: skip
+        group = (
+            escape(f"{r.verdict} {r.vs_baseline or ''}".strip())
+            if verdicts
+            else _num(r.tie_group, ".0f")
+        )
+        row = [
+            escape(r.algorithm),
+            group,
+            escape(_interval(r.reward, r.ci_low, r.ci_high)),
+            _num(r.pass_at_1),
+            _num(getattr(r, "pass_at_4", None)),
+            _num(r.pass_at_8),
+            str(r.seeds),
+        ]
         if controls is not None:
             text, why = controls.get(r.algorithm, ("", ""))
             row.append(f"<span title='{escape(why)}'>{escape(text)}</span>")
@@ -736,18 +848,33 @@ def experiment_html(experiment: Path, env: str, e: pd.DataFrame, shipped: str | 
             text = f"none run: {why}" if len(e) > 2 else "none run"
             row.append((f" class='note' rowspan='{len(e)}' title='{escape(why)}'", text))
         rows.append(row)
-    header = ["algorithm", "verdict vs baseline [95% CI]" if verdicts else "tie group",
-              "headline [95% t-CI]", "pass@1", "pass@4", "pass@8", "seeds", "controls"]  # fmt: skip
+    header = [
+        "algorithm",
+        "verdict vs baseline [95% CI]" if verdicts else "tie group",
+        "headline [95% t-CI]",
+        "pass@1",
+        "pass@4",
+        "pass@8",
+        "seeds",
+        "controls",
+    ]
     table = _html_table(header, rows, "board", numeric=(1, 2, 3, 4, 5, 6))
     starts = sorted({s for s in e.start_weights_shipped if s is not None})
-    weights = {(): "", (True,): "shipped start weights",
-               (False,): "start weights not shipped (older warm start)",
-               (False, True): "shipped and older start weights"}[tuple(starts)]  # fmt: skip
+    weights = {
+        (): "",
+        (True,): "shipped start weights",
+        (False,): "start weights not shipped (older warm start)",
+        (False, True): "shipped and older start weights",
+    }[tuple(starts)]
     seeds = sorted(set(e.seeds))
-    meta = [f"{len(e)} rows", f"{'/'.join(map(str, seeds))} seeds each",
-            f"{' / '.join(sorted(set(e.budget)))} per run", weights,
-            f"<a href='{escape(samples_page_name(name))}'>samples</a>",
-            f"<code>{escape(str(experiment))}</code>"]  # fmt: skip
+    meta = [
+        f"{len(e)} rows",
+        f"{'/'.join(map(str, seeds))} seeds each",
+        f"{' / '.join(sorted(set(e.budget)))} per run",
+        weights,
+        f"<a href='{escape(samples_page_name(name))}'>samples</a>",
+        f"<code>{escape(str(experiment))}</code>",
+    ]
     write_board_samples_page(experiment, e, out)
     return (
         f"<section class='experiment' id='{escape(_anchor(str(experiment)))}'>"
@@ -756,20 +883,25 @@ def experiment_html(experiment: Path, env: str, e: pd.DataFrame, shipped: str | 
         + "".join(f"<p class='caveat'>{escape(x.strip('*'))}</p>" for x in design_note(e) if x)
         + table
         + "<div class='more'>"
-        + _details("fits", "Compute fits: A, B, C_mid with 95% bootstrap intervals",
-                   fits_table(e))
-        + _details("stats", "Per seed, MDD, AUC, mechanism, budget, throughput",
-                   stats_table(e))
-        + _details("pairs", "Pairs: probability of improvement, p, Holm", pairs_html(
-            experiment, env))
-        + _details("provenance", "Provenance: row ids, config, commits, start weights, dates",
-                   provenance_table(e, shipped))
-        + _details("mean", "Mean curves with 95% t-intervals (plots/reward_vs_flops.png)",
-                   _img(experiment / "plots" / "reward_vs_flops.png"))
+        + _details("fits", "Compute fits: A, B, C_mid with 95% bootstrap intervals", fits_table(e))
+        + _details("stats", "Per seed, MDD, AUC, mechanism, budget, throughput", stats_table(e))
+        + _details(
+            "pairs", "Pairs: probability of improvement, p, Holm", pairs_html(experiment, env)
+        )
+        + _details(
+            "provenance",
+            "Provenance: row ids, config, commits, start weights, dates",
+            provenance_table(e, shipped),
+        )
+        + _details(
+            "mean",
+            "Mean curves with 95% t-intervals (plots/reward_vs_flops.png)",
+            _img(experiment / "plots" / "reward_vs_flops.png"),
+        )
         + "</div>"
         + seed_curves_html(e)
         + "</section>"
-    )  # fmt: skip
+    )
 
 
 def _details(cls: str, summary: str, body: str) -> str:
@@ -786,14 +918,28 @@ def fits_table(e: pd.DataFrame) -> str:
     for r in e.itertuples():
         a, why, _ = fit_parts(r)
         share = r.fit_identified_share
-        rows.append([
-            escape(r.algorithm), escape(a), _num(r.fit_B, ".2f"),
-            escape(_interval(r.fit_C_mid, r.fit_C_mid_low, r.fit_C_mid_high, ".2g")),
-            _num(r.max_flops, ".2g"), "-" if share is None else f"{share:.0%}",
-            _num(r.half_budget_error, "+.3f"), escape(why),
-        ])  # fmt: skip
-    header = ["algorithm", "A [95% CI]", "B", "C_mid [95% CI]", "max FLOPs observed",
-              "refits identifying A", "half-budget error", "A withheld because"]  # fmt: skip
+        rows.append(
+            [
+                escape(r.algorithm),
+                escape(a),
+                _num(r.fit_B, ".2f"),
+                escape(_interval(r.fit_C_mid, r.fit_C_mid_low, r.fit_C_mid_high, ".2g")),
+                _num(r.max_flops, ".2g"),
+                "-" if share is None else f"{share:.0%}",
+                _num(r.half_budget_error, "+.3f"),
+                escape(why),
+            ]
+        )
+    header = [
+        "algorithm",
+        "A [95% CI]",
+        "B",
+        "C_mid [95% CI]",
+        "max FLOPs observed",
+        "refits identifying A",
+        "half-budget error",
+        "A withheld because",
+    ]
     return _html_table(header, rows, "detail", numeric=(2, 4, 5, 6)) + (
         f"<p>R(C) = R0 + (A - R0) / (1 + (C_mid / C)^B) (arXiv 2510.13786), bootstrapped "
         f"over seeds; A is shown only when the pooled fit and at least "
@@ -804,11 +950,29 @@ def fits_table(e: pd.DataFrame) -> str:
 
 
 def stats_table(e: pd.DataFrame) -> str:
-    rows = [[escape(r.algorithm), escape(str(r.per_seed)), _num(r.mdd_80), _num(r.auc_mean),
-             escape(r.mechanism), escape(r.budget), f"{r.generate_tokens_per_s:,.0f}",
-             f"{r.train_tokens_per_s:,.0f}"] for r in e.itertuples()]  # fmt: skip
-    header = ["algorithm", "per seed", "MDD 80% (one pair)", "AUC", "mechanism", "budget",
-              "gen tok/s", "train tok/s"]  # fmt: skip
+    rows = [
+        [
+            escape(r.algorithm),
+            escape(str(r.per_seed)),
+            _num(r.mdd_80),
+            _num(r.auc_mean),
+            escape(r.mechanism),
+            escape(r.budget),
+            f"{r.generate_tokens_per_s:,.0f}",
+            f"{r.train_tokens_per_s:,.0f}",
+        ]
+        for r in e.itertuples()
+    ]
+    header = [
+        "algorithm",
+        "per seed",
+        "MDD 80% (one pair)",
+        "AUC",
+        "mechanism",
+        "budget",
+        "gen tok/s",
+        "train tok/s",
+    ]
     return _html_table(header, rows, "detail", numeric=(2, 3, 6, 7))
 
 
@@ -821,11 +985,25 @@ def pairs_html(experiment: Path, env: str) -> str:
 
 
 def provenance_table(e: pd.DataFrame, shipped: str | None) -> str:
-    rows = [[escape(r.algorithm), f"<code>{escape(r.id)}</code>", escape(r.config_hash),
-             escape(commits_cell(r)), escape(weights_cell(r.start_weights_sha256, shipped)),
-             escape(r.date)] for r in e.itertuples()]  # fmt: skip
-    header = ["algorithm", "row id (reproduce ROW_ID)", "config", "commits", "start weights",
-              "first start .. last finish"]  # fmt: skip
+    rows = [
+        [
+            escape(r.algorithm),
+            f"<code>{escape(r.id)}</code>",
+            escape(r.config_hash),
+            escape(commits_cell(r)),
+            escape(weights_cell(r.start_weights_sha256, shipped)),
+            escape(r.date),
+        ]
+        for r in e.itertuples()
+    ]
+    header = [
+        "algorithm",
+        "row id (reproduce ROW_ID)",
+        "config",
+        "commits",
+        "start weights",
+        "first start .. last finish",
+    ]
     return _html_table(header, rows, "detail")
 
 
@@ -840,13 +1018,21 @@ def seed_curves(e: pd.DataFrame) -> tuple[pd.DataFrame, str]:
             seed = config.get("seed", Path(run).name.rpartition("seed")[2])
             records = read_metrics(Path(run))
             if not any("eval_reward" in record for record in records):
-                raise UnreadableFile(Path(run) / "metrics.jsonl", "holds no evaluation, though "
-                                     "tables/summary.csv ranks the run")  # fmt: skip
+                raise UnreadableFile(
+                    Path(run) / "metrics.jsonl",
+                    "holds no evaluation, though tables/summary.csv ranks the run",
+                )
             for record in records:
                 if "eval_reward" in record:
-                    points.append({"algorithm": r.algorithm, "seed": seed,
-                                   "flops": record.get("flops"), "step": record["step"],
-                                   "reward": record["eval_reward"]})  # fmt: skip
+                    points.append(
+                        {
+                            "algorithm": r.algorithm,
+                            "seed": seed,
+                            "flops": record.get("flops"),
+                            "step": record["step"],
+                            "reward": record["eval_reward"],
+                        }
+                    )
     frame = pd.DataFrame(points)
     x = "flops" if len(frame) and frame["flops"].notna().all() else "step"
     return frame, x
@@ -861,10 +1047,12 @@ def seed_curves_html(e: pd.DataFrame) -> str:
     xlabel = "model FLOPs (ledger)" if x == "flops" else "training step"
     plot_seed_curves(frame, x, xlabel, buffer, order=list(e.algorithm))
     seeds = frame["seed"].nunique()
-    return (f"<figure><img alt='held-out greedy reward against {xlabel}, every seed' "
-            f"src='{_png_uri(buffer.getvalue())}'><figcaption>Every seed's held-out greedy "
-            f"reward ({seeds} seeds, a colour each, the same in every panel); black: the "
-            "mean over seeds.</figcaption></figure>")  # fmt: skip
+    return (
+        f"<figure><img alt='held-out greedy reward against {xlabel}, every seed' "
+        f"src='{_png_uri(buffer.getvalue())}'><figcaption>Every seed's held-out greedy "
+        f"reward ({seeds} seeds, a colour each, the same in every panel); black: the "
+        "mean over seeds.</figcaption></figure>"
+    )
 
 
 def samples_page_name(experiment: str) -> str:
@@ -887,18 +1075,21 @@ def write_board_samples_page(experiment: Path, e: pd.DataFrame, out: Path) -> Pa
                 "metrics.jsonl holds their numbers only. <code>python -m harness "
                 f"reproduce {escape(r.id)}</code> re-makes them with samples.</p>"
             )
-            continue  # fmt: skip
+            continue
         if not all((experiment / "samples" / f"{d.name}.html").exists() for d in kept):
             write_samples_pages(experiment)
         pages = out / "samples"
         links = ", ".join(
             f"<a href='{escape(_relative(experiment / 'samples' / f'{d.name}.html', pages))}'>"
             f"{escape(d.name)}</a>"
-            for d in kept if (experiment / "samples" / f"{d.name}.html").exists()
-        )  # fmt: skip
-        parts.append(f"<h2>{escape(r.algorithm)}: {escape(kept[0].name)}, last evaluation</h2>"
-                     f"{samples_table(last_eval_samples(kept[0]), f'samples-{escape(r.id)}')}"
-                     f"<p>Every sample, by run: {links}</p>")  # fmt: skip
+            for d in kept
+            if (experiment / "samples" / f"{d.name}.html").exists()
+        )
+        parts.append(
+            f"<h2>{escape(r.algorithm)}: {escape(kept[0].name)}, last evaluation</h2>"
+            f"{samples_table(last_eval_samples(kept[0]), f'samples-{escape(r.id)}')}"
+            f"<p>Every sample, by run: {links}</p>"
+        )
     name = experiment.name
     page = out / samples_page_name(name)
     page.parent.mkdir(parents=True, exist_ok=True)
@@ -927,9 +1118,11 @@ def setup_class(config: dict) -> tuple[str, str]:
     made_on = config.get("machine") or {}
     flags = made_on.get("cpu_vector_flags")
     threads = made_on.get("torch_threads")
-    where = (f"{made_on.get('cpu') or 'CPU not recorded'} "
-             f"[{flags if flags is not None else 'vector flags not recorded'}], "
-             f"{threads or '?'} thread{'' if threads == 1 else 's'}")  # fmt: skip
+    where = (
+        f"{made_on.get('cpu') or 'CPU not recorded'} "
+        f"[{flags if flags is not None else 'vector flags not recorded'}], "
+        f"{threads or '?'} thread{'' if threads == 1 else 's'}"
+    )
     if made_on.get("cuda"):
         where += f", GPU {made_on['cuda']} (no exact check on a GPU)"
     versions = ", ".join(f"{k} {v}" for k, v in (config.get("versions") or {}).items())
@@ -941,8 +1134,11 @@ def exact_setup_lines(g: pd.DataFrame) -> list[str]:
     when all runs share one, else one item per setup with the rows made on it (and how many
     of a row's runs, when not all). Package versions are named once when all runs share
     them, else as part of each setup."""
-    runs = {(r.Index, run): setup_class(read_json(Path(run) / "config.json"))
-            for r in g.itertuples() for run in r.runs}  # fmt: skip
+    runs = {
+        (r.Index, run): setup_class(read_json(Path(run) / "config.json"))
+        for r in g.itertuples()
+        for run in r.runs
+    }
     shared = len({versions for _, versions in runs.values()}) == 1
     rows_by_setup: dict[str, list[str]] = {}
     for r in g.itertuples():
@@ -956,22 +1152,29 @@ def exact_setup_lines(g: pd.DataFrame) -> list[str]:
             rows_by_setup.setdefault(key, []).append(
                 f"{r.algorithm} ({Path(r.experiment).name}{part})"
             )
-    intro = ("Exact numbers: `reproduce ROW_ID` matches every step only on the setup a row "
-             "was made on (CPU model and vector instruction sets, thread count, package "
-             "versions); on any other it re-runs seeds and tests them against the row "
-             "(docs/provenance.md).")  # fmt: skip
+    intro = (
+        "Exact numbers: `reproduce ROW_ID` matches every step only on the setup a row "
+        "was made on (CPU model and vector instruction sets, thread count, package "
+        "versions); on any other it re-runs seeds and tests them against the row "
+        "(docs/provenance.md)."
+    )
     versions = f" Package versions: {next(iter(runs.values()))[1]}." if shared else ""
     if len(rows_by_setup) == 1:
         return [f"{intro} All rows: {next(iter(rows_by_setup))}.{versions}"]
-    return [f"{intro}{versions} Rows of {len(rows_by_setup)} setups:", "",
-            *[f"- {key}: {', '.join(rows)}" for key, rows in rows_by_setup.items()]]  # fmt: skip
+    return [
+        f"{intro}{versions} Rows of {len(rows_by_setup)} setups:",
+        "",
+        *[f"- {key}: {', '.join(rows)}" for key, rows in rows_by_setup.items()],
+    ]
 
 
 def provenance_notes(g: pd.DataFrame) -> list[str]:
     notes = [f"{r.algorithm}: {n}" for r in g.itertuples() for n in r.provenance_notes]
     if g.dirty_runs.any():
-        notes.append("+dirty: built with --allow-dirty; the commit's code was modified when "
-                     "(some of) the runs ran, so it alone does not reproduce them")  # fmt: skip
+        notes.append(
+            "+dirty: built with --allow-dirty; the commit's code was modified when "
+            "(some of) the runs ran, so it alone does not reproduce them"
+        )
     return notes
 
 
@@ -987,8 +1190,7 @@ def _png_uri(png: bytes, colors: int = 64) -> str:
     from PIL import Image
 
     buffer = io.BytesIO()
-    Image.open(io.BytesIO(png)).convert("RGB").quantize(colors).save(buffer, "PNG",
-                                                                     optimize=True)  # fmt: skip
+    Image.open(io.BytesIO(png)).convert("RGB").quantize(colors).save(buffer, "PNG", optimize=True)
     return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode()
 
 

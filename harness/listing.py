@@ -59,8 +59,14 @@ def cmd_list(what: str) -> int:
 
         print_shadowed(ENVS)
         table = Table(title="environments (config: --env-set KEY=VALUE)")
-        for col in ("name", "registered by", "what it is / data source", "rewards",
-                    "held-out split", "config defaults"):  # fmt: skip
+        for col in (
+            "name",
+            "registered by",
+            "what it is / data source",
+            "rewards",
+            "held-out split",
+            "config defaults",
+        ):
             table.add_column(col, overflow="fold")
         for name, spec in sorted(ENVS.specs().items()):
             try:
@@ -71,8 +77,14 @@ def cmd_list(what: str) -> int:
             defaults = dataclasses.asdict(cls.config_class())
             doc = (cls.__doc__ or sys.modules[cls.__module__].__doc__ or "").strip()
             held_out = f"{defaults['eval_size']} problems" if "eval_size" in defaults else "fixed"
-            table.add_row(name, spec.source, doc.split("\n\n")[0].replace("\n", " "),
-                          cls.reward_values, held_out, json.dumps(defaults))  # fmt: skip
+            table.add_row(
+                name,
+                spec.source,
+                doc.split("\n\n")[0].replace("\n", " "),
+                cls.reward_values,
+                held_out,
+                json.dumps(defaults),
+            )
         Console().print(table)  # (as wide as the terminal; rich folds the cells to fit)
     else:
         print_models()

@@ -104,13 +104,20 @@ def exact_obstacle(config: dict[str, Any]) -> str | None:
     recorded, now = config.get("versions") or {}, package_versions()
     if recorded != now:
         changed = sorted(k for k in set(recorded) | set(now) if recorded.get(k) != now.get(k))
-        reasons.append("package versions differ (" + ", ".join(
-            f"{k} {recorded.get(k, 'absent')} recorded, {now.get(k, 'absent')} here"
-            for k in changed) + ")")  # fmt: skip
+        reasons.append(
+            "package versions differ ("
+            + ", ".join(
+                f"{k} {recorded.get(k, 'absent')} recorded, {now.get(k, 'absent')} here"
+                for k in changed
+            )
+            + ")"
+        )
     made_on, here = config.get("machine") or {}, machine()
     if not same_cpu(made_on, here):
-        reasons.append(f"the CPU class differs (made on {describe_cpu(made_on)}, this machine "
-                       f"is {describe_cpu(here)})")  # fmt: skip
+        reasons.append(
+            f"the CPU class differs (made on {describe_cpu(made_on)}, this machine "
+            f"is {describe_cpu(here)})"
+        )
     if made_on.get("cuda") or here.get("cuda"):
         reasons.append(f"a GPU ({made_on.get('cuda') or here.get('cuda')}) runs it")
     if (config.get("run") or {}).get("budget_seconds"):
@@ -118,14 +125,17 @@ def exact_obstacle(config: dict[str, Any]) -> str | None:
     return "; ".join(reasons) or None
 
 
-def weights_mismatch(config: dict[str, Any], cfg: RunConfig, now: str | None,
-                     model_path: Path) -> str:  # fmt: skip
+def weights_mismatch(
+    config: dict[str, Any], cfg: RunConfig, now: str | None, model_path: Path
+) -> str:
     """Why the starting weights differ, as far as the record tells."""
     from zoo.models.presets import TINY_MODELS
 
     recorded = config["start_weights_sha256"]
-    what = (f"its starting weights (sha256 {recorded[:12]}) differ from what {cfg.model!r} "
-            f"resolves to here ({(now or 'none')[:12]}, {model_path})")  # fmt: skip
+    what = (
+        f"its starting weights (sha256 {recorded[:12]}) differ from what {cfg.model!r} "
+        f"resolves to here ({(now or 'none')[:12]}, {model_path})"
+    )
     commit = config.get("git", {}).get("commit", "?")
     if not cfg.model_path and cfg.model in TINY_MODELS:
         # Before the presets' weights shipped, each machine warm-started its own on first
@@ -179,8 +189,9 @@ def read_config(run_dir: Path) -> dict[str, Any]:
     return config
 
 
-def rerun(run_dir: Path, model_path: Path | None = None,
-          verbose: bool = False) -> list[dict[str, Any]]:  # fmt: skip
+def rerun(
+    run_dir: Path, model_path: Path | None = None, verbose: bool = False
+) -> list[dict[str, Any]]:
     """Re-run ``run_dir`` from its config.json into a temporary folder (with
     ``model_path`` as its starting weights, when given; they must hash to the recorded
     ones) and return the new metrics records. Other libraries' warnings go to a log in
@@ -192,8 +203,9 @@ def rerun(run_dir: Path, model_path: Path | None = None,
         cfg = dataclasses.replace(RunConfig.from_record(config["run"]), report_to="")
     except ConfigError as exc:
         commit = config.get("git", {}).get("commit", "?")
-        raise NotReproducible(f"not reproducible with this version: {exc} (recorded at "
-                              f"commit {commit})") from None  # fmt: skip
+        raise NotReproducible(
+            f"not reproducible with this version: {exc} (recorded at commit {commit})"
+        ) from None
     if model_path is not None:
         cfg = dataclasses.replace(cfg, model_path=str(model_path))
     with (
@@ -208,14 +220,14 @@ def rerun(run_dir: Path, model_path: Path | None = None,
             now = start_weights(resolved, cfg.init, cfg.seed)["start_weights_sha256"]
             if config.get("start_weights_sha256") and now != config["start_weights_sha256"]:
                 raise NotReproducible(weights_mismatch(config, cfg, now, resolved))
-            return execute_run(cfg, Path(tmp) / run_dir.name, services,
-                               command=f"reproduce {run_dir}")  # fmt: skip
+            return execute_run(
+                cfg, Path(tmp) / run_dir.name, services, command=f"reproduce {run_dir}"
+            )
         finally:
             services.close()
 
 
-def reproduce_run(run_dir: Path, model_path: Path | None = None,
-                  verbose: bool = False) -> Verdict:  # fmt: skip
+def reproduce_run(run_dir: Path, model_path: Path | None = None, verbose: bool = False) -> Verdict:
     """Re-run ``run_dir`` and compare every non-timing field of every step exactly. Where
     an exact comparison is impossible (``exact_obstacle``) nothing is run: the verdict
     says why (a statistical check is what `harness reproduce` does then)."""
@@ -246,16 +258,25 @@ def headline(config: dict[str, Any], records: list[dict[str, Any]]) -> float:
 
     run = config["run"]
     try:
-        points = checkpoint_rows({"config": config, "records": records,
-                                  "algorithm": run.get("variant") or run["algorithm"],
-                                  "env": run["env"], "seed": run["seed"]})  # fmt: skip
+        points = checkpoint_rows(
+            {
+                "config": config,
+                "records": records,
+                "algorithm": run.get("variant") or run["algorithm"],
+                "env": run["env"],
+                "seed": run["seed"],
+            }
+        )
     except KeyError as exc:  # a run recorded before a field the headline reads existed
-        raise ConfigError(f"run {config.get('run_id', '?')}: no headline, its config.json "
-                          f"or metrics lack {exc}") from None  # fmt: skip
+        raise ConfigError(
+            f"run {config.get('run_id', '?')}: no headline, its config.json or metrics lack {exc}"
+        ) from None
     scores = run_scores(pd.DataFrame(points)) if points else pd.DataFrame()
     if scores.empty:
-        raise ConfigError(f"run {config.get('run_id', '?')}: no headline, its evaluations "
-                          "do not reach the end of its budget (an interrupted run?)")  # fmt: skip
+        raise ConfigError(
+            f"run {config.get('run_id', '?')}: no headline, its evaluations "
+            "do not reach the end of its budget (an interrupted run?)"
+        )
     return float(scores["headline"].iloc[0])
 
 
@@ -310,8 +331,11 @@ class Agreement:
     def describe(self) -> list[str]:
         """The tests by name with their numbers, and what the verdict means."""
         n_new, n_old = len(self.new), len(self.recorded)
-        spread = ("both sides' spread" if self.test == WELCH else
-                  "the row's spread, standing in for the one new seed's")  # fmt: skip
+        spread = (
+            "both sides' spread"
+            if self.test == WELCH
+            else "the row's spread, standing in for the one new seed's"
+        )
         lines = [
             f"{self.test} at {self.alpha:.0%} (decides the exit code): new mean "
             f"{float(np.mean(self.new)):.4f} ({n_new} seed{'s' * (n_new > 1)}) against the "
@@ -321,8 +345,10 @@ class Agreement:
             f"mean widened by {spread})"
         ]
         if self.test == POOLED:
-            lines.append("one new seed has no spread of its own: the test assumes it varies "
-                         f"as the row's seeds do (pooled variance, df = {n_old} - 1)")  # fmt: skip
+            lines.append(
+                "one new seed has no spread of its own: the test assumes it varies "
+                f"as the row's seeds do (pooled variance, df = {n_old} - 1)"
+            )
         if self.tost_p is None or self.tost_interval is None or self.margin is None:
             lines.append(f"{TOST}: not made, the row has no MDD to serve as the margin")
         else:
@@ -339,17 +365,22 @@ class Agreement:
                 + (", though by less than the row's MDD" if self.equivalent else "")
             )
         elif self.equivalent:
-            lines.append("=> agrees: no significant difference, and the difference is within "
-                         "what the row's seeds can resolve")  # fmt: skip
+            lines.append(
+                "=> agrees: no significant difference, and the difference is within "
+                "what the row's seeds can resolve"
+            )
         else:
-            lines.append("=> consistent: no significant difference, but these seeds cannot show "
-                         "that the difference is below the row's MDD (more seeds might: "
-                         "--seeds N); exit 0, since the t-test decides")  # fmt: skip
+            lines.append(
+                "=> consistent: no significant difference, but these seeds cannot show "
+                "that the difference is below the row's MDD (more seeds might: "
+                "--seeds N); exit 0, since the t-test decides"
+            )
         return lines
 
 
-def agreement(recorded: Sequence[float], new: Sequence[float], margin: float | None,
-              alpha: float = ALPHA) -> Agreement:  # fmt: skip
+def agreement(
+    recorded: Sequence[float], new: Sequence[float], margin: float | None, alpha: float = ALPHA
+) -> Agreement:
     """Test new seeds' headlines against a row's per-seed headlines.
 
     The t-test asks whether the new headlines could come from the row's distribution:
@@ -363,8 +394,9 @@ def agreement(recorded: Sequence[float], new: Sequence[float], margin: float | N
     Raises ValueError with fewer than 2 recorded or no new headlines."""
     old, fresh = np.asarray(recorded, dtype=float), np.asarray(new, dtype=float)
     if len(old) < 2:
-        raise ValueError(f"a statistical check needs at least 2 recorded seeds (their spread), "
-                         f"got {len(old)}")  # fmt: skip
+        raise ValueError(
+            f"a statistical check needs at least 2 recorded seeds (their spread), got {len(old)}"
+        )
     if len(fresh) < 1:
         raise ValueError("a statistical check needs at least 1 new headline, got none")
     if not 0 < alpha < 0.5:
@@ -397,11 +429,20 @@ def agreement(recorded: Sequence[float], new: Sequence[float], margin: float | N
         else:
             tost_p, tost_interval = (0.0 if abs(diff) <= margin else 1.0), (diff, diff)
     return Agreement(
-        recorded=tuple(float(v) for v in old), new=tuple(float(v) for v in fresh),
-        margin=margin, test=test, difference=diff, se=se, dof=dof, t=t, p=p,
-        accept=(mean_old - half, mean_old + half), tost_p=tost_p,
-        tost_interval=tost_interval, alpha=alpha,
-    )  # fmt: skip
+        recorded=tuple(float(v) for v in old),
+        new=tuple(float(v) for v in fresh),
+        margin=margin,
+        test=test,
+        difference=diff,
+        se=se,
+        dof=dof,
+        t=t,
+        p=p,
+        accept=(mean_old - half, mean_old + half),
+        tost_p=tost_p,
+        tost_interval=tost_interval,
+        alpha=alpha,
+    )
 
 
 def seed_of(run_dir: Path) -> int:
@@ -455,9 +496,16 @@ def chosen_runs(target: Target, count: int) -> list[Path]:
     return (target.first + rest)[:count]
 
 
-def reproduce(target: str, leaderboards: Path, *, statistical: bool = False,
-              seeds: int | None = None, model_path: Path | None = None,
-              verbose: bool = False, say: Callable[[str], None] = print) -> int:  # fmt: skip
+def reproduce(
+    target: str,
+    leaderboards: Path,
+    *,
+    statistical: bool = False,
+    seeds: int | None = None,
+    model_path: Path | None = None,
+    verbose: bool = False,
+    say: Callable[[str], None] = print,
+) -> int:
     """`harness reproduce`: an exact check where this machine can give the recorded numbers
     bit for bit (``exact_obstacle``) and ``statistical`` is not asked for, a statistical
     one otherwise. ``seeds``: how many runs to re-run (default: for an exact check all of
@@ -466,8 +514,10 @@ def reproduce(target: str, leaderboards: Path, *, statistical: bool = False,
     through ``say``; returns the exit status (0 agree, 1 not)."""
     found = resolve_target(target, leaderboards)
     if seeds is not None and not 1 <= seeds <= len(found.runs):
-        raise ConfigError(f"--seeds {seeds}: {found.name} has {len(found.runs)} run(s) to "
-                          f"re-run; give 1 to {len(found.runs)}")  # fmt: skip
+        raise ConfigError(
+            f"--seeds {seeds}: {found.name} has {len(found.runs)} run(s) to "
+            f"re-run; give 1 to {len(found.runs)}"
+        )
     deciding = found.first or found.runs  # a run folder: its own setup decides
     obstacles = {d: exact_obstacle(read_config(d)) for d in deciding}
     obstacle = next((o for o in obstacles.values() if o), None)
@@ -487,22 +537,31 @@ def reproduce(target: str, leaderboards: Path, *, statistical: bool = False,
                 f"{found.runs[0].parent} holds none. Pass a row id, or reproduce on the run's "
                 "own setup"
             )
-        raise ConfigError(f"{found.name}: {why}, and a statistical verdict needs at least 2 "
-                          "recorded seeds (their spread); the row has 1")  # fmt: skip
+        raise ConfigError(
+            f"{found.name}: {why}, and a statistical verdict needs at least 2 "
+            "recorded seeds (their spread); the row has 1"
+        )
     count = seeds or min(DEFAULT_STATISTICAL_SEEDS, len(found.runs))
     chosen = chosen_runs(found, count)
     old = [recorded_headline(d) for d in found.runs]
-    why = (f"exact numbers need the run's setup, and {obstacle}" if obstacle
-           else "asked for (--statistical)")  # fmt: skip
+    why = (
+        f"exact numbers need the run's setup, and {obstacle}"
+        if obstacle
+        else "asked for (--statistical)"
+    )
     say(f"statistical check of {found.name} ({len(found.runs)} recorded seeds): {why}")
     rounded = " ".join(f"{v:.3f}" for v in old)
     if found.per_seed and rounded != " ".join(f"{v:.3f}" for v in found.per_seed):
         # leaderboard.json keeps 3 decimals: a board built under another headline rule
-        say(f"note: leaderboard.json's per-seed headlines ({' '.join(map(str, found.per_seed))})"
+        say(
+            f"note: leaderboard.json's per-seed headlines ({' '.join(map(str, found.per_seed))})"
             f" are not its runs' under the current headline ({rounded}); the test uses the "
-            "runs'")  # fmt: skip
-    say(f"re-running seed{'s' * (len(chosen) > 1)} "
-        f"{', '.join(str(seed_of(d)) for d in chosen)} on this machine")  # fmt: skip
+            "runs'"
+        )
+    say(
+        f"re-running seed{'s' * (len(chosen) > 1)} "
+        f"{', '.join(str(seed_of(d)) for d in chosen)} on this machine"
+    )
     new = []
     for run_dir in chosen:
         try:
@@ -511,8 +570,10 @@ def reproduce(target: str, leaderboards: Path, *, statistical: bool = False,
             say(f"DIFFERS {run_dir}: {exc}")
             return 1
         new.append(headline(read_config(run_dir), records))
-        say(f"  seed {seed_of(run_dir)}: headline {new[-1]:.4f} (recorded "
-            f"{old[found.runs.index(run_dir)]:.4f})  {run_dir}")  # fmt: skip
+        say(
+            f"  seed {seed_of(run_dir)}: headline {new[-1]:.4f} (recorded "
+            f"{old[found.runs.index(run_dir)]:.4f})  {run_dir}"
+        )
     result = agreement(old, new, row_mdd(old))
     say(f"{result.label} {found.name}")
     for line in result.describe():

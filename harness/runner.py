@@ -106,13 +106,17 @@ def kept_on_resume(out: Path, step: int) -> tuple[dict[Path, str], list[str]]:
             held = "no record" if reached is None else f"records up to step {reached}"
             cut = f" (then line {lines.torn}, cut short)" if lines.torn else ""
             raise UnreadableFile(
-                path, f"holds {held}{cut}, but the checkpoint to resume from is of step "
-                f"{step}: the records between are lost and a resume cannot re-do them", advice,
-            )  # fmt: skip
+                path,
+                f"holds {held}{cut}, but the checkpoint to resume from is of step "
+                f"{step}: the records between are lost and a resume cannot re-do them",
+                advice,
+            )
         if lines.torn:
-            notes.append(f"{path}: line {lines.torn}, the last, was cut short by a stop "
-                         f"mid-write (a step after the checkpoint of step {step}); dropped, "
-                         "the step is re-done")  # fmt: skip
+            notes.append(
+                f"{path}: line {lines.torn}, the last, was cut short by a stop "
+                f"mid-write (a step after the checkpoint of step {step}); dropped, "
+                "the step is re-done"
+            )
         kept = [r for r in lines.rows if isinstance(r.get("step"), int) and r["step"] <= step]
         texts[path] = "".join(json.dumps(r) + "\n" for r in kept)
     path = out / SESSIONS
@@ -122,13 +126,15 @@ def kept_on_resume(out: Path, step: int) -> tuple[dict[Path, str], list[str]]:
         except UnreadableFile as exc:
             raise exc.advised(advice) from None
         if not lines.rows:
-            raise UnreadableFile(path, "holds no session, though every start of a run "
-                                 "records one there", advice)  # fmt: skip
+            raise UnreadableFile(
+                path, "holds no session, though every start of a run records one there", advice
+            )
         if lines.torn or lines.unterminated:  # the next session's line would join it
             texts[path] = "".join(json.dumps(r) + "\n" for r in lines.rows)
         if lines.torn:
-            notes.append(f"{path}: line {lines.torn}, the last, was cut short by a stop "
-                         "mid-write; dropped")  # fmt: skip
+            notes.append(
+                f"{path}: line {lines.torn}, the last, was cut short by a stop mid-write; dropped"
+            )
     return texts, notes
 
 
@@ -172,8 +178,11 @@ def execute_run(
         except UnreadableFile as exc:
             raise exc.advised("nothing was changed: restore it to resume") from None
         except (KeyError, TypeError, AttributeError):
-            raise UnreadableFile(config_file, 'holds no run config (its "run" section)',
-                                 "nothing was changed: restore it to resume") from None  # fmt: skip
+            raise UnreadableFile(
+                config_file,
+                'holds no run config (its "run" section)',
+                "nothing was changed: restore it to resume",
+            ) from None
         recorded, now = _defining(before), _defining(config["run"])
         if recorded != now:
             fields = ", ".join(
@@ -189,8 +198,10 @@ def execute_run(
         step = load_checkpoint(checkpoint_dir, loop, found)
         kept = set_aside_damaged(found)
         for (folder, problem), target in zip(found.passed_over, kept, strict=True):
-            note(f"{problem.path}: {problem.problem}; resuming from the checkpoint of step "
-                 f"{step} ({folder.name} kept as {target.name})")  # fmt: skip
+            note(
+                f"{problem.path}: {problem.problem}; resuming from the checkpoint of step "
+                f"{step} ({folder.name} kept as {target.name})"
+            )
         for path, text in texts.items():
             write_whole(path, text, RESUME)
         for text in notes:
@@ -200,8 +211,10 @@ def execute_run(
             raise ConfigError(f"{out} already holds a run; use --resume or another --out")
         earlier = set_aside_start(out)  # a start that stopped before its first checkpoint
         if earlier is not None:
-            note(f"{out}: no checkpoint was saved before the run stopped, so it starts over; "
-                 f"what it recorded is kept in {earlier}")  # fmt: skip
+            note(
+                f"{out}: no checkpoint was saved before the run stopped, so it starts over; "
+                f"what it recorded is kept in {earlier}"
+            )
     writer = RunWriter(out)
     if loop.step_index == 0:  # a first start (a resume keeps config.json as it was)
         writer.write_config({**config, **start_weights(model_path, cfg.init, cfg.seed)})
@@ -210,8 +223,9 @@ def execute_run(
     if cfg.report_to:
         try:
             recorded = read_json(out / "config.json")
-            writer.trackers = Trackers(parse_report_to(cfg.report_to), out, recorded,
-                                       loop.step_index, experiment)  # fmt: skip
+            writer.trackers = Trackers(
+                parse_report_to(cfg.report_to), out, recorded, loop.step_index, experiment
+            )
         except BaseException:
             writer.close()
             raise
@@ -230,12 +244,21 @@ def execute_run(
     finally:
         writer.close()
     checkpoint(loop.step_index)
-    write_whole(out / COMPLETE, json.dumps({
-        "steps": loop.step_index, "flops": services.ledger.total_flops,
-        "samples": loop.samples, "wall_seconds_this_session": time.time() - started,
-        **({} if startup_seconds is None else {"startup_seconds": startup_seconds}),
-        "finished": now_iso(), "sessions": writer.sessions(),
-    }), RESUME)  # fmt: skip
+    write_whole(
+        out / COMPLETE,
+        json.dumps(
+            {
+                "steps": loop.step_index,
+                "flops": services.ledger.total_flops,
+                "samples": loop.samples,
+                "wall_seconds_this_session": time.time() - started,
+                **({} if startup_seconds is None else {"startup_seconds": startup_seconds}),
+                "finished": now_iso(),
+                "sessions": writer.sessions(),
+            }
+        ),
+        RESUME,
+    )
     return read_metrics(out) if resume else history
 
 
@@ -315,9 +338,16 @@ def row_of(name: str) -> tuple[str, str] | None:
     return (env, row) if row and env and seed.startswith("seed") else None
 
 
-def train_one(cfg: RunConfig, run_dir: Path, command: str, resume: bool,
-              generators: dict[tuple, object], on_record=None,
-              hosts: list[str] | None = None, plan: RunPlan | None = None) -> dict:  # fmt: skip
+def train_one(
+    cfg: RunConfig,
+    run_dir: Path,
+    command: str,
+    resume: bool,
+    generators: dict[tuple, object],
+    on_record=None,
+    hosts: list[str] | None = None,
+    plan: RunPlan | None = None,
+) -> dict:
     """One run of an experiment. On the local placement the generation engine of each
     model is kept in ``generators`` and reused by the next run (its weights reset per run).
     ``hosts``: place the services on these of the placement file's hosts only (a worker's
@@ -341,11 +371,21 @@ def train_one(cfg: RunConfig, run_dir: Path, command: str, resume: bool,
         services = build_services(plan, quiet=True)
     startup = time.perf_counter() - started
     try:
-        history = execute_run(cfg, run_dir, services, command=command, resume=resume,
-                              on_record=on_record, hosts=hosts,
-                              experiment=run_dir.parent.parent,
-                              startup_seconds=startup)  # fmt: skip
+        history = execute_run(
+            cfg,
+            run_dir,
+            services,
+            command=command,
+            resume=resume,
+            on_record=on_record,
+            hosts=hosts,
+            experiment=run_dir.parent.parent,
+            startup_seconds=startup,
+        )
     finally:
         services.close()
-    return {"run": run_name(cfg), "steps": history[-1]["step"],
-            "final_eval": history[-1].get("eval_reward")}  # fmt: skip
+    return {
+        "run": run_name(cfg),
+        "steps": history[-1]["step"],
+        "final_eval": history[-1].get("eval_reward"),
+    }

@@ -16,8 +16,19 @@ from typing import Any
 from harness.runner import read_metrics
 from zoo.run.runlog import read_samples
 
-COLUMNS = ("step", "kind", "index", "prompt", "completion", "reference", "reward",
-           "advantage", "kept", "finish_reason", "policy_version")  # fmt: skip
+COLUMNS = (
+    "step",
+    "kind",
+    "index",
+    "prompt",
+    "completion",
+    "reference",
+    "reward",
+    "advantage",
+    "kept",
+    "finish_reason",
+    "policy_version",
+)
 """samples.jsonl fields shown, in this order (absent ones stay empty)."""
 
 STYLE = (
@@ -134,14 +145,20 @@ def curves_svg(records: list[dict[str, Any]], width: int = 640, height: int = 24
         color, label = CURVES[name]
         if pts:
             path = " ".join(f"{x_of(s):.1f},{y_of(v):.1f}" for s, v in pts)
-            parts.append(f"<polyline class='curve' fill='none' stroke='{color}' "
-                         f"stroke-width='2' points='{path}'/>")  # fmt: skip
-            parts += [f"<circle cx='{x_of(s):.1f}' cy='{y_of(v):.1f}' r='2.5' fill='{color}'/>"
-                      for s, v in pts]  # fmt: skip
+            parts.append(
+                f"<polyline class='curve' fill='none' stroke='{color}' "
+                f"stroke-width='2' points='{path}'/>"
+            )
+            parts += [
+                f"<circle cx='{x_of(s):.1f}' cy='{y_of(v):.1f}' r='2.5' fill='{color}'/>"
+                for s, v in pts
+            ]
         x = left + 8 + 260 * i
-        parts.append(f"<line x1='{x}' y1='{top - 14}' x2='{x + 18}' y2='{top - 14}' "
-                     f"stroke='{color}' stroke-width='2'/><text class='legend' x='{x + 24}' "
-                     f"y='{top - 10}'>{label}</text>")  # fmt: skip
+        parts.append(
+            f"<line x1='{x}' y1='{top - 14}' x2='{x + 18}' y2='{top - 14}' "
+            f"stroke='{color}' stroke-width='2'/><text class='legend' x='{x + 24}' "
+            f"y='{top - 10}'>{label}</text>"
+        )
     parts.append("</svg>")
     return "".join(parts)
 
@@ -159,10 +176,13 @@ def samples_table(rows: list[dict[str, Any]], table_id: str = "samples") -> str:
             for c in COLUMNS
         )
         kind = escape(str(r.get("kind", "")))
-        body.append(f"<tr class='{kind}' data-step='{r.get('step')}' data-kind='{kind}'>"
-                    f"{cells}</tr>")  # fmt: skip
-    return (f"<table id='{table_id}'><thead><tr>{head}</tr></thead>"
-            f"<tbody>{''.join(body)}</tbody></table>")  # fmt: skip
+        body.append(
+            f"<tr class='{kind}' data-step='{r.get('step')}' data-kind='{kind}'>{cells}</tr>"
+        )
+    return (
+        f"<table id='{table_id}'><thead><tr>{head}</tr></thead>"
+        f"<tbody>{''.join(body)}</tbody></table>"
+    )
 
 
 def samples_page(run_dir: Path, title: str | None = None) -> str:
@@ -211,8 +231,10 @@ def write_samples_pages(experiment: Path) -> Path | None:
         (out / f"{d.name}.html").write_text(samples_page(d), encoding="utf-8")
         evals = [r["eval_reward"] for r in read_metrics(d) if "eval_reward" in r]
         last = f"{evals[-1]:.3f}" if evals else "-"
-        links.append(f"<tr><td><a href='{escape(d.name)}.html'>{escape(d.name)}</a></td>"
-                     f"<td>{len(read_samples(d))}</td><td>{last}</td></tr>")  # fmt: skip
+        links.append(
+            f"<tr><td><a href='{escape(d.name)}.html'>{escape(d.name)}</a></td>"
+            f"<td>{len(read_samples(d))}</td><td>{last}</td></tr>"
+        )
     plot = experiment / "plots" / "reward_vs_flops.png"
     image = "<p><img alt='reward vs FLOPs' src='../plots/reward_vs_flops.png'></p>"
     index = (

@@ -22,8 +22,11 @@ SPENT_KEY = {"flops": "flops", "samples": "samples", "seconds": "seconds", "step
 def budget_of(run: dict) -> tuple[str, float, int]:
     """(unit, amount, K evaluation points) of a run's config."""
     r = run["config"]["run"]
-    for unit, key in (("flops", "budget_flops"), ("samples", "budget_samples"),
-                      ("seconds", "budget_seconds")):  # fmt: skip
+    for unit, key in (
+        ("flops", "budget_flops"),
+        ("samples", "budget_samples"),
+        ("seconds", "budget_seconds"),
+    ):
         if r.get(key):
             return unit, float(r[key]), int(r["eval_points"])
     steps = int(r["steps"])
@@ -44,11 +47,18 @@ def load_runs(out: Path) -> list[dict]:
             run = config.get("run")
             if not isinstance(run, dict) or not {"algorithm", "env", "seed"} <= set(run):
                 raise UnreadableFile(run_dir / "config.json", "holds no run config")
-            runs.append({"dir": run_dir, "config": config, "records": records,
-                         # the row: the algorithm, or its setting in an ablation (--vary)
-                         "algorithm": run.get("variant") or run["algorithm"],
-                         "plugin": run["algorithm"], "env": run["env"],
-                         "seed": run["seed"]})  # fmt: skip
+            runs.append(
+                {
+                    "dir": run_dir,
+                    "config": config,
+                    "records": records,
+                    # the row: the algorithm, or its setting in an ablation (--vary)
+                    "algorithm": run.get("variant") or run["algorithm"],
+                    "plugin": run["algorithm"],
+                    "env": run["env"],
+                    "seed": run["seed"],
+                }
+            )
     return runs
 
 
@@ -76,8 +86,10 @@ def check_headlines(out: Path, runs: list[dict], manifest: dict) -> None:
     for run in runs:  # (a mean over checkpoints would pass over a NaN among them)
         bad = [r for r in run["records"] if not math.isfinite(r.get("eval_reward", 0.0))]
         if bad:
-            problems.append(f"{run['dir'] / 'metrics.jsonl'} gives eval_reward "
-                            f"{bad[0]['eval_reward']} at step {bad[0].get('step')}")  # fmt: skip
+            problems.append(
+                f"{run['dir'] / 'metrics.jsonl'} gives eval_reward "
+                f"{bad[0]['eval_reward']} at step {bad[0].get('step')}"
+            )
     if problems:
         more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
         raise ConfigError(
@@ -165,11 +177,20 @@ def checkpoint_rows(run: dict) -> list[dict]:
         hit = next((r for r in evals if r[SPENT_KEY[unit]] >= target - 1e-9), None)
         if hit is None:
             break  # the run did not get there (interrupted)
-        rows.append({"env": run["env"], "algorithm": run["algorithm"], "seed": run["seed"],
-                     "point": k, "budget_fraction": k / points, "flops": hit["flops"],
-                     "seconds": hit["seconds"], "reward": hit["eval_reward"],
-                     "optimizer_steps": 0.0 if k == 0 else steps_at.get(hit["step"], math.nan),
-                     **{m: hit[m] for m in SAMPLED_METRICS if m in hit}})  # fmt: skip
+        rows.append(
+            {
+                "env": run["env"],
+                "algorithm": run["algorithm"],
+                "seed": run["seed"],
+                "point": k,
+                "budget_fraction": k / points,
+                "flops": hit["flops"],
+                "seconds": hit["seconds"],
+                "reward": hit["eval_reward"],
+                "optimizer_steps": 0.0 if k == 0 else steps_at.get(hit["step"], math.nan),
+                **{m: hit[m] for m in SAMPLED_METRICS if m in hit},
+            }
+        )
     return rows
 
 
@@ -185,9 +206,14 @@ def run_scores(points: pd.DataFrame) -> pd.DataFrame:
         if d["point"].max() < last:
             continue
         tail = d[d["point"].isin(headline_checkpoints(last))]
-        row = {"env": env, "algorithm": algo, "seed": seed, "headline": tail["reward"].mean(),
-               "final": d["reward"].iloc[-1],
-               "auc": np.trapezoid(d["reward"], d["budget_fraction"])}  # fmt: skip
+        row = {
+            "env": env,
+            "algorithm": algo,
+            "seed": seed,
+            "headline": tail["reward"].mean(),
+            "final": d["reward"].iloc[-1],
+            "auc": np.trapezoid(d["reward"], d["budget_fraction"]),
+        }
         for m in SAMPLED_METRICS:
             if m in tail and tail[m].notna().all():
                 row[m.removeprefix("eval_")] = tail[m].mean()

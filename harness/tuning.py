@@ -52,8 +52,16 @@ PLAN_KEYS = {
 IN_BAND_MOST_STEPS = 0.5
 """A setting's mechanism acts when its acting share lies in the band (1-50% of its units,
 ``harness.analysis.ACTING_BAND``) on at least this share of its steps."""
-NOT_IN_PLAN_RUN = ("algorithm", "env", "model", "seed", "variant", "eval_split",
-                   "algorithm_config", "env_config")  # fmt: skip
+NOT_IN_PLAN_RUN = (
+    "algorithm",
+    "env",
+    "model",
+    "seed",
+    "variant",
+    "eval_split",
+    "algorithm_config",
+    "env_config",
+)
 """RunConfig fields a plan's [run] table cannot set: the plan names them itself, and every
 tuning run evaluates on the validation split."""
 
@@ -148,14 +156,20 @@ def load_plan(path: Path) -> TunePlan:
             f"(valid: {sorted(PLAN_KEYS)})"
         )
     grids = {name: list(g) if isinstance(g, list) else dict(g) for name, g in raw["grid"].items()}
-    plan = TunePlan(env=raw["env"], model=raw["model"], algorithms=list(raw["algorithms"]),
-                    seeds=int(raw["seeds"]), settings=int(raw["settings"]),
-                    seed_start=int(raw.get("seed_start", 100)), run=dict(raw.get("run", {})),
-                    env_config=dict(raw.get("env_config", {})), grids=grids,
-                    arms=list(raw.get("arms", [])),
-                    require_acting=bool(raw.get("require_acting", False)),
-                    extend={k: [float(v) for v in b]
-                            for k, b in raw.get("extend", {}).items()})  # fmt: skip
+    plan = TunePlan(
+        env=raw["env"],
+        model=raw["model"],
+        algorithms=list(raw["algorithms"]),
+        seeds=int(raw["seeds"]),
+        settings=int(raw["settings"]),
+        seed_start=int(raw.get("seed_start", 100)),
+        run=dict(raw.get("run", {})),
+        env_config=dict(raw.get("env_config", {})),
+        grids=grids,
+        arms=list(raw.get("arms", [])),
+        require_acting=bool(raw.get("require_acting", False)),
+        extend={k: [float(v) for v in b] for k, b in raw.get("extend", {}).items()},
+    )
     known = ALGORITHMS.names()
     for name in plan.algorithms:
         if name not in known:
@@ -165,8 +179,10 @@ def load_plan(path: Path) -> TunePlan:
     for name in plan.algorithms:
         lacking = [s for s in plan.grid_of(name) if not set(plan.arms) <= set(s)]
         if lacking:
-            raise ConfigError(f"tuning plan {path}: a setting of {name} lacks an arm key "
-                              f"{plan.arms}: {lacking[0]}")  # fmt: skip
+            raise ConfigError(
+                f"tuning plan {path}: a setting of {name} lacks an arm key "
+                f"{plan.arms}: {lacking[0]}"
+            )
         for arm, settings in plan.arms_of(name).items():
             if len(settings) != plan.settings:
                 raise ConfigError(
@@ -175,14 +191,18 @@ def load_plan(path: Path) -> TunePlan:
                 )
     for axis, bounds in plan.extend.items():
         if len(bounds) != 2 or not 0 < bounds[0] < bounds[1]:
-            raise ConfigError(f"tuning plan {path}: extend.{axis} must be [lowest, highest] with "
-                              f"0 < lowest < highest, got {bounds}")  # fmt: skip
+            raise ConfigError(
+                f"tuning plan {path}: extend.{axis} must be [lowest, highest] with "
+                f"0 < lowest < highest, got {bounds}"
+            )
         for name in plan.algorithms:
             grid = plan.grids.get(name, plan.grids.get("default"))
             if not isinstance(grid, dict) or len(grid.get(axis, [])) < 2:
-                raise ConfigError(f"tuning plan {path}: extend.{axis} needs every algorithm's "
-                                  f"grid to give {axis} as an axis of two or more values "
-                                  f"({name}'s does not)")  # fmt: skip
+                raise ConfigError(
+                    f"tuning plan {path}: extend.{axis} needs every algorithm's "
+                    f"grid to give {axis} as an axis of two or more values "
+                    f"({name}'s does not)"
+                )
     bad = set(plan.run) & set(NOT_IN_PLAN_RUN)
     if bad:
         raise ConfigError(f"tuning plan {path}: [run] cannot set {sorted(bad)}")
@@ -198,8 +218,13 @@ def base_config(plan: TunePlan, eval_split: str = "validation") -> RunConfig:
     if unknown:
         raise ConfigError(f"[run] of the tuning plan: {sorted(unknown)} are no run settings")
     settings = {**run_defaults(plan.model), **plan.run}
-    cfg = RunConfig(env=plan.env, model=plan.model, eval_split=eval_split,
-                    env_config=dict(plan.env_config), **settings)  # fmt: skip
+    cfg = RunConfig(
+        env=plan.env,
+        model=plan.model,
+        eval_split=eval_split,
+        env_config=dict(plan.env_config),
+        **settings,
+    )
     cfg.validate()
     return cfg
 
@@ -236,35 +261,52 @@ def select(out: Path, plan: TunePlan) -> dict[str, Any]:
                 raise ConfigError(f"{out}: no finished run of {label}; resume the sweep")
             s = by_row.loc[label]
             r = regime.loc[label] if label in regime.index else pd.Series(dtype=float)
-            rows.append({
-                "setting": setting, "row": label, "validation_headline": float(s.headline_mean),
-                "ci_low": float(s.ci_low), "ci_high": float(s.ci_high), "seeds": int(s.seeds),
-                "per_seed": s.per_seed,
-                "mechanism_acting": _number(r.get("mechanism_acting")),
-                "mechanism_in_band_steps": _number(r.get("mechanism_in_band_steps")),
-                "grad_clip_frac": _number(r.get("grad_clip_frac")),
-            })  # fmt: skip
+            rows.append(
+                {
+                    "setting": setting,
+                    "row": label,
+                    "validation_headline": float(s.headline_mean),
+                    "ci_low": float(s.ci_low),
+                    "ci_high": float(s.ci_high),
+                    "seeds": int(s.seeds),
+                    "per_seed": s.per_seed,
+                    "mechanism_acting": _number(r.get("mechanism_acting")),
+                    "mechanism_in_band_steps": _number(r.get("mechanism_in_band_steps")),
+                    "grad_clip_frac": _number(r.get("grad_clip_frac")),
+                }
+            )
         for row in rows:
             in_band = row["mechanism_in_band_steps"]
             row["acts"] = in_band is not None and in_band >= IN_BAND_MOST_STEPS
         eligible = [i for i, row in enumerate(rows) if row["acts"] or not plan.require_acting]
         pool = eligible or list(range(len(rows)))
         best = max(pool, key=lambda i: (rows[i]["validation_headline"], -i))
-        chosen[algorithm] = {"setting": rows[best]["setting"], "sweep": rows,
-                             "acts": rows[best]["acts"],
-                             "runner_up": runner_up_gap(rows, best)}  # fmt: skip
+        chosen[algorithm] = {
+            "setting": rows[best]["setting"],
+            "sweep": rows,
+            "acts": rows[best]["acts"],
+            "runner_up": runner_up_gap(rows, best),
+        }
     return {
-        "env": plan.env, "model": plan.model, "split": "validation",
+        "env": plan.env,
+        "model": plan.model,
+        "split": "validation",
         "seeds": list(range(plan.seed_start, plan.seed_start + plan.seeds)),
-        "settings_per_algorithm": plan.settings, "run": plan.run, "arms": plan.arms,
+        "settings_per_algorithm": plan.settings,
+        "run": plan.run,
+        "arms": plan.arms,
         "rule": "highest validation headline (mean of the last checkpoints over the tuning "
         "seeds)"
-        + (f" among the settings whose mechanism acts in band on >= {IN_BAND_MOST_STEPS:.0%} "
-           "of their steps (all settings where none does)" if plan.require_acting else "")
+        + (
+            f" among the settings whose mechanism acts in band on >= {IN_BAND_MOST_STEPS:.0%} "
+            "of their steps (all settings where none does)"
+            if plan.require_acting
+            else ""
+        )
         + "; the first in grid order on a tie",
         "require_acting": plan.require_acting,
         "algorithms": chosen,
-    }  # fmt: skip
+    }
 
 
 def extend_edges(plan: TunePlan, selection: dict[str, Any]) -> dict[str, list[str]]:
@@ -310,8 +352,13 @@ def runner_up_gap(rows: list[dict[str, Any]], best: int) -> dict[str, Any] | Non
     if len(a) != len(b) or len(a) < 2:
         return None
     mean, low, high = t_interval([x - y for x, y in zip(a, b, strict=True)])
-    return {"runner_up": rows[second]["setting"], "difference": mean, "ci_low": low,
-            "ci_high": high, "within_noise": bool(low <= 0 <= high)}  # fmt: skip
+    return {
+        "runner_up": rows[second]["setting"],
+        "difference": mean,
+        "ci_low": low,
+        "ci_high": high,
+        "within_noise": bool(low <= 0 <= high),
+    }
 
 
 def _number(value: Any) -> float | None:
@@ -341,11 +388,14 @@ def sweep_markdown(selection: dict[str, Any]) -> str:
         return "n/a" if value is None else f"{value:.2%}"
 
     if selection.get("extend"):
-        bounds = ", ".join(f"{k} within [{lo:g}, {hi:g}]" for k, (lo, hi) in
-                           selection["extend"].items())  # fmt: skip
+        bounds = ", ".join(
+            f"{k} within [{lo:g}, {hi:g}]" for k, (lo, hi) in selection["extend"].items()
+        )
         added = "; ".join(f"{a}: {', '.join(v)}" for a, v in selection.get("extended", {}).items())
-        lines[4:4] = [f"A choice on the grid's edge extends it outward ({bounds}); added: "
-                      f"{added or 'none'}.", ""]  # fmt: skip
+        lines[4:4] = [
+            f"A choice on the grid's edge extends it outward ({bounds}); added: {added or 'none'}.",
+            "",
+        ]
     for algorithm, entry in selection["algorithms"].items():
         edges = grid_edges(entry)
         for row in entry["sweep"]:
@@ -367,18 +417,29 @@ def sweep_markdown(selection: dict[str, Any]) -> str:
                 f"| {pct(row['mechanism_in_band_steps'])} | {pct(row['grad_clip_frac'])} "
                 f"| {mark} |"
             )
-    notes = [runner_up_text(a, e["runner_up"]) for a, e in selection["algorithms"].items()
-             if e.get("runner_up")]  # fmt: skip
+    notes = [
+        runner_up_text(a, e["runner_up"])
+        for a, e in selection["algorithms"].items()
+        if e.get("runner_up")
+    ]
     if notes:
-        lines += ["", "Chosen against the runner-up (paired over the tuning seeds, 95% "
-                  "t-interval of the difference):", "", *notes]  # fmt: skip
+        lines += [
+            "",
+            "Chosen against the runner-up (paired over the tuning seeds, 95% "
+            "t-interval of the difference):",
+            "",
+            *notes,
+        ]
     return "\n".join(lines) + "\n"
 
 
 def runner_up_text(algorithm: str, gap: dict[str, Any]) -> str:
     setting = ", ".join(f"{k}={v}" for k, v in gap["runner_up"].items())
-    verdict = ("**within noise**: these seeds cannot tell them apart" if gap["within_noise"]
-               else "separated")  # fmt: skip
+    verdict = (
+        "**within noise**: these seeds cannot tell them apart"
+        if gap["within_noise"]
+        else "separated"
+    )
     return (
         f"- {algorithm}: {gap['difference']:+.3f} [{gap['ci_low']:+.3f}, "
         f"{gap['ci_high']:+.3f}] over {setting}; {verdict}"

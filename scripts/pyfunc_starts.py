@@ -34,8 +34,10 @@ def measure(preset: str) -> dict[str, float]:
         "train": single.train_prompts(0, len(single._train), seed=0),
         "warm_start": single.warm_start_prompts(0, len(single._warm), seed=0),
     }
-    out = {f"{name}_1_submission": greedy_accuracy(model, single, prompts, tokens)
-           for name, prompts in splits.items()}  # fmt: skip
+    out = {
+        f"{name}_1_submission": greedy_accuracy(model, single, prompts, tokens)
+        for name, prompts in splits.items()
+    }
     episodes = greedy_episodes(model, feedback, feedback.eval_prompts(), tokens)
     out["held_out_up_to_3_submissions"] = episodes["reward"]
     out["held_out_submissions_per_episode"] = episodes["turns"]

@@ -132,10 +132,14 @@ def two_hosts():
     addresses = [f"tcp://127.0.0.1:{port}" for port in ports]
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     workers = [
-        subprocess.Popen([sys.executable, "-m", "harness", "worker", "--address", a], env=env,
-                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        subprocess.Popen(
+            [sys.executable, "-m", "harness", "worker", "--address", a],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         for a in addresses
-    ]  # fmt: skip
+    ]
     try:
         yield addresses, [w.pid for w in workers]
     finally:

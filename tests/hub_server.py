@@ -181,8 +181,9 @@ class _Handler(BaseHTTPRequestHandler):
 
     # ---- answers ----
 
-    def _send(self, status: int, body: bytes = b"", headers: dict | None = None,
-              head: bool = False) -> None:  # fmt: skip
+    def _send(
+        self, status: int, body: bytes = b"", headers: dict | None = None, head: bool = False
+    ) -> None:
         self.send_response(status)
         for k, v in {"Content-Length": str(len(body)), **(headers or {})}.items():
             self.send_header(k, v)
@@ -195,8 +196,11 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _error(self, code: str, message: str, head: bool = False, status: int = 404) -> None:
         body = json.dumps({"error": message}).encode()
-        headers = {"Content-Type": "application/json", "X-Error-Code": code,
-                   "X-Error-Message": message}  # fmt: skip
+        headers = {
+            "Content-Type": "application/json",
+            "X-Error-Code": code,
+            "X-Error-Message": message,
+        }
         self._send(status, body, headers, head=head)
 
     def _refuse(self, status: int, message: str) -> None:
@@ -277,9 +281,12 @@ class _Handler(BaseHTTPRequestHandler):
             data = repo.files.get(unquote(path))
             if data is None:
                 return self._error("EntryNotFound", f"{unquote(path)} does not exist", head)
-            headers = {"X-Repo-Commit": repo.sha, "ETag": f'"{git_blob_id(data)}"',
-                       "Accept-Ranges": "bytes",
-                       "Content-Type": "application/octet-stream"}  # fmt: skip
+            headers = {
+                "X-Repo-Commit": repo.sha,
+                "ETag": f'"{git_blob_id(data)}"',
+                "Accept-Ranges": "bytes",
+                "Content-Type": "application/octet-stream",
+            }
             ranged = re.fullmatch(r"bytes=(\d+)-(\d*)", self.headers.get("Range") or "")
             if ranged and not head:
                 start = int(ranged[1])

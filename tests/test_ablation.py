@@ -93,9 +93,12 @@ def uneven_batch() -> TrainBatch:
     """Two responses of 1 and 3 tokens: seq_mean and token_mean weigh them differently."""
     lp = torch.tensor([[-1.0, 0.0, 0.0], [-0.5, -0.2, -0.3]], requires_grad=True)
     return TrainBatch(
-        logprobs=lp, old_logprobs=lp.detach().clone(), ref_logprobs=None,
-        advantages=torch.tensor([1.0, -1.0]), mask=torch.tensor([[1.0, 0, 0], [1, 1, 1]]),
-    )  # fmt: skip
+        logprobs=lp,
+        old_logprobs=lp.detach().clone(),
+        ref_logprobs=None,
+        advantages=torch.tensor([1.0, -1.0]),
+        mask=torch.tensor([[1.0, 0, 0], [1, 1, 1]]),
+    )
 
 
 def test_aggregation_is_an_override_of_any_algorithm():
@@ -122,8 +125,21 @@ def test_an_overridden_aggregation_still_passes_the_conformance_suite():
         assert [r.name for r in results if r.passed is False] == [], name
 
 
-SMALL = ["--prompts-per-step", "16", "--eval-points", "2", "--eval-samples", "0",
-         "--checkpoint-every", "0", "--budget", "2.5e10", "--seeds", "1", "--quiet"]  # fmt: skip
+SMALL = [
+    "--prompts-per-step",
+    "16",
+    "--eval-points",
+    "2",
+    "--eval-samples",
+    "0",
+    "--checkpoint-every",
+    "0",
+    "--budget",
+    "2.5e10",
+    "--seeds",
+    "1",
+    "--quiet",
+]
 
 
 @pytest.mark.slow  # ~90 s: three tiny runs, the leaderboard and a reproduction
@@ -131,13 +147,25 @@ def test_compare_vary_runs_an_ablation_with_rows_named_by_their_overrides(
     tiny_model_path, tmp_path: Path
 ):
     result = run_harness(
-        "compare", "grpo", "--vary", "eps=0.05,0.2", "--vary", "aggregation=seq_mean,token_mean",
-        "--vary-one-at-a-time", *SMALL, "--out", "results/abl", cwd=tmp_path,
-    )  # fmt: skip
+        "compare",
+        "grpo",
+        "--vary",
+        "eps=0.05,0.2",
+        "--vary",
+        "aggregation=seq_mean,token_mean",
+        "--vary-one-at-a-time",
+        *SMALL,
+        "--out",
+        "results/abl",
+        cwd=tmp_path,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     out = tmp_path / "results" / "abl"
-    rows = ["grpo@eps=0.05,aggregation=seq_mean", "grpo@eps=0.2,aggregation=seq_mean",
-            "grpo@eps=0.05,aggregation=token_mean"]  # fmt: skip
+    rows = [
+        "grpo@eps=0.05,aggregation=seq_mean",
+        "grpo@eps=0.2,aggregation=seq_mean",
+        "grpo@eps=0.05,aggregation=token_mean",
+    ]
     assert sorted(p.name for p in (out / "runs").iterdir()) == sorted(
         f"{r}__arithmetic__seed0" for r in rows
     )
@@ -160,8 +188,9 @@ def test_compare_vary_runs_an_ablation_with_rows_named_by_their_overrides(
     assert "mechanism_acted_steps" in pd.read_csv(out / "tables" / "off_policy.csv")
 
     dirty = ["--allow-dirty"] if git_state(REPO).dirty else []  # CI's clone is clean
-    boards = run_harness("leaderboard", "--results", "results", "--out", "boards", *dirty,
-                         cwd=tmp_path)  # fmt: skip
+    boards = run_harness(
+        "leaderboard", "--results", "results", "--out", "boards", *dirty, cwd=tmp_path
+    )
     assert boards.returncode == 0, boards.stderr[-3000:]
     ids = [r["id"] for r in json.loads((tmp_path / "boards" / "leaderboard.json").read_text())]
     row_id = f"tiny__arithmetic__{rows[2]}__abl"
@@ -171,8 +200,9 @@ def test_compare_vary_runs_an_ablation_with_rows_named_by_their_overrides(
 
 
 def test_a_vary_key_no_algorithm_knows_fails_before_any_work(tmp_path: Path):
-    result = run_harness("compare", "grpo", "dapo", "--vary", "eps=0.1,0.2", *SMALL,
-                         cwd=tmp_path, timeout=120)  # fmt: skip
+    result = run_harness(
+        "compare", "grpo", "dapo", "--vary", "eps=0.1,0.2", *SMALL, cwd=tmp_path, timeout=120
+    )
     assert result.returncode == 2
     assert "eps" in result.stderr and "valid fields" in result.stderr
     assert "Traceback" not in result.stderr

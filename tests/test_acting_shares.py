@@ -126,8 +126,12 @@ def test_every_declared_mechanism_is_acting_shares_idle_at_zero():
 
 def test_mechanism_acted_reads_only_acting_shares():
     grpo = ALGORITHMS.load("grpo")
-    out_of_range_only = {"clip_low_frac": 0.3, "clip_high_frac": 0.2,
-                         "clip_low_acting_frac": 0.0, "clip_high_acting_frac": 0.0}  # fmt: skip
+    out_of_range_only = {
+        "clip_low_frac": 0.3,
+        "clip_high_frac": 0.2,
+        "clip_low_acting_frac": 0.0,
+        "clip_high_acting_frac": 0.0,
+    }
     assert not grpo.mechanism_acted(out_of_range_only)
     assert grpo.mechanism_acted({**out_of_range_only, "clip_high_acting_frac": 1e-9})
     assert not grpo.mechanism_acted({"clip_low_frac": 0.3})  # an old record: nothing to read
@@ -136,15 +140,25 @@ def test_mechanism_acted_reads_only_acting_shares():
 # --- no gradient changed: acting share exactly 0, out-of-range share above 0 ---------------
 
 OUT_OF_RANGE = {  # name -> (out-of-range shares, acting shares)
-    **{n: (("clip_low_frac", "clip_high_frac"), ("clip_low_acting_frac",
-                                                 "clip_high_acting_frac")) for n in PPO_CLIPS},
-    "gmpo": (("clip_low_frac", "clip_high_frac"),
-             ("clip_low_acting_frac", "clip_high_acting_frac")),
-    "gspo": (("seq_clip_low_frac", "seq_clip_high_frac", "clip_low_frac", "clip_high_frac"),
-             ("seq_clip_low_acting_frac", "seq_clip_high_acting_frac", "clip_low_acting_frac",
-              "clip_high_acting_frac")),
+    **{
+        n: (("clip_low_frac", "clip_high_frac"), ("clip_low_acting_frac", "clip_high_acting_frac"))
+        for n in PPO_CLIPS
+    },
+    "gmpo": (
+        ("clip_low_frac", "clip_high_frac"),
+        ("clip_low_acting_frac", "clip_high_acting_frac"),
+    ),
+    "gspo": (
+        ("seq_clip_low_frac", "seq_clip_high_frac", "clip_low_frac", "clip_high_frac"),
+        (
+            "seq_clip_low_acting_frac",
+            "seq_clip_high_acting_frac",
+            "clip_low_acting_frac",
+            "clip_high_acting_frac",
+        ),
+    ),
     "cispo": (("capped_frac",), ("capped_acting_frac",)),
-}  # fmt: skip
+}
 
 
 @pytest.mark.parametrize("name", sorted(OUT_OF_RANGE))
@@ -159,8 +173,10 @@ def test_zero_advantages_act_nowhere_though_ratios_are_out_of_range(name):
 @pytest.mark.parametrize("name", sorted(set(OUT_OF_RANGE) - {"cispo"}))
 def test_ratios_past_the_bound_the_advantage_does_not_push_act_nowhere(name):
     case = wrong_side_case()
-    off = {"gmpo": {"clip_low": 1 / OFF, "clip_high": OFF},
-           "gspo": {"eps_low": OFF, "eps_high": OFF}}.get(name) or PPO_CLIPS[name]  # fmt: skip
+    off = {
+        "gmpo": {"clip_low": 1 / OFF, "clip_high": OFF},
+        "gspo": {"eps_low": OFF, "eps_high": OFF},
+    }.get(name) or PPO_CLIPS[name]
     selection = NO_COV_SELECTION if name == "clip_cov" else {}
     with_clip, metrics = run(name, case, **selection)
     without, _ = run(name, case, **off, **selection)
@@ -336,9 +352,12 @@ def test_micro_batched_steps_give_the_whole_batchs_sequence_shares(tiny_path):
         steps[micro] = trainer.step(batch, algo.loss)
     sequences = 7
     # by row: 0 high acting; 1 low acting; 2 high, A < 0; 5 high, A = 0; 6 low, A > 0
-    want = {"seq_clip_high_frac": 3 / sequences, "seq_clip_low_frac": 2 / sequences,
-            "seq_clip_high_acting_frac": 1 / sequences,
-            "seq_clip_low_acting_frac": 1 / sequences}  # fmt: skip
+    want = {
+        "seq_clip_high_frac": 3 / sequences,
+        "seq_clip_low_frac": 2 / sequences,
+        "seq_clip_high_acting_frac": 1 / sequences,
+        "seq_clip_low_acting_frac": 1 / sequences,
+    }
     for micro, metrics in steps.items():
         for key, value in want.items():
             assert metrics[key] == pytest.approx(value, abs=1e-12), (micro, key)
@@ -355,24 +374,49 @@ def test_micro_batched_steps_give_the_whole_batchs_sequence_shares(tiny_path):
 def fake_run(algorithm: str, steps: list[dict]) -> dict:
     records = [{"step": 0}, *({"step": k + 1, **r} for k, r in enumerate(steps))]
     config = {"run": {"mini_batches": 4, "epochs": 1, "correction": "none"}}
-    return {"env": "arithmetic", "algorithm": algorithm, "plugin": algorithm,
-            "config": config, "records": records, "seed": 0}  # fmt: skip
+    return {
+        "env": "arithmetic",
+        "algorithm": algorithm,
+        "plugin": algorithm,
+        "config": config,
+        "records": records,
+        "seed": 0,
+    }
 
 
 def test_mechanism_acted_steps_counts_acting_shares_and_is_blank_for_old_runs():
     from harness.analysis import off_policy_table
 
     old = fake_run("grpo", [{"ratio_mean": 1.0, "clip_low_frac": 0.01, "clip_high_frac": 0.02}] * 3)
-    new = fake_run("gspo", [
-        {"seq_clip_low_frac": 0.4, "seq_clip_low_acting_frac": 0.0,
-         "seq_clip_high_frac": 0.3, "seq_clip_high_acting_frac": 0.0},
-        {"seq_clip_low_frac": 0.4, "seq_clip_low_acting_frac": 0.1,
-         "seq_clip_high_frac": 0.3, "seq_clip_high_acting_frac": 0.0},
-        {"seq_clip_low_frac": 0.4, "seq_clip_low_acting_frac": 0.0,
-         "seq_clip_high_frac": 0.3, "seq_clip_high_acting_frac": 0.0},
-        {"seq_clip_low_frac": 0.4, "seq_clip_low_acting_frac": 0.0,
-         "seq_clip_high_frac": 0.3, "seq_clip_high_acting_frac": 0.2},
-    ])  # fmt: skip
+    new = fake_run(
+        "gspo",
+        [
+            {
+                "seq_clip_low_frac": 0.4,
+                "seq_clip_low_acting_frac": 0.0,
+                "seq_clip_high_frac": 0.3,
+                "seq_clip_high_acting_frac": 0.0,
+            },
+            {
+                "seq_clip_low_frac": 0.4,
+                "seq_clip_low_acting_frac": 0.1,
+                "seq_clip_high_frac": 0.3,
+                "seq_clip_high_acting_frac": 0.0,
+            },
+            {
+                "seq_clip_low_frac": 0.4,
+                "seq_clip_low_acting_frac": 0.0,
+                "seq_clip_high_frac": 0.3,
+                "seq_clip_high_acting_frac": 0.0,
+            },
+            {
+                "seq_clip_low_frac": 0.4,
+                "seq_clip_low_acting_frac": 0.0,
+                "seq_clip_high_frac": 0.3,
+                "seq_clip_high_acting_frac": 0.2,
+            },
+        ],
+    )
     table = off_policy_table([old, new]).set_index("algorithm")
     assert table.loc["grpo", "clip_high_frac"] == pytest.approx(0.02)
     assert math.isnan(table.loc["grpo", "mechanism_acted_steps"])  # not from clip_*_frac
@@ -391,8 +435,12 @@ def test_the_leaderboard_cell_says_what_the_mechanism_did(tmp_path):
     from harness.analysis import off_policy_table
     from harness.leaderboard import mechanism_cells
 
-    step = {"clip_low_frac": 0.02, "clip_low_acting_frac": 0.01,
-            "clip_high_frac": 0.01, "clip_high_acting_frac": 0.01}  # fmt: skip
+    step = {
+        "clip_low_frac": 0.02,
+        "clip_low_acting_frac": 0.01,
+        "clip_high_frac": 0.01,
+        "clip_high_acting_frac": 0.01,
+    }
     # the second step acts on 0.5% of tokens: on a step, not inside the 1-50% band
     below = {**step, "clip_low_acting_frac": 0.004, "clip_high_acting_frac": 0.001}
     grpo = fake_run("grpo", [step, below])

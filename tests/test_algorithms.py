@@ -19,8 +19,18 @@ from zoo.algorithms import ALGORITHMS, get_algorithm, list_algorithms
 from zoo.core.config import ConfigError, field_docs
 from zoo.core.types import TrainBatch
 
-BUILTINS = ["grpo", "dr_grpo", "dapo", "cispo", "gspo", "sapo", "custom", "rloo", "reinforce_pp",
-            "opo"]  # fmt: skip
+BUILTINS = [
+    "grpo",
+    "dr_grpo",
+    "dapo",
+    "cispo",
+    "gspo",
+    "sapo",
+    "custom",
+    "rloo",
+    "reinforce_pp",
+    "opo",
+]
 GROUP_NORM_K3 = {"advantage": "group_norm", "kl": "k3"}
 ENTROPY_OFF = {"entropy_coef": 0.0, "entropy_top_share": 1.0}  # zoo/core/entropy.py
 PPO_CLIP = {"loss": "ppo_clip"}  # zoo.core.losses.POLICY_LOSSES

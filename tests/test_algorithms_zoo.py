@@ -20,12 +20,23 @@ NEW = ["gpg", "gmpo", "clip_cov", "kl_cov"]
 DEFAULTS = {  # docs/algorithms.md
     "gpg": {"std_norm": False, "valid_correction": True, "beta": 0.0},
     "gmpo": {"clip_low": math.exp(-0.4), "clip_high": math.exp(0.4), "beta": 0.0},
-    "clip_cov": {"cov_clip_ratio": 2e-4, "cov_low": 1.0, "cov_high": 5.0, "eps_low": 1.0,
-                 "eps_high": 1.0, "seed": 0, "beta": 0.0},
+    "clip_cov": {
+        "cov_clip_ratio": 2e-4,
+        "cov_low": 1.0,
+        "cov_high": 5.0,
+        "eps_low": 1.0,
+        "eps_high": 1.0,
+        "seed": 0,
+        "beta": 0.0,
+    },
     "kl_cov": {"kl_cov_ratio": 2e-3, "kl_coef": 1.0, "beta": 0.0},
-}  # fmt: skip
-AGGREGATION = {"gpg": "token_mean", "gmpo": "seq_mean", "clip_cov": "token_mean",
-               "kl_cov": "token_mean"}  # fmt: skip
+}
+AGGREGATION = {
+    "gpg": "token_mean",
+    "gmpo": "seq_mean",
+    "clip_cov": "token_mean",
+    "kl_cov": "token_mean",
+}
 
 # --- the hand batch: B = 3, T = 4; row 1's last position is padding with a junk ratio ------
 LP = [[-0.1, -1.2, -0.3, -2.6], [-0.7, -2.9, -0.2, -9.0], [-0.2, -1.5, -0.05, -0.8]]
@@ -288,8 +299,10 @@ class SelectsAndDetaches(Algorithm):
         keep[:, 0] = 0.0
         per_token = -torch.exp(log_ratio(batch)) * batch.token_advantages * keep
         selected = float(((keep == 0) & (batch.mask > 0)).sum()) / max(float(batch.mask.sum()), 1)
-        return LossOutput(aggregate(per_token, batch, self.aggregation),
-                          {"selected_frac": selected * self.reported})  # fmt: skip
+        return LossOutput(
+            aggregate(per_token, batch, self.aggregation),
+            {"selected_frac": selected * self.reported},
+        )
 
 
 class UnderReportsItsSelection(SelectsAndDetaches):

@@ -31,15 +31,17 @@ def tool_metrics(step: int, seed: int, calls_gain: float) -> dict:
     """Made-up multi-turn step metrics: tool calls grow by ``calls_gain`` per step (each
     call one more turn), success rises with the step; the seed shifts calls by 0.1."""
     calls = calls_gain * step + 0.1 * seed
-    return {"turns_mean": 1 + calls, "tool_calls_mean": calls,
-            "tool_success_rate": step / STEPS}  # fmt: skip
+    return {"turns_mean": 1 + calls, "tool_calls_mean": calls, "tool_success_rate": step / STEPS}
 
 
 def eval_tool_metrics(step: int, seed: int, calls_gain: float) -> dict:
     """The held-out counterpart: half the training calls, success one step ahead."""
     calls = calls_gain * step / 2 + 0.1 * seed
-    return {"eval_turns_mean": 1 + calls, "eval_tool_calls_mean": calls,
-            "eval_tool_success_rate": min(1.0, (step + 1) / STEPS)}  # fmt: skip
+    return {
+        "eval_turns_mean": 1 + calls,
+        "eval_tool_calls_mean": calls,
+        "eval_tool_success_rate": min(1.0, (step + 1) / STEPS),
+    }
 
 
 def write_run(out: Path, algorithm: str, env: str, seed: int, calls_gain: float | None) -> None:
@@ -48,8 +50,15 @@ def write_run(out: Path, algorithm: str, env: str, seed: int, calls_gain: float 
     is None (a single-turn env)."""
     run_dir = out / "runs" / f"{algorithm}__{env}__seed{seed}"
     run_dir.mkdir(parents=True)
-    run = {"algorithm": algorithm, "env": env, "seed": seed, "steps": STEPS,
-           "eval_every": EVAL_EVERY, "mini_batches": 1, "epochs": 1}  # fmt: skip
+    run = {
+        "algorithm": algorithm,
+        "env": env,
+        "seed": seed,
+        "steps": STEPS,
+        "eval_every": EVAL_EVERY,
+        "mini_batches": 1,
+        "epochs": 1,
+    }
     (run_dir / "config.json").write_text(json.dumps({"run": run}))
     records = []
     for step in range(STEPS + 1):
@@ -58,8 +67,9 @@ def write_run(out: Path, algorithm: str, env: str, seed: int, calls_gain: float 
         if step > 0:
             record["reward_mean"] = 0.1 * step
             for p in PHASES:
-                record.update({f"{p}_flops": flops / len(PHASES), f"{p}_seconds": 0.1,
-                               f"{p}_tokens": 100})  # fmt: skip
+                record.update(
+                    {f"{p}_flops": flops / len(PHASES), f"{p}_seconds": 0.1, f"{p}_tokens": 100}
+                )
             if calls_gain is not None:
                 record.update(tool_metrics(step, seed, calls_gain))
         if step % EVAL_EVERY == 0:
@@ -73,8 +83,12 @@ def write_run(out: Path, algorithm: str, env: str, seed: int, calls_gain: float 
 def write_experiment(out: Path, runs: list[tuple[str, str, int, float | None]]) -> Path:
     out.mkdir()
     machine = {"cpu": "test", "cores": 1, "memory_gib": 1, "torch_threads": 1}
-    manifest = {"command": "python -m harness compare (synthetic)", "created": "today",
-                "versions": {"forge-zoo": "test"}, "machine": machine}  # fmt: skip
+    manifest = {
+        "command": "python -m harness compare (synthetic)",
+        "created": "today",
+        "versions": {"forge-zoo": "test"},
+        "machine": machine,
+    }
     (out / "experiment.json").write_text(json.dumps(manifest))
     for run in runs:
         write_run(out, *run)
@@ -84,9 +98,13 @@ def write_experiment(out: Path, runs: list[tuple[str, str, int, float | None]]) 
 # grpo: two seeds, 0.5 more tool calls a step; dapo: one seed, 0.25; plus single-turn
 # runs of another env (every algorithm runs every env, as the performance profile asks),
 # which the tool-use table and plot must leave out.
-MIXED = [("grpo", "tool_arithmetic", 0, 0.5), ("grpo", "tool_arithmetic", 1, 0.5),
-         ("dapo", "tool_arithmetic", 0, 0.25), ("grpo", "arithmetic", 0, None),
-         ("dapo", "arithmetic", 0, None)]  # fmt: skip
+MIXED = [
+    ("grpo", "tool_arithmetic", 0, 0.5),
+    ("grpo", "tool_arithmetic", 1, 0.5),
+    ("dapo", "tool_arithmetic", 0, 0.25),
+    ("grpo", "arithmetic", 0, None),
+    ("dapo", "arithmetic", 0, None),
+]
 
 
 @pytest.fixture(scope="module")
@@ -150,13 +168,34 @@ def test_evaluation_table_splits_the_headlines_noise_and_the_evaluations_cost():
 
     runs, rows = [], []
     for seed in (0, 1):
-        records = [{"step": 4 * k, "eval_reward": 0.2 + 0.1 * k + 0.01 * seed,
-                    "eval_seconds": 10.0 if k == 4 else 2.0,
-                    **({"eval_mean_at_4": 0.3} if k == 4 else {})} for k in range(5)]  # fmt: skip
-        runs.append({"env": "arithmetic", "algorithm": "grpo", "seed": seed,
-                     "config": {"run": {"env": "arithmetic"}}, "records": records})  # fmt: skip
-        rows += [{"env": "arithmetic", "algorithm": "grpo", "seed": seed, "point": k,
-                  "reward": r["eval_reward"]} for k, r in enumerate(records)]  # fmt: skip
+        records = [
+            {
+                "step": 4 * k,
+                "eval_reward": 0.2 + 0.1 * k + 0.01 * seed,
+                "eval_seconds": 10.0 if k == 4 else 2.0,
+                **({"eval_mean_at_4": 0.3} if k == 4 else {}),
+            }
+            for k in range(5)
+        ]
+        runs.append(
+            {
+                "env": "arithmetic",
+                "algorithm": "grpo",
+                "seed": seed,
+                "config": {"run": {"env": "arithmetic"}},
+                "records": records,
+            }
+        )
+        rows += [
+            {
+                "env": "arithmetic",
+                "algorithm": "grpo",
+                "seed": seed,
+                "point": k,
+                "reward": r["eval_reward"],
+            }
+            for k, r in enumerate(records)
+        ]
     table = evaluation_table(runs, pd.DataFrame(rows), headline_points=3).iloc[0]
     assert table["runs"] == 2 and table["evaluations_per_run"] == 5
     assert table["greedy_s"] == pytest.approx(2.0) and table["sampled_s"] == pytest.approx(10.0)

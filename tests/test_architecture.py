@@ -131,8 +131,13 @@ def test_the_walk_sees_function_level_imports_and_skips_type_checking_ones(tmp_p
 def test_every_layer_is_a_folder_of_its_own():
     """The layers show in the tree: zoo/core holds the plugin-facing contracts only."""
     assert {p.name for p in (REPO / "zoo" / "core").glob("*.py")} == {
-        "__init__.py", "types.py", "config.py", "registry.py", "losses.py", "entropy.py",
-    }  # fmt: skip
+        "__init__.py",
+        "types.py",
+        "config.py",
+        "registry.py",
+        "losses.py",
+        "entropy.py",
+    }
 
 
 def test_the_list_of_long_modules_names_each_one_with_its_size():
@@ -140,10 +145,14 @@ def test_the_list_of_long_modules_names_each_one_with_its_size():
     over 400 lines is listed and no other, each with a count within 10% of its file's."""
     doc = (REPO / "docs" / "architecture.md").read_text()
     section = doc.split("### Modules over 400 lines", 1)[1].split("\n#", 1)[0]
-    listed = {m[1]: int(m[2]) for m in re.finditer(r"^- `([\w/.]+\.py)` \((\d+)\)", section,
-                                                   flags=re.MULTILINE)}  # fmt: skip
-    sizes = {str(path.relative_to(REPO)): len(path.read_text().splitlines())
-             for path in module_names().values()}  # fmt: skip
+    listed = {
+        m[1]: int(m[2])
+        for m in re.finditer(r"^- `([\w/.]+\.py)` \((\d+)\)", section, flags=re.MULTILINE)
+    }
+    sizes = {
+        str(path.relative_to(REPO)): len(path.read_text().splitlines())
+        for path in module_names().values()
+    }
     long = {path for path, lines in sizes.items() if lines > 400}
     assert set(listed) == long, (
         f"unlisted: {sorted(long - set(listed))}; listed but not over 400 lines or gone: "
@@ -168,9 +177,23 @@ def test_only_the_warm_start_command_imports_the_warm_start():
 def test_a_run_does_not_load_the_warm_start(tmp_path):
     """Dynamically: a one-step run of the tiny model never imports zoo.warm_start
     (PYTHONPROFILEIMPORTTIME makes Python list every module it imports on stderr)."""
-    result = run_harness("run", "grpo", "--steps", "1", "--prompts-per-step", "4",
-                         "--eval-points", "1", "--eval-samples", "4", "--quiet", "--out", "run",
-                         cwd=tmp_path, env={"PYTHONPROFILEIMPORTTIME": "1"})  # fmt: skip
+    result = run_harness(
+        "run",
+        "grpo",
+        "--steps",
+        "1",
+        "--prompts-per-step",
+        "4",
+        "--eval-points",
+        "1",
+        "--eval-samples",
+        "4",
+        "--quiet",
+        "--out",
+        "run",
+        cwd=tmp_path,
+        env={"PYTHONPROFILEIMPORTTIME": "1"},
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     imported = set(re.findall(r"\|\s+([\w.]+)$", result.stderr, flags=re.MULTILINE))
     assert {"zoo.run.loop", "zoo.models.tiny"} <= imported  # the listing works

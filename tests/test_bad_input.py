@@ -26,55 +26,100 @@ def run_case(tmp_path: Path) -> dict[str, tuple[list[str], str]]:
     a_file = str(tmp_path / "a-file")
     return {
         "digits 1e999": (["run", "grpo", "--env-set", "digits=1e999", *out], "out of range"),
-        "eval_size -1e999": (["run", "grpo", "--env-set", "eval_size=-1e999", *out],
-                             "out of range"),
-        "eval_size 1e12": (["run", "grpo", "--env-set", "digits=20", "--env-set",
-                            "eval_size=1e12", *out], "eval_size must be <= 100000"),
-        "max_turns 1e999": (["run", "grpo", "--env", "tool_arithmetic", "--env-set",
-                             "max_turns=1e999", *out], "max_turns must be <= 1000"),
-        "max_turns 1e9": (["run", "grpo", "--env", "tool_arithmetic", "--env-set",
-                           "max_turns=1000000000", *out], "max_turns must be <= 1000"),
-        "memory_mb 1e12": (["run", "grpo", "--env", "tool_arithmetic", "--env-set",
-                            "memory_mb=1e12", *out], "this machine's memory"),
+        "eval_size -1e999": (
+            ["run", "grpo", "--env-set", "eval_size=-1e999", *out],
+            "out of range",
+        ),
+        "eval_size 1e12": (
+            ["run", "grpo", "--env-set", "digits=20", "--env-set", "eval_size=1e12", *out],
+            "eval_size must be <= 100000",
+        ),
+        "max_turns 1e999": (
+            ["run", "grpo", "--env", "tool_arithmetic", "--env-set", "max_turns=1e999", *out],
+            "max_turns must be <= 1000",
+        ),
+        "max_turns 1e9": (
+            ["run", "grpo", "--env", "tool_arithmetic", "--env-set", "max_turns=1000000000", *out],
+            "max_turns must be <= 1000",
+        ),
+        "memory_mb 1e12": (
+            ["run", "grpo", "--env", "tool_arithmetic", "--env-set", "memory_mb=1e12", *out],
+            "this machine's memory",
+        ),
         "eps 1e999": (["run", "grpo", "--set", "eps=1e999", *out], "finite"),
         "steps 1e23": (["run", "grpo", "--steps", "1e23", *out], "steps must be <= 1000000"),
-        "steps 10**23": (["run", "grpo", "--steps", "1" + "0" * 23, *out],
-                         "steps must be <= 1000000"),
+        "steps 10**23": (
+            ["run", "grpo", "--steps", "1" + "0" * 23, *out],
+            "steps must be <= 1000000",
+        ),
         "steps 1.5": (["run", "grpo", "--steps", "1.5", *out], "not an integer"),
         "seed 1e23": (["run", "grpo", "--seed", "1e23", *out], "int64"),
         "seed -1": (["run", "grpo", "--seed", "-1", *out], "seed must be >= 0, got -1"),
         "budget samples 1e30": (["run", "grpo", "--budget-samples", "1e30", *out], "int64"),
-        "eval points 1e15": (["run", "grpo", "--budget", "1e15", "--eval-points", "1e15", *out],
-                             "eval_points must be <= 10000"),
+        "eval points 1e15": (
+            ["run", "grpo", "--budget", "1e15", "--eval-points", "1e15", *out],
+            "eval_points must be <= 10000",
+        ),
         "run out a file": (["run", "grpo", "--out", a_file], "is a file, not a folder"),
-        "run out under a file": (["run", "grpo", "--out", f"{a_file}/run"],
-                                 "no folder can be made under it"),
-        "run out in /proc": (["run", "grpo", "--out", "/proc/forge-zoo-run"],
-                             "cannot make a folder in /proc"),
-        "run out a long name": (["run", "grpo", "--out", str(tmp_path / LONG_NAME)],
-                                "300 bytes long"),
+        "run out under a file": (
+            ["run", "grpo", "--out", f"{a_file}/run"],
+            "no folder can be made under it",
+        ),
+        "run out in /proc": (
+            ["run", "grpo", "--out", "/proc/forge-zoo-run"],
+            "cannot make a folder in /proc",
+        ),
+        "run out a long name": (
+            ["run", "grpo", "--out", str(tmp_path / LONG_NAME)],
+            "300 bytes long",
+        ),
         "run out empty": (["run", "grpo", "--out", ""], "not a folder name"),
-        "run resume an empty folder": (["run", "grpo", "--resume", "--out",
-                                        str(tmp_path / "empty")], "holds no run"),
+        "run resume an empty folder": (
+            ["run", "grpo", "--resume", "--out", str(tmp_path / "empty")],
+            "holds no run",
+        ),
         "run resume a missing folder": (["run", "grpo", "--resume", *out], "holds no run"),
         "compare out a file": (["compare", "grpo", "--out", a_file], "is a file, not a folder"),
-        "compare out under a file": (["compare", "grpo", "--out", f"{a_file}/x"],
-                                     "no folder can be made under it"),
-        "compare out in /proc": (["compare", "grpo", "--out", "/proc/forge-zoo-compare"],
-                                 "cannot make a folder in /proc"),
-        "compare out a long name": (["compare", "grpo", "--out", str(tmp_path / LONG_NAME)],
-                                    "300 bytes long"),
-        "compare resume an empty folder": (["compare", "grpo", "--resume", "--out",
-                                            str(tmp_path / "empty")], "holds no experiment"),
-        "compare seeds 1e12": (["compare", "grpo", "--seeds", "1e12", *out],
-                               "10000 at most"),
-        "compare jobs 1e18": (["compare", "grpo", "--jobs", "1e18", *out],
-                              "--jobs must be <= 10000"),
-        "compare grid too large": (["compare", "grpo", "--vary", "eps=0.1,0.2", "--vary",
-                                    "beta=0,0.1", "--seeds", "5000", *out], "20000 runs"),
-        "compare run name too long": (["compare", "grpo", "--vary", f"eps=0.{'1' * 250}",
-                                       *out], "280 bytes long"),
-    }  # fmt: skip
+        "compare out under a file": (
+            ["compare", "grpo", "--out", f"{a_file}/x"],
+            "no folder can be made under it",
+        ),
+        "compare out in /proc": (
+            ["compare", "grpo", "--out", "/proc/forge-zoo-compare"],
+            "cannot make a folder in /proc",
+        ),
+        "compare out a long name": (
+            ["compare", "grpo", "--out", str(tmp_path / LONG_NAME)],
+            "300 bytes long",
+        ),
+        "compare resume an empty folder": (
+            ["compare", "grpo", "--resume", "--out", str(tmp_path / "empty")],
+            "holds no experiment",
+        ),
+        "compare seeds 1e12": (["compare", "grpo", "--seeds", "1e12", *out], "10000 at most"),
+        "compare jobs 1e18": (
+            ["compare", "grpo", "--jobs", "1e18", *out],
+            "--jobs must be <= 10000",
+        ),
+        "compare grid too large": (
+            [
+                "compare",
+                "grpo",
+                "--vary",
+                "eps=0.1,0.2",
+                "--vary",
+                "beta=0,0.1",
+                "--seeds",
+                "5000",
+                *out,
+            ],
+            "20000 runs",
+        ),
+        "compare run name too long": (
+            ["compare", "grpo", "--vary", f"eps=0.{'1' * 250}", *out],
+            "280 bytes long",
+        ),
+    }
 
 
 CASES = list(run_case(Path("/x")))
@@ -138,9 +183,11 @@ def test_a_checkpoint_holding_code_is_refused_unrun(tmp_path):
     assert not planted.exists()
     assert "\n" not in str(refused.value)  # main() prints it as its one "error:" line
     # what a checkpoint holds (counters, an optimizer state dict, the version) loads
-    state = {"loop": {"step_index": 3, "ledger": {"flops": {"train": 1.5}}},
-             "optimizer": torch.optim.AdamW([torch.nn.Parameter(torch.ones(2))]).state_dict(),
-             "version": 3}  # fmt: skip
+    state = {
+        "loop": {"step_index": 3, "ledger": {"flops": {"train": 1.5}}},
+        "optimizer": torch.optim.AdamW([torch.nn.Parameter(torch.ones(2))]).state_dict(),
+        "version": 3,
+    }
     torch.save(state, tmp_path / STATE_FILE)
     assert load_state_file(tmp_path / STATE_FILE) == state
 

@@ -9,8 +9,9 @@ from harness_cli import run_harness
 
 
 def test_an_unknown_benchmark_is_refused_with_the_valid_names(tmp_path):
-    result = run_harness("bench", "--only", "nope", "--out", str(tmp_path), cwd=tmp_path,
-                         timeout=120)  # fmt: skip
+    result = run_harness(
+        "bench", "--only", "nope", "--out", str(tmp_path), cwd=tmp_path, timeout=120
+    )
     assert result.returncode == 2
     assert "rl_step" in result.stderr and "sandbox" in result.stderr
 
@@ -18,8 +19,18 @@ def test_an_unknown_benchmark_is_refused_with_the_valid_names(tmp_path):
 @pytest.mark.slow  # ~10 s: two benchmarks end to end
 def test_utilisation_and_sandbox_benchmarks_write_their_tables(tmp_path, tiny_model_path):
     (tmp_path / "gpu_check.md").write_text("## GPU check\n\nkept verbatim\n")
-    result = run_harness("bench", "--quick", "--only", "utilisation", "--only", "sandbox",
-                         "--out", str(tmp_path), cwd=tmp_path, timeout=600)  # fmt: skip
+    result = run_harness(
+        "bench",
+        "--quick",
+        "--only",
+        "utilisation",
+        "--only",
+        "sandbox",
+        "--out",
+        str(tmp_path),
+        cwd=tmp_path,
+        timeout=600,
+    )
     assert result.returncode == 0, result.stderr
     report = (tmp_path / "performance.md").read_text()
     assert "## 3. Training utilisation" in report and "## 5. Sandbox executions" in report
@@ -30,13 +41,19 @@ def test_utilisation_and_sandbox_benchmarks_write_their_tables(tmp_path, tiny_mo
 
 @pytest.mark.slow
 def test_every_benchmark_runs_on_tiny_settings(tmp_path, tiny_model_path):
-    result = run_harness("bench", "--quick", "--out", str(tmp_path), cwd=tmp_path,
-                         timeout=1800)  # fmt: skip
+    result = run_harness("bench", "--quick", "--out", str(tmp_path), cwd=tmp_path, timeout=1800)
     assert result.returncode == 0, result.stderr
     report = (tmp_path / "performance.md").read_text()
-    for title in ("1. RL step throughput", "2. Generation", "3. Training utilisation",
-                  "4. How cost grows", "5. Sandbox executions", "6. Board runs",
-                  "7. Evaluation batching", "8. Evaluation overlapped with training"):  # fmt: skip
+    for title in (
+        "1. RL step throughput",
+        "2. Generation",
+        "3. Training utilisation",
+        "4. How cost grows",
+        "5. Sandbox executions",
+        "6. Board runs",
+        "7. Evaluation batching",
+        "8. Evaluation overlapped with training",
+    ):
         assert f"## {title}" in report
     for system in ("forge-zoo, local sync", "bare torch loop", "TRL GRPOTrainer"):
         assert system in report
@@ -86,18 +103,50 @@ def test_the_gpu_check_runs_on_cpu_with_either_trainer(tmp_path, tiny_model_path
 
     out = tmp_path / "out"
     result = subprocess.run(
-        [sys.executable, str(REPO / "benchmarks" / "gpu_check.py"), "--model",
-         str(tiny_model_path), "--device", "cpu", "--trainer", trainer, "--batch", "2",
-         "--micro-batch", "1", "--prompt-len", "8", "--response-len", "8", "--steps", "1",
-         "--gen-prompts", "2", "--gen-samples", "2", "--gen-tokens", "4", "--out", str(out)],
-        capture_output=True, text=True, timeout=300, cwd=tmp_path,
-    )  # fmt: skip
+        [
+            sys.executable,
+            str(REPO / "benchmarks" / "gpu_check.py"),
+            "--model",
+            str(tiny_model_path),
+            "--device",
+            "cpu",
+            "--trainer",
+            trainer,
+            "--batch",
+            "2",
+            "--micro-batch",
+            "1",
+            "--prompt-len",
+            "8",
+            "--response-len",
+            "8",
+            "--steps",
+            "1",
+            "--gen-prompts",
+            "2",
+            "--gen-samples",
+            "2",
+            "--gen-tokens",
+            "4",
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     report = json.loads((out / "gpu_check.json").read_text())
     assert report["trainer_model"].startswith("torchtitan" if trainer == "titan" else "transf")
-    for key in ("train_step_seconds_median", "train_tokens_per_s", "mfu_vs_measured_matmul",
-                "weight_export_seconds_median", "weight_load_into_generator_seconds",
-                "generate_tokens_per_s"):  # fmt: skip
+    for key in (
+        "train_step_seconds_median",
+        "train_tokens_per_s",
+        "mfu_vs_measured_matmul",
+        "weight_export_seconds_median",
+        "weight_load_into_generator_seconds",
+        "generate_tokens_per_s",
+    ):
         assert report[key] > 0, key
     assert report["generate_new_tokens"] <= 2 * 2 * 4
     assert "| weight export |" in (out / "gpu_check.md").read_text()

@@ -39,21 +39,37 @@ def write_run(out: Path, row: str, seed: int, rng: np.random.Generator, base: fl
     run_dir = out / "runs" / f"{row}__running_sum__seed{seed}"
     run_dir.mkdir(parents=True)
     plugin = row.split("@")[0]
-    run = {"algorithm": plugin, "variant": row if "@" in row else "", "env": "running_sum",
-           "seed": seed, "steps": STEPS, "eval_every": EVAL_EVERY, "mini_batches": 4,
-           "epochs": 1}  # fmt: skip
-    config = {"run": run, "git": {"commit": "abc1234", "dirty": False},
-              "machine": {"cpu": "test cpu"}}  # fmt: skip
+    run = {
+        "algorithm": plugin,
+        "variant": row if "@" in row else "",
+        "env": "running_sum",
+        "seed": seed,
+        "steps": STEPS,
+        "eval_every": EVAL_EVERY,
+        "mini_batches": 4,
+        "epochs": 1,
+    }
+    config = {
+        "run": run,
+        "git": {"commit": "abc1234", "dirty": False},
+        "machine": {"cpu": "test cpu"},
+    }
     (run_dir / "config.json").write_text(json.dumps(config))
     records = []
     for step in range(STEPS + 1):
         record: dict = {"step": step, "samples": 64 * step, "flops": 1e9 * step, "seconds": step}
         if step > 0:
-            record.update({"reward_mean": 0.05 + 0.01 * step, "updates": UPDATES.get(row, 4),
-                           "informative_group_frac": 0.5})  # fmt: skip
+            record.update(
+                {
+                    "reward_mean": 0.05 + 0.01 * step,
+                    "updates": UPDATES.get(row, 4),
+                    "informative_group_frac": 0.5,
+                }
+            )
             for p in PHASES:
-                record.update({f"{p}_flops": 1e9 / len(PHASES), f"{p}_seconds": 0.1,
-                               f"{p}_tokens": 100})  # fmt: skip
+                record.update(
+                    {f"{p}_flops": 1e9 / len(PHASES), f"{p}_seconds": 0.1, f"{p}_tokens": 100}
+                )
         rise = min(step, STEPS // 2) / (STEPS // 2) if row != "dapo" else step / STEPS
         record["eval_reward"] = 0.3 + (0.1 + EFFECTS[row]) * rise + base * (step > 0)
         record["eval_reward"] += rng.normal(0, 0.01) * (step > 0)
@@ -73,9 +89,15 @@ def board(tmp_path_factory: pytest.TempPathFactory) -> Path:
             write_run(out, row, seed, rng, base)
             runs[f"{row}__running_sum__seed{seed}"] = {}
     machine = {"cpu": "test", "cores": 1, "memory_gib": 1, "torch_threads": 1}
-    manifest = {"command": "python -m harness compare (synthetic)", "created": "today",
-                "versions": {"forge-zoo": "test"}, "runs": runs, "controls": controls,
-                "design": new_design("grpo", delta=DELTA), "machine": machine}  # fmt: skip
+    manifest = {
+        "command": "python -m harness compare (synthetic)",
+        "created": "today",
+        "versions": {"forge-zoo": "test"},
+        "runs": runs,
+        "controls": controls,
+        "design": new_design("grpo", delta=DELTA),
+        "machine": machine,
+    }
     (out / "experiment.json").write_text(json.dumps(manifest))
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(harness.analysis, "FIT_BOOTSTRAP_REPS", 5)
@@ -125,8 +147,11 @@ def test_the_report_opens_with_the_verdicts(board: Path):
     assert "Kendall tau" in report and "still rising" in report
     assert "## Pairs" not in report and "tie_group" not in report  # many-to-one only
     verdict_table = report[report.index("## Verdicts against grpo") : report.index("## Can this")]
-    rows = [line.split("|")[2].strip() for line in verdict_table.splitlines()
-            if line.startswith("| running_sum")]  # fmt: skip
+    rows = [
+        line.split("|")[2].strip()
+        for line in verdict_table.splitlines()
+        if line.startswith("| running_sum")
+    ]
     assert rows[0] == "dapo"  # sorted by headline
     assert (board / "plots" / "reward_vs_flops.png").stat().st_size > 0
 
@@ -154,10 +179,32 @@ def test_resume_refuses_runs_of_another_commit_or_cpu(tmp_path: Path):
 def test_compare_resolve_runs_a_pilot_then_the_seeds_its_plan_asks_for(tmp_path: Path):
     from harness_cli import run_harness
 
-    small = ["--budget", "2.5e10", "--prompts-per-step", "16", "--eval-points", "3",
-             "--eval-samples", "0", "--quiet"]  # fmt: skip
-    result = run_harness("compare", "grpo", "dapo", "--seeds", "2", "--resolve", "0.3",
-                         "--max-seeds", "3", *small, "--out", "exp", cwd=tmp_path)  # fmt: skip
+    small = [
+        "--budget",
+        "2.5e10",
+        "--prompts-per-step",
+        "16",
+        "--eval-points",
+        "3",
+        "--eval-samples",
+        "0",
+        "--quiet",
+    ]
+    result = run_harness(
+        "compare",
+        "grpo",
+        "dapo",
+        "--seeds",
+        "2",
+        "--resolve",
+        "0.3",
+        "--max-seeds",
+        "3",
+        *small,
+        "--out",
+        "exp",
+        cwd=tmp_path,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     manifest = json.loads((tmp_path / "exp" / "experiment.json").read_text())
     plan = manifest["power_plan"]

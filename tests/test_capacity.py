@@ -48,9 +48,14 @@ def test_the_default_efficiencies_are_the_gpu_checks():
     assert abs(TRAIN_EFFICIENCY - 0.278) < 5e-4  # 27.8% of 989.4 TFLOP/s
     # generation at that efficiency gives back 8,599 new tokens/s for its 256 sequences
     g = GPU_CHECK
-    work = Workload(shape=gpu_check_workload().shape, sequences=g["gen_sequences"],
-                    prompt=g["gen_prompt_tokens"], response=g["gen_new_tokens"],
-                    max_len=384, micro_batch=4)  # fmt: skip
+    work = Workload(
+        shape=gpu_check_workload().shape,
+        sequences=g["gen_sequences"],
+        prompt=g["gen_prompt_tokens"],
+        response=g["gen_new_tokens"],
+        max_len=384,
+        micro_batch=4,
+    )
     seconds = capacity_plan(work).generation_seconds
     assert g["gen_sequences"] * g["gen_new_tokens"] / seconds == pytest.approx(8_599, rel=1e-9)
     assert 0.05 < GENERATION_EFFICIENCY < 0.1  # ~8%: decoding is memory-bound
@@ -87,8 +92,15 @@ def test_doctor_plan_prints_the_table_offline_without_weights(monkeypatch):
     monkeypatch.setenv("COLUMNS", "200")  # (the table follows the terminal's width)
     code, text = doctor("--plan", "--model", "qwen3-1.7b", "--gpus", "2", "--gpu", "h100")
     assert code == 0, text
-    for word in ("capacity plan: 2 x H100", "memory per GPU", "fits", "generation",
-                 "training", "27.8% of peak", "upper bound on speed"):  # fmt: skip
+    for word in (
+        "capacity plan: 2 x H100",
+        "memory per GPU",
+        "fits",
+        "generation",
+        "training",
+        "27.8% of peak",
+        "upper bound on speed",
+    ):
         assert word in text, (word, text)
 
 
@@ -97,15 +109,28 @@ def test_doctor_plan_that_does_not_fit_says_how_many_gpus(monkeypatch):
     # qwen3-1.7b's default batch on an 80 GB card: micro-batch 8 does not fit, 4 does
     code, text = doctor("--plan", "--model", "qwen3-1.7b", "--env", "gsm8k", "--gpu", "h100")
     assert code == 1 and "try --micro-batch-size 4 or --gpus 3" in text, text
-    code, text = doctor("--plan", "--model", "qwen3-8b", "--gpu", "a100", "--micro-batch-size",
-                        "1", "--prompts-per-step", "4", "--max-response-len", "256")  # fmt: skip
+    code, text = doctor(
+        "--plan",
+        "--model",
+        "qwen3-8b",
+        "--gpu",
+        "a100",
+        "--micro-batch-size",
+        "1",
+        "--prompts-per-step",
+        "4",
+        "--max-response-len",
+        "256",
+    )
     assert code == 1 and "does NOT fit" in text and "try --gpus" in text, text
 
 
 def test_doctor_plan_refuses_bad_input_naming_the_valid_values():
-    for args, message in ((["--gpus", "0"], "must be >= 1, got 0"),
-                          (["--gpus", "two"], "a whole number of GPUs"),
-                          (["--gpu", "tpu"], "choose from 'h200', 'h100', 'a100'")):  # fmt: skip
+    for args, message in (
+        (["--gpus", "0"], "must be >= 1, got 0"),
+        (["--gpus", "two"], "a whole number of GPUs"),
+        (["--gpu", "tpu"], "choose from 'h200', 'h100', 'a100'"),
+    ):
         err = io.StringIO()
         with pytest.raises(SystemExit) as info, contextlib.redirect_stderr(err):
             main(["doctor", "--plan", *args])
@@ -114,8 +139,11 @@ def test_doctor_plan_refuses_bad_input_naming_the_valid_values():
     with contextlib.redirect_stderr(err):
         assert main(["doctor", "--gpus", "2", "--only", "disk"]) == 2
     assert "add --plan" in err.getvalue()
-    choices = next(a.choices for a in build_parser()._subparsers._group_actions[0]
-                   .choices["doctor"]._actions if a.dest == "gpu")  # fmt: skip
+    choices = next(
+        a.choices
+        for a in build_parser()._subparsers._group_actions[0].choices["doctor"]._actions
+        if a.dest == "gpu"
+    )
     assert tuple(choices) == tuple(GPUS)
 
 

@@ -43,8 +43,14 @@ def without_timing(records: list[dict]) -> list[dict]:
     return [{k: v for k, v in r.items() if not is_timing_key(k)} for r in records]
 
 
-SMALL = RunConfig(prompts_per_step=4, steps=3, eval_every=3, checkpoint_every=1, eval_samples=0,
-                  env_config={"eval_size": 50})  # fmt: skip
+SMALL = RunConfig(
+    prompts_per_step=4,
+    steps=3,
+    eval_every=3,
+    checkpoint_every=1,
+    eval_samples=0,
+    env_config={"eval_size": 50},
+)
 
 
 def kill_at(stage: str, save_number: int):

@@ -16,8 +16,13 @@ def run(algorithm: str, seed: int, entropy: list[float], wrong_len: float = 20.0
         {"step": k + 1, "entropy_sampled": e, "response_len_incorrect_mean": wrong_len}
         for k, e in enumerate(entropy)
     ]
-    return {"env": "running_sum", "algorithm": algorithm, "seed": seed, "records": records,
-            "config": {"run": {}}}  # fmt: skip
+    return {
+        "env": "running_sum",
+        "algorithm": algorithm,
+        "seed": seed,
+        "records": records,
+        "config": {"run": {}},
+    }
 
 
 def test_verdicts_are_holm_adjusted_over_the_claims():
@@ -33,8 +38,9 @@ def test_verdicts_are_holm_adjusted_over_the_claims():
     assert list(out.verdict[:3]) == ["inconclusive", "inconclusive", "inconclusive"]
     assert out.p_for_holm[0] == pytest.approx(0.06)
     assert out.verdict[3] == "not tested here: why" and np.isnan(out.p_for_holm[3])
-    strong = decide_claims(pd.DataFrame({"untested": [None, None], "p_for": [1e-4, 0.9],
-                                         "p_against": [0.9, 1e-4]}))  # fmt: skip
+    strong = decide_claims(
+        pd.DataFrame({"untested": [None, None], "p_for": [1e-4, 0.9], "p_against": [0.9, 1e-4]})
+    )
     assert list(strong.verdict) == ["supported", "contradicted"]
 
 
@@ -54,8 +60,13 @@ def test_the_table_tests_only_claims_whose_rows_ran():
     runs = [run("grpo", s, [0.30, 0.25, 0.20, 0.18 + 0.001 * s]) for s in range(4)]
     runs += [run("dapo", s, [0.30, 0.29, 0.28, 0.27 + 0.002 * s]) for s in range(4)]
     runs += [run("dr_grpo", s, [0.3] * 4, wrong_len=20.0 + s) for s in range(4)]
-    acting = pd.DataFrame({"env": ["running_sum"] * 2, "algorithm": ["dapo", "dr_grpo"],
-                           "mechanism_acting": [0.004, 0.01]})  # fmt: skip
+    acting = pd.DataFrame(
+        {
+            "env": ["running_sum"] * 2,
+            "algorithm": ["dapo", "dr_grpo"],
+            "mechanism_acting": [0.004, 0.01],
+        }
+    )
     table = claims_table(runs, off_policy=acting).set_index("algorithm")
     assert set(table.index) == {"dapo", "dr_grpo"}  # no gspo, cispo, ... rows ran
     assert table.loc["dapo", "verdict"] == "supported"  # entropy kept higher than grpo's
@@ -79,9 +90,19 @@ def test_a_claim_whose_mechanism_did_not_act_or_whose_row_did_not_learn_is_not_t
     # a baseline that never rises above its start: nothing it is compared with is tested
     for r in runs:
         r["records"][0]["eval_reward"] = 0.3
-    scores = pd.DataFrame([{"env": "running_sum", "algorithm": r["algorithm"], "seed": r["seed"],
-                            "headline": (0.29 + 0.001 * r["seed"]) if r["algorithm"] == "grpo"
-                            else 0.4 + 0.001 * r["seed"]} for r in runs])  # fmt: skip
+    scores = pd.DataFrame(
+        [
+            {
+                "env": "running_sum",
+                "algorithm": r["algorithm"],
+                "seed": r["seed"],
+                "headline": (0.29 + 0.001 * r["seed"])
+                if r["algorithm"] == "grpo"
+                else 0.4 + 0.001 * r["seed"],
+            }
+            for r in runs
+        ]
+    )
     acting = idle.assign(mechanism_acting=0.01)
     table = claims_table(runs, scores, acting).set_index("algorithm")
     assert table.loc["dapo", "verdict"].startswith("not tested here: grpo does not learn")

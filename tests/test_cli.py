@@ -58,8 +58,13 @@ def test_every_run_config_field_is_reachable_from_the_command_line():
     types = typing.get_type_hints(RunConfig)
     settable = [f for f in dataclasses.fields(RunConfig) if f.name not in CLI_OWN_FIELDS]
     assert {"grad_clip", "max_sampling_rounds", "eval_samples"} <= {f.name for f in settable}
-    chosen = {"min_lr_ratio": 0.1, "weight_decay": 0.01, "warmup_ratio": 0.1,  # (0 doubled)
-              "report_to": "tensorboard", "max_episode_tokens": 64}  # fmt: skip
+    chosen = {
+        "min_lr_ratio": 0.1,
+        "weight_decay": 0.01,
+        "warmup_ratio": 0.1,  # (0 doubled)
+        "report_to": "tensorboard",
+        "max_episode_tokens": 64,
+    }
     for f in settable:
         if f.name in chosen:
             value = chosen[f.name]
@@ -96,8 +101,9 @@ def test_without_model_a_command_runs_the_tiny_preset_built_for_its_envs():
     args.distributed = apply_placement_file(args)
     cfg = run_config(args, "grpo", "tool_arithmetic", 0)
     assert (cfg.model, cfg.max_response_len, cfg.prompts_per_step) == ("tiny-tool", 16, 64)
-    args = build_parser().parse_args(["run", "grpo", "--env", "tool_arithmetic",
-                                      "--max-response-len", "20", "--model", "tiny"])  # fmt: skip
+    args = build_parser().parse_args(
+        ["run", "grpo", "--env", "tool_arithmetic", "--max-response-len", "20", "--model", "tiny"]
+    )
     args.distributed = apply_placement_file(args)
     cfg = run_config(args, "grpo", "tool_arithmetic", 0)
     assert (cfg.model, cfg.max_response_len, cfg.prompts_per_step) == ("tiny", 20, 128)
@@ -159,15 +165,28 @@ def test_prompts_longer_than_the_context_are_refused_before_the_run_or_cut(
 ):
     # 150-digit operands: 302-token prompts, while the tiny model's 256-token context
     # leaves 250 next to the 6-token response budget.
-    long = ["--env-set", "digits=150", "--env-set", "eval_size=20", "--steps", "1",
-            "--prompts-per-step", "8", "--eval-every", "1", "--eval-samples", "0"]  # fmt: skip
+    long = [
+        "--env-set",
+        "digits=150",
+        "--env-set",
+        "eval_size=20",
+        "--steps",
+        "1",
+        "--prompts-per-step",
+        "8",
+        "--eval-every",
+        "1",
+        "--eval-samples",
+        "0",
+    ]
     refused = harness("run", "grpo", *long, "--out", "refused", cwd=tmp_path)
     assert refused.returncode == 2, refused.stderr[-2000:]
     assert "20 of 20 held-out prompts do not fit" in refused.stderr
     assert "--long-prompts truncate-left" in refused.stderr and "Traceback" not in refused.stderr
     assert not (tmp_path / "refused").exists()
-    cut = harness("run", "grpo", *long, "--long-prompts", "truncate-left", "--out", "cut",
-                  cwd=tmp_path)  # fmt: skip
+    cut = harness(
+        "run", "grpo", *long, "--long-prompts", "truncate-left", "--out", "cut", cwd=tmp_path
+    )
     assert cut.returncode == 0, cut.stderr[-2000:]
     assert "cut to their last 250" in cut.stderr
     assert [r["step"] for r in read_metrics(tmp_path / "cut")] == [0, 1]
@@ -177,8 +196,20 @@ def test_prompts_longer_than_the_context_are_refused_before_the_run_or_cut(
 def test_a_batch_of_over_100k_prompt_tokens_trains_reproducibly(tiny_model_path, tmp_path):
     # 50-digit operands: 102-token prompts x 128 x 8 = 104k prompt tokens per batch, past
     # the engine's 64k per step (this crashed vLLM's seeded sampling on CPU).
-    args = ["run", "grpo", "--env-set", "digits=50", "--steps", "2", "--eval-every", "2",
-            "--eval-samples", "0", "--seed", "5"]  # fmt: skip
+    args = [
+        "run",
+        "grpo",
+        "--env-set",
+        "digits=50",
+        "--steps",
+        "2",
+        "--eval-every",
+        "2",
+        "--eval-samples",
+        "0",
+        "--seed",
+        "5",
+    ]
     for out in ("a", "b"):
         result = harness(*args, "--out", out, cwd=tmp_path)
         assert result.returncode == 0, result.stderr[-3000:]
@@ -299,8 +330,9 @@ def test_every_option_of_every_command_says_what_it_does():
 
     from harness.cli import build_parser
 
-    commands = next(a for a in build_parser(full=True)._actions
-                    if isinstance(a, argparse._SubParsersAction))  # fmt: skip
+    commands = next(
+        a for a in build_parser(full=True)._actions if isinstance(a, argparse._SubParsersAction)
+    )
     silent = [
         f"{name} {action.option_strings[0]}"
         for name, parser in commands.choices.items()

@@ -74,8 +74,11 @@ def test_humaneval_ships_164_problems_and_canonical_solutions_score_one(humaneva
 
 
 def test_humaneval_wrong_code_scores_zero_with_the_pass_fraction_as_metric(humaneval):
-    p = next(p for p in humaneval.eval_prompts() + humaneval.train_prompts(0, 100, 0)
-             if p.answer["task_id"] == "HumanEval/0")  # fmt: skip
+    p = next(
+        p
+        for p in humaneval.eval_prompts() + humaneval.train_prompts(0, 100, 0)
+        if p.answer["task_id"] == "HumanEval/0"
+    )
     # check() has 7 asserts, 4 of which expect True.
     details = humaneval.score_details([p, p, p], ["    return True\n", "    return None\n", ""])
     assert details[0] == (0.0, pytest.approx(4 / 7))
@@ -143,8 +146,7 @@ DOCSTRING_ANSWER = """\
         return _a.literal_eval(_c.Counter(repr(o) for _, o in _examples).most_common(1)[0][0])
     return None
 """
-GUESSED_DEFAULTS = ("None", "0", "1", "-1", "True", "False", "''", "[]", "()", "{}", "set()",
-                    "0.0")  # fmt: skip
+GUESSED_DEFAULTS = ("None", "0", "1", "-1", "True", "False", "''", "[]", "()", "{}", "set()", "0.0")
 """The constants a policy that copies the shown examples might answer for any other input."""
 
 
@@ -193,8 +195,12 @@ def test_pyfunc_reference_answers_score_one_and_are_short(pyfunc):
 
 def test_pyfunc_partial_credit_is_the_exact_fraction_of_hidden_inputs(pyfunc):
     hidden = [[x, x * x] for x in HIDDEN_XS]  # f(x) = x*x; hidden x: 4 negative, 6 positive
-    p = Prompt(text="f(0)=0 f(1)=1 f(2)=4 f(3)=9 f(4)=16 f(x)=", answer={"expr": "x*x",
-               "hidden": hidden}, index=0, split="eval")  # fmt: skip
+    p = Prompt(
+        text="f(0)=0 f(1)=1 f(2)=4 f(3)=9 f(4)=16 f(x)=",
+        answer={"expr": "x*x", "hidden": hidden},
+        index=0,
+        split="eval",
+    )
     cases = {
         "x*x": 1.0,
         "x*abs(x)": 0.6,  # wrong on the 4 negative inputs
@@ -212,7 +218,11 @@ def test_pyfunc_malformed_and_hostile_output_scores_zero_quickly(pyfunc, tmp_pat
     marker = tmp_path / "pwned"
     p = pyfunc.eval_prompts()[0]
     hostile = [
-        "", "x+", "2*x+1)", "import os", "def f(x): return x",
+        "",
+        "x+",
+        "2*x+1)",
+        "import os",
+        "def f(x): return x",
         f"__import__('os').system('touch {marker}')",
         "__import__('sys').exit(0)",
         "__import__('os')._exit(0)",
@@ -220,7 +230,7 @@ def test_pyfunc_malformed_and_hostile_output_scores_zero_quickly(pyfunc, tmp_pat
         "9**9**9",  # a huge computation
         "print('" + "ok\\n" * 5 + "') or x",
         "x" * 5000,
-    ]  # fmt: skip
+    ]
     start = time.monotonic()
     assert pyfunc.score_batch([p] * len(hostile), hostile) == [0.0] * len(hostile)
     assert time.monotonic() - start < 15
@@ -264,54 +274,103 @@ def test_held_out_split_is_fixed_and_train_is_a_pure_function_of_index_and_seed(
 
 
 def mbpp_row(task_id, text, code, tests, setup="", challenge=()):
-    return {"task_id": task_id, "text": text, "code": code, "test_list": list(tests),
-            "test_setup_code": setup, "challenge_test_list": list(challenge)}  # fmt: skip
+    return {
+        "task_id": task_id,
+        "text": text,
+        "code": code,
+        "test_list": list(tests),
+        "test_setup_code": setup,
+        "challenge_test_list": list(challenge),
+    }
 
 
 MBPP_TRAIN = [
-    mbpp_row(2, "Write a function to find the similar elements from the given two tuple lists.",
-             "def similar_elements(test_tup1, test_tup2):\r\n  res = tuple(set(test_tup1) & "
-             "set(test_tup2))\r\n  return (res) ",
-             ["assert similar_elements((3, 4, 5, 6),(5, 7, 4, 10)) == (4, 5)",
-              "assert similar_elements((1, 2, 3, 4),(5, 4, 3, 7)) == (3, 4)",
-              "assert similar_elements((11, 12, 14, 13),(17, 15, 14, 13)) == (13, 14)"]),
-    mbpp_row(3, "Write a python function to identify non-prime numbers.",
-             "import math\r\ndef is_not_prime(n):\r\n    result = False\r\n    for i in range(2,"
-             "int(math.sqrt(n)) + 1):\r\n        if n % i == 0:\r\n            result = True\r\n"
-             "    return result",
-             ["assert is_not_prime(2) == False", "assert is_not_prime(10) == True",
-              "assert is_not_prime(35) == True"]),
-    mbpp_row(4, "Write a function to find the largest integers from a given list of numbers "
-             "using heap queue algorithm.",
-             "import heapq as hq\r\ndef heap_queue_largest(nums,n):\r\n  largest_nums = "
-             "hq.nlargest(n, nums)\r\n  return largest_nums",
-             ["assert heap_queue_largest( [25, 35, 22, 85, 14, 65, 75, 22, 58],3)==[85, 75, 65]",
-              "assert heap_queue_largest( [25, 35, 22, 85, 14, 65, 75, 22, 58],2)==[85, 75]"]),
-    mbpp_row(5, "Write a function to find the area of a circle.",
-             "def circle_area(r):\r\n  return math.pi * r * r",
-             ["assert isclose(circle_area(1), 3.14159, rel_tol=1e-4)",
-              "assert isclose(circle_area(2), 12.56637, rel_tol=1e-4)"],
-             setup="import math\r\nfrom math import isclose"),
-    mbpp_row(6, "Write a python function to add two numbers.", "def add(a, b):\r\n  return a + b",
-             ["assert add(1, 2) == 3", "assert add(-1, 1) == 0"],
-             challenge=["assert add(10**20, 1) == 10**20 + 1"]),
-    mbpp_row(7, "Write a function to reverse a string.", "def rev(s):\r\n  return s[::-1]",
-             ["assert rev('abc') == 'cba'", "assert rev('') == ''"]),
-]  # fmt: skip
+    mbpp_row(
+        2,
+        "Write a function to find the similar elements from the given two tuple lists.",
+        "def similar_elements(test_tup1, test_tup2):\r\n  res = tuple(set(test_tup1) & "
+        "set(test_tup2))\r\n  return (res) ",
+        [
+            "assert similar_elements((3, 4, 5, 6),(5, 7, 4, 10)) == (4, 5)",
+            "assert similar_elements((1, 2, 3, 4),(5, 4, 3, 7)) == (3, 4)",
+            "assert similar_elements((11, 12, 14, 13),(17, 15, 14, 13)) == (13, 14)",
+        ],
+    ),
+    mbpp_row(
+        3,
+        "Write a python function to identify non-prime numbers.",
+        "import math\r\ndef is_not_prime(n):\r\n    result = False\r\n    for i in range(2,"
+        "int(math.sqrt(n)) + 1):\r\n        if n % i == 0:\r\n            result = True\r\n"
+        "    return result",
+        [
+            "assert is_not_prime(2) == False",
+            "assert is_not_prime(10) == True",
+            "assert is_not_prime(35) == True",
+        ],
+    ),
+    mbpp_row(
+        4,
+        "Write a function to find the largest integers from a given list of numbers "
+        "using heap queue algorithm.",
+        "import heapq as hq\r\ndef heap_queue_largest(nums,n):\r\n  largest_nums = "
+        "hq.nlargest(n, nums)\r\n  return largest_nums",
+        [
+            "assert heap_queue_largest( [25, 35, 22, 85, 14, 65, 75, 22, 58],3)==[85, 75, 65]",
+            "assert heap_queue_largest( [25, 35, 22, 85, 14, 65, 75, 22, 58],2)==[85, 75]",
+        ],
+    ),
+    mbpp_row(
+        5,
+        "Write a function to find the area of a circle.",
+        "def circle_area(r):\r\n  return math.pi * r * r",
+        [
+            "assert isclose(circle_area(1), 3.14159, rel_tol=1e-4)",
+            "assert isclose(circle_area(2), 12.56637, rel_tol=1e-4)",
+        ],
+        setup="import math\r\nfrom math import isclose",
+    ),
+    mbpp_row(
+        6,
+        "Write a python function to add two numbers.",
+        "def add(a, b):\r\n  return a + b",
+        ["assert add(1, 2) == 3", "assert add(-1, 1) == 0"],
+        challenge=["assert add(10**20, 1) == 10**20 + 1"],
+    ),
+    mbpp_row(
+        7,
+        "Write a function to reverse a string.",
+        "def rev(s):\r\n  return s[::-1]",
+        ["assert rev('abc') == 'cba'", "assert rev('') == ''"],
+    ),
+]
 MBPP_TEST = [
-    mbpp_row(11, "Write a python function to remove first and last occurrence of a given "
-             "character from the string.",
-             "def remove_Occ(s,ch): \r\n    for i in range(len(s)): \r\n        if (s[i] == ch): "
-             "\r\n            s = s[0 : i] + s[i + 1:] \r\n            break\r\n    for i in "
-             "range(len(s) - 1,-1,-1):  \r\n        if (s[i] == ch): \r\n            s = s[0 : i] "
-             "+ s[i + 1:] \r\n            break\r\n    return s ",
-             ['assert remove_Occ("hello","l") == "heo"',
-              'assert remove_Occ("abcda","a") == "bcd"', 'assert remove_Occ("PHP","P") == "H"']),
-    mbpp_row(12, "Write a function to square a number.", "def square(x):\r\n  return x * x",
-             ["assert square(3) == 9", "assert square(-2) == 4", "assert square(0) == 0"]),
-    mbpp_row(13, "Write a function to double a number.", "def double(x):\r\n  return 2 * x",
-             ["assert double(3) == 6", "assert double(0) == 0", "assert double(-1) == -2"]),
-]  # fmt: skip
+    mbpp_row(
+        11,
+        "Write a python function to remove first and last occurrence of a given "
+        "character from the string.",
+        "def remove_Occ(s,ch): \r\n    for i in range(len(s)): \r\n        if (s[i] == ch): "
+        "\r\n            s = s[0 : i] + s[i + 1:] \r\n            break\r\n    for i in "
+        "range(len(s) - 1,-1,-1):  \r\n        if (s[i] == ch): \r\n            s = s[0 : i] "
+        "+ s[i + 1:] \r\n            break\r\n    return s ",
+        [
+            'assert remove_Occ("hello","l") == "heo"',
+            'assert remove_Occ("abcda","a") == "bcd"',
+            'assert remove_Occ("PHP","P") == "H"',
+        ],
+    ),
+    mbpp_row(
+        12,
+        "Write a function to square a number.",
+        "def square(x):\r\n  return x * x",
+        ["assert square(3) == 9", "assert square(-2) == 4", "assert square(0) == 0"],
+    ),
+    mbpp_row(
+        13,
+        "Write a function to double a number.",
+        "def double(x):\r\n  return 2 * x",
+        ["assert double(3) == 6", "assert double(0) == 0", "assert double(-1) == -2"],
+    ),
+]
 
 
 @pytest.fixture(scope="module")
@@ -360,9 +419,14 @@ def test_mbpp_wrong_and_malformed_code_scores_zero_with_pass_fraction(mbpp):
         ],
     )
     assert details == [
-        (0.0, pytest.approx(1 / 3)), (0.0, pytest.approx(2 / 3)), (0.0, 0.0), (0.0, 0.0),
-        (0.0, 0.0), (0.0, 0.0), (0.0, 0.0),
-    ]  # fmt: skip
+        (0.0, pytest.approx(1 / 3)),
+        (0.0, pytest.approx(2 / 3)),
+        (0.0, 0.0),
+        (0.0, 0.0),
+        (0.0, 0.0),
+        (0.0, 0.0),
+        (0.0, 0.0),
+    ]
 
 
 def test_mbpp_setup_code_and_challenge_tests(mbpp_files, mbpp):
@@ -394,8 +458,14 @@ def test_mbpp_bad_rows_and_missing_data_errors_say_where_it_looked(tmp_path, mon
     with pytest.raises(ConfigError) as err:
         get_env("mbpp")
     message = str(err.value)
-    for part in ("google-research-datasets/mbpp", "full", str(cache), "offline", "data_files=",
-                 "test_list"):  # fmt: skip
+    for part in (
+        "google-research-datasets/mbpp",
+        "full",
+        str(cache),
+        "offline",
+        "data_files=",
+        "test_list",
+    ):
         assert part in message, part
     assert time.monotonic() - start < 20  # offline: no network retries
     missing = tmp_path / "nowhere" / "mbpp.jsonl"
@@ -495,10 +565,20 @@ def test_mbpp_partial_hidden_fraction_and_tasks_with_nothing_hidden(mbpp, mbpp_f
     [s] = mbpp.score_verdicts([by_id[12]], ["def square(x):\n    return x * abs(x)"])
     assert (s.reward, s.fraction, s.hidden_fraction) == (0.0, pytest.approx(2 / 3), 0.5)
     # A task with a single assert shows it: nothing is hidden, so no hidden fraction.
-    rows = [mbpp_row(21, "Write a function to negate a number.", "def neg(x):\r\n  return -x",
-                     ["assert neg(2) == -2"]),
-            mbpp_row(22, "Write a function to halve a number.", "def half(x):\r\n  return x / 2",
-                     ["assert half(4) == 2", "assert half(1) == 0.5"])]  # fmt: skip
+    rows = [
+        mbpp_row(
+            21,
+            "Write a function to negate a number.",
+            "def neg(x):\r\n  return -x",
+            ["assert neg(2) == -2"],
+        ),
+        mbpp_row(
+            22,
+            "Write a function to halve a number.",
+            "def half(x):\r\n  return x / 2",
+            ["assert half(4) == 2", "assert half(1) == 0.5"],
+        ),
+    ]
     data = tmp_path / "mbpp.jsonl"
     data.write_text("".join(json.dumps(r) + "\n" for r in rows))
     env = get_env("mbpp", data_files=str(data), eval_files=str(data), **FAST)
@@ -609,11 +689,28 @@ def test_tiny_code_warm_start_reached_its_target_through_the_sandbox(tiny_code_p
 @pytest.mark.slow  # ~18 s: trains through the sandbox
 def test_tiny_model_trains_on_pyfunc_for_a_few_steps_end_to_end(tiny_code_path, tmp_path):
     result = run_harness(
-        "run", "grpo", "--env", "pyfunc", "--model", "tiny-code", "--steps", "3",
-        "--prompts-per-step", "16", "--eval-every", "3", "--max-response-len", "9",
-        "--env-set", "eval_size=50", "--out", "run", "--quiet",
-        cwd=tmp_path, timeout=300,
-    )  # fmt: skip
+        "run",
+        "grpo",
+        "--env",
+        "pyfunc",
+        "--model",
+        "tiny-code",
+        "--steps",
+        "3",
+        "--prompts-per-step",
+        "16",
+        "--eval-every",
+        "3",
+        "--max-response-len",
+        "9",
+        "--env-set",
+        "eval_size=50",
+        "--out",
+        "run",
+        "--quiet",
+        cwd=tmp_path,
+        timeout=300,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     records = [
         json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().split("\n") if x
@@ -673,13 +770,23 @@ def test_mbpp_shows_the_assert_that_leaves_no_constant_answer_for_the_hidden_one
     constant is not rewarded. A task whose asserts all expect one value is marked
     guessable (``mbpp_feedback`` refuses it)."""
     rows = [
-        mbpp_row(31, "Write a function to check if a number is even.",
-                 "def is_even(n):\r\n  return n % 2 == 0",
-                 ["assert is_even(2) == True", "assert is_even(3) == False",
-                  "assert is_even(5) == False"]),
-        mbpp_row(32, "Write a function that returns True.", "def yes(n):\r\n  return True",
-                 ["assert yes(1) == True", "assert yes(2) == True", "assert yes(3) == True"]),
-    ]  # fmt: skip
+        mbpp_row(
+            31,
+            "Write a function to check if a number is even.",
+            "def is_even(n):\r\n  return n % 2 == 0",
+            [
+                "assert is_even(2) == True",
+                "assert is_even(3) == False",
+                "assert is_even(5) == False",
+            ],
+        ),
+        mbpp_row(
+            32,
+            "Write a function that returns True.",
+            "def yes(n):\r\n  return True",
+            ["assert yes(1) == True", "assert yes(2) == True", "assert yes(3) == True"],
+        ),
+    ]
     data = tmp_path / "rows.jsonl"
     data.write_text("".join(json.dumps(r) + "\n" for r in rows))
     env = get_env("mbpp", data_files=str(data), eval_files=str(data), eval_size=0, **FAST)
@@ -735,7 +842,9 @@ def test_real_data_a_table_of_the_examples_plus_a_guessed_constant_is_paid_on_at
     assert len(mbpp.eval_prompts()) == 427 and len(humaneval.eval_prompts()) == 164
     paid_mbpp = paid_by_guessed_defaults(mbpp, "mbpp")
     paid_humaneval = paid_by_guessed_defaults(humaneval, "humaneval")
-    print(f"\nguessed defaults paid: mbpp {len(paid_mbpp)}/427 {paid_mbpp}, "
-          f"humaneval {len(paid_humaneval)}/164 {paid_humaneval}")  # fmt: skip
+    print(
+        f"\nguessed defaults paid: mbpp {len(paid_mbpp)}/427 {paid_mbpp}, "
+        f"humaneval {len(paid_humaneval)}/164 {paid_humaneval}"
+    )
     assert len(paid_mbpp) <= 0.01 * 427, paid_mbpp
     assert len(paid_humaneval) <= 0.01 * 164, paid_humaneval

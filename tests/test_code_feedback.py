@@ -337,11 +337,19 @@ def test_feedback_envs_refuse_tasks_whose_hidden_tests_a_constant_passes(tmp_pat
     from test_code_envs import mbpp_row
 
     rows = [
-        mbpp_row(41, "Write a function that returns True.", "def yes(n):\r\n  return True",
-                 ["assert yes(1) == True", "assert yes(2) == True", "assert yes(3) == True"]),
-        mbpp_row(42, "Write a function to square a number.", "def square(x):\r\n  return x * x",
-                 ["assert square(3) == 9", "assert square(-2) == 4", "assert square(0) == 0"]),
-    ]  # fmt: skip
+        mbpp_row(
+            41,
+            "Write a function that returns True.",
+            "def yes(n):\r\n  return True",
+            ["assert yes(1) == True", "assert yes(2) == True", "assert yes(3) == True"],
+        ),
+        mbpp_row(
+            42,
+            "Write a function to square a number.",
+            "def square(x):\r\n  return x * x",
+            ["assert square(3) == 9", "assert square(-2) == 4", "assert square(0) == 0"],
+        ),
+    ]
     data = tmp_path / "rows.jsonl"
     data.write_text("".join(json.dumps(r) + "\n" for r in rows))
     files = {"data_files": str(data), "eval_files": str(data), "eval_size": 0, **FAST}
@@ -355,9 +363,13 @@ def test_feedback_envs_refuse_tasks_whose_hidden_tests_a_constant_passes(tmp_pat
         env.start(refused)
     humaneval = get_env("humaneval_feedback", **FAST)
     assert humaneval.describe()["refused"] == [
-        "HumanEval/113", "HumanEval/32", "HumanEval/35", "HumanEval/38", "HumanEval/4",
+        "HumanEval/113",
+        "HumanEval/32",
+        "HumanEval/35",
+        "HumanEval/38",
+        "HumanEval/4",
         "HumanEval/50",
-    ]  # fmt: skip
+    ]
     assert len(humaneval.eval_prompts()) == 164 - 6
 
 
@@ -491,8 +503,11 @@ def test_real_data_the_feedback_table_walk_is_paid_on_at_most_1_percent(tmp_path
         prompts = env.eval_prompts()
         assert len(prompts) + len(getattr(env, "refused", [])) == total
         rewards = walk(env, prompts, first, revise)
-        paid = [p.answer.get("task_id", p.text) for p, r in zip(prompts, rewards, strict=True)
-                if r >= 1.0]  # fmt: skip
+        paid = [
+            p.answer.get("task_id", p.text)
+            for p, r in zip(prompts, rewards, strict=True)
+            if r >= 1.0
+        ]
         figures[env.name] = (len(paid), total, paid)
     print(f"\ntable walk paid: {figures}")
     for name, (paid, total, ids) in figures.items():

@@ -36,8 +36,19 @@ def without_timing(records: list[dict]) -> list[dict]:
 @pytest.fixture(scope="module")
 def experiment(tiny_model_path, tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("compare")
-    result = run_harness("compare", "grpo", "dapo", "--seeds", "2", "--budget", str(BUDGET),
-                         *SMALL, "--out", "results/exp", cwd=root)  # fmt: skip
+    result = run_harness(
+        "compare",
+        "grpo",
+        "dapo",
+        "--seeds",
+        "2",
+        "--budget",
+        str(BUDGET),
+        *SMALL,
+        "--out",
+        "results/exp",
+        cwd=root,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     (root / "compare.stdout").write_text(result.stdout)
     (root / "compare.stderr").write_text(result.stderr)
@@ -60,9 +71,23 @@ def test_a_default_compare_prints_no_third_party_warnings(experiment):
 
 @pytest.mark.slow  # ~17 s: starts a vLLM engine in a subprocess
 def test_a_vllm_run_sends_third_party_output_to_its_log(tmp_path):
-    result = run_harness("run", "grpo", "--generator", "vllm", "--steps", "1",
-                         "--prompts-per-step", "4", "--eval-points", "1", "--eval-samples",
-                         "0", "--out", "run", cwd=tmp_path)  # fmt: skip
+    result = run_harness(
+        "run",
+        "grpo",
+        "--generator",
+        "vllm",
+        "--steps",
+        "1",
+        "--prompts-per-step",
+        "4",
+        "--eval-points",
+        "1",
+        "--eval-samples",
+        "0",
+        "--out",
+        "run",
+        cwd=tmp_path,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     assert THIRD_PARTY.findall(result.stdout + result.stderr) == [], result.stderr[-3000:]
     # They went to the run's log instead (vLLM's, Python warnings, C++ ones).
@@ -94,11 +119,22 @@ def test_compare_writes_runs_tables_plots_and_report(experiment):
         # samples only at the last 3 evaluations (the default sampled_eval_points)
         assert list(g.pass_at_8.notna()) == [False, True, True, True]
         sampled = g[g.pass_at_8.notna()]
-        assert ((sampled.pass_at_1 <= sampled.pass_at_4)
-                & (sampled.pass_at_4 <= sampled.pass_at_8)).all()  # fmt: skip
+        assert (
+            (sampled.pass_at_1 <= sampled.pass_at_4) & (sampled.pass_at_4 <= sampled.pass_at_8)
+        ).all()
     summary = pd.read_csv(experiment / "tables" / "summary.csv")
-    columns = {"per_seed", "headline_mean", "ci_low", "ci_high", "auc_mean", "pass_at_1",
-               "pass_at_8", "fit_A", "fit_C_mid", "fit_note"}  # fmt: skip
+    columns = {
+        "per_seed",
+        "headline_mean",
+        "ci_low",
+        "ci_high",
+        "auc_mean",
+        "pass_at_1",
+        "pass_at_8",
+        "fit_A",
+        "fit_C_mid",
+        "fit_note",
+    }
     assert columns <= set(summary)
     points = table.groupby("algorithm").point.max().min()
     for r in summary.itertuples():  # the headline: the mean over the last 3 checkpoints
@@ -121,15 +157,27 @@ def test_the_report_says_where_the_wall_time_went(experiment):
     (a negative rest would mean two timers counted the same seconds)."""
     import pandas as pd
 
-    startups = [json.loads((run / "complete.json").read_text())["startup_seconds"]
-                for run in sorted((experiment / "runs").iterdir())]  # fmt: skip
+    startups = [
+        json.loads((run / "complete.json").read_text())["startup_seconds"]
+        for run in sorted((experiment / "runs").iterdir())
+    ]
     assert all(s > 0 for s in startups)
     # compare starts the generation engine once and reuses it: later runs start faster
     assert min(startups) < 0.5 * max(startups), startups
     table = pd.read_csv(experiment / "tables" / "wall_time.csv")
     assert sorted(table.algorithm) == ["dapo", "grpo"] and (table.runs == 2).all()
-    parts = ["startup", "generate", "score", "old_logprobs", "reference", "train", "sync",
-             "step_other", "evaluation", "checkpoint_and_io"]  # fmt: skip
+    parts = [
+        "startup",
+        "generate",
+        "score",
+        "old_logprobs",
+        "reference",
+        "train",
+        "sync",
+        "step_other",
+        "evaluation",
+        "checkpoint_and_io",
+    ]
     assert (table[parts] >= 0).all().all(), table.to_string()
     assert (table[["generate", "train", "evaluation"]] > 0).all().all()
     assert table[parts].sum(axis=1).to_numpy() == pytest.approx(table.wall.to_numpy())
@@ -185,8 +233,7 @@ def test_leaderboard_rows_carry_provenance_and_reproduce_matches(experiment):
     root = experiment.parent.parent
     dirty = git_state(REPO).dirty  # a working copy being edited; CI's clone is clean
     flags = ["--allow-dirty"] if dirty else []
-    result = run_harness("leaderboard", "--results", "results", "--out", "boards", *flags,
-                         cwd=root)  # fmt: skip
+    result = run_harness("leaderboard", "--results", "results", "--out", "boards", *flags, cwd=root)
     assert result.returncode == 0, result.stderr[-2000:]
     rows = json.loads((root / "boards" / "leaderboard.json").read_text())
     assert all(bool(r["dirty_runs"]) == dirty for r in rows)
@@ -284,8 +331,9 @@ def test_reproduce_on_another_cpu_tests_the_row_statistically(experiment, tmp_pa
         config["machine"].update(cpu="Imaginary CPU 9000", cpu_vector_flags="avx avx2")
         (run_dir / "config.json").write_text(json.dumps(config))
     dirty = ["--allow-dirty"] if git_state(REPO).dirty else []  # CI's clone is clean
-    boards = run_harness("leaderboard", "--results", "results", "--out", "boards", *dirty,
-                         cwd=tmp_path)  # fmt: skip
+    boards = run_harness(
+        "leaderboard", "--results", "results", "--out", "boards", *dirty, cwd=tmp_path
+    )
     assert boards.returncode == 0, boards.stderr[-3000:]
     board = (tmp_path / "boards" / "tiny__arithmetic.md").read_text()
     here = runlog_machine()
@@ -343,8 +391,20 @@ def test_resume_accepts_runs_recorded_before_newer_config_fields(experiment, tmp
     (run_dir / "config.json").write_text(json.dumps(config))
     (run_dir / "complete.json").unlink()  # unfinished: resume goes through the check
     before = metrics(run_dir)
-    result = run_harness("compare", "grpo", "dapo", "--seeds", "2", "--budget", str(BUDGET),
-                         *SMALL, "--resume", "--out", str(out), cwd=tmp_path)  # fmt: skip
+    result = run_harness(
+        "compare",
+        "grpo",
+        "dapo",
+        "--seeds",
+        "2",
+        "--budget",
+        str(BUDGET),
+        *SMALL,
+        "--resume",
+        "--out",
+        str(out),
+        cwd=tmp_path,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     assert (run_dir / "complete.json").exists()
     assert without_timing(metrics(run_dir)) == without_timing(before)
@@ -353,8 +413,20 @@ def test_resume_accepts_runs_recorded_before_newer_config_fields(experiment, tmp
     config["run"]["sampled_eval_points"] = 0
     (run_dir / "config.json").write_text(json.dumps(config))
     (run_dir / "complete.json").unlink()
-    result = run_harness("compare", "grpo", "dapo", "--seeds", "2", "--budget", str(BUDGET),
-                         *SMALL, "--resume", "--out", str(out), cwd=tmp_path)  # fmt: skip
+    result = run_harness(
+        "compare",
+        "grpo",
+        "dapo",
+        "--seeds",
+        "2",
+        "--budget",
+        str(BUDGET),
+        *SMALL,
+        "--resume",
+        "--out",
+        str(out),
+        cwd=tmp_path,
+    )
     assert result.returncode == 2
     assert "differs from this run's in sampled_eval_points (recorded 0, now 3)" in result.stderr
     config["run"]["sampled_eval_points"] = 3
@@ -362,19 +434,49 @@ def test_resume_accepts_runs_recorded_before_newer_config_fields(experiment, tmp
     # a run from before several updates per rollout batch would change its numbers: refused
     del config["run"]["mini_batches"]
     (run_dir / "config.json").write_text(json.dumps(config))
-    result = run_harness("compare", "grpo", "dapo", "--seeds", "2", "--budget", str(BUDGET),
-                         *SMALL, "--resume", "--out", str(out), cwd=tmp_path)  # fmt: skip
+    result = run_harness(
+        "compare",
+        "grpo",
+        "dapo",
+        "--seeds",
+        "2",
+        "--budget",
+        str(BUDGET),
+        *SMALL,
+        "--resume",
+        "--out",
+        str(out),
+        cwd=tmp_path,
+    )
     assert result.returncode == 2 and "recorded by an older forge-zoo" in result.stderr
 
 
 @pytest.mark.slow
 def test_resume_after_a_kill_equals_an_uninterrupted_run(tiny_model_path, tmp_path):
-    args = ["compare", "grpo", "--seeds", "1", "--budget", "8e10", "--prompts-per-step", "32",
-            "--eval-points", "4", "--checkpoint-every", "2", "--quiet"]  # fmt: skip
+    args = [
+        "compare",
+        "grpo",
+        "--seeds",
+        "1",
+        "--budget",
+        "8e10",
+        "--prompts-per-step",
+        "32",
+        "--eval-points",
+        "4",
+        "--checkpoint-every",
+        "2",
+        "--quiet",
+    ]
     env = {**os.environ, "PYTHONPATH": str(REPO), "FORGE_ZOO_PROGRESS": "0"}
-    proc = subprocess.Popen([sys.executable, "-m", "harness", *args, "--out", "killed"],
-                            cwd=tmp_path, env=env, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "harness", *args, "--out", "killed"],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     run_dir = tmp_path / "killed" / "runs" / "grpo__arithmetic__seed0"
     deadline = time.time() + 300
     while time.time() < deadline:  # kill once a checkpoint exists and a step came after it
@@ -405,24 +507,48 @@ def test_the_budget_in_use_is_printed_first(experiment):
 def test_compare_steps_is_the_budget_as_in_run(tiny_model_path, tmp_path):
     """--steps means a step budget in `compare` as in `run` (it used to lose to compare's
     default FLOPs budget on the tiny presets, silently)."""
-    result = run_harness("compare", "grpo", "--seeds", "1", "--steps", "2", "--eval-every", "2",
-                         "--prompts-per-step", "8", "--eval-samples", "0", "--env-set",
-                         "eval_size=16", "--checkpoint-every", "0", "--quiet", "--out", "exp",
-                         cwd=tmp_path)  # fmt: skip
+    result = run_harness(
+        "compare",
+        "grpo",
+        "--seeds",
+        "1",
+        "--steps",
+        "2",
+        "--eval-every",
+        "2",
+        "--prompts-per-step",
+        "8",
+        "--eval-samples",
+        "0",
+        "--env-set",
+        "eval_size=16",
+        "--checkpoint-every",
+        "0",
+        "--quiet",
+        "--out",
+        "exp",
+        cwd=tmp_path,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     assert "budget: 2 steps per run (set by --steps" in result.stdout
     records = metrics(tmp_path / "exp" / "runs" / "grpo__arithmetic__seed0")
     assert [r["step"] for r in records] == [0, 1, 2]
-    config = json.loads((tmp_path / "exp" / "runs" / "grpo__arithmetic__seed0" / "config.json")
-                        .read_text())["run"]  # fmt: skip
+    config = json.loads(
+        (tmp_path / "exp" / "runs" / "grpo__arithmetic__seed0" / "config.json").read_text()
+    )["run"]
     assert config["steps"] == 2 and config["budget_flops"] == 0
 
 
 def test_help_states_each_commands_default_budget():
     def steps_help(command: str) -> str:
         wide = {**os.environ, "COLUMNS": "400"}  # (one line per option)
-        out = subprocess.run([sys.executable, "-m", "harness", command, "--help"], cwd=REPO,
-                             capture_output=True, text=True, env=wide)  # fmt: skip
+        out = subprocess.run(
+            [sys.executable, "-m", "harness", command, "--help"],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            env=wide,
+        )
         return next(line for line in out.stdout.splitlines() if line.strip().startswith("--steps"))
 
     assert "default: --steps 150" in steps_help("run")
@@ -453,8 +579,9 @@ def test_a_model_too_large_for_this_machine_is_refused(tmp_path):
     from zoo.models.presets import qwen3_config_dir
 
     big = qwen3_config_dir("qwen3-8b", tmp_path)
-    result = run_harness("compare", "grpo", "--model", str(big), "--budget", "1e18",
-                         cwd=tmp_path, timeout=120)  # fmt: skip
+    result = run_harness(
+        "compare", "grpo", "--model", str(big), "--budget", "1e18", cwd=tmp_path, timeout=120
+    )
     assert result.returncode == 2 and "GiB" in result.stderr, result.stderr
     assert not (tmp_path / "results").exists()
 
@@ -480,8 +607,9 @@ def test_on_gpus_a_split_trainer_counts_its_share_of_the_memory():
     check_memory(split, *args, device="cuda", capacity=h200)
     with pytest.raises(ConfigError, match=r"this machine has 141\.0 GiB"):
         check_memory(split, *args, device="cpu", capacity=h200)
-    whole = memory_estimate(shape, sequences=32, seq_len=1280, micro_batch=2, reference=False,
-                            compute_bytes=2)  # fmt: skip
+    whole = memory_estimate(
+        shape, sequences=32, seq_len=1280, micro_batch=2, reference=False, compute_bytes=2
+    )
     share = whole.trainer_split(4)
     assert share.optimizer == whole.optimizer / 4 and share.generator == whole.generator
     assert whole.minimum - share.minimum == pytest.approx(0.75 * (16 * shape.params))

@@ -23,8 +23,9 @@ def declared_by(cls: type) -> set[str]:
 
 def test_every_run_field_is_declared_in_exactly_one_section():
     fields = {f.name for f in dataclasses.fields(RunConfig)}
-    owners = {name: [title for title, cls in SECTIONS if name in declared_by(cls)]
-              for name in fields}  # fmt: skip
+    owners = {
+        name: [title for title, cls in SECTIONS if name in declared_by(cls)] for name in fields
+    }
     assert {name: where for name, where in owners.items() if len(where) != 1} == {}
     assert declared_by(RunConfig) == set()  # RunConfig only composes its sections
     # the trainer's config adds what the run resolves, never a run field again
@@ -35,8 +36,17 @@ def test_every_run_field_is_declared_in_exactly_one_section():
 
 
 def test_the_trainer_and_critic_get_the_run_sections_values():
-    cfg = RunConfig(lr=3e-5, adam_beta2=0.98, grad_clip=0.5, mini_batches=2, epochs=3,
-                    micro_batch_size=4, steps=10, temperature=0.7, algorithm="ppo")  # fmt: skip
+    cfg = RunConfig(
+        lr=3e-5,
+        adam_beta2=0.98,
+        grad_clip=0.5,
+        mini_batches=2,
+        epochs=3,
+        micro_batch_size=4,
+        steps=10,
+        temperature=0.7,
+        algorithm="ppo",
+    )
     trainer = trainer_config_of(cfg)
     for f in dataclasses.fields(OptimizerSection) + dataclasses.fields(RegimeSection):
         if f.name != "decay_steps":

@@ -309,8 +309,7 @@ BUILTINS = ["cispo", "custom", "dapo", "dr_grpo", "grpo", "gspo", "sapo"]
 def off_policy_grads(names: list[str], case) -> dict[str, torch.Tensor]:
     from zoo.algorithms.conformance import build, loss_and_grad
 
-    return {n: loss_and_grad(build(ALGORITHMS.load(n), {}, beta_zero=True), case)[1]
-            for n in names}  # fmt: skip
+    return {n: loss_and_grad(build(ALGORITHMS.load(n), {}, beta_zero=True), case)[1] for n in names}
 
 
 def test_off_policy_every_builtin_gives_its_own_gradient():
@@ -348,9 +347,14 @@ def unclipped_grad(case, aggregation: str, sequence_ratio: bool = False) -> torc
 
 @pytest.mark.parametrize(
     ("name", "low", "high"),
-    [("grpo", 0.8, 1.2), ("custom", 0.8, 1.2), ("dr_grpo", 0.8, 1.2), ("dapo", 0.8, 1.28),
-     ("gspo", 1 - 3e-4, 1 + 4e-4)],
-)  # fmt: skip
+    [
+        ("grpo", 0.8, 1.2),
+        ("custom", 0.8, 1.2),
+        ("dr_grpo", 0.8, 1.2),
+        ("dapo", 0.8, 1.28),
+        ("gspo", 1 - 3e-4, 1 + 4e-4),
+    ],
+)
 def test_a_clip_changes_the_update_exactly_where_it_binds(name, low, high):
     """PPO's clip: the gradient leaves the unclipped one exactly on the tokens (GSPO: the
     sequences) with A > 0 and ratio > high, or A < 0 and ratio < low, where it is 0."""

@@ -29,8 +29,21 @@ from zoo.run import checkpoint
 from zoo.run.checkpoint import DAMAGED, checkpoint_step, current
 from zoo.run.runlog import is_timing_key
 
-SMALL = ["--steps", "2", "--prompts-per-step", "4", "--eval-every", "1", "--eval-samples", "0",
-         "--checkpoint-every", "1", "--env-set", "eval_size=20", "--quiet"]  # fmt: skip
+SMALL = [
+    "--steps",
+    "2",
+    "--prompts-per-step",
+    "4",
+    "--eval-every",
+    "1",
+    "--eval-samples",
+    "0",
+    "--checkpoint-every",
+    "1",
+    "--env-set",
+    "eval_size=20",
+    "--quiet",
+]
 """A run of 2 steps with a checkpoint after each (~2 s of training on the tiny model)."""
 EXP = "results/exp"
 SEED0, SEED1 = f"{EXP}/runs/grpo__arithmetic__seed0", f"{EXP}/runs/grpo__arithmetic__seed1"
@@ -50,13 +63,21 @@ def recorded(tiny_model_path, tmp_path_factory) -> Path:
     for argv in (
         ["run", "grpo", *SMALL, "--out", str(root / "run")],
         ["compare", "grpo", "dapo", "--seeds", "2", *SMALL, "--out", str(root / EXP)],
-        ["leaderboard", "--results", str(root / "results"), "--out", str(root / "lb"),
-         "--allow-dirty"],
-    ):  # fmt: skip
+        [
+            "leaderboard",
+            "--results",
+            str(root / "results"),
+            "--out",
+            str(root / "lb"),
+            "--allow-dirty",
+        ],
+    ):
         code, err = call(argv, timeout_s=600)
         assert code == 0, f"{argv}: {err[-3000:]}"
-    selection = {"plan": "synthetic", "algorithms": {"grpo": {
-        "setting": {"lr": "0.0001"}, "validation_mean": 0.3}}}  # fmt: skip
+    selection = {
+        "plan": "synthetic",
+        "algorithms": {"grpo": {"setting": {"lr": "0.0001"}, "validation_mean": 0.3}},
+    }
     (root / "selection.json").write_text(json.dumps(selection, indent=2) + "\n")
     return root
 
@@ -116,20 +137,51 @@ def reproduce_row(w: Path) -> list[str]:
 
 COMMANDS = {
     "run --resume": resume,
-    "run --model-path": lambda w: ["run", "grpo", *SMALL, "--model-path",
-                                   str(w / "run" / "checkpoint"), "--out", str(w / "new")],
+    "run --model-path": lambda w: [
+        "run",
+        "grpo",
+        *SMALL,
+        "--model-path",
+        str(w / "run" / "checkpoint"),
+        "--out",
+        str(w / "new"),
+    ],
     "reproduce RUN": lambda w: ["reproduce", str(w / "run")],
     "reproduce SEED0": lambda w: ["reproduce", str(w / SEED0)],
     "reproduce SEED0 --statistical": lambda w: ["reproduce", str(w / SEED0), "--statistical"],
     "reproduce ROW": reproduce_row,
     "analyze": lambda w: ["analyze", str(w / EXP)],
-    "leaderboard": lambda w: ["leaderboard", "--results", str(w / "results"), "--out",
-                              str(w / "lb-new"), "--allow-dirty"],
-    "compare --resume": lambda w: ["compare", "grpo", "dapo", "--seeds", "2", *SMALL,
-                                   "--resume", "--out", str(w / EXP)],
-    "compare --tuned": lambda w: ["compare", "grpo", "--seeds", "1", *SMALL, "--tuned",
-                                  str(w / "selection.json"), "--out", str(w / "tuned")],
-}  # fmt: skip
+    "leaderboard": lambda w: [
+        "leaderboard",
+        "--results",
+        str(w / "results"),
+        "--out",
+        str(w / "lb-new"),
+        "--allow-dirty",
+    ],
+    "compare --resume": lambda w: [
+        "compare",
+        "grpo",
+        "dapo",
+        "--seeds",
+        "2",
+        *SMALL,
+        "--resume",
+        "--out",
+        str(w / EXP),
+    ],
+    "compare --tuned": lambda w: [
+        "compare",
+        "grpo",
+        "--seeds",
+        "1",
+        *SMALL,
+        "--tuned",
+        str(w / "selection.json"),
+        "--out",
+        str(w / "tuned"),
+    ],
+}
 """How each command is called on a copy ``w`` of the recorded files."""
 
 EXPERIMENT_READERS = ("analyze", "leaderboard", "compare --resume")
@@ -174,8 +226,11 @@ RECORDS = ("metrics.jsonl", "samples.jsonl", "sessions.jsonl")
 
 def files_under(root: Path) -> dict[Path, bytes | None]:
     """Every file under ``root`` (through no link), with the bytes of the record files."""
-    return {p.relative_to(root): (p.read_bytes() if p.name in RECORDS else None)
-            for p in root.rglob("*") if p.is_file() and not p.is_symlink()}  # fmt: skip
+    return {
+        p.relative_to(root): (p.read_bytes() if p.name in RECORDS else None)
+        for p in root.rglob("*")
+        if p.is_file() and not p.is_symlink()
+    }
 
 
 def check_one_line_naming(path: Path, code: object, err: str, argv: list[str]) -> str:
@@ -189,8 +244,9 @@ def check_one_line_naming(path: Path, code: object, err: str, argv: list[str]) -
     return line
 
 
-def check_damaged_file_case(recorded: Path, tmp_path: Path, file: str, command: str,
-                            how: str) -> None:  # fmt: skip
+def check_damaged_file_case(
+    recorded: Path, tmp_path: Path, file: str, command: str, how: str
+) -> None:
     w = copy_of(recorded, tmp_path)
     argv = COMMANDS[command](w)  # (before the damage: reproduce ROW reads leaderboard.json)
     damage(w / file, how)
@@ -326,8 +382,11 @@ def test_a_run_stopped_before_its_first_checkpoint_starts_over_keeping_its_recor
     with pytest.raises(Killed):
         call(argv, timeout_s=300)
     monkeypatch.setattr(checkpoint, "reached", lambda stage: None)
-    first = {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()
-             and p.name in (*RECORDS, "config.json")}  # fmt: skip
+    first = {
+        p.name: p.read_bytes()
+        for p in out.iterdir()
+        if p.is_file() and p.name in (*RECORDS, "config.json")
+    }
     assert set(first) == {*RECORDS, "config.json"} and first["metrics.jsonl"].count(b"\n") == 3
 
     capfd.readouterr()
@@ -337,8 +396,10 @@ def test_a_run_stopped_before_its_first_checkpoint_starts_over_keeping_its_recor
     kept = out / EARLIER_STARTS / "1"
     assert f"starts over; what it recorded is kept in {kept}" in printed, printed
     assert {p.name: p.read_bytes() for p in kept.iterdir() if p.name in first} == first
-    assert numbers(out) == [{k: v for k, v in json.loads(x).items() if not is_timing_key(k)}
-                            for x in first["metrics.jsonl"].decode().splitlines()]  # fmt: skip
+    assert numbers(out) == [
+        {k: v for k, v in json.loads(x).items() if not is_timing_key(k)}
+        for x in first["metrics.jsonl"].decode().splitlines()
+    ]
     assert (out / "complete.json").exists()
 
 

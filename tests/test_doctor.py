@@ -89,8 +89,9 @@ def test_the_disk_check_fails_where_no_file_can_be_written(tmp_path):
     locked = tmp_path / "locked"
     locked.mkdir()
     if os.geteuid() == 0:  # root writes through permissions: mount the folder read-only
-        mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=64m", "tmpfs",
-                                  str(locked)], capture_output=True)  # fmt: skip
+        mounted = subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", "ro,size=64m", "tmpfs", str(locked)], capture_output=True
+        )
         if mounted.returncode != 0:
             pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.decode().strip()}")
     else:

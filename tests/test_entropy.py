@@ -52,8 +52,9 @@ def tiny_inputs() -> tuple[torch.Tensor, torch.Tensor, int]:
 @pytest.mark.parametrize("temperature", [1.0, 0.7])
 def test_entropy_is_that_of_a_categorical_over_the_full_logits(tiny_model, temperature):
     tokens, start, width = tiny_inputs()
-    _, entropy = response_logprobs_and_entropy(tiny_model, tokens, start, width,
-                                               temperature=temperature)  # fmt: skip
+    _, entropy = response_logprobs_and_entropy(
+        tiny_model, tokens, start, width, temperature=temperature
+    )
     with torch.no_grad():  # the model's own full forward: logits at every position
         logits = tiny_model(tokens).float()
     positions = (start[:, None] - 1 + torch.arange(width)).clamp(max=tokens.shape[1] - 2)
@@ -67,8 +68,9 @@ def test_logprobs_with_entropy_are_bitwise_those_without(tiny_model):
     tokens, start, width = tiny_inputs()
     for temperature in (1.0, 0.7):
         alone = response_logprobs(tiny_model, tokens, start, width, temperature=temperature)
-        with_entropy, _ = response_logprobs_and_entropy(tiny_model, tokens, start, width,
-                                                        temperature=temperature)  # fmt: skip
+        with_entropy, _ = response_logprobs_and_entropy(
+            tiny_model, tokens, start, width, temperature=temperature
+        )
         assert torch.equal(alone, with_entropy)
 
 
@@ -128,8 +130,9 @@ def test_a_ruled_out_token_gives_no_nan():
 # --- the bonus ------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("name", "mode"), [("grpo", "seq_mean"), ("dapo", "token_mean"),
-                                            ("dr_grpo", "fixed")])  # fmt: skip
+@pytest.mark.parametrize(
+    ("name", "mode"), [("grpo", "seq_mean"), ("dapo", "token_mean"), ("dr_grpo", "fixed")]
+)
 def test_the_bonus_gradient_is_the_hand_derived_one(name, mode):
     """On-policy, beta 0: d loss / d z_itj = w_it [-A_i (1[j = y_it] - p_j)
     + c p_j (log p_j + H_it)], w_it the aggregation's weight of token t of response i."""
@@ -141,8 +144,9 @@ def test_the_bonus_gradient_is_the_hand_derived_one(name, mode):
     adv = torch.tensor([0.7, -1.2, 0.4], dtype=torch.float64)
     log_probs = torch.log_softmax(z, -1)
     lp = log_probs.gather(-1, targets[..., None]).squeeze(-1)
-    batch = TrainBatch(lp, lp.detach(), None, adv, mask, max_response_len=lmax,
-                       entropy=token_entropy(log_probs))  # fmt: skip
+    batch = TrainBatch(
+        lp, lp.detach(), None, adv, mask, max_response_len=lmax, entropy=token_entropy(log_probs)
+    )
     algo = get_algorithm(name, entropy_coef=c, beta=0.0)
     assert algo.aggregation == mode
     algo.loss(batch).loss.backward()
@@ -150,8 +154,11 @@ def test_the_bonus_gradient_is_the_hand_derived_one(name, mode):
     p = torch.softmax(z.detach(), -1)
     h = -(p * p.log()).sum(-1, keepdim=True)
     lengths = mask.sum(-1, keepdim=True)
-    weight = {"seq_mean": mask / lengths / 3, "token_mean": mask / mask.sum(),
-              "fixed": mask / (3 * lmax)}[mode][..., None]  # fmt: skip
+    weight = {
+        "seq_mean": mask / lengths / 3,
+        "token_mean": mask / mask.sum(),
+        "fixed": mask / (3 * lmax),
+    }[mode][..., None]
     onehot = torch.nn.functional.one_hot(targets, 5).to(torch.float64)
     want = weight * (-adv[:, None, None] * (onehot - p) + c * p * (p.log() + h))
     torch.testing.assert_close(z.grad, want, atol=1e-12, rtol=0)
@@ -162,8 +169,15 @@ def test_the_bonus_lowers_the_loss_by_c_times_the_aggregated_entropy():
     lp = -torch.rand(4, 5, generator=g, dtype=torch.float64)
     entropy = torch.rand(4, 5, generator=g, dtype=torch.float64)
     mask = torch.tensor([[1.0] * 5, [1, 1, 1, 0, 0], [1, 0, 0, 0, 0], [0.0] * 5])
-    batch = TrainBatch(lp, lp - 0.1, None, torch.randn(4, generator=g, dtype=torch.float64),
-                       mask, max_response_len=5, entropy=entropy)  # fmt: skip
+    batch = TrainBatch(
+        lp,
+        lp - 0.1,
+        None,
+        torch.randn(4, generator=g, dtype=torch.float64),
+        mask,
+        max_response_len=5,
+        entropy=entropy,
+    )
     for name in ENTROPY_FAMILY:
         plain = get_algorithm(name, beta=0.0).loss(batch).loss
         bonus = get_algorithm(name, beta=0.0, entropy_coef=0.3).loss(batch).loss
@@ -246,8 +260,11 @@ def test_the_options_are_off_by_default_and_checked(name):
     assert selecting.needs_entropy and wants_entropy(selecting.loss)
     assert selecting.token_selection == "entropy_masked_frac"
     assert ALGORITHMS.load(name).token_selection == ""  # the class is untouched
-    for bad in ({"entropy_top_share": 0.0}, {"entropy_top_share": 1.5},
-                {"entropy_coef": float("nan")}):  # fmt: skip
+    for bad in (
+        {"entropy_top_share": 0.0},
+        {"entropy_top_share": 1.5},
+        {"entropy_coef": float("nan")},
+    ):
         with pytest.raises(ConfigError, match="entropy_"):
             get_algorithm(name, **bad)
 
@@ -289,8 +306,11 @@ class BonusWithTheWrongSign(GRPO):
     def loss(self, batch: TrainBatch) -> LossOutput:
         out = super().loss(batch)
         coef = self.config.entropy_coef
-        extra = 2 * coef * aggregate(torch.where(batch.mask > 0, batch.entropy, 0.0), batch,
-                                     self.aggregation)  # fmt: skip
+        extra = (
+            2
+            * coef
+            * aggregate(torch.where(batch.mask > 0, batch.entropy, 0.0), batch, self.aggregation)
+        )
         return LossOutput(out.loss + extra, out.metrics)
 
 
@@ -329,8 +349,15 @@ def test_the_suite_catches_an_entropy_option_done_wrong(plugin, options, caught_
 # --- nothing changes for algorithms that do not ask ------------------------------------------
 
 
-BOUNDS = {"grpo": (0.8, 1.2), "dr_grpo": (0.8, 1.2), "dapo": (0.8, 1.28), "rloo": (0.8, 1.2),
-          "opo": (0.8, 1.2), "remax": (0.8, 1.2), "gigpo": (0.8, 1.2)}  # fmt: skip
+BOUNDS = {
+    "grpo": (0.8, 1.2),
+    "dr_grpo": (0.8, 1.2),
+    "dapo": (0.8, 1.28),
+    "rloo": (0.8, 1.2),
+    "opo": (0.8, 1.2),
+    "remax": (0.8, 1.2),
+    "gigpo": (0.8, 1.2),
+}
 
 
 @pytest.mark.parametrize("name", SURROGATE_FAMILY)
@@ -345,8 +372,12 @@ def test_with_the_options_off_the_loss_is_bitwise_the_code_before_them(name):
     for dtype in (torch.float64, torch.float32):
         got_lp = case.lp.to(dtype).clone().requires_grad_(True)
         old_lp = case.lp.to(dtype).clone().requires_grad_(True)
-        args = (case.old.to(dtype), case.ref.to(dtype) - 0.1, case.adv.to(dtype),
-                case.mask.to(dtype))  # fmt: skip
+        args = (
+            case.old.to(dtype),
+            case.ref.to(dtype) - 0.1,
+            case.adv.to(dtype),
+            case.mask.to(dtype),
+        )
         out = algo.loss(TrainBatch(got_lp, *args, max_response_len=8))
         out.loss.backward()
         batch = TrainBatch(old_lp, *args, max_response_len=8)
@@ -368,8 +399,13 @@ def rollout(tiny_path) -> RolloutBatch:
     g = torch.Generator().manual_seed(6)
     tokens = torch.randint(0, 320, (4, 10), generator=g)
     mask = torch.tensor([[1.0] * 5, [1, 1, 1, 0, 0], [1, 1, 1, 1, 0], [1, 1, 0, 0, 0]])
-    return RolloutBatch(tokens=tokens, response_start=torch.full((4,), 5), mask=mask,
-                        advantages=torch.tensor([1.0, -1.0, 0.5, -0.5]), group_size=2)  # fmt: skip
+    return RolloutBatch(
+        tokens=tokens,
+        response_start=torch.full((4,), 5),
+        mask=mask,
+        advantages=torch.tensor([1.0, -1.0, 0.5, -0.5]),
+        group_size=2,
+    )
 
 
 class Recording:
@@ -401,8 +437,9 @@ def test_the_trainer_hands_the_entropy_with_its_gradient_and_logs_its_mean(tiny_
     trainer = Trainer(tiny_path, TrainerConfig(micro_batch_size=2), max_response_len=5)
     batch = rollout(tiny_path)
     with torch.no_grad():
-        _, want = response_logprobs_and_entropy(trainer.model, batch.tokens,
-                                                batch.response_start, 5)  # fmt: skip
+        _, want = response_logprobs_and_entropy(
+            trainer.model, batch.tokens, batch.response_start, 5
+        )
     recording = Recording(get_algorithm("grpo", beta=0.0, entropy_coef=0.01))
     record = trainer.step(batch, recording.loss)
     assert len(recording.batches) == 2  # micro-batches of 2 rows
@@ -431,8 +468,9 @@ def test_the_bonus_alone_moves_the_weights_toward_higher_entropy(tiny_path):
     [("grpo", {"entropy_coef": 0.01}), ("dapo", {"entropy_top_share": 0.2})],
 )
 def test_a_two_step_tiny_run_with_each_option_logs_its_metrics(name, options, loop_for, tmp_path):
-    cfg = RunConfig(algorithm=name, algorithm_config=options, steps=2, prompts_per_step=16,
-                    eval_every=2, seed=3)  # fmt: skip
+    cfg = RunConfig(
+        algorithm=name, algorithm_config=options, steps=2, prompts_per_step=16, eval_every=2, seed=3
+    )
     loop = loop_for(cfg)
     writer = RunWriter(tmp_path)
     loop.run(writer.log)

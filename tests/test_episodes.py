@@ -97,8 +97,15 @@ def episode_loop(loop_for, tiny_path, monkeypatch):
 
 
 def config(**overrides) -> RunConfig:
-    settings = dict(env=AskAgain.name, prompts_per_step=4, group_size=4, steps=1, seed=5,
-                    eval_samples=0, env_config={})  # fmt: skip
+    settings = dict(
+        env=AskAgain.name,
+        prompts_per_step=4,
+        group_size=4,
+        steps=1,
+        seed=5,
+        eval_samples=0,
+        env_config={},
+    )
     return RunConfig(**{**settings, **overrides})
 
 
@@ -108,8 +115,16 @@ def recording(generator, calls: list):
 
     def recorded(prompts, n, sampling, seeds=None, greedy=False):
         out = generate(prompts, n, sampling, seeds=seeds, greedy=greedy)
-        calls.append({"prompts": prompts, "n": n, "seeds": seeds, "max_tokens": sampling.max_tokens,
-                      "greedy": greedy, "out": out})  # fmt: skip
+        calls.append(
+            {
+                "prompts": prompts,
+                "n": n,
+                "seeds": seeds,
+                "max_tokens": sampling.max_tokens,
+                "greedy": greedy,
+                "out": out,
+            }
+        )
         return out
 
     return recorded
@@ -146,8 +161,11 @@ def test_the_assistant_mask_is_one_on_sampled_tokens_only(episode_loop):
             assert c.assistant_mask == [1] * len(t1) + [0] * 3 + [1] * len(t2)
             assert c.logprobs == first.logprobs + [0.0] * 3 + turn2[0].logprobs
             assert (c.turns, c.tool_calls, c.tool_ok, c.finish_reason) == (
-                2, 1, 1, turn2[0].finish_reason
-            )  # fmt: skip
+                2,
+                1,
+                1,
+                turn2[0].finish_reason,
+            )
             assert c.reward == float(bool(turn2[0].text)) and c.text == turn2[0].text
             assert c.transcript == first.text + OBSERVATION + turn2[0].text
     batch = rollout_batch(groups, torch.zeros(4, 4))
@@ -171,7 +189,7 @@ def test_the_ledger_charges_each_episode_once_with_its_env_tokens(episode_loop):
     expected = sum(
         sum(ledger.generation_flops(p, r, cached_tokens=cached) for p, cached, r in c.turn_requests)
         for c in episodes
-    )  # fmt: skip
+    )
     assert ledger.flops["generate"] == expected
     assert ledger.tokens["generate"] == sum(len(c.token_ids) for c in episodes)
     assert ledger.tokens["generate"] - sum(sum(c.assistant_mask) for c in episodes) == 3 * 16
@@ -199,8 +217,9 @@ def test_remax_gets_a_greedy_episode_of_each_prompt_as_its_baseline(episode_loop
     assert calls[0]["prompts"] == encoded and calls[0]["seeds"] is None
     # the episodes evaluation would play greedily with these weights
     s = loop.s
-    played = rollout_episodes(s.env, s.generator, s.observe, prompts, encoded, 1, loop.sampling,
-                              loop.budget, greedy=True)  # fmt: skip
+    played = rollout_episodes(
+        s.env, s.generator, s.observe, prompts, encoded, 1, loop.sampling, loop.budget, greedy=True
+    )
     episodes = [g[0] for g in played]
     assert all(c.turns == 2 and c.assistant_mask.count(0) == 3 for c in episodes)
     assert rewards.tolist() == [c.reward for c in episodes]
@@ -209,7 +228,7 @@ def test_remax_gets_a_greedy_episode_of_each_prompt_as_its_baseline(episode_loop
     charge = [
         sum(ledger.generation_flops(p, r, cached_tokens=cached) for p, cached, r in c.turn_requests)
         for c in episodes
-    ]  # fmt: skip
+    ]
     assert ledger.flops["baseline"] == sum(charge)
     assert ledger.tokens["baseline"] == sum(len(c.token_ids) for c in episodes)
     record = loop.step()  # and a whole step trains with it, on the next prompts
@@ -226,8 +245,9 @@ def test_episodes_end_at_the_turn_limit_and_at_the_token_limit(episode_loop):
         assert c.assistant_mask[-1] == 1
 
     limit = 14  # a 6-token turn, "=?\n", then at most 5 more tokens
-    loop = episode_loop(config(env_config={"end_after": 99, "max_turns": 50},
-                               max_episode_tokens=limit))  # fmt: skip
+    loop = episode_loop(
+        config(env_config={"end_after": 99, "max_turns": 50}, max_episode_tokens=limit)
+    )
     _, groups = loop.sample_groups(4)
     for c in (c for g in groups for c in g):
         assert len(c.token_ids) <= limit and c.turns < 50
@@ -266,8 +286,9 @@ def test_a_resumed_run_gives_the_metrics_of_an_uninterrupted_one(episode_loop, t
     cfg = config(steps=2, checkpoint_every=1, eval_every=2, eval_samples=2)
 
     def run(out: Path, resume: bool = False, on_record=None) -> None:
-        execute_run(cfg, out, episode_loop(cfg).s, command="test", resume=resume,
-                    on_record=on_record)  # fmt: skip
+        execute_run(
+            cfg, out, episode_loop(cfg).s, command="test", resume=resume, on_record=on_record
+        )
 
     run(tmp_path / "whole")
     expected = without_timing(read_metrics(tmp_path / "whole"))

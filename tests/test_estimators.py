@@ -45,9 +45,14 @@ def adv(name: str, rewards=REWARDS, lengths=LENGTHS) -> list[list[float]]:
 
 def test_the_registries_name_every_estimator():
     assert set(ADVANTAGE_ESTIMATORS) == {
-        "group_norm", "group_center", "rloo", "reinforce_pp", "reinforce_pp_baseline", "opo",
+        "group_norm",
+        "group_center",
+        "rloo",
+        "reinforce_pp",
+        "reinforce_pp_baseline",
+        "opo",
         "pass_at_k",
-    }  # fmt: skip
+    }
     assert set(KL_ESTIMATORS) == {"k1", "k2", "k3"}
 
 

@@ -78,9 +78,16 @@ def test_sampled_evaluation_only_at_the_last_points_gives_the_same_numbers_there
         loop_for(cfg).run(records.append)
         return {r["step"]: r for r in records if "eval_reward" in r}
 
-    base = RunConfig(steps=5, eval_every=2, prompts_per_step=4, eval_samples=4, seed=5,
-                     sampled_eval_points=0, checkpoint_every=0,
-                     env_config={"eval_size": 16})  # fmt: skip
+    base = RunConfig(
+        steps=5,
+        eval_every=2,
+        prompts_per_step=4,
+        eval_samples=4,
+        seed=5,
+        sampled_eval_points=0,
+        checkpoint_every=0,
+        env_config={"eval_size": 16},
+    )
     every = evals(base)
     last_two = evals(dataclasses.replace(base, sampled_eval_points=2))
     assert sorted(every) == sorted(last_two) == [0, 2, 4, 5]
@@ -96,8 +103,15 @@ def test_sampled_points_of_a_budgeted_run_are_the_last_of_its_k_points(loop_for)
     """Budget mode: points 0..K by the highest one the spend has crossed."""
     from zoo.run.run_config import RunConfig
 
-    loop = loop_for(RunConfig(budget_samples=800, eval_points=8, sampled_eval_points=3,
-                              prompts_per_step=4, eval_samples=4))  # fmt: skip
+    loop = loop_for(
+        RunConfig(
+            budget_samples=800,
+            eval_points=8,
+            sampled_eval_points=3,
+            prompts_per_step=4,
+            eval_samples=4,
+        )
+    )
     due = []
     for done in range(9):
         loop.evals_done = done
@@ -117,8 +131,14 @@ def test_warm_start_selects_on_its_own_validation_split_never_the_held_out_one(
     from zoo.models.tiny import TinyRecipe
     from zoo.warm_start import build
 
-    recipe = TinyRecipe(task=task, max_steps=20, eval_every=10, batch_size=64,
-                             validation_size=100, target_accuracy=2.0)  # fmt: skip
+    recipe = TinyRecipe(
+        task=task,
+        max_steps=20,
+        eval_every=10,
+        batch_size=64,
+        validation_size=100,
+        target_accuracy=2.0,
+    )
     evaluated, trained = [], set()
     real_loss = build.sft_loss
 
@@ -151,8 +171,9 @@ def test_eval_overlap_is_refused_where_nothing_can_overlap(loop_for):
 
     for placement, mode in (("local", "sync"), ("monarch", "async")):
         cfg = RunConfig(eval_overlap="on", placement=placement, mode=mode)
-        with pytest.raises(ConfigError, match=f"eval_overlap on needs .*got placement "
-                                              f"'{placement}', mode '{mode}'"):  # fmt: skip
+        with pytest.raises(
+            ConfigError, match=f"eval_overlap on needs .*got placement '{placement}', mode '{mode}'"
+        ):
             cfg.validate()
     RunConfig(eval_overlap="on", placement="monarch").validate()  # what it needs
     with pytest.raises(ConfigError, match=r"unknown eval_overlap 'yes'; valid: off, on"):

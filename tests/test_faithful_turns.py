@@ -79,9 +79,17 @@ def test_a_rollout_needs_a_conversation_that_decodes_turns(generator):
     env = get_env("tool_arithmetic", eval_size=4)
     prompt = env.eval_prompts()[0]
     with pytest.raises(ConfigError, match="Conversation"):
-        rollout_episodes(env, generator, lambda p, turns, text: ids(text), [prompt],
-                         [ids(prompt.text)], 1, SamplingConfig(max_tokens=4), 32,
-                         greedy=True)  # fmt: skip
+        rollout_episodes(
+            env,
+            generator,
+            lambda p, turns, text: ids(text),
+            [prompt],
+            [ids(prompt.text)],
+            1,
+            SamplingConfig(max_tokens=4),
+            32,
+            greedy=True,
+        )
 
 
 def test_the_env_never_sees_an_unfaithful_turn_and_an_ordinary_episode_is_unaffected(
@@ -116,8 +124,9 @@ def test_the_env_never_sees_an_unfaithful_turn_and_an_ordinary_episode_is_unaffe
     generator.generate = lambda *a, **k: sampled.append(generate(*a, **k)) or sampled[-1]
     generator.update_weights(model.state_dict(), version=0)
     try:
-        services = SimpleNamespace(env=env, generator=generator,
-                                   observe=Conversation(tiny_tokenizer))  # fmt: skip
+        services = SimpleNamespace(
+            env=env, generator=generator, observe=Conversation(tiny_tokenizer)
+        )
         rollouts = EpisodeRollouts(services, SamplingConfig(max_tokens=16), token_limit=64)
         groups = rollouts.sample(prompts, [ids(p.text) for p in prompts], n=1, greedy=True)
         metrics = rollouts.metrics(groups)

@@ -33,8 +33,9 @@ def numbers(records: list[dict]) -> list[dict]:
 def small_disk(where: Path, size: str):
     """A tmpfs of ``size`` mounted at ``where`` (needs root; skipped elsewhere)."""
     where.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)],
-                             capture_output=True)  # fmt: skip
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)], capture_output=True
+    )
     if mounted.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.decode().strip()}")
     try:
@@ -87,8 +88,9 @@ def test_a_full_disk_at_the_first_records_ends_the_real_command_in_one_line(tmp_
     from test_fuzz import call
 
     with small_disk(tmp_path / "disk", "4k") as disk:
-        code, err = call(["run", "grpo", "--steps", "1", "--quiet", "--out", str(disk / "run")],
-                         timeout_s=600)  # fmt: skip
+        code, err = call(
+            ["run", "grpo", "--steps", "1", "--quiet", "--out", str(disk / "run")], timeout_s=600
+        )
         lines = err.strip().splitlines()
         assert code == 1 and len(lines) == 1 and "Traceback" not in err, err[-2000:]
         assert re.match(r"error: could not write (source\.diff|config\.json) ", lines[0]), err
@@ -97,8 +99,14 @@ def test_a_full_disk_at_the_first_records_ends_the_real_command_in_one_line(tmp_
         assert "config.json" not in left and not [n for n in left if n.endswith(".tmp")], left
 
 
-SMALL = RunConfig(prompts_per_step=4, steps=3, eval_every=3, checkpoint_every=1,
-                  eval_samples=0, env_config={"eval_size": 50})  # fmt: skip
+SMALL = RunConfig(
+    prompts_per_step=4,
+    steps=3,
+    eval_every=3,
+    checkpoint_every=1,
+    eval_samples=0,
+    env_config={"eval_size": 50},
+)
 
 
 @pytest.mark.slow  # ~40 s: a whole run, a run that fails, its resume
@@ -214,17 +222,28 @@ def test_a_service_killed_at_a_random_step_recovers_or_resumes_identically(
 
     kill_step = random.Random(KILL_SEED + SERVICES.index(name)).randint(1, 3)
     print(f"seed {KILL_SEED + SERVICES.index(name)}: {name} killed after step {kill_step}")
-    cfg = RunConfig(steps=4, prompts_per_step=8, eval_every=4, checkpoint_every=1,
-                    eval_samples=0, device="cpu", env_config={"eval_size": 50})  # fmt: skip
+    cfg = RunConfig(
+        steps=4,
+        prompts_per_step=8,
+        eval_every=4,
+        checkpoint_every=1,
+        eval_samples=0,
+        device="cpu",
+        env_config={"eval_size": 50},
+    )
     local = build_services(cfg, quiet=True)
     try:
         expected = execute_run(cfg, tmp_path / "local", local, command="test")
     finally:
         local.close()
-    placement = PlacementConfig.from_dict({"services": {
-        "generator": {"on_failure": "replace"},
-        "scorer": {"procs": 1, "on_failure": "replace"},
-    }}).to_dict()  # fmt: skip
+    placement = PlacementConfig.from_dict(
+        {
+            "services": {
+                "generator": {"on_failure": "replace"},
+                "scorer": {"procs": 1, "on_failure": "replace"},
+            }
+        }
+    ).to_dict()
     remote_cfg = replace(cfg, placement="monarch", distributed=placement)
     out = tmp_path / "remote"
     services = build_services(remote_cfg, quiet=True)

@@ -229,8 +229,12 @@ def one_process(tiny_path: Path, tied_path: Path, tmp_path_factory) -> tuple[dic
                 torch.save(state, tmp_path / f"{name}-single.pt")
         previous = previous_version_logprobs(trainer, batches[-1])
         assert not torch.allclose(previous, trainer.logprobs(batches[-1]), atol=1e-4)
-        single[name] = {"metrics": metrics, "grads": grads, "final": trainer.hf_state_dict(),
-                        "previous": previous}  # fmt: skip
+        single[name] = {
+            "metrics": metrics,
+            "grads": grads,
+            "final": trainer.hf_state_dict(),
+            "previous": previous,
+        }
     return paths, single, tmp_path
 
 

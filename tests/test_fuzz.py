@@ -28,12 +28,23 @@ from zoo.placement.config import PlacementConfig
 # ------------------------------------------------------------------ command lines
 
 VALID_NOISE = [
-    ["--seed", "3"], ["--steps", "2"], ["--prompts-per-step", "8"], ["--quiet"],
-    ["--eval-every", "5"], ["--temperature", "0.7"], ["--placement", "local"],
-    ["--mode", "sync"], ["--long-prompts", "truncate-left"], ["--skip-conformance"],
-    ["--env", "arithmetic"], ["--set", "eps=0.3"], ["--env-set", "digits=3"],
-    ["--checkpoint-every", "0"], ["--micro-batch-size", "4"], ["--lr", "1e-4"],
-]  # fmt: skip
+    ["--seed", "3"],
+    ["--steps", "2"],
+    ["--prompts-per-step", "8"],
+    ["--quiet"],
+    ["--eval-every", "5"],
+    ["--temperature", "0.7"],
+    ["--placement", "local"],
+    ["--mode", "sync"],
+    ["--long-prompts", "truncate-left"],
+    ["--skip-conformance"],
+    ["--env", "arithmetic"],
+    ["--set", "eps=0.3"],
+    ["--env-set", "digits=3"],
+    ["--checkpoint-every", "0"],
+    ["--micro-batch-size", "4"],
+    ["--lr", "1e-4"],
+]
 """Valid flags mixed into each malformed command (none of them starts expensive work)."""
 
 
@@ -51,13 +62,37 @@ def _junk(rng: random.Random) -> str:
 def _poison(rng: random.Random) -> list[str]:
     """One malformed piece of a command line."""
     junk = _junk(rng)
-    int_flags = ["--steps", "--prompts-per-step", "--group-size", "--max-response-len",
-                 "--eval-every", "--mini-batches", "--epochs", "--max-policy-age"]  # fmt: skip
-    float_flags = ["--lr", "--temperature", "--budget", "--budget-seconds", "--adam-beta1",
-                   "--correction-cap", "--adam-eps", "--min-lr-ratio"]  # fmt: skip
-    choice_flags = ["--placement", "--mode", "--device", "--generator", "--correction",
-                    "--long-prompts", "--lr-schedule", "--weight-sync", "--init"]  # fmt: skip
-    # fmt: off
+    int_flags = [
+        "--steps",
+        "--prompts-per-step",
+        "--group-size",
+        "--max-response-len",
+        "--eval-every",
+        "--mini-batches",
+        "--epochs",
+        "--max-policy-age",
+    ]
+    float_flags = [
+        "--lr",
+        "--temperature",
+        "--budget",
+        "--budget-seconds",
+        "--adam-beta1",
+        "--correction-cap",
+        "--adam-eps",
+        "--min-lr-ratio",
+    ]
+    choice_flags = [
+        "--placement",
+        "--mode",
+        "--device",
+        "--generator",
+        "--correction",
+        "--long-prompts",
+        "--lr-schedule",
+        "--weight-sync",
+        "--init",
+    ]
     options = [
         lambda: [f"--{junk.strip('-') or 'x'}-no-such-flag", "1"],
         lambda: [rng.choice(int_flags), rng.choice(["abc", "1.5", "", "nan", "--", "1e999"])],
@@ -65,10 +100,24 @@ def _poison(rng: random.Random) -> list[str]:
         lambda: [rng.choice(float_flags), rng.choice(["nan", "-inf", "x", "-1", "1e999"])],
         lambda: [rng.choice(choice_flags), junk or "x"],
         lambda: [rng.choice(int_flags + float_flags + choice_flags + ["--set", "--out"])],
-        lambda: ["--set", rng.choice(["", "=1", "noequals", f"{junk}=1", "eps=abc",
-                                 "eps=", "beta=[1, 2]"])],
-        lambda: ["--env-set", rng.choice(["digits=0", "digits=99999999999", "digits=x",
-                                     "ops=/", "ops=", f"{junk}=3", "eval_size=-1"])],
+        lambda: [
+            "--set",
+            rng.choice(["", "=1", "noequals", f"{junk}=1", "eps=abc", "eps=", "beta=[1, 2]"]),
+        ],
+        lambda: [
+            "--env-set",
+            rng.choice(
+                [
+                    "digits=0",
+                    "digits=99999999999",
+                    "digits=x",
+                    "ops=/",
+                    "ops=",
+                    f"{junk}=3",
+                    "eval_size=-1",
+                ]
+            ),
+        ],
         lambda: ["--group-size", rng.choice(["1", "16385", "99999999999999"])],
         lambda: ["--eval-samples", rng.choice(["-1", "16385", "999999999999"])],
         lambda: ["--micro-batch-size", "-3"],
@@ -78,7 +127,6 @@ def _poison(rng: random.Random) -> list[str]:
         lambda: ["--budget", "1e6", "--budget-samples", "100"],  # two budgets
         lambda: [junk or "x"],  # a stray positional
     ]
-    # fmt: on
     return rng.choice(options)()
 
 
@@ -187,9 +235,21 @@ def _mutated_file(rng: random.Random) -> str:
         for name in ("generator", "trainer", "reference")
     }
     doc = {"model": "tiny", "services": services, "parallelism": {"tensor_parallel_degree": 1}}
-    bad = rng.choice([
-        "x", 1.5, True, None, [1], {"a": 1}, -7, 10**40, "1", float("inf"), "\x00" * 3,
-    ])  # fmt: skip
+    bad = rng.choice(
+        [
+            "x",
+            1.5,
+            True,
+            None,
+            [1],
+            {"a": 1},
+            -7,
+            10**40,
+            "1",
+            float("inf"),
+            "\x00" * 3,
+        ]
+    )
     where = rng.randrange(3)
     if where == 0:
         service = rng.choice(list(services))
@@ -317,12 +377,19 @@ def gsm8k_env(tmp_path_factory):
     from zoo.envs import get_env
 
     d = tmp_path_factory.mktemp("gsm8k")
-    rows = [{"question": f"What is {n} + {n}?", "answer": f"{n}+{n}={2 * n}\n#### {2 * n}"}
-            for n in range(100, 140)]  # fmt: skip
+    rows = [
+        {"question": f"What is {n} + {n}?", "answer": f"{n}+{n}={2 * n}\n#### {2 * n}"}
+        for n in range(100, 140)
+    ]
     for name, part in (("train.jsonl", rows[:30]), ("test.jsonl", rows[30:])):
         (d / name).write_text("".join(json.dumps(r) + "\n" for r in part))
-    env = get_env("gsm8k", data_files=str(d / "train.jsonl"), eval_files=str(d / "test.jsonl"),
-                  grading_timeout_s=1.5, grading_workers=2)  # fmt: skip
+    env = get_env(
+        "gsm8k",
+        data_files=str(d / "train.jsonl"),
+        eval_files=str(d / "test.jsonl"),
+        grading_timeout_s=1.5,
+        grading_workers=2,
+    )
     yield env
     env.grader.close()
 
@@ -400,9 +467,12 @@ def test_hostile_completions_score_zero_on_pyfunc():
     prompt = env.eval_prompts()[0]
     texts = [
         *hostile_completions(random.Random(13)),
-        "9**9**9**9", "(lambda: [0] * 10**12)()", "__import__('os').system('true')",
-        "[x for x in iter(int, 1)]", "x" + "+x" * 50000,
-    ]  # fmt: skip
+        "9**9**9**9",
+        "(lambda: [0] * 10**12)()",
+        "__import__('os').system('true')",
+        "[x for x in iter(int, 1)]",
+        "x" + "+x" * 50000,
+    ]
     start = time.monotonic()
     rewards = env.score_batch([prompt] * len(texts), texts)
     assert rewards == [0.0] * len(texts)

@@ -249,5 +249,8 @@ def test_tensor_parallel_engine_generates_and_syncs_like_one_process(generator, 
     after = greedy(split, eval_prompts)
     assert after == hf_greedy(scaled, tiny_path, eval_prompts)
     assert after != greedy(generator, eval_prompts)
-    assert all(c.policy_version == 3 for g in split.generate(prompts[:1], n=1, sampling=SAMPLING)
-               for c in g)  # fmt: skip
+    assert all(
+        c.policy_version == 3
+        for g in split.generate(prompts[:1], n=1, sampling=SAMPLING)
+        for c in g
+    )

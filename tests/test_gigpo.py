@@ -53,23 +53,36 @@ REWARDS = [[1.0, 0.0, 0.0, 1.0], [1.0, 1.0, 1.0, 1.0]]  # each episode's last tu
 #     A_S = 1.021992, -0.340664, -1.237148, 0.555820
 #   turn 1 (state 1): 1.4 and 0: mean 0.7, std 0.989949: A_S = +-0.707106
 PAPER = [
-    [[2.183885, 1.868999, 1.161893], [-0.727962, -0.387298, 0.0],
-     [-2.399041, -1.868999, -1.161893], [0.943118, 0.0, 0.0]],
+    [
+        [2.183885, 1.868999, 1.161893],
+        [-0.727962, -0.387298, 0.0],
+        [-2.399041, -1.868999, -1.161893],
+        [0.943118, 0.0, 0.0],
+    ],
     [[0.0, 0.0, 0.0]] * 4,
-]  # fmt: skip
+]
 # norm = "none" (F = 1): A_E = R - 0.75; turn 0: R_0 - 0.69; turn 1: +-0.7
 PAPER_NO_STD = [
-    [[0.75 + 0.57, 0.75 + 0.7, 0.75], [-0.25 - 0.19, -0.25, 0.0],
-     [-0.75 - 0.69, -0.75 - 0.7, -0.75], [0.25 + 0.31, 0.0, 0.0]],
+    [
+        [0.75 + 0.57, 0.75 + 0.7, 0.75],
+        [-0.25 - 0.19, -0.25, 0.0],
+        [-0.75 - 0.69, -0.75 - 0.7, -0.75],
+        [0.25 + 0.31, 0.0, 0.0],
+    ],
     [[0.0, 0.0, 0.0]] * 4,
-]  # fmt: skip
+]
 
 
 def advantages(algo, rewards=REWARDS, turn_rewards=TURN_REWARDS, states=STATES):
     """As the loop calls it: (rewards, lengths, per-turn rewards, no baseline, states)."""
     rewards = torch.tensor(rewards, dtype=torch.float64)
-    return algo.group_advantages(rewards, torch.ones(rewards.shape), torch.tensor(turn_rewards,
-                                 dtype=torch.float64), None, torch.tensor(states))  # fmt: skip
+    return algo.group_advantages(
+        rewards,
+        torch.ones(rewards.shape),
+        torch.tensor(turn_rewards, dtype=torch.float64),
+        None,
+        torch.tensor(states),
+    )
 
 
 def test_advantages_match_the_papers_definitions_worked_by_hand():
@@ -95,17 +108,26 @@ def reference(turn_rewards, states, gamma, omega, std=True):
     for rows, ids in zip(turn_rewards, states, strict=True):
         turns = [[r for r in row if r == r] for row in rows]  # NaN: past the episode's end
         returns = [sum(t) for t in turns]
-        to_go = [[sum(gamma ** (k - t) * r[k] for k in range(t, len(r))) for t in range(len(r))]
-                 for r in turns]  # fmt: skip
+        to_go = [
+            [sum(gamma ** (k - t) * r[k] for k in range(t, len(r))) for t in range(len(r))]
+            for r in turns
+        ]
         by_state: dict[int, list[float]] = {}
         for i, sid in enumerate(ids):
             for t in range(len(turns[i])):
                 by_state.setdefault(sid[t], []).append(to_go[i][t])
-        out.append([
-            [relative(returns[i], returns) + omega * relative(to_go[i][t], by_state[ids[i][t]])
-             if t < len(turns[i]) else 0.0 for t in range(len(ids[i]))]
-            for i in range(len(ids))
-        ])  # fmt: skip
+        out.append(
+            [
+                [
+                    relative(returns[i], returns)
+                    + omega * relative(to_go[i][t], by_state[ids[i][t]])
+                    if t < len(turns[i])
+                    else 0.0
+                    for t in range(len(ids[i]))
+                ]
+                for i in range(len(ids))
+            ]
+        )
     return out
 
 
@@ -145,16 +167,18 @@ def test_the_step_metrics_count_the_turns_whose_step_level_term_departs():
     algo = get_algorithm("gigpo", gamma=0.9)
     advantages(algo)
     metrics = algo.advantage_metrics()
-    assert metrics == pytest.approx({"step_group_shared_frac": 10 / 13,
-                                     "step_adv_departs_frac": 6 / 13})  # fmt: skip
+    assert metrics == pytest.approx(
+        {"step_group_shared_frac": 10 / 13, "step_adv_departs_frac": 6 / 13}
+    )
     assert metrics == pytest.approx(departures(TURN_REWARDS, STATES, 0.9))
     assert algo.advantage_metrics() == {}
     advantages(algo), advantages(algo)  # two sampling rounds of one step: summed
     assert algo.advantage_metrics() == pytest.approx(metrics)
     # single-turn: A_S = A_E on every turn, all in the one step group of the prompt
     rewards = torch.tensor(SINGLE)
-    algo.group_advantages(rewards, torch.ones(4, 4), rewards[..., None], None,
-                          torch.zeros(4, 4, 1, dtype=torch.long))  # fmt: skip
+    algo.group_advantages(
+        rewards, torch.ones(4, 4), rewards[..., None], None, torch.zeros(4, 4, 1, dtype=torch.long)
+    )
     assert algo.advantage_metrics() == {"step_group_shared_frac": 1.0, "step_adv_departs_frac": 0.0}
 
 
@@ -162,7 +186,14 @@ def test_defaults_are_the_papers():
     algo = get_algorithm("gigpo")
     c = algo.config
     assert (c.gamma, c.omega, c.norm, c.eps, c.beta, c.kl, c.loss) == (
-        0.95, 1.0, "std", 0.2, 0.01, "k3", "ppo_clip")  # fmt: skip
+        0.95,
+        1.0,
+        "std",
+        0.2,
+        0.01,
+        "k3",
+        "ppo_clip",
+    )
     assert algo.aggregation == "token_mean" and algo.uses_turn_states and algo.uses_turn_rewards
     assert "2505.10978" in algo.paper
     for bad in ({"norm": "mad"}, {"gamma": 1.5}, {"gamma": -0.1}, {"omega": -1.0}):
@@ -214,8 +245,9 @@ def test_single_turn_is_grpo(dtype):
 
 def episode(tokens: list[int], mask: list[int], prompt: tuple[int, ...] = (1, 2)) -> Completion:
     turns = 1 + sum(1 for a, b in itertools.pairwise(mask) if a == 0 and b == 1)
-    return Completion(list(prompt), tokens, [0.0] * len(tokens), "", "stop", 0, mask, 0.0,
-                      [0.0] * turns, turns)  # fmt: skip
+    return Completion(
+        list(prompt), tokens, [0.0] * len(tokens), "", "stop", 0, mask, 0.0, [0.0] * turns, turns
+    )
 
 
 def test_turn_states_are_equal_exactly_for_equal_histories():
@@ -277,8 +309,9 @@ def histories(c: Completion) -> list[tuple[int, ...]]:
 def test_the_loop_passes_each_turns_state_and_lays_gigpos_advantages_on_its_tokens(
     episode_loop,  # noqa: F811
 ):
-    loop = episode_loop(config(algorithm="gigpo", seed=3,
-                               env_config={"end_after": 3, "turn_rewards": True}))  # fmt: skip
+    loop = episode_loop(
+        config(algorithm="gigpo", seed=3, env_config={"end_after": 3, "turn_rewards": True})
+    )
     algo = loop.s.algorithm = Recorded(gamma=0.8)
     algo.seen = []
     seen: dict = {}
@@ -287,7 +320,7 @@ def test_the_loop_passes_each_turns_state_and_lays_gigpos_advantages_on_its_toke
     loop.sample_groups = lambda n: seen.setdefault("groups", sample(n))
     record = loop.step()
     _, groups = seen["groups"]
-    (turn_rewards, turn_states), = algo.seen  # fmt: skip
+    ((turn_rewards, turn_states),) = algo.seen
     assert turn_states.shape == turn_rewards.shape == (4, 4, 3)
     sizes = []
     for g, group in enumerate(groups):
@@ -323,12 +356,18 @@ def test_a_resumed_gigpo_run_gives_the_metrics_of_an_uninterrupted_one(
     episode_loop,  # noqa: F811
     tmp_path,
 ):
-    cfg = config(algorithm="gigpo", steps=2, checkpoint_every=1, eval_every=2,
-                 env_config={"end_after": 2, "turn_rewards": True})  # fmt: skip
+    cfg = config(
+        algorithm="gigpo",
+        steps=2,
+        checkpoint_every=1,
+        eval_every=2,
+        env_config={"end_after": 2, "turn_rewards": True},
+    )
 
     def run(out: Path, resume: bool = False, on_record=None) -> None:
-        execute_run(cfg, out, episode_loop(cfg).s, command="test", resume=resume,
-                    on_record=on_record)  # fmt: skip
+        execute_run(
+            cfg, out, episode_loop(cfg).s, command="test", resume=resume, on_record=on_record
+        )
 
     run(tmp_path / "whole")
     expected = without_timing(read_metrics(tmp_path / "whole"))

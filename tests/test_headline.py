@@ -47,19 +47,34 @@ def write_run(out: Path, algorithm: str, seed: int, points: int) -> None:
     point (the ledger's FLOPs reach k/points of the budget at step k)."""
     run_dir = out / "runs" / f"{algorithm}__arithmetic__seed{seed}"
     run_dir.mkdir(parents=True)
-    run = {"algorithm": algorithm, "env": "arithmetic", "seed": seed, "model": "tiny",
-           "steps": 1000, "eval_every": 25, "budget_flops": BUDGET, "eval_points": points,
-           "mini_batches": 1, "epochs": 1}  # fmt: skip
+    run = {
+        "algorithm": algorithm,
+        "env": "arithmetic",
+        "seed": seed,
+        "model": "tiny",
+        "steps": 1000,
+        "eval_every": 25,
+        "budget_flops": BUDGET,
+        "eval_points": points,
+        "mini_batches": 1,
+        "epochs": 1,
+    }
     (run_dir / "config.json").write_text(json.dumps({"run": run}))
     records = []
     for step in range(points + 1):
         flops = BUDGET * step / points
-        record: dict = {"step": step, "samples": 64 * step, "flops": flops, "seconds": step,
-                        "eval_reward": reward(step, seed, algorithm)}  # fmt: skip
+        record: dict = {
+            "step": step,
+            "samples": 64 * step,
+            "flops": flops,
+            "seconds": step,
+            "eval_reward": reward(step, seed, algorithm),
+        }
         if step > 0:
             for p in PHASES:
-                record.update({f"{p}_flops": flops / len(PHASES), f"{p}_seconds": 0.1,
-                               f"{p}_tokens": 100})  # fmt: skip
+                record.update(
+                    {f"{p}_flops": flops / len(PHASES), f"{p}_seconds": 0.1, f"{p}_tokens": 100}
+                )
         records.append(record)
     (run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
 
@@ -69,9 +84,13 @@ def write_experiment(out: Path, points: int) -> Path:
     change wrote it (the fixed headline string)."""
     out.mkdir(parents=True)
     machine = {"cpu": "test", "cores": 1, "memory_gib": 1, "torch_threads": 1}
-    manifest = {"command": f"python -m harness compare --eval-points {points} (synthetic)",
-                "created": "today", "versions": {"forge-zoo": "test"}, "machine": machine,
-                "headline": OLD_HEADLINE}  # fmt: skip
+    manifest = {
+        "command": f"python -m harness compare --eval-points {points} (synthetic)",
+        "created": "today",
+        "versions": {"forge-zoo": "test"},
+        "machine": machine,
+        "headline": OLD_HEADLINE,
+    }
     (out / "experiment.json").write_text(json.dumps(manifest))
     for algorithm in ("grpo", "dapo"):
         for seed in (0, 1):
@@ -89,14 +108,26 @@ def test_headline_checkpoints_never_include_the_start():
 @pytest.mark.parametrize(
     ("points", "averaged", "text"),
     [
-        (1, [1], "held-out greedy reward at each run's last checkpoint (1/1 of the budget), "
-                 "then the mean over seeds"),
-        (2, [1, 2], "held-out greedy reward, the mean of each run's last 2 compute "
-                    "checkpoints (1/2, 2/2 of the budget), then the mean over seeds"),
-        (8, [6, 7, 8], "held-out greedy reward, the mean of each run's last 3 compute "
-                       "checkpoints (6/8, 7/8, 8/8 of the budget), then the mean over seeds"),
+        (
+            1,
+            [1],
+            "held-out greedy reward at each run's last checkpoint (1/1 of the budget), "
+            "then the mean over seeds",
+        ),
+        (
+            2,
+            [1, 2],
+            "held-out greedy reward, the mean of each run's last 2 compute "
+            "checkpoints (1/2, 2/2 of the budget), then the mean over seeds",
+        ),
+        (
+            8,
+            [6, 7, 8],
+            "held-out greedy reward, the mean of each run's last 3 compute "
+            "checkpoints (6/8, 7/8, 8/8 of the budget), then the mean over seeds",
+        ),
     ],
-)  # fmt: skip
+)
 def test_headline_averages_the_trained_checkpoints_and_says_which(
     tmp_path: Path, points: int, averaged: list[int], text: str
 ):
@@ -130,8 +161,10 @@ def test_report_legend_and_summary_name_the_checkpoints_used(tmp_path: Path, mon
     # The leaderboard legend: once when the section's experiments agree, else per experiment.
     eight = write_experiment(tmp_path / "eight", points=8)
     alone = headline_legend([str(eight)], "arithmetic")
-    assert alone.startswith("Headline (held-out greedy reward, the mean of each run's last 3 "
-                            "compute checkpoints (6/8, 7/8, 8/8 of the budget), then")  # fmt: skip
+    assert alone.startswith(
+        "Headline (held-out greedy reward, the mean of each run's last 3 "
+        "compute checkpoints (6/8, 7/8, 8/8 of the budget), then"
+    )
     mixed = headline_legend([str(one), str(eight)], "arithmetic")
     assert mixed.startswith(f"Headline ({HEADLINE})")  # the rule in words, then each
     one_text = "one: held-out greedy reward at each run's last checkpoint (1/1 of the budget)"

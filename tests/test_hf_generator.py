@@ -38,16 +38,18 @@ def test_greedy_continuations_and_logprobs_match_vllm(hf_generator, generator):
 
 def test_sampled_completions_are_well_formed(hf_generator, tiny_path):
     prompts = heldout_prompt_ids(8)
-    groups = hf_generator.generate(prompts, n=4, sampling=SamplingConfig(max_tokens=6),
-                                   seeds=[1] * 8)  # fmt: skip
+    groups = hf_generator.generate(
+        prompts, n=4, sampling=SamplingConfig(max_tokens=6), seeds=[1] * 8
+    )
     assert [len(g) for g in groups] == [4] * 8
     for prompt, group in zip(prompts, groups, strict=True):
         for c in group:
             assert c.prompt_ids == prompt and len(c.logprobs) == len(c.token_ids) <= 6
             assert c.finish_reason == ("stop" if c.token_ids[-1] == 256 else "length")
             assert all(lp <= 0 for lp in c.logprobs) and c.policy_version == 0
-    again = hf_generator.generate(prompts, n=4, sampling=SamplingConfig(max_tokens=6),
-                                  seeds=[1] * 8)  # fmt: skip
+    again = hf_generator.generate(
+        prompts, n=4, sampling=SamplingConfig(max_tokens=6), seeds=[1] * 8
+    )
     assert [[c.token_ids for c in g] for g in groups] == [[c.token_ids for c in g] for g in again]
 
 
@@ -60,8 +62,10 @@ def test_a_sample_depends_on_its_seed_not_on_its_batch_nor_the_thread_count(hf_g
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        alone = [hf_generator.generate([p], n=4, sampling=sampling, seeds=[s])[0]
-                 for p, s in zip(prompts[-3:], seeds[-3:], strict=True)]  # fmt: skip
+        alone = [
+            hf_generator.generate([p], n=4, sampling=sampling, seeds=[s])[0]
+            for p, s in zip(prompts[-3:], seeds[-3:], strict=True)
+        ]
     finally:
         torch.set_num_threads(threads)
     assert [[c.token_ids for c in g] for g in together[-3:]] == [

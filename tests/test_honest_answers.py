@@ -31,12 +31,20 @@ FAST = {"timeout_s": 10.0}  # generous: the machine is shared; nothing here loop
 
 
 def row(task_id, text, code, tests, setup=""):
-    return {"task_id": task_id, "text": text, "code": textwrap.dedent(code).strip() + "\n",
-            "test_list": tests, "test_setup_code": setup, "challenge_test_list": []}  # fmt: skip
+    return {
+        "task_id": task_id,
+        "text": text,
+        "code": textwrap.dedent(code).strip() + "\n",
+        "test_list": tests,
+        "test_setup_code": setup,
+        "challenge_test_list": [],
+    }
 
 
 ROWS = [
-    row(737, "Write a function to check whether the given string is starting with a vowel "
+    row(
+        737,
+        "Write a function to check whether the given string is starting with a vowel "
         "or not using regex.",
         """
         import re
@@ -44,18 +52,26 @@ ROWS = [
         def check_str(string):
             return re.search(regex, string)
         """,
-        ['assert check_str("annie")', 'assert not check_str("dawood")',
-         'assert check_str("Else")']),
-    row(787, "Write a function that matches a string that has an a followed by three 'b'.",
+        ['assert check_str("annie")', 'assert not check_str("dawood")', 'assert check_str("Else")'],
+    ),
+    row(
+        787,
+        "Write a function that matches a string that has an a followed by three 'b'.",
         """
         import re
         def text_match_three(text):
             patterns = 'ab{3}?'
             return re.search(patterns, text)
         """,
-        ['assert not text_match_three("ac")', 'assert not text_match_three("dc")',
-         'assert text_match_three("abbbba")']),
-    row(794, "Write a function that matches a string that has an 'a' followed by anything, "
+        [
+            'assert not text_match_three("ac")',
+            'assert not text_match_three("dc")',
+            'assert text_match_three("abbbba")',
+        ],
+    ),
+    row(
+        794,
+        "Write a function that matches a string that has an 'a' followed by anything, "
         "ending in 'b'.",
         """
         import re
@@ -63,9 +79,15 @@ ROWS = [
             patterns = 'a.*?b$'
             return re.search(patterns, text)
         """,
-        ['assert text_starta_endb("aabbbb")', 'assert not text_starta_endb("aabAbbbc")',
-         'assert not text_starta_endb("accddbbjjj")']),
-    row(88, "Write a function to get the frequency of all the elements in a list, returned "
+        [
+            'assert text_starta_endb("aabbbb")',
+            'assert not text_starta_endb("aabAbbbc")',
+            'assert not text_starta_endb("accddbbjjj")',
+        ],
+    ),
+    row(
+        88,
+        "Write a function to get the frequency of all the elements in a list, returned "
         "as a dictionary.",
         """
         import collections
@@ -73,11 +95,16 @@ ROWS = [
             freq_count = collections.Counter(list1)
             return freq_count
         """,
-        ["assert freq_count([10,10,10,10,20,20,20,20,40,40,50,50,30])==({10: 4, 20: 4, 40: 2, "
-         "50: 2, 30: 1})",
-         "assert freq_count([1,2,3,4,3,2,4,1,3,1,4])==({1:3, 2:2,3:3,4:3})",
-         "assert freq_count([5,6,7,4,9,10,4,5,6,7,9,5])==({10:1,5:3,6:2,7:2,4:2,9:2})"]),
-    row(126, "Write a python function to find the sum of common divisors of two given numbers.",
+        [
+            "assert freq_count([10,10,10,10,20,20,20,20,40,40,50,50,30])==({10: 4, 20: 4, 40: 2, "
+            "50: 2, 30: 1})",
+            "assert freq_count([1,2,3,4,3,2,4,1,3,1,4])==({1:3, 2:2,3:3,4:3})",
+            "assert freq_count([5,6,7,4,9,10,4,5,6,7,9,5])==({10:1,5:3,6:2,7:2,4:2,9:2})",
+        ],
+    ),
+    row(
+        126,
+        "Write a python function to find the sum of common divisors of two given numbers.",
         """
         import math
         def sum(a,b):
@@ -87,9 +114,12 @@ ROWS = [
                     sum += i
             return sum
         """,
-        ["assert sum(10,15) == 6", "assert sum(100,150) == 93", "assert sum(4,6) == 3"]),
+        ["assert sum(10,15) == 6", "assert sum(100,150) == 93", "assert sum(4,6) == 3"],
+    ),
     # Our own, one per remaining kind.
-    row(9001, "Group words by their first letter (a defaultdict of lists).",
+    row(
+        9001,
+        "Group words by their first letter (a defaultdict of lists).",
         """
         from collections import defaultdict
         def group_by_initial(words):
@@ -98,11 +128,16 @@ ROWS = [
                 groups[word[0]].append(word)
             return groups
         """,
-        ['assert group_by_initial(["apple", "avocado", "banana"]) == '
-         '{"a": ["apple", "avocado"], "b": ["banana"]}',
-         'assert group_by_initial(["kiwi"])["z"] == []',  # the factory answers a missing key
-         "assert group_by_initial([]) == {}"]),
-    row(9002, "Count the items in the order they are first seen (an OrderedDict).",
+        [
+            'assert group_by_initial(["apple", "avocado", "banana"]) == '
+            '{"a": ["apple", "avocado"], "b": ["banana"]}',
+            'assert group_by_initial(["kiwi"])["z"] == []',  # the factory answers a missing key
+            "assert group_by_initial([]) == {}",
+        ],
+    ),
+    row(
+        9002,
+        "Count the items in the order they are first seen (an OrderedDict).",
         """
         from collections import OrderedDict
         def first_seen(items):
@@ -111,30 +146,45 @@ ROWS = [
                 counts[item] = counts.get(item, 0) + 1
             return counts
         """,
-        ['assert first_seen("abca") == OrderedDict([("a", 2), ("b", 1), ("c", 1)])',
-         'assert list(first_seen("cab")) == ["c", "a", "b"]',
-         # OrderedDicts compare in order: the same counts in another order are not equal.
-         'assert first_seen("cab") != OrderedDict([("a", 1), ("b", 1), ("c", 1)])'],
-        setup="from collections import OrderedDict"),
-    row(9003, "Return the smallest and the largest item as a named tuple (low, high).",
+        [
+            'assert first_seen("abca") == OrderedDict([("a", 2), ("b", 1), ("c", 1)])',
+            'assert list(first_seen("cab")) == ["c", "a", "b"]',
+            # OrderedDicts compare in order: the same counts in another order are not equal.
+            'assert first_seen("cab") != OrderedDict([("a", 1), ("b", 1), ("c", 1)])',
+        ],
+        setup="from collections import OrderedDict",
+    ),
+    row(
+        9003,
+        "Return the smallest and the largest item as a named tuple (low, high).",
         """
         from collections import namedtuple
         MinMax = namedtuple("MinMax", ["low", "high"])
         def min_max(items):
             return MinMax(min(items), max(items))
         """,
-        ["assert min_max([3, 1, 2]) == (1, 3)", "assert min_max([5]).high == 5",
-         "assert min_max([-1, 4]) == (-1, 4)"]),
-    row(9004, "Keep the last three items (a deque with maxlen 3).",
+        [
+            "assert min_max([3, 1, 2]) == (1, 3)",
+            "assert min_max([5]).high == 5",
+            "assert min_max([-1, 4]) == (-1, 4)",
+        ],
+    ),
+    row(
+        9004,
+        "Keep the last three items (a deque with maxlen 3).",
         """
         from collections import deque
         def last_three(items):
             return deque(items, maxlen=3)
         """,
-        ["assert list(last_three([1, 2, 3, 4])) == [2, 3, 4]",
-         "assert last_three([1]).maxlen == 3", "assert last_three([7, 8]) == deque([7, 8])"],
-        setup="from collections import deque"),
-]  # fmt: skip
+        [
+            "assert list(last_three([1, 2, 3, 4])) == [2, 3, 4]",
+            "assert last_three([1]).maxlen == 3",
+            "assert last_three([7, 8]) == deque([7, 8])",
+        ],
+        setup="from collections import deque",
+    ),
+]
 
 WRONG = {
     737: "import re\ndef check_str(string):\n    return re.search('^[aeiou]', string)\n",  # "Else"
@@ -204,11 +254,16 @@ def test_a_shadowed_builtin_is_called_as_the_candidates_only_where_the_task_defi
     assert job is not None and job.serve == ("freq_count",)
 
 
-LEN_ROW = row(9100, "Return the three largest items, largest first.",
-              "def top3(xs):\n    return sorted(xs, reverse=True)[:3]\n",
-              ["assert len(top3([5, 1, 4, 2, 3])) == 3",
-               "assert sorted(top3([5, 1, 4, 2, 3])) == [3, 4, 5]",
-               "assert abs(top3([9, 8, 7])[0] - 9) < 1"])  # fmt: skip
+LEN_ROW = row(
+    9100,
+    "Return the three largest items, largest first.",
+    "def top3(xs):\n    return sorted(xs, reverse=True)[:3]\n",
+    [
+        "assert len(top3([5, 1, 4, 2, 3])) == 3",
+        "assert sorted(top3([5, 1, 4, 2, 3])) == [3, 4, 5]",
+        "assert abs(top3([9, 8, 7])[0] - 9) < 1",
+    ],
+)
 
 
 def test_builtins_the_candidate_defines_do_not_replace_the_tests_own(tmp_path):
@@ -348,8 +403,10 @@ def test_every_real_reference_scores_one_at_the_default_limits_idle_and_busy(tmp
         if s.reward != 1.0
     )
     slowest = max(scored + canonical, key=lambda s: s.verdict.duration_s if s.verdict else 0)
-    print(f"\n{load}: {len(failed)} of 591 references failed; slowest verdict "
-          f"{slowest.verdict.duration_s:.1f} s wall")  # fmt: skip
+    print(
+        f"\n{load}: {len(failed)} of 591 references failed; slowest verdict "
+        f"{slowest.verdict.duration_s:.1f} s wall"
+    )
     assert failed == {}
 
 
@@ -359,9 +416,15 @@ def test_the_limit_is_cpu_time_and_a_passing_answers_tests_run_once(real_mbpp):
     passing answer is called once per assert: the counting pass (for the pass fraction)
     runs only after a failure, so a slow correct answer pays for one pass, not two."""
     p17 = next(p for p in real_mbpp.eval_prompts() if p.answer["task_id"] == 17)
-    env = get_env("mbpp", **{k: v for k, v in real_mbpp.config.__dict__.items()
-                             if k in ("data_files", "eval_files", "eval_size")},
-                  timeout_s=1.0)  # fmt: skip
+    env = get_env(
+        "mbpp",
+        **{
+            k: v
+            for k, v in real_mbpp.config.__dict__.items()
+            if k in ("data_files", "eval_files", "eval_size")
+        },
+        timeout_s=1.0,
+    )
     waits = "import time\ndef square_perimeter(a):\n    time.sleep(0.8)\n    return 4 * a\n"
     burns = "def square_perimeter(a):\n    while True:\n        pass\n"
     asserts = len(p17.answer["test_list"])

@@ -38,17 +38,22 @@ def test_hosts_split_into_equal_disjoint_groups():
     assert host_groups(HOSTS, 1) == [tuple(HOSTS)]
     with pytest.raises(ConfigError, match=r"--jobs 3 .* lists 2 hosts: use --jobs 2 or fewer"):
         host_groups(HOSTS[:2], 3)
-    with pytest.raises(ConfigError, match=r"5 hosts into groups of 1, but one run .* needs 2 "
-                                          r"hosts .* use --jobs 2 or fewer"):  # fmt: skip
+    with pytest.raises(
+        ConfigError,
+        match=r"5 hosts into groups of 1, but one run .* needs 2 "
+        r"hosts .* use --jobs 2 or fewer",
+    ):
         host_groups(HOSTS, 3, per_run=2)
 
 
 def test_a_run_needs_more_than_one_host_only_for_gpus_one_host_lacks():
     cpu = PlacementConfig(generator=ServiceLayout(num_replicas=2), hosts=HOSTS[:4])
     assert hosts_needed(cpu, gpus_per_host=0) == 1  # services without GPUs share a host
-    gpus = PlacementConfig(trainer=ServiceLayout(procs=4, with_gpus=True),
-                           generator=ServiceLayout(procs=2, num_replicas=2, with_gpus=True),
-                           hosts=HOSTS[:4])  # fmt: skip
+    gpus = PlacementConfig(
+        trainer=ServiceLayout(procs=4, with_gpus=True),
+        generator=ServiceLayout(procs=2, num_replicas=2, with_gpus=True),
+        hosts=HOSTS[:4],
+    )
     assert hosts_needed(gpus, gpus_per_host=8) == 1  # 4 + 2 x 2 GPUs on one host
     # on 2 hosts replica 1 joins the trainer on host 0 (1 + 1 mod 2): 6 > 4
     assert hosts_needed(gpus, gpus_per_host=4) == 3
@@ -66,8 +71,9 @@ def test_a_monarch_placement_spreads_over_its_hosts_or_is_refused():
 
 def test_more_jobs_than_hosts_exit_2_naming_the_numbers(tmp_path: Path):
     (tmp_path / "hosts.yaml").write_text(f"hosts: [{', '.join(HOSTS[:2])}]\n")
-    result = run_harness("compare", "grpo", "--jobs", "3", "--config", "hosts.yaml",
-                         cwd=tmp_path, timeout=300)  # fmt: skip
+    result = run_harness(
+        "compare", "grpo", "--jobs", "3", "--config", "hosts.yaml", cwd=tmp_path, timeout=300
+    )
     assert result.returncode == 2, result.stderr[-3000:]
     assert "--jobs 3 runs 3 runs at once" in result.stderr and "lists 2 hosts" in result.stderr
     assert "Traceback" not in result.stderr and not (tmp_path / "results").exists()
@@ -123,8 +129,21 @@ def test_jobs_below_one_exit_2(tmp_path: Path):
     assert result.returncode == 2 and "--jobs must be >= 1" in result.stderr
 
 
-SMALL = ["--prompts-per-step", "16", "--eval-points", "2", "--eval-samples", "0",
-         "--checkpoint-every", "0", "--budget", "2.5e10", "--seeds", "2", "--quiet"]  # fmt: skip
+SMALL = [
+    "--prompts-per-step",
+    "16",
+    "--eval-points",
+    "2",
+    "--eval-samples",
+    "0",
+    "--checkpoint-every",
+    "0",
+    "--budget",
+    "2.5e10",
+    "--seeds",
+    "2",
+    "--quiet",
+]
 
 
 def untimed(path: Path) -> list[dict]:
@@ -137,8 +156,17 @@ def test_two_jobs_give_the_numbers_of_one(tiny_model_path, tmp_path: Path):
     seconds = {}
     for jobs in (1, 2):
         start = time.perf_counter()
-        result = run_harness("compare", "grpo", "dapo", *SMALL, "--jobs", str(jobs),
-                             "--out", f"j{jobs}", cwd=tmp_path)  # fmt: skip
+        result = run_harness(
+            "compare",
+            "grpo",
+            "dapo",
+            *SMALL,
+            "--jobs",
+            str(jobs),
+            "--out",
+            f"j{jobs}",
+            cwd=tmp_path,
+        )
         seconds[jobs] = time.perf_counter() - start
         assert result.returncode == 0, result.stderr[-3000:]
     runs = sorted(p.name for p in (tmp_path / "j1" / "runs").iterdir())
@@ -152,16 +180,31 @@ def test_two_jobs_give_the_numbers_of_one(tiny_model_path, tmp_path: Path):
     print(f"compare of 4 tiny runs: --jobs 1 {seconds[1]:.0f} s, --jobs 2 {seconds[2]:.0f} s")
 
 
-ON_HOSTS = ["--prompts-per-step", "8", "--eval-points", "2", "--eval-samples", "0",
-            "--env-set", "eval_size=20", "--checkpoint-every", "0", "--budget", "4e9",
-            "--set", "beta=0", "--seeds", "2", "--quiet"]  # fmt: skip
+ON_HOSTS = [
+    "--prompts-per-step",
+    "8",
+    "--eval-points",
+    "2",
+    "--eval-samples",
+    "0",
+    "--env-set",
+    "eval_size=20",
+    "--checkpoint-every",
+    "0",
+    "--budget",
+    "4e9",
+    "--set",
+    "beta=0",
+    "--seeds",
+    "2",
+    "--quiet",
+]
 """Two steps per run, a short held-out set, no reference model (beta 0): each run starts
 its trainer and generator processes on its host(s)."""
 
 
 @pytest.mark.slow  # 4 tiny runs on two stand-in hosts: ~4 minutes on 2 busy cores
-def test_two_jobs_on_two_hosts_give_the_numbers_of_one(tiny_model_path, tmp_path: Path,
-                                                        two_hosts):  # fmt: skip
+def test_two_jobs_on_two_hosts_give_the_numbers_of_one(tiny_model_path, tmp_path: Path, two_hosts):
     """A placement file with two hosts (local Monarch workers standing in): with --jobs 2
     each worker takes one host and places all of its runs' services there; with --jobs 1
     each run spreads over both, as the file says. Same metrics either way; each session
@@ -171,8 +214,18 @@ def test_two_jobs_on_two_hosts_give_the_numbers_of_one(tiny_model_path, tmp_path
     seconds = {}
     for jobs in (1, 2):
         start = time.perf_counter()
-        result = run_harness("compare", "grpo", *ON_HOSTS, "--jobs", str(jobs), "--config",
-                             "hosts.yaml", "--out", f"j{jobs}", cwd=tmp_path)  # fmt: skip
+        result = run_harness(
+            "compare",
+            "grpo",
+            *ON_HOSTS,
+            "--jobs",
+            str(jobs),
+            "--config",
+            "hosts.yaml",
+            "--out",
+            f"j{jobs}",
+            cwd=tmp_path,
+        )
         seconds[jobs] = time.perf_counter() - start
         assert result.returncode == 0, result.stderr[-3000:]
     runs = sorted(p.name for p in (tmp_path / "j1" / "runs").iterdir())
@@ -192,5 +245,7 @@ def test_two_jobs_on_two_hosts_give_the_numbers_of_one(tiny_model_path, tmp_path
     assert used == set(addresses)  # the two workers ran on different hosts
     summary = [pd.read_csv(tmp_path / f"j{j}" / "tables" / "summary.csv") for j in (1, 2)]
     pd.testing.assert_frame_equal(summary[0], summary[1])
-    print(f"compare of 2 tiny runs on 2 hosts: --jobs 1 {seconds[1]:.0f} s, "
-          f"--jobs 2 {seconds[2]:.0f} s")  # fmt: skip
+    print(
+        f"compare of 2 tiny runs on 2 hosts: --jobs 1 {seconds[1]:.0f} s, "
+        f"--jobs 2 {seconds[2]:.0f} s"
+    )

@@ -108,8 +108,14 @@ def rollout(seed: int) -> RolloutBatch:
     old = -0.1 - 2 * torch.rand(4, 5, generator=g, dtype=torch.float64)
     ref = old + 0.3 * torch.randn(4, 5, generator=g, dtype=torch.float64)
     adv = torch.tensor([0.8, -0.5, 0.0, 1.1], dtype=torch.float64)
-    return RolloutBatch(torch.zeros(4, 7, dtype=torch.long), torch.full((4,), 2), mask, adv,
-                        old_logprobs=old, ref_logprobs=ref)  # fmt: skip
+    return RolloutBatch(
+        torch.zeros(4, 7, dtype=torch.long),
+        torch.full((4,), 2),
+        mask,
+        adv,
+        old_logprobs=old,
+        ref_logprobs=ref,
+    )
 
 
 def test_kl_in_reward_on_opo_gives_reinforce_pps_loss_and_gradient():
@@ -134,8 +140,10 @@ def test_kl_in_reward_on_opo_gives_reinforce_pps_loss_and_gradient():
     lp0 = old + 0.2 * torch.randn(4, 5, generator=g, dtype=torch.float64)
     outputs = []
     per_response = torch.tensor([0.8, -0.5, 0.0, 1.1], dtype=torch.float64)
-    for algo, adv in ((opo, batch.advantages),
-                      (get_algorithm("reinforce_pp", beta=0.02), per_response)):  # fmt: skip
+    for algo, adv in (
+        (opo, batch.advantages),
+        (get_algorithm("reinforce_pp", beta=0.02), per_response),
+    ):
         lp = lp0.clone().requires_grad_(True)
         ref_in = None if algo.config.beta == 0 else ref
         out = algo.loss(TrainBatch(lp, old, ref_in, adv, mask))
@@ -256,11 +264,14 @@ def test_a_kl_convention_that_would_change_nothing_is_refused():
 
 @pytest.mark.parametrize(
     "overrides",
-    [{"kl_in_reward": True}, {"kl_target": 0.05, "kl_horizon": 100},
-     {"kl_in_reward": True, "kl_target": 0.05},
-     {"kl_in_reward": True, "kl_reward_credit": "token", "kl": "k1"},
-     {"kl_target": 0.05, "kl_rollout_mean": "seq_mean"}],
-)  # fmt: skip
+    [
+        {"kl_in_reward": True},
+        {"kl_target": 0.05, "kl_horizon": 100},
+        {"kl_in_reward": True, "kl_target": 0.05},
+        {"kl_in_reward": True, "kl_reward_credit": "token", "kl": "k1"},
+        {"kl_target": 0.05, "kl_rollout_mean": "seq_mean"},
+    ],
+)
 def test_the_kl_options_pass_the_conformance_suite(overrides):
     assert not [r for r in run_conformance(GRPO, overrides) if r.passed is False]
 
@@ -275,10 +286,15 @@ class Killed(BaseException):
 def adaptive(**algorithm_config) -> RunConfig:
     # 4 prompts x 8 = 32 responses a step over a horizon of 40: K_beta = 0.8, so beta
     # moves by up to 16% a step; a target far below the KL reached after one update
-    return RunConfig(prompts_per_step=4, steps=3, eval_every=3, checkpoint_every=1,
-                     eval_samples=0, env_config={"eval_size": 50},
-                     algorithm_config={"kl_target": 1e-4, "kl_horizon": 40,
-                                       **algorithm_config})  # fmt: skip
+    return RunConfig(
+        prompts_per_step=4,
+        steps=3,
+        eval_every=3,
+        checkpoint_every=1,
+        eval_samples=0,
+        env_config={"eval_size": 50},
+        algorithm_config={"kl_target": 1e-4, "kl_horizon": 40, **algorithm_config},
+    )
 
 
 def check_logged_updates(records: list[dict], beta: float) -> None:

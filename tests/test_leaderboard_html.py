@@ -30,8 +30,16 @@ BUDGET, POINTS = 2e12, 8
 TEN_SEEDS = ("grpo", "dr_grpo", "dapo", "cispo", "gspo", "sapo", "grpo@mini_batches=4")
 CONTROLLED = ("grpo", "grpo_twin", "grpo@quarter_lr", "dapo")
 VERDICT_ROWS = ("grpo", "dapo", "gspo")
-BOARD_COLUMNS = ["algorithm", "tie group", "headline [95% t-CI]", "pass@1", "pass@4", "pass@8",
-                 "seeds", "controls"]  # fmt: skip
+BOARD_COLUMNS = [
+    "algorithm",
+    "tie group",
+    "headline [95% t-CI]",
+    "pass@1",
+    "pass@4",
+    "pass@8",
+    "seeds",
+    "controls",
+]
 WIDTH = 1400
 
 
@@ -49,48 +57,86 @@ def write_run(exp: Path, row: str, seed: int, samples: bool) -> str:
     name = f"{row}__arithmetic__seed{seed}"
     run_dir = exp / "runs" / name
     run_dir.mkdir(parents=True)
-    run = {"algorithm": algorithm, "variant": row if "@" in row else None, "env": "arithmetic",
-           "seed": seed, "model": "tiny", "steps": 1000, "eval_every": 25,
-           "budget_flops": BUDGET, "eval_points": POINTS, "mini_batches": 4,
-           "epochs": 1}  # fmt: skip
-    config = {"run": run, "git": {"commit": "ab" * 20, "dirty": False},
-              "start_weights_sha256": "f" * 64, "created": "2026-11-01T10:00:00+00:00",
-              "versions": {"torch": "test"}}  # fmt: skip
+    run = {
+        "algorithm": algorithm,
+        "variant": row if "@" in row else None,
+        "env": "arithmetic",
+        "seed": seed,
+        "model": "tiny",
+        "steps": 1000,
+        "eval_every": 25,
+        "budget_flops": BUDGET,
+        "eval_points": POINTS,
+        "mini_batches": 4,
+        "epochs": 1,
+    }
+    config = {
+        "run": run,
+        "git": {"commit": "ab" * 20, "dirty": False},
+        "start_weights_sha256": "f" * 64,
+        "created": "2026-11-01T10:00:00+00:00",
+        "versions": {"torch": "test"},
+    }
     (run_dir / "config.json").write_text(json.dumps(config))
     (run_dir / "complete.json").write_text(json.dumps({"finished": "2026-11-01T11:00:00+00:00"}))
     records = []
     for k in range(POINTS + 1):
         flops = BUDGET * k / POINTS
-        record: dict = {"step": 10 * k, "samples": 640 * k, "flops": flops, "seconds": 5.0 * k,
-                        "eval_reward": reward(row, seed, k), "eval_pass_at_1": 0.2,
-                        "eval_pass_at_4": 0.5, "eval_pass_at_8": 0.7,
-                        "eval_mean_at_8": 0.2}  # fmt: skip
+        record: dict = {
+            "step": 10 * k,
+            "samples": 640 * k,
+            "flops": flops,
+            "seconds": 5.0 * k,
+            "eval_reward": reward(row, seed, k),
+            "eval_pass_at_1": 0.2,
+            "eval_pass_at_4": 0.5,
+            "eval_pass_at_8": 0.7,
+            "eval_mean_at_8": 0.2,
+        }
         if k:
             record["reward_mean"] = reward(row, seed, k) - 0.05
             for p in PHASES:
-                record.update({f"{p}_flops": flops / len(PHASES), f"{p}_seconds": 0.1,
-                               f"{p}_tokens": 100})  # fmt: skip
+                record.update(
+                    {f"{p}_flops": flops / len(PHASES), f"{p}_seconds": 0.1, f"{p}_tokens": 100}
+                )
         records.append(record)
     (run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
     if samples:  # long prompts and completions: the samples tables must still fit the window
-        rows = [{"step": 10 * POINTS, "kind": "eval", "index": i,
-                 "prompt": f"Compute {' + '.join(str(n) for n in range(i, i + 40))}. Answer:",
-                 "completion": "the sum is " + "9" * 120, "reference": str(sum(range(i, i + 40))),
-                 "reward": 0.0} for i in range(4)]  # fmt: skip
+        rows = [
+            {
+                "step": 10 * POINTS,
+                "kind": "eval",
+                "index": i,
+                "prompt": f"Compute {' + '.join(str(n) for n in range(i, i + 40))}. Answer:",
+                "completion": "the sum is " + "9" * 120,
+                "reference": str(sum(range(i, i + 40))),
+                "reward": 0.0,
+            }
+            for i in range(4)
+        ]
         (run_dir / "samples.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     return name
 
 
-def write_experiment(results: Path, name: str, rows: tuple[str, ...], seeds: int,
-                     samples: bool, controls: dict | None = None,
-                     design: dict | None = None) -> Path:  # fmt: skip
+def write_experiment(
+    results: Path,
+    name: str,
+    rows: tuple[str, ...],
+    seeds: int,
+    samples: bool,
+    controls: dict | None = None,
+    design: dict | None = None,
+) -> Path:
     exp = results / name
     runs = [write_run(exp, row, seed, samples) for row in rows for seed in range(seeds)]
-    manifest = {"command": f"python -m harness compare {' '.join(rows)} --seeds {seeds} "
-                           f"--out {exp} (synthetic)",
-                "created": "2026-11-01T09:00:00+00:00", "versions": {"torch": "test"},
-                "machine": {"cpu": "test", "cores": 1, "memory_gib": 1, "torch_threads": 1},
-                "runs": {r: {} for r in runs}}  # fmt: skip
+    manifest = {
+        "command": f"python -m harness compare {' '.join(rows)} --seeds {seeds} "
+        f"--out {exp} (synthetic)",
+        "created": "2026-11-01T09:00:00+00:00",
+        "versions": {"torch": "test"},
+        "machine": {"cpu": "test", "cores": 1, "memory_gib": 1, "torch_threads": 1},
+        "runs": {r: {} for r in runs},
+    }
     if controls:
         manifest["controls"] = controls
     if design:
@@ -101,9 +147,12 @@ def write_experiment(results: Path, name: str, rows: tuple[str, ...], seeds: int
 
 CONTROLS = {
     "negative": {"rows": ["grpo", "grpo_twin"], "expect": "tie", "why": "a copy of grpo"},
-    "positive": {"rows": ["grpo", "grpo@quarter_lr"], "expect": "grpo better",
-                 "why": "grpo at 0.25 x its learning rate"},
-}  # fmt: skip
+    "positive": {
+        "rows": ["grpo", "grpo@quarter_lr"],
+        "expect": "grpo better",
+        "why": "grpo at 0.25 x its learning rate",
+    },
+}
 
 
 @pytest.fixture(scope="module")
@@ -114,12 +163,14 @@ def board(tmp_path_factory) -> Path:
     results = root / "results"
     experiments = [
         write_experiment(results, "ten-seeds", TEN_SEEDS, seeds=10, samples=False),
-        write_experiment(results, "with-controls", CONTROLLED, seeds=3, samples=True,
-                         controls=CONTROLS),
+        write_experiment(
+            results, "with-controls", CONTROLLED, seeds=3, samples=True, controls=CONTROLS
+        ),
         # the one that ranks: named to sort last, it must still come first
-        write_experiment(results, "z-verdicts", VERDICT_ROWS, seeds=10, samples=False,
-                         design=new_design("grpo")),
-    ]  # fmt: skip
+        write_experiment(
+            results, "z-verdicts", VERDICT_ROWS, seeds=10, samples=False, design=new_design("grpo")
+        ),
+    ]
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(harness.analysis, "FIT_BOOTSTRAP_REPS", 5)
         for exp in experiments:
@@ -130,15 +181,18 @@ def board(tmp_path_factory) -> Path:
 
 def sections(html: str) -> dict[str, str]:
     """Each experiment's <section> of the page, by experiment name."""
-    found = re.findall(r"<section class='experiment' id='experiment-([^']+)'>(.*?)</section>",
-                       html, re.S)  # fmt: skip
+    found = re.findall(
+        r"<section class='experiment' id='experiment-([^']+)'>(.*?)</section>", html, re.S
+    )
     return dict(found)
 
 
 def cells(table: str, tag: str = "td") -> list[list[str]]:
     rows = re.findall(r"<tr>(.*?)</tr>", table, re.S)
-    return [[re.sub(r"<[^>]+>", "", c) for c in re.findall(rf"<{tag}[^>]*>(.*?)</{tag}>", r, re.S)]
-            for r in rows]  # fmt: skip
+    return [
+        [re.sub(r"<[^>]+>", "", c) for c in re.findall(rf"<{tag}[^>]*>(.*?)</{tag}>", r, re.S)]
+        for r in rows
+    ]
 
 
 def test_one_compact_table_per_experiment_with_fits_and_provenance_one_click_away(board):
@@ -204,8 +258,14 @@ def test_every_experiment_links_a_samples_page_also_without_samples(board):
 
 
 def test_seed_curves_have_a_panel_per_row_every_seed_and_labelled_axes():
-    curves = pd.DataFrame([{"algorithm": a, "seed": s, "flops": 1e11 * k, "reward": 0.1 * k + s}
-                           for a in TEN_SEEDS for s in range(10) for k in range(5)])  # fmt: skip
+    curves = pd.DataFrame(
+        [
+            {"algorithm": a, "seed": s, "flops": 1e11 * k, "reward": 0.1 * k + s}
+            for a in TEN_SEEDS
+            for s in range(10)
+            for k in range(5)
+        ]
+    )
     fig = seed_curves_figure(curves, "flops", "model FLOPs (ledger)", order=list(TEN_SEEDS))
     fig.canvas.draw()
     panels = [ax for ax in fig.axes if ax.get_visible()]
@@ -268,13 +328,29 @@ def measure(page: Path, screenshot: Path) -> dict:
     screenshot. (A probe copy of the page sits beside it, so its links resolve alike.)"""
     probe = page.with_name(f"_probe_{page.name}")
     probe.write_text(page.read_text().replace("</body>", MEASURE + "</body>"))
-    flags = [chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
-             f"--window-size={WIDTH},900", "--virtual-time-budget=5000"]  # fmt: skip
+    flags = [
+        chromium(),
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--hide-scrollbars",
+        f"--window-size={WIDTH},900",
+        "--virtual-time-budget=5000",
+    ]
     try:
-        dom = subprocess.run([*flags, "--dump-dom", probe.as_uri()], capture_output=True,
-                             text=True, timeout=180, check=True).stdout  # fmt: skip
-        subprocess.run([*flags, f"--screenshot={screenshot}", page.as_uri()],
-                       capture_output=True, timeout=180, check=True)  # fmt: skip
+        dom = subprocess.run(
+            [*flags, "--dump-dom", probe.as_uri()],
+            capture_output=True,
+            text=True,
+            timeout=180,
+            check=True,
+        ).stdout
+        subprocess.run(
+            [*flags, f"--screenshot={screenshot}", page.as_uri()],
+            capture_output=True,
+            timeout=180,
+            check=True,
+        )
     finally:
         probe.unlink()
     found = re.search(r"data-check=\"([^\"]*)\"", dom)

@@ -85,16 +85,25 @@ def test_an_episode_is_charged_its_turns_as_the_engine_ran_them(tiny_path):
         if i < len(observations):
             tokens += [2] * observations[i]
             mask += [0] * observations[i]
-    episode = Completion(prompt_ids=[0] * prompt, token_ids=tokens, logprobs=[0.0] * len(tokens),
-                         text="", finish_reason="stop", policy_version=0, assistant_mask=mask,
-                         turns=3)  # fmt: skip
+    episode = Completion(
+        prompt_ids=[0] * prompt,
+        token_ids=tokens,
+        logprobs=[0.0] * len(tokens),
+        text="",
+        finish_reason="stop",
+        policy_version=0,
+        assistant_mask=mask,
+        turns=3,
+    )
     # no turn_requests (an episode from elsewhere): one forward over the trajectory
     least = ledger.generation_flops(prompt, len(tokens), head_tokens=sum(turns))
     assert ledger.sample_flops(episode) == least
     # a cache that kept everything gives the same: each turn from its context's last token
     # computed by an earlier turn (the one sampled last was never fed back)
-    kept = [(c, 0 if i == 0 else c - observations[i - 1] - 1, r)
-            for i, (c, r) in enumerate(zip(contexts, turns, strict=True))]  # fmt: skip
+    kept = [
+        (c, 0 if i == 0 else c - observations[i - 1] - 1, r)
+        for i, (c, r) in enumerate(zip(contexts, turns, strict=True))
+    ]
     assert ledger.sample_flops(replace(episode, turn_requests=kept)) == pytest.approx(least)
     # no cache: every turn recomputes its whole context
     none = [(c, 0, r) for c, r in zip(contexts, turns, strict=True)]
@@ -128,8 +137,9 @@ def test_ledger_matches_counted_matmuls_at_qwen3_sizes(name, tmp_path):
     batch, length, response = 2, 48, 16
     tokens = torch.zeros((batch, length), dtype=torch.long, device="meta")
     with FlopCounterMode(display=False) as counter:
-        response_logprobs(model, tokens, torch.full((batch,), length - response, device="meta"),
-                          response)  # fmt: skip
+        response_logprobs(
+            model, tokens, torch.full((batch,), length - response, device="meta"), response
+        )
     counts = {str(op): n for op, n in counter.get_flop_counts()["Global"].items()}
     expected = Ledger(shape).scoring_flops(length - response, response) * batch
     causal_attention = attention_flops_by_hand(shape, length) * batch

@@ -24,16 +24,26 @@ def tensors():
 
 def ratios() -> list[list[float]]:
     """pi_old / pi_sampler per token, in plain Python."""
-    return [[math.exp(o - s) for o, s in zip(ro, rs, strict=True)]
-            for ro, rs in zip(OLD, SAMPLER, strict=True)]  # fmt: skip
+    return [
+        [math.exp(o - s) for o, s in zip(ro, rs, strict=True)]
+        for ro, rs in zip(OLD, SAMPLER, strict=True)
+    ]
 
 
 def test_mismatch_metrics_are_the_mean_and_max_gap_and_the_k3_kl_on_response_tokens():
     metrics = mismatch_metrics(*tensors())
-    gaps = [abs(o - s) for ro, rs, rm in zip(OLD, SAMPLER, MASK, strict=True)
-            for o, s, m in zip(ro, rs, rm, strict=True) if m]  # fmt: skip
-    kls = [math.exp(o - s) - (o - s) - 1 for ro, rs, rm in zip(OLD, SAMPLER, MASK, strict=True)
-           for o, s, m in zip(ro, rs, rm, strict=True) if m]  # fmt: skip
+    gaps = [
+        abs(o - s)
+        for ro, rs, rm in zip(OLD, SAMPLER, MASK, strict=True)
+        for o, s, m in zip(ro, rs, rm, strict=True)
+        if m
+    ]
+    kls = [
+        math.exp(o - s) - (o - s) - 1
+        for ro, rs, rm in zip(OLD, SAMPLER, MASK, strict=True)
+        for o, s, m in zip(ro, rs, rm, strict=True)
+        if m
+    ]
     assert metrics["mismatch_logprob_mean"] == pytest.approx(sum(gaps) / len(gaps), rel=1e-6)
     assert metrics["mismatch_logprob_max"] == pytest.approx(max(gaps), rel=1e-6)
     assert metrics["mismatch_kl"] == pytest.approx(sum(kls) / len(kls), rel=1e-6)
@@ -98,6 +108,7 @@ def test_mini_batches_are_contiguous_whole_groups(rows, group, count, expected):
 
 
 def test_combined_update_metrics_average_and_take_the_max_of_max_keys():
-    combined = combine_updates([{"clip_high_frac": 0.0, "ratio_max": 1.0},
-                                {"clip_high_frac": 0.2, "ratio_max": 1.7}])  # fmt: skip
+    combined = combine_updates(
+        [{"clip_high_frac": 0.0, "ratio_max": 1.0}, {"clip_high_frac": 0.2, "ratio_max": 1.7}]
+    )
     assert combined == {"clip_high_frac": 0.1, "ratio_max": 1.7}

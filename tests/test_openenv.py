@@ -132,8 +132,15 @@ def test_one_rl_step_of_the_tiny_model_on_the_server(loop_for, tiny_path, url):
     from zoo.run.run_config import RunConfig
     from zoo.services.conversation import Conversation
 
-    cfg = RunConfig(env="openenv", env_config={"url": url, "eval_size": 8}, prompts_per_step=4,
-                    group_size=4, steps=1, seed=1, eval_samples=0)  # fmt: skip
+    cfg = RunConfig(
+        env="openenv",
+        env_config={"url": url, "eval_size": 8},
+        prompts_per_step=4,
+        group_size=4,
+        steps=1,
+        seed=1,
+        eval_samples=0,
+    )
     loop = loop_for(cfg)
     tokenizer = AutoTokenizer.from_pretrained(tiny_path)
     loop.s.observe = Conversation(tokenizer)

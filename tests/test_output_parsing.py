@@ -230,11 +230,26 @@ def old_gsm8k_reference(text: str) -> str | None:
 
 
 PIECES = {
-    "fence": ["```", "`", "```py\n", "\n```", " ", "\t", "\n", "\r", "python", "python3",
-              "py", "p", "3", "x", "def f():"],
+    "fence": [
+        "```",
+        "`",
+        "```py\n",
+        "\n```",
+        " ",
+        "\t",
+        "\n",
+        "\r",
+        "python",
+        "python3",
+        "py",
+        "p",
+        "3",
+        "x",
+        "def f():",
+    ],
     "tag": ["<answer>", "</answer>", "<answer", "answer>", "<", ">", "/", "a", " ", "\n"],
     "gsm8k": ["####", "#", " ", "\n", "\t", "1", ",", "x", "\u00a0", "\u2028"],
-}  # fmt: skip
+}
 PARSERS = {
     "fence": (fenced_code, old_fenced_code),
     "tag": (extract_answer, old_extract_answer),

@@ -39,8 +39,9 @@ def enumerated(rewards: list[float], k: int) -> list[float]:
     scores = [max(rewards[i] for i in s) for s in subsets]
     mean, std = statistics.fmean(scores), statistics.pstdev(scores)
     pairs = list(zip(subsets, scores, strict=True))
-    return [statistics.fmean((sc - mean) / (std + EPS) for s, sc in pairs if i in s)
-            for i in range(n)]  # fmt: skip
+    return [
+        statistics.fmean((sc - mean) / (std + EPS) for s, sc in pairs if i in s) for i in range(n)
+    ]
 
 
 # (N, c, k) -> (1 - R, C(N-c-1, k-1) / C(N-1, k-1)), worked by hand from the paper's
@@ -89,8 +90,9 @@ def test_k_1_is_group_norm_with_the_population_std():
     advantage with G (not G - 1) in the std's denominator."""
     for rewards in ([1.0, 0.0, 0.0, 1.0], [0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 1.0, 1.0]):
         mean, std = statistics.fmean(rewards), statistics.pstdev(rewards)
-        assert passk(rewards, 1) == pytest.approx([(r - mean) / (std + EPS) for r in rewards],
-                                                  abs=1e-12)  # fmt: skip
+        assert passk(rewards, 1) == pytest.approx(
+            [(r - mean) / (std + EPS) for r in rewards], abs=1e-12
+        )
 
 
 def test_all_correct_or_all_wrong_groups_get_exact_zeros():
@@ -127,8 +129,10 @@ def test_selectable_by_name_in_any_algorithm_with_pass_k_from_the_command_line()
         want = pass_at_k_advantages(rewards, k=3)
         assert torch.equal(algo.group_advantages(rewards, lengths), want), name
     # the default k
-    assert torch.equal(get_algorithm("grpo", advantage="pass_at_k").group_advantages(
-        rewards, lengths), estimate_advantages("pass_at_k", rewards, k=4))  # fmt: skip
+    assert torch.equal(
+        get_algorithm("grpo", advantage="pass_at_k").group_advantages(rewards, lengths),
+        estimate_advantages("pass_at_k", rewards, k=4),
+    )
 
 
 def test_pass_k_out_of_range_is_a_config_error_naming_it():
@@ -145,8 +149,19 @@ def test_pass_k_out_of_range_is_a_config_error_naming_it():
 
 
 def test_cli_refuses_pass_k_above_the_group_size_before_anything_runs(tmp_path):
-    bad = run_harness("run", "grpo", "--set", "advantage=pass_at_k", "--set", "pass_k=9",
-                      "--group-size", "4", "--out", "r", cwd=tmp_path)  # fmt: skip
+    bad = run_harness(
+        "run",
+        "grpo",
+        "--set",
+        "advantage=pass_at_k",
+        "--set",
+        "pass_k=9",
+        "--group-size",
+        "4",
+        "--out",
+        "r",
+        cwd=tmp_path,
+    )
     assert bad.returncode == 2, bad.stderr[-2000:]
     assert "pass_k = 9" in bad.stderr and "group size (4)" in bad.stderr
     assert "Traceback" not in bad.stderr and not (tmp_path / "r").exists()

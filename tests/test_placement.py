@@ -33,9 +33,24 @@ def numbers(records: list[dict]) -> list[dict]:
 
 def cli_run(tmp_path: Path, placement: str) -> Path:
     out = tmp_path / placement
-    result = run_harness("run", "grpo", "--steps", "3", "--prompts-per-step", "32",
-                         "--eval-every", "2", "--checkpoint-every", "1", "--placement",
-                         placement, "--quiet", "--out", str(out), cwd=tmp_path)  # fmt: skip
+    result = run_harness(
+        "run",
+        "grpo",
+        "--steps",
+        "3",
+        "--prompts-per-step",
+        "32",
+        "--eval-every",
+        "2",
+        "--checkpoint-every",
+        "1",
+        "--placement",
+        placement,
+        "--quiet",
+        "--out",
+        str(out),
+        cwd=tmp_path,
+    )
     assert result.returncode == 0, result.stderr
     return out
 
@@ -56,9 +71,16 @@ def test_monarch_placement_gives_the_local_placements_numbers(tmp_path, tiny_mod
 @pytest.mark.slow
 def test_a_killed_generator_stops_the_run_and_the_run_resumes(tmp_path, tiny_model_path):
     """(With the endpoint weight sync; the other tests use the default, RDMA.)"""
-    cfg = RunConfig(algorithm="dapo", steps=3, prompts_per_step=16, eval_every=2,
-                    checkpoint_every=1, placement="monarch", device="cpu",
-                    weight_sync="endpoint")  # fmt: skip
+    cfg = RunConfig(
+        algorithm="dapo",
+        steps=3,
+        prompts_per_step=16,
+        eval_every=2,
+        checkpoint_every=1,
+        placement="monarch",
+        device="cpu",
+        weight_sync="endpoint",
+    )
     out = tmp_path / "run"
     services = build_services(cfg, quiet=True)
     pid = services.generator.actors[0].pid.call_one().get()
@@ -79,8 +101,9 @@ def test_a_killed_generator_stops_the_run_and_the_run_resumes(tmp_path, tiny_mod
     finally:
         resumed.close()
     local = build_services(replace(cfg, placement="local"), quiet=True)
-    uninterrupted = execute_run(replace(cfg, placement="local"), tmp_path / "local", local,
-                                command="test")  # fmt: skip
+    uninterrupted = execute_run(
+        replace(cfg, placement="local"), tmp_path / "local", local, command="test"
+    )
     assert numbers(history) == numbers(uninterrupted)
 
 
@@ -94,9 +117,16 @@ def test_a_save_killed_on_monarch_resumes_to_the_uninterrupted_numbers(
     checkpoint becomes current resumes to the numbers of an uninterrupted local run."""
     from zoo.run import checkpoint
 
-    cfg = RunConfig(steps=3, prompts_per_step=8, eval_every=3, checkpoint_every=1,
-                    placement="monarch", device="cpu", eval_samples=0,
-                    env_config={"eval_size": 50})  # fmt: skip
+    cfg = RunConfig(
+        steps=3,
+        prompts_per_step=8,
+        eval_every=3,
+        checkpoint_every=1,
+        placement="monarch",
+        device="cpu",
+        eval_samples=0,
+        env_config={"eval_size": 50},
+    )
     out, seen = tmp_path / "run", []
 
     def kill_in_second_save(s: str) -> None:
@@ -135,9 +165,16 @@ def test_an_evaluation_overlapped_with_training_gives_the_same_numbers(tmp_path,
     last step (4) run in place, so steps 1 and 2 are the ones sent, during steps 2 and 3."""
     from zoo.run.runlog import read_samples
 
-    cfg = RunConfig(steps=4, prompts_per_step=16, eval_every=1, checkpoint_every=3,
-                    eval_samples=2, sampled_eval_points=0, device="cpu",
-                    env_config={"eval_size": 50})  # fmt: skip
+    cfg = RunConfig(
+        steps=4,
+        prompts_per_step=16,
+        eval_every=1,
+        checkpoint_every=3,
+        eval_samples=2,
+        sampled_eval_points=0,
+        device="cpu",
+        env_config={"eval_size": 50},
+    )
     sent: list[int] = []  # the step whose weights each evaluation sent during training had
     send = RLLoop._submit_eval
 
@@ -186,12 +223,12 @@ def test_replicas_on_two_hosts_survive_killed_replicas_with_unchanged_numbers(
         "  scorer: {procs: 1, num_replicas: 2, on_failure: replace}\n"
         f"hosts: [{', '.join(addresses)}]\n"
     )
-    cfg = RunConfig(algorithm="dapo", steps=3, prompts_per_step=16, eval_every=2,
-                    device="cpu")  # fmt: skip
+    cfg = RunConfig(algorithm="dapo", steps=3, prompts_per_step=16, eval_every=2, device="cpu")
     local = build_services(cfg, quiet=True)
     expected = execute_run(cfg, tmp_path / "local", local, command="test")
-    remote_cfg = replace(cfg, placement="monarch",
-                         distributed=PlacementConfig.from_yaml(config).to_dict())  # fmt: skip
+    remote_cfg = replace(
+        cfg, placement="monarch", distributed=PlacementConfig.from_yaml(config).to_dict()
+    )
     remote = build_services(remote_cfg, quiet=True)
     pids = [a.pid.call_one().get() for a in remote.generator.actors]
     scorers = [a.pid.call_one().get() for a in remote.scorer.replicas.actors]
@@ -206,8 +243,9 @@ def test_replicas_on_two_hosts_survive_killed_replicas_with_unchanged_numbers(
             os.kill(scorers[0], signal.SIGKILL)
 
     try:
-        history = execute_run(remote_cfg, tmp_path / "remote", remote, command="test",
-                              on_record=kill_after_step_one)  # fmt: skip
+        history = execute_run(
+            remote_cfg, tmp_path / "remote", remote, command="test", on_record=kill_after_step_one
+        )
         assert remote.generator.replacements == remote.scorer.replicas.replacements == 1
     finally:
         remote.close()
@@ -225,10 +263,28 @@ def test_async_mode_overlaps_and_respects_max_policy_age(tmp_path, tiny_model_pa
     the sampler-trainer mismatch stays at float-rounding size (with TIS reporting its
     weights; every correction is run in the slow set, below)."""
     out = tmp_path / "async"
-    result = run_harness("run", "grpo", "--steps", "5", "--prompts-per-step", "32",
-                         "--eval-every", "5", "--placement", "monarch", "--mode", "async",
-                         "--max-policy-age", "2", "--correction", "tis", "--quiet",
-                         "--out", str(out), cwd=tmp_path)  # fmt: skip
+    result = run_harness(
+        "run",
+        "grpo",
+        "--steps",
+        "5",
+        "--prompts-per-step",
+        "32",
+        "--eval-every",
+        "5",
+        "--placement",
+        "monarch",
+        "--mode",
+        "async",
+        "--max-policy-age",
+        "2",
+        "--correction",
+        "tis",
+        "--quiet",
+        "--out",
+        str(out),
+        cwd=tmp_path,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     records = read_metrics(out)[1:]
     assert [r["policy_age_max"] for r in records] == [0, 1, 2, 2, 2]
@@ -239,8 +295,7 @@ def test_async_mode_overlaps_and_respects_max_policy_age(tmp_path, tiny_model_pa
     assert all(r["staleness_kl"] > 1e-7 for r in records[1:]), [r["staleness_kl"] for r in records]
     assert all(r["mismatch_logprob_max"] < 1e-3 for r in records)
     # TIS against the sampler: weights of ~1, none truncated at equal weights
-    assert all(abs(r["is_weight_mean"] - 1) < 1e-3 and r["is_truncated_frac"] == 0
-               for r in records)  # fmt: skip
+    assert all(abs(r["is_weight_mean"] - 1) < 1e-3 and r["is_truncated_frac"] == 0 for r in records)
     run = json.loads((out / "config.json").read_text())["run"]
     assert (run["mode"], run["max_policy_age"]) == ("async", 2)
 
@@ -259,20 +314,27 @@ def test_samples_older_than_max_policy_age_are_dropped_and_counted(tiny_model_pa
 @pytest.mark.parametrize(
     ("text", "message"),
     [
-        ("parallelism: {data_parallel_shard_degree: 2}\nservices: {trainer: {procs: 4}}",
-         r"multiply to 2 \(.*\) but services.trainer.procs is 4"),
+        (
+            "parallelism: {data_parallel_shard_degree: 2}\nservices: {trainer: {procs: 4}}",
+            r"multiply to 2 \(.*\) but services.trainer.procs is 4",
+        ),
         ("services: {generator: {with_gpus: true}}", "ask for 1 GPU.* sees 0"),
         ("services: {trainer: {prcs: 2}}", "unknown key in services.trainer 'prcs'; valid: procs"),
         ("services: {trainer: {procs: '2'}}", "services.trainer.procs must be int"),
-        ("parallelism: {tensor_parallel_degree: 2, data_parallel_shard_degree: 2}\n"
-         "services: {trainer: {procs: 2}}", r"multiply to 4 \(tensor 2 x pipeline 1 x data"),
-        ("parallelism: {pipeline_parallel_degree: 2}\nservices: {trainer: {procs: 2}}",
-         "pipeline parallelism is not implemented"),
+        (
+            "parallelism: {tensor_parallel_degree: 2, data_parallel_shard_degree: 2}\n"
+            "services: {trainer: {procs: 2}}",
+            r"multiply to 4 \(tensor 2 x pipeline 1 x data",
+        ),
+        (
+            "parallelism: {pipeline_parallel_degree: 2}\nservices: {trainer: {procs: 2}}",
+            "pipeline parallelism is not implemented",
+        ),
         ("services: {learner: {}}", "unknown service 'learner'; valid: generator, trainer"),
         ("services: {trainer: {on_failure: replace}}", "only generator and scorer replicas"),
         ("services: [1, 2]", "services must be a mapping"),
     ],
-)  # fmt: skip
+)
 def test_placement_files_are_checked_with_clear_errors(tmp_path, text, message):
     path = tmp_path / "distributed.yaml"
     path.write_text(text)
@@ -304,8 +366,9 @@ def test_a_placement_file_fills_the_defaults_and_round_trips(tmp_path):
     with pytest.raises(ConfigError, match="needs --placement monarch"):
         RunConfig(mode="async").validate()
     for procs, data_shards in ((2, 1), (4, 2)):  # -1: the processes over the tensor degree
-        path.write_text(f"parallelism: {{tensor_parallel_degree: 2}}\n"
-                        f"services: {{trainer: {{procs: {procs}}}}}")  # fmt: skip
+        path.write_text(
+            f"parallelism: {{tensor_parallel_degree: 2}}\nservices: {{trainer: {{procs: {procs}}}}}"
+        )
         layout = PlacementConfig.from_yaml(path, gpus_available=0)
         assert layout.parallelism.data_parallel_shard_degree == data_shards
 
@@ -328,9 +391,22 @@ def test_async_mode_trains_the_tiny_model(tmp_path, tiny_model_path):
     """Measured (seed 0, 128 prompts x 8, max_policy_age 1): held-out 0.274 -> 0.362 at
     step 20, 0.410 at 40, 0.452 at 60; sync GRPO gains +20..31 points by step 100."""
     out = tmp_path / "async"
-    result = run_harness("run", "grpo", "--steps", "40", "--eval-every", "40", "--placement",
-                         "monarch", "--mode", "async", "--quiet", "--out", str(out),
-                         cwd=tmp_path)  # fmt: skip
+    result = run_harness(
+        "run",
+        "grpo",
+        "--steps",
+        "40",
+        "--eval-every",
+        "40",
+        "--placement",
+        "monarch",
+        "--mode",
+        "async",
+        "--quiet",
+        "--out",
+        str(out),
+        cwd=tmp_path,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     records = read_metrics(out)
     start, end = records[0]["eval_reward"], records[-1]["eval_reward"]
@@ -346,10 +422,10 @@ def local_run_and_placed_config(
     config = tmp_path / "placement.yaml"
     config.write_text(placement)
     cfg = RunConfig(steps=3, prompts_per_step=32, eval_every=3, device="cpu", generator=generator)
-    expected = execute_run(cfg, tmp_path / "local", build_services(cfg, quiet=True),
-                           command="test")  # fmt: skip
-    placed = replace(cfg, placement="monarch",
-                     distributed=PlacementConfig.from_yaml(config).to_dict())  # fmt: skip
+    expected = execute_run(cfg, tmp_path / "local", build_services(cfg, quiet=True), command="test")
+    placed = replace(
+        cfg, placement="monarch", distributed=PlacementConfig.from_yaml(config).to_dict()
+    )
     return expected, placed
 
 
@@ -419,10 +495,26 @@ def test_async_runs_with_the_same_seed_give_the_same_numbers(tmp_path, tiny_mode
     weight update behind them), not by timing, so async runs reproduce."""
     runs = []
     for name in ("a", "b"):
-        result = run_harness("run", "grpo", "--steps", "4", "--prompts-per-step", "32",
-                             "--eval-every", "2", "--placement", "monarch", "--mode", "async",
-                             "--max-policy-age", "2", "--quiet", "--out", str(tmp_path / name),
-                             cwd=tmp_path)  # fmt: skip
+        result = run_harness(
+            "run",
+            "grpo",
+            "--steps",
+            "4",
+            "--prompts-per-step",
+            "32",
+            "--eval-every",
+            "2",
+            "--placement",
+            "monarch",
+            "--mode",
+            "async",
+            "--max-policy-age",
+            "2",
+            "--quiet",
+            "--out",
+            str(tmp_path / name),
+            cwd=tmp_path,
+        )
         assert result.returncode == 0, result.stderr[-3000:]
         runs.append(numbers(read_metrics(tmp_path / name)))
     assert runs[0] == runs[1]
@@ -448,10 +540,28 @@ def test_async_comparison_with_each_correction_reports_staleness_and_mismatch(
     training-regime table carries them."""
     import pandas as pd
 
-    result = run_harness("compare", "grpo", "--seeds", "1", "--budget", "4e10",
-                         "--eval-points", "2", "--prompts-per-step", "16", "--placement",
-                         "monarch", "--mode", "async", "--correction", correction, "--quiet",
-                         "--out", "exp", cwd=tmp_path)  # fmt: skip
+    result = run_harness(
+        "compare",
+        "grpo",
+        "--seeds",
+        "1",
+        "--budget",
+        "4e10",
+        "--eval-points",
+        "2",
+        "--prompts-per-step",
+        "16",
+        "--placement",
+        "monarch",
+        "--mode",
+        "async",
+        "--correction",
+        correction,
+        "--quiet",
+        "--out",
+        "exp",
+        cwd=tmp_path,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     records = read_metrics(tmp_path / "exp" / "runs" / "grpo__arithmetic__seed0")[1:]
     assert len(records) >= 3

@@ -36,11 +36,22 @@ def write_package(root: Path, dist: str, module: str, source: str, entry_points:
 
 def pip_install(target: Path, *packages: Path) -> None:
     subprocess.run(
-        [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps",
-         "--no-build-isolation", "--disable-pip-version-check", "--target", str(target),
-         *map(str, packages)],
-        check=True, capture_output=True,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--no-deps",
+            "--no-build-isolation",
+            "--disable-pip-version-check",
+            "--target",
+            str(target),
+            *map(str, packages),
+        ],
+        check=True,
+        capture_output=True,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -154,8 +165,13 @@ def test_check_plugin_runs_the_conformance_suite_on_an_installed_plugin(plugin_s
     result = harness(plugin_site, "check-plugin", "vanilla_pg", cwd=tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "zoo-vanilla-pg" in result.stdout
-    for prop in ("reinforce_on_policy", "zero_advantages", "padding", "micro_batching",
-                 "off_policy"):  # fmt: skip
+    for prop in (
+        "reinforce_on_policy",
+        "zero_advantages",
+        "padding",
+        "micro_batching",
+        "off_policy",
+    ):
         assert any(prop in line and "PASS" in line for line in result.stdout.splitlines())
     assert "declares clip_low_acting_frac, clip_high_acting_frac" in result.stdout
     assert "acted" in result.stdout
@@ -170,8 +186,9 @@ def test_a_plugin_that_breaks_the_loss_contract_is_refused_before_it_trains(
     assert "micro_batching" in refused.stderr and "fix:" in refused.stderr
     assert "--skip-conformance" in refused.stderr and "Traceback" not in refused.stderr
     assert not (tmp_path / "r").exists()
-    forced = harness(plugin_site, "run", "local_mean", *args, "--out", "r", "--skip-conformance",
-                     cwd=tmp_path)  # fmt: skip
+    forced = harness(
+        plugin_site, "run", "local_mean", *args, "--out", "r", "--skip-conformance", cwd=tmp_path
+    )
     assert forced.returncode == 0, forced.stderr[-2000:]
     assert (tmp_path / "r" / "metrics.jsonl").exists()
 

@@ -36,9 +36,13 @@ def make_batch(
     advantages = torch.tensor([1.0, -1.0, 0.5, -0.5, 2.0, 0.0])[:sequences]
     ref = old + torch.randn(sequences, tokens, generator=gen) * 0.1
     return TrainBatch(
-        logprobs=logprobs, old_logprobs=old, ref_logprobs=ref, advantages=advantages,
-        mask=mask, max_response_len=tokens,
-    )  # fmt: skip
+        logprobs=logprobs,
+        old_logprobs=old,
+        ref_logprobs=ref,
+        advantages=advantages,
+        mask=mask,
+        max_response_len=tokens,
+    )
 
 
 def gradient(objective: torch.Tensor, batch: TrainBatch) -> torch.Tensor:
@@ -81,19 +85,24 @@ def test_each_loss_has_its_formulas_gradient_and_reports_what_acted(low, high):
 def test_the_test_batch_gives_every_bound_something_to_act_on():
     """Without tokens beyond both bounds the comparisons above would prove nothing."""
     batch = make_batch()
-    term = policy_loss("ppo_clip", torch.exp(log_ratio(batch)), batch.token_advantages,
-                       batch, 0.8, 1.2)  # fmt: skip
+    term = policy_loss(
+        "ppo_clip", torch.exp(log_ratio(batch)), batch.token_advantages, batch, 0.8, 1.2
+    )
     assert term.metrics["clip_low_acting_frac"] > 0
     assert term.metrics["clip_high_acting_frac"] > 0
 
 
 # bounds beyond every ratio of ``make_batch`` (all < 2, checked below): the clip never acts
 NEVER_ACTS = {
-    "grpo": {"eps": 1 - 1e-9}, "rloo": {"eps": 1 - 1e-9}, "reinforce_pp": {"eps": 1 - 1e-9},
-    "opo": {"eps": 1 - 1e-9}, "dr_grpo": {"clip_low": 1e-9, "clip_high": 1e9},
-    "dapo": {"eps_low": 1 - 1e-9, "eps_high": 1e9}, "remax": {"eps": 1 - 1e-9},
+    "grpo": {"eps": 1 - 1e-9},
+    "rloo": {"eps": 1 - 1e-9},
+    "reinforce_pp": {"eps": 1 - 1e-9},
+    "opo": {"eps": 1 - 1e-9},
+    "dr_grpo": {"clip_low": 1e-9, "clip_high": 1e9},
+    "dapo": {"eps_low": 1 - 1e-9, "eps_high": 1e9},
+    "remax": {"eps": 1 - 1e-9},
     "gigpo": {"eps": 1 - 1e-9},
-}  # fmt: skip
+}
 
 
 @pytest.mark.parametrize("name", RATIO_BOUNDED)

@@ -91,8 +91,12 @@ def test_whitening_is_over_the_marked_tokens_of_the_batch():
     out = whiten_tokens(values, mask)
     # tokens 1, 2, 3, 4: mean 2.5, unbiased std sqrt(5/3)
     std = (5 / 3) ** 0.5
-    want = t([[-1.5 / (std + 1e-6), -0.5 / (std + 1e-6), 0.5 / (std + 1e-6), 0],
-              [1.5 / (std + 1e-6), 0, 0, 0]])  # fmt: skip
+    want = t(
+        [
+            [-1.5 / (std + 1e-6), -0.5 / (std + 1e-6), 0.5 / (std + 1e-6), 0],
+            [1.5 / (std + 1e-6), 0, 0, 0],
+        ]
+    )
     torch.testing.assert_close(out, want, rtol=0, atol=1e-12)
     assert whiten_tokens(t([[2.0, 2.0, 7.0]]), t([[1, 1, 0]])).abs().max() == 0
 
@@ -103,8 +107,9 @@ def test_token_advantages_whiten_by_default_and_keep_the_returns():
     torch.testing.assert_close(returns, HAND_RETURNS, rtol=0, atol=1e-12)
     torch.testing.assert_close(advantages, whiten_tokens(HAND_ADVANTAGES, MASK), rtol=0, atol=1e-9)
     plain = get_algorithm("ppo", gamma=0.9, lam=0.8, whiten=False)
-    torch.testing.assert_close(plain.token_advantages(REWARDS, VALUES, MASK)[0], HAND_ADVANTAGES,
-                               rtol=0, atol=1e-12)  # fmt: skip
+    torch.testing.assert_close(
+        plain.token_advantages(REWARDS, VALUES, MASK)[0], HAND_ADVANTAGES, rtol=0, atol=1e-12
+    )
 
 
 # --- the clipped value loss, by hand --------------------------------------------------------
@@ -135,8 +140,9 @@ def test_the_clipped_value_loss_matches_the_hand_values():
     assert float(loss.detach()) == pytest.approx(0.2175, abs=1e-12)
     assert metrics["value_loss"] == pytest.approx(0.2175, abs=1e-12)
     assert metrics["value_clip_acting_frac"] == 0.25
-    torch.testing.assert_close(grad, t([[-0.1 / 4, 1.2 / 4, 0.0, -0.2 / 4, 0.0]]),
-                               rtol=0, atol=1e-12)  # fmt: skip
+    torch.testing.assert_close(
+        grad, t([[-0.1 / 4, 1.2 / 4, 0.0, -0.2 / 4, 0.0]]), rtol=0, atol=1e-12
+    )
 
 
 def test_without_the_clip_binding_the_value_loss_is_half_the_squared_error():
@@ -152,9 +158,12 @@ def test_the_value_loss_adds_up_over_micro_batches():
     v, old, target = (torch.randn(5, 6, generator=g, dtype=F64) for _ in range(3))
     mask = t([[1] * 6, [1, 1, 0, 0, 0, 0], [0] * 6, [1] * 4 + [0] * 2, [1] * 3 + [0] * 3])
     whole = ppo.value_loss(ValueBatch(v, old, target, mask)).loss
-    parts = [ppo.value_loss(ValueBatch(v[r], old[r], target[r], mask[r],
-                                       num_tokens=int(mask.sum()))).loss
-             for r in (slice(0, 2), slice(2, 3), slice(3, 5))]  # fmt: skip
+    parts = [
+        ppo.value_loss(
+            ValueBatch(v[r], old[r], target[r], mask[r], num_tokens=int(mask.sum()))
+        ).loss
+        for r in (slice(0, 2), slice(2, 3), slice(3, 5))
+    ]
     assert float(sum(parts)) == pytest.approx(float(whole), abs=1e-12)
 
 
@@ -198,10 +207,23 @@ def test_the_critic_has_its_own_phases_and_costs_a_body_pass_without_the_lm_head
 
 # --- runs on the tiny model -----------------------------------------------------------------
 
-PPO_RUN = RunConfig(algorithm="ppo", prompts_per_step=4, steps=3, eval_every=3,
-                    checkpoint_every=1, eval_samples=0, env_config={"eval_size": 50})  # fmt: skip
-CRITIC_KEYS = ("value_loss", "value_clip_acting_frac", "explained_variance", "value_mean",
-               "return_mean", "critic_grad_norm")  # fmt: skip
+PPO_RUN = RunConfig(
+    algorithm="ppo",
+    prompts_per_step=4,
+    steps=3,
+    eval_every=3,
+    checkpoint_every=1,
+    eval_samples=0,
+    env_config={"eval_size": 50},
+)
+CRITIC_KEYS = (
+    "value_loss",
+    "value_clip_acting_frac",
+    "explained_variance",
+    "value_mean",
+    "return_mean",
+    "critic_grad_norm",
+)
 
 
 class Killed(BaseException):
@@ -293,9 +315,23 @@ def test_ppo_learns_and_its_critic_learns_on_the_tiny_model(tmp_path):
     0.010, 0.032, 0.031; the relative value loss 1.10 at step 1 (V = 0), then 1.025,
     1.025, 0.999."""
     out = tmp_path / "ppo"
-    result = run_harness("run", "ppo", "--steps", "30", "--eval-every", "15",
-                         "--prompts-per-step", "32", "--eval-samples", "0", "--quiet",
-                         "--out", str(out), cwd=tmp_path, timeout=5400)  # fmt: skip
+    result = run_harness(
+        "run",
+        "ppo",
+        "--steps",
+        "30",
+        "--eval-every",
+        "15",
+        "--prompts-per-step",
+        "32",
+        "--eval-samples",
+        "0",
+        "--quiet",
+        "--out",
+        str(out),
+        cwd=tmp_path,
+        timeout=5400,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     steps = [r for r in records if r["step"] > 0]
@@ -321,16 +357,36 @@ def test_the_monarch_placement_gives_ppo_the_local_numbers_and_critic(tmp_path, 
     outs = {}
     for placement in ("local", "monarch"):
         outs[placement] = out = tmp_path / placement
-        result = run_harness("run", "ppo", "--steps", "2", "--prompts-per-step", "4",
-                             "--eval-every", "2", "--eval-samples", "0", "--checkpoint-every",
-                             "1", "--env-set", "eval_size=50", "--placement", placement,
-                             "--quiet", "--out", str(out), cwd=tmp_path)  # fmt: skip
+        result = run_harness(
+            "run",
+            "ppo",
+            "--steps",
+            "2",
+            "--prompts-per-step",
+            "4",
+            "--eval-every",
+            "2",
+            "--eval-samples",
+            "0",
+            "--checkpoint-every",
+            "1",
+            "--env-set",
+            "eval_size=50",
+            "--placement",
+            placement,
+            "--quiet",
+            "--out",
+            str(out),
+            cwd=tmp_path,
+        )
         assert result.returncode == 0, result.stderr[-3000:]
     local, remote = (untimed(read_metrics(outs[p])) for p in ("local", "monarch"))
     assert [r["step"] for r in local] == [0, 1, 2] and "value_loss" in local[2]
     assert local == remote
-    a, b = (load_state_file(current(outs[p] / "checkpoint") / checkpoint.STATE_FILE)["critic"]
-            for p in ("local", "monarch"))  # fmt: skip
+    a, b = (
+        load_state_file(current(outs[p] / "checkpoint") / checkpoint.STATE_FILE)["critic"]
+        for p in ("local", "monarch")
+    )
     assert sorted(a["weights"]) == sorted(b["weights"])
     assert all(a["weights"][k].equal(b["weights"][k]) for k in a["weights"])
 
@@ -360,8 +416,9 @@ def test_the_critic_fits_a_batch_of_the_tiny_models_responses(tiny_path):
     torch.manual_seed(0)
     trainer = Trainer(tiny_path, TrainerConfig(), max_response_len=width)
     critic = Critic(trainer.model, TrainerConfig(lr=1e-3, mini_batches=1))
-    batch = RolloutBatch(tokens, torch.tensor([len(q) for q, _ in rows]), mask,
-                         torch.tensor(rewards), group_size=2)  # fmt: skip
+    batch = RolloutBatch(
+        tokens, torch.tensor([len(q) for q, _ in rows]), mask, torch.tensor(rewards), group_size=2
+    )
     ppo = get_algorithm("ppo")
     batch.returns = torch.tensor(rewards)[:, None] * mask  # gamma = lam = 1: G_t = R
     first = None

@@ -50,8 +50,12 @@ def engine_counts(engine: VLLMGenerator) -> dict[str, float]:
         name = metric.name.removeprefix("vllm:")
         if name == "prompt_tokens_by_source":
             name = f"prompt_{metric.labels['source']}"
-        if name in ("request_success", "generation_tokens", "prompt_local_compute",
-                    "prompt_local_cache_hit"):  # fmt: skip
+        if name in (
+            "request_success",
+            "generation_tokens",
+            "prompt_local_compute",
+            "prompt_local_cache_hit",
+        ):
             counts[name] = counts.get(name, 0) + metric.value
     return counts
 
@@ -69,9 +73,17 @@ def recording_requests(engine: VLLMGenerator, outputs: list) -> None:
 
 
 def test_the_ledger_charges_what_the_engine_computed_on_a_multi_turn_batch(cached):
-    cfg = RunConfig(env="tool_arithmetic", model="tiny-tool", prompts_per_step=4, group_size=4,
-                    steps=1, seed=3, max_response_len=TURN, max_episode_tokens=4 * TURN,
-                    eval_samples=0)  # fmt: skip
+    cfg = RunConfig(
+        env="tool_arithmetic",
+        model="tiny-tool",
+        prompts_per_step=4,
+        group_size=4,
+        steps=1,
+        seed=3,
+        max_response_len=TURN,
+        max_episode_tokens=4 * TURN,
+        eval_samples=0,
+    )
     loop = RLLoop(cfg, build_services(cfg, quiet=True, generator=cached))
     loop.sampling.ignore_eos = True  # (the episodes' sampling: the loop's own object)
     outputs: list = []
@@ -97,15 +109,19 @@ def test_the_ledger_charges_what_the_engine_computed_on_a_multi_turn_batch(cache
     # its last sampled token fed back, converted to FLOPs as the ledger converts tokens
     ledger = loop.s.ledger
     shape = Ledger(ledger.shape)
-    engine_flops = sum(shape.generation_flops(p, r, cached_tokens=h)
-                       for p, h, r in zip(prompt, hits, sampled, strict=True))  # fmt: skip
+    engine_flops = sum(
+        shape.generation_flops(p, r, cached_tokens=h)
+        for p, h, r in zip(prompt, hits, sampled, strict=True)
+    )
     assert ledger.flops["generate"] == pytest.approx(engine_flops, rel=1e-12)
     assert {tuple(r) for c in episodes for r in c.turn_requests} == set(
         zip(prompt, hits, sampled, strict=True)
     )
     # between one forward over each trajectory and every turn recomputing its context
-    least = sum(shape.generation_flops(len(c.prompt_ids), len(c.token_ids), c.assistant_tokens)
-                for c in episodes)  # fmt: skip
+    least = sum(
+        shape.generation_flops(len(c.prompt_ids), len(c.token_ids), c.assistant_tokens)
+        for c in episodes
+    )
     uncached = sum(shape.generation_flops(p, r) for p, r in zip(prompt, sampled, strict=True))
     assert least < ledger.flops["generate"] < uncached
 
@@ -119,9 +135,18 @@ def rollout(engine: VLLMGenerator, tool_path, greedy: bool = False):
     encoded = [list(p.text.encode()) for p in prompts]
     seeds = None if greedy else [sampling_seed(11, p.index) for p in prompts]
     sampling = SamplingConfig(temperature=1.0, max_tokens=TURN, ignore_eos=True)
-    groups = rollout_episodes(env, engine, Conversation(tokenizer),
-                              prompts, encoded, 1 if greedy else 4, sampling, 4 * TURN, seeds,
-                              greedy)  # fmt: skip
+    groups = rollout_episodes(
+        env,
+        engine,
+        Conversation(tokenizer),
+        prompts,
+        encoded,
+        1 if greedy else 4,
+        sampling,
+        4 * TURN,
+        seeds,
+        greedy,
+    )
     return [c for g in groups for c in g]
 
 

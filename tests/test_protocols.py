@@ -32,13 +32,19 @@ from zoo.services.trainer import Trainer
 from zoo.services.value import Critic
 
 IMPLEMENTATIONS = [
-    (GeneratorService, VLLMGenerator), (GeneratorService, HFGenerator),
-    (GeneratorService, RemoteGenerator), (AsyncGeneratorService, RemoteGenerator),
-    (TrainerService, Trainer), (TrainerService, RemoteTrainer),
-    (ReferenceService, Reference), (ReferenceService, RemoteReference),
-    (ScorerService, Env), (ScorerService, RemoteScorer),
-    (ValueService, Critic), (ValueService, RemoteCritic),
-]  # fmt: skip
+    (GeneratorService, VLLMGenerator),
+    (GeneratorService, HFGenerator),
+    (GeneratorService, RemoteGenerator),
+    (AsyncGeneratorService, RemoteGenerator),
+    (TrainerService, Trainer),
+    (TrainerService, RemoteTrainer),
+    (ReferenceService, Reference),
+    (ReferenceService, RemoteReference),
+    (ScorerService, Env),
+    (ScorerService, RemoteScorer),
+    (ValueService, Critic),
+    (ValueService, RemoteCritic),
+]
 
 
 def members(protocol: type) -> tuple[dict[str, inspect.Signature], set[str]]:
@@ -63,8 +69,9 @@ def test_the_protocols_cover_every_service_field():
         assert protocol.__name__ in hints[field], field
 
 
-@pytest.mark.parametrize(("protocol", "cls"), IMPLEMENTATIONS,
-                         ids=lambda x: getattr(x, "__name__", str(x)))  # fmt: skip
+@pytest.mark.parametrize(
+    ("protocol", "cls"), IMPLEMENTATIONS, ids=lambda x: getattr(x, "__name__", str(x))
+)
 def test_implementation_matches_its_protocol(protocol: type, cls: type):
     methods, attributes = members(protocol)
     for name, wanted in methods.items():

@@ -33,9 +33,12 @@ GIT_ENV = {
 
 def git(root: Path, *args: str) -> str:
     return subprocess.run(
-        ["git", *args], cwd=root, check=True, capture_output=True,
+        ["git", *args],
+        cwd=root,
+        check=True,
+        capture_output=True,
         env={**os.environ, **GIT_ENV},
-    ).stdout.decode()  # fmt: skip
+    ).stdout.decode()
 
 
 def make_repo(root: Path) -> str:
@@ -103,8 +106,9 @@ def test_git_state_records_the_commit_and_a_diff_that_applies(tmp_path):
     assert git_state(tmp_path) == GitState(None, None, None)
 
 
-def test_the_process_keeps_the_git_state_of_its_first_call(tmp_path, monkeypatch,
-                                                           fresh_process_state):  # fmt: skip
+def test_the_process_keeps_the_git_state_of_its_first_call(
+    tmp_path, monkeypatch, fresh_process_state
+):
     repo = tmp_path / "repo"
     first = make_repo(repo)
     monkeypatch.setattr(runlog, "PACKAGE_ROOT", repo)
@@ -158,8 +162,11 @@ def test_config_json_and_source_diff_at_a_first_start(tmp_path, monkeypatch, fre
     writer.write_config({"run_id": "run", "start_weights_sha256": "ab" * 32})
     writer.close()
     config = json.loads((run_dir / "config.json").read_text())
-    assert config["git"] == {"commit": "c0ffee", "dirty": True,
-                             "diff_sha256": hashlib.sha256(diff).hexdigest()}  # fmt: skip
+    assert config["git"] == {
+        "commit": "c0ffee",
+        "dirty": True,
+        "diff_sha256": hashlib.sha256(diff).hexdigest(),
+    }
     assert (run_dir / "source.diff").read_bytes() == diff
     assert not (run_dir / "source-0123456789ab.diff").exists()
     assert config["packages"] == installed_packages()
@@ -215,8 +222,11 @@ def test_execute_run_records_sessions_and_the_finish(tmp_path, monkeypatch, fres
     monkeypatch.setattr(runner, "save_checkpoint", save)
     monkeypatch.setattr(runner, "find_checkpoint", find)
     monkeypatch.setattr(runner, "load_checkpoint", load)
-    monkeypatch.setattr(runner, "resolved_config", lambda c, s: {
-        "run": dataclasses.asdict(c), "model_path": str(model), "seed": c.seed})  # fmt: skip
+    monkeypatch.setattr(
+        runner,
+        "resolved_config",
+        lambda c, s: {"run": dataclasses.asdict(c), "model_path": str(model), "seed": c.seed},
+    )
     services = SimpleNamespace(ledger=SimpleNamespace(total_flops=1.0))
     states = iter([GitState("aaa", True, b"diff a\n"), GitState("bbb", True, b"diff b\n")])
     state = next(states)
@@ -239,7 +249,9 @@ def test_execute_run_records_sessions_and_the_finish(tmp_path, monkeypatch, fres
     assert json.loads((out / "config.json").read_text()) == config  # not rewritten
     sessions = [json.loads(x) for x in (out / "sessions.jsonl").read_text().splitlines()]
     assert [(s["step"], s["commit"], s["dirty"]) for s in sessions] == [
-        (0, "aaa", True), (2, "bbb", True)]  # fmt: skip
+        (0, "aaa", True),
+        (2, "bbb", True),
+    ]
     other = "source-" + hashlib.sha256(b"diff b\n").hexdigest()[:12] + ".diff"
     assert [s["diff"] for s in sessions] == ["source.diff", other]
     assert (out / "source.diff").read_bytes() == b"diff a\n"  # the first start's, kept
@@ -253,8 +265,14 @@ def test_a_resume_keeps_the_experiments_first_command_and_date(tmp_path, monkeyp
     from zoo.run.run_config import RunConfig
 
     cfgs = [RunConfig(algorithm="grpo", seed=s) for s in range(2)]
-    times = iter(["2026-01-01T00:00:00+00:00", "2026-01-02T00:00:00+00:00",
-                  "2026-01-03T00:00:00+00:00", "2026-01-04T00:00:00+00:00"])  # fmt: skip
+    times = iter(
+        [
+            "2026-01-01T00:00:00+00:00",
+            "2026-01-02T00:00:00+00:00",
+            "2026-01-03T00:00:00+00:00",
+            "2026-01-04T00:00:00+00:00",
+        ]
+    )
     monkeypatch.setattr(experiment, "now_iso", lambda: next(times))
     experiment.write_manifest(tmp_path, cfgs, "compare grpo", resume=False)
     experiment.write_manifest(tmp_path, cfgs, "compare grpo --resume", resume=True)
@@ -275,15 +293,25 @@ A, B, C = ("a" * 40, "b" * 40, "c" * 40)
 WEIGHTS = "f" * 64
 
 
-def make_run(runs: Path, name: str, commit: str, dirty: bool, *, old: bool = False,
-             resumed_at: str | None = None, weights: str = WEIGHTS) -> None:  # fmt: skip
+def make_run(
+    runs: Path,
+    name: str,
+    commit: str,
+    dirty: bool,
+    *,
+    old: bool = False,
+    resumed_at: str | None = None,
+    weights: str = WEIGHTS,
+) -> None:
     """A run folder as the leaderboard reads it; ``old``: recorded before start weights,
     sessions and finish times were kept (as the committed results were)."""
     run_dir = runs / name
     run_dir.mkdir(parents=True)
-    config = {"run": {"model": "tiny", "budget_flops": 2e10, "seed": int(name[-1])},
-              "git": {"commit": commit, "dirty": dirty},
-              "created": f"2026-11-0{int(name[-1]) + 1}T10:00:00+00:00"}  # fmt: skip
+    config = {
+        "run": {"model": "tiny", "budget_flops": 2e10, "seed": int(name[-1])},
+        "git": {"commit": commit, "dirty": dirty},
+        "created": f"2026-11-0{int(name[-1]) + 1}T10:00:00+00:00",
+    }
     complete = {"steps": 2}
     if not old:
         config["start_weights_sha256"] = weights
@@ -302,9 +330,15 @@ def make_experiment(results: Path, dirty_dapo: bool) -> Path:
     before the provenance fields existed, from a modified tree when ``dirty_dapo``)."""
     exp = results / "exp"
     (exp / "tables").mkdir(parents=True)
-    (exp / "experiment.json").write_text(json.dumps({
-        "command": "python -m harness compare grpo dapo --seeds 2",
-        "versions": {"torch": "x"}, "created": "2026-11-01T09:00:00+00:00"}))  # fmt: skip
+    (exp / "experiment.json").write_text(
+        json.dumps(
+            {
+                "command": "python -m harness compare grpo dapo --seeds 2",
+                "versions": {"torch": "x"},
+                "created": "2026-11-01T09:00:00+00:00",
+            }
+        )
+    )
     (exp / "tables" / "summary.csv").write_text(
         "env,algorithm,seeds,headline_mean,ci_low,ci_high,tie_group,per_seed,mdd_80,fit_A,"
         "fit_B,fit_C_mid,max_flops,fit_note\n"
@@ -395,8 +429,11 @@ def test_old_clean_runs_build_without_the_flag(tmp_path):
     grpo1 = results / "exp" / "runs" / "grpo__arithmetic__seed1" / "config.json"
     grpo1.write_text(grpo1.read_text().replace(WEIGHTS, "0" * 64))
     build_leaderboards(results, tmp_path / "boards")
-    grpo = next(r for r in json.loads((tmp_path / "boards" / "leaderboard.json").read_text())
-                if r["algorithm"] == "grpo")  # fmt: skip
+    grpo = next(
+        r
+        for r in json.loads((tmp_path / "boards" / "leaderboard.json").read_text())
+        if r["algorithm"] == "grpo"
+    )
     assert grpo["start_weights_sha256"] == ["0" * 64, WEIGHTS]
     assert "runs started from 2 different weights" in grpo["provenance_notes"]
     assert (
@@ -426,8 +463,10 @@ def test_the_board_tells_rows_from_the_shipped_start_from_older_ones(tmp_path):
         config = runs / f"grpo__arithmetic__seed{seed}" / "config.json"
         config.write_text(config.read_text().replace(WEIGHTS, shipped))
     build_leaderboards(results, tmp_path / "boards")
-    rows = {r["algorithm"]: r for r in json.loads((tmp_path / "boards" / "leaderboard.json")
-                                                 .read_text())}  # fmt: skip
+    rows = {
+        r["algorithm"]: r
+        for r in json.loads((tmp_path / "boards" / "leaderboard.json").read_text())
+    }
     assert rows["grpo"]["start_weights_shipped"] is True
     assert rows["dapo"]["start_weights_shipped"] is False
     board = (tmp_path / "boards" / "tiny__arithmetic.md").read_text()

@@ -146,8 +146,11 @@ def test_the_observation_is_the_template_rendering_of_the_tool_message(env, qwen
     [reply] = env.step_batch([env.start(prompt)], [call])
     between = observation_ids(qwen3, prompt, [call], reply.observation)
     turn = [*qwen3.encode(call, add_special_tokens=False), qwen3.eos_token_id]
-    messages = [*prompt.meta["messages"], {"role": "assistant", "content": call},
-                {"role": "tool", "content": reply.observation}]  # fmt: skip
+    messages = [
+        *prompt.meta["messages"],
+        {"role": "assistant", "content": call},
+        {"role": "tool", "content": reply.observation},
+    ]
     assert chat_prompt_ids(qwen3, prompt) + turn + between == template(qwen3, messages)
     assert qwen3.decode(between) == (
         f"\n<|im_start|>user\n<tool_response>\n{reply.observation}\n</tool_response><|im_end|>\n"
@@ -175,8 +178,11 @@ def test_a_qwen3_tool_episode_end_to_end_on_a_small_model(env, qwen3, tiny_path,
     prompt_ids = chat_prompt_ids(qwen3, prompt)
     (call, result), (answer, _) = env.tool_trace(prompt)
     eot = qwen3.eos_token_id
-    messages = [*prompt.meta["messages"], {"role": "assistant", "content": call},
-                {"role": "tool", "content": result}]  # fmt: skip
+    messages = [
+        *prompt.meta["messages"],
+        {"role": "assistant", "content": call},
+        {"role": "tool", "content": result},
+    ]
     context = template(qwen3, messages)  # the template's: prompt, call, tool response
     played = context + qwen3.encode(answer, add_special_tokens=False) + [eot]
     call_end = len(prompt_ids) + len(qwen3.encode(call, add_special_tokens=False)) + 1
@@ -193,9 +199,16 @@ def test_a_qwen3_tool_episode_end_to_end_on_a_small_model(env, qwen3, tiny_path,
 
     generator = HFGenerator(tmp_path, seed=0)
     [[episode]] = rollout_episodes(
-        env, generator, Conversation(generator.tokenizer), [prompt], [prompt_ids], 1,
-        SamplingConfig(max_tokens=96), token_limit=256, greedy=True,
-    )  # fmt: skip
+        env,
+        generator,
+        Conversation(generator.tokenizer),
+        [prompt],
+        [prompt_ids],
+        1,
+        SamplingConfig(max_tokens=96),
+        token_limit=256,
+        greedy=True,
+    )
     assert (episode.reward, episode.finish_reason) == (1.0, "stop")
     assert (episode.turns, episode.tool_calls, episode.tool_ok) == (2, 1, 1)
     # Token for token the chat template's rendering of the conversation, env tokens masked.

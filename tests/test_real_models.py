@@ -39,10 +39,20 @@ REVISION = "0123456789abcdef0123456789abcdef01234567"
 def small_qwen3_config(**overrides):
     from transformers import Qwen3Config
 
-    fields = dict(vocab_size=320, hidden_size=64, intermediate_size=160, num_hidden_layers=3,
-                  num_attention_heads=4, num_key_value_heads=2, head_dim=32,
-                  max_position_embeddings=256, tie_word_embeddings=True, eos_token_id=256,
-                  pad_token_id=256, dtype="float32")  # fmt: skip
+    fields = dict(
+        vocab_size=320,
+        hidden_size=64,
+        intermediate_size=160,
+        num_hidden_layers=3,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=32,
+        max_position_embeddings=256,
+        tie_word_embeddings=True,
+        eos_token_id=256,
+        pad_token_id=256,
+        dtype="float32",
+    )
     return Qwen3Config(**{**fields, **overrides})
 
 
@@ -119,10 +129,13 @@ def test_chat_prompts_go_through_the_checkpoints_chat_template(qwen3_checkpoint)
 
     tokenizer = AutoTokenizer.from_pretrained(qwen3_checkpoint)
     encode = prompt_encoder(tokenizer)
-    messages = [{"role": "system", "content": "Be brief."},
-                {"role": "user", "content": "What is 2+3?"}]  # fmt: skip
-    ids = encode(Prompt(text="What is 2+3?", answer=5, index=0, split="train",
-                        meta={"messages": messages}))  # fmt: skip
+    messages = [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "What is 2+3?"},
+    ]
+    ids = encode(
+        Prompt(text="What is 2+3?", answer=5, index=0, split="train", meta={"messages": messages})
+    )
     assert tokenizer.decode(ids) == (
         "<|im_start|>system\nBe brief.<|im_end|>\n"
         "<|im_start|>user\nWhat is 2+3?<|im_end|>\n<|im_start|>assistant\n"
@@ -134,14 +147,16 @@ def greedy_agrees_with_trainer(services, prompts: list[list[int]]) -> float:
     the same tokens: near zero only when the generator holds the trainer's weights."""
     from zoo.services.sampling import SamplingConfig
 
-    groups = services.generator.generate(prompts, n=1, sampling=SamplingConfig(max_tokens=5),
-                                         greedy=True)  # fmt: skip
+    groups = services.generator.generate(
+        prompts, n=1, sampling=SamplingConfig(max_tokens=5), greedy=True
+    )
     gap = 0.0
     for prompt, (c,) in zip(prompts, groups, strict=True):
         tokens = torch.tensor([prompt + c.token_ids])
         with torch.no_grad():
-            ours = response_logprobs(services.trainer.model, tokens,
-                                     torch.tensor([len(prompt)]), len(c.token_ids))[0]  # fmt: skip
+            ours = response_logprobs(
+                services.trainer.model, tokens, torch.tensor([len(prompt)]), len(c.token_ids)
+            )[0]
         gap = max(gap, float((ours - torch.tensor(c.logprobs)).abs().max()))
     return gap
 
@@ -166,8 +181,7 @@ def weights_flow(configs: list[RunConfig], hub_cache: str) -> None:
 
 
 @pytest.mark.slow  # ~18 s: a vLLM engine on a Qwen3 preset
-def test_weights_flow_trainer_to_vllm_in_hugging_face_naming(hf_cache, tmp_path,
-                                                             qwen3_checkpoint):  # fmt: skip
+def test_weights_flow_trainer_to_vllm_in_hugging_face_naming(hf_cache, tmp_path, qwen3_checkpoint):
     """Pretrained weights from the cache, and random ones the trainer made (vLLM starts
     with dummy weights and receives them): the generator samples from the trainer's
     weights before the first step and again after a step's sync. (A small random model
@@ -179,10 +193,18 @@ def test_weights_flow_trainer_to_vllm_in_hugging_face_naming(hf_cache, tmp_path,
     bare.mkdir()
     shutil.copy(qwen3_checkpoint / "config.json", bare)
     save_tokenizer(bare)
-    settings = {"generator": "vllm", "prompts_per_step": 4, "group_size": 4,
-                "max_response_len": 5, "lr": 1e-2, "device": "cpu"}  # fmt: skip
-    configs = [RunConfig(model="qwen3-0.6b", **settings),  # from the cache
-               RunConfig(model=str(bare), init="random", **settings)]  # fmt: skip
+    settings = {
+        "generator": "vllm",
+        "prompts_per_step": 4,
+        "group_size": 4,
+        "max_response_len": 5,
+        "lr": 1e-2,
+        "device": "cpu",
+    }
+    configs = [
+        RunConfig(model="qwen3-0.6b", **settings),  # from the cache
+        RunConfig(model=str(bare), init="random", **settings),
+    ]
     child = multiprocessing.get_context("spawn").Process(
         target=weights_flow, args=(configs, str(hf_cache))
     )
@@ -195,9 +217,21 @@ def test_auto_generator_falls_back_to_transformers_where_vllm_cannot_import(
     tmp_path, tiny_model_path
 ):
     out = tmp_path / "run"  # (the default, by_size, would pick transformers for tiny anyway)
-    result = run_harness("run", "grpo", "--generator", "auto", "--steps", "2",
-                         "--prompts-per-step", "16", "--quiet", "--out", str(out), cwd=tmp_path,
-                         without=("vllm",))  # fmt: skip
+    result = run_harness(
+        "run",
+        "grpo",
+        "--generator",
+        "auto",
+        "--steps",
+        "2",
+        "--prompts-per-step",
+        "16",
+        "--quiet",
+        "--out",
+        str(out),
+        cwd=tmp_path,
+        without=("vllm",),
+    )
     assert result.returncode == 0, result.stderr
     notices = [line for line in result.stderr.splitlines() if "vLLM cannot be imported" in line]
     assert len(notices) == 1 and "--generator hf" in notices[0]
@@ -208,9 +242,19 @@ def test_auto_generator_falls_back_to_transformers_where_vllm_cannot_import(
 
 
 def test_asking_for_vllm_where_it_cannot_import_is_an_error(tmp_path, tiny_model_path):
-    result = run_harness("run", "grpo", "--steps", "1", "--generator", "vllm", "--quiet",
-                         "--out", str(tmp_path / "run"), cwd=tmp_path,
-                         without=("vllm",))  # fmt: skip
+    result = run_harness(
+        "run",
+        "grpo",
+        "--steps",
+        "1",
+        "--generator",
+        "vllm",
+        "--quiet",
+        "--out",
+        str(tmp_path / "run"),
+        cwd=tmp_path,
+        without=("vllm",),
+    )
     assert result.returncode != 0 and "vllm" in result.stderr.lower()
 
 
@@ -231,8 +275,11 @@ def test_list_models_prints_every_preset_with_its_memory(tmp_path):
     result = run_harness("list", "models", cwd=tmp_path, timeout=120, env={"COLUMNS": "200"})
     assert result.returncode == 0, result.stderr
     memory = result.stdout.split("memory in GiB")[1]  # (the second table: memory by part)
-    rows = {line.split("│")[1].strip(): line for line in memory.splitlines()
-            if line.startswith("│") and line.split("│")[1].strip()}  # fmt: skip
+    rows = {
+        line.split("│")[1].strip(): line
+        for line in memory.splitlines()
+        if line.startswith("│") and line.split("│")[1].strip()
+    }
     assert set(rows) >= {"tiny", "tiny-code", *QWEN3_SHAPES}
     minimums = [float(rows[n].split("│")[2].split("/")[0]) for n in QWEN3_SHAPES]
     assert minimums == sorted(minimums) and minimums[0] > 1  # GiB, growing with model size

@@ -25,8 +25,12 @@ LENGTHS = [[6, 40, 55, 9], [30, 8, 48, 36]]
 def per_token(values: list[list[float]]) -> list[list[float]]:
     """Whitening as eq. 10 writes it: every token of every response carries its
     response's value; mean and (unbiased) std over that flat list of tokens."""
-    tokens = [v for vs, ns in zip(values, LENGTHS, strict=True)
-              for v, n in zip(vs, ns, strict=True) for _ in range(n)]  # fmt: skip
+    tokens = [
+        v
+        for vs, ns in zip(values, LENGTHS, strict=True)
+        for v, n in zip(vs, ns, strict=True)
+        for _ in range(n)
+    ]
     mean, std = statistics.fmean(tokens), statistics.stdev(tokens)
     return [[(v - mean) / (std + 1e-6) for v in vs] for vs in values]
 
@@ -71,8 +75,9 @@ def test_where_wrong_answers_are_longer_the_forms_differ_by_whole_units():
     "token" a correct answer's advantage is larger (3.01 against 1.21 here) and a wrong
     one's closer to 0 (-0.33 against -0.72) than under "response"."""
     token, response = advantages(whiten="token"), advantages()
-    diffs = [t - r for ts, rs in zip(token, response, strict=True)
-             for t, r in zip(ts, rs, strict=True)]  # fmt: skip
+    diffs = [
+        t - r for ts, rs in zip(token, response, strict=True) for t, r in zip(ts, rs, strict=True)
+    ]
     assert max(abs(d) for d in diffs) > 1.5
     assert token[0][0] > response[0][0] and abs(token[0][1]) < abs(response[0][1])
 

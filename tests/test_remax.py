@@ -118,8 +118,14 @@ def one_step(loop: RLLoop) -> tuple[dict, list[dict]]:
 
 
 def small(algorithm: str, **overrides) -> RunConfig:
-    settings = dict(algorithm=algorithm, prompts_per_step=4, group_size=4, steps=1,
-                    eval_samples=0, env_config={"eval_size": 8})  # fmt: skip
+    settings = dict(
+        algorithm=algorithm,
+        prompts_per_step=4,
+        group_size=4,
+        steps=1,
+        eval_samples=0,
+        env_config={"eval_size": 8},
+    )
     return RunConfig(**{**settings, **overrides})
 
 
@@ -229,10 +235,28 @@ def test_a_short_run_beside_grpo_charges_the_baseline_from_the_same_budget(tmp_p
     16 prompts x 8 a step. remax also generates 16 greedy completions a step, which count
     in the budget: 144 a step, so both stop after 2 steps. Step 1 samples from the same
     start weights and seeds, so every phase but remax's baseline costs the same."""
-    result = run_harness("compare", "remax", "grpo", "--set", "beta=0", "--seeds", "1",
-                         "--budget-samples", "256", "--eval-points", "1",
-                         "--prompts-per-step", "16", "--eval-samples", "4", "--quiet",
-                         "--out", "cmp", cwd=tmp_path, timeout=1200)  # fmt: skip
+    result = run_harness(
+        "compare",
+        "remax",
+        "grpo",
+        "--set",
+        "beta=0",
+        "--seeds",
+        "1",
+        "--budget-samples",
+        "256",
+        "--eval-points",
+        "1",
+        "--prompts-per-step",
+        "16",
+        "--eval-samples",
+        "4",
+        "--quiet",
+        "--out",
+        "cmp",
+        cwd=tmp_path,
+        timeout=1200,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     runs = tmp_path / "cmp" / "runs"
     remax = read_metrics(runs / "remax__arithmetic__seed0")
@@ -242,8 +266,9 @@ def test_a_short_run_beside_grpo_charges_the_baseline_from_the_same_budget(tmp_p
     for r in remax[1:]:
         assert r["baseline_flops"] > 0 and r["baseline_tokens"] > 0
         assert 0 <= r["baseline_reward_mean"] <= 1
-    assert remax[-1]["flops"] == pytest.approx(sum(
-        r[f"{p}_flops"] for r in remax[1:] for p in (*PHASES, "baseline")), rel=1e-12)  # fmt: skip
+    assert remax[-1]["flops"] == pytest.approx(
+        sum(r[f"{p}_flops"] for r in remax[1:] for p in (*PHASES, "baseline")), rel=1e-12
+    )
     assert not any(k.startswith("baseline") for r in grpo for k in r)
     first, other = remax[1], grpo[1]
     for p in PHASES:
@@ -253,8 +278,10 @@ def test_a_short_run_beside_grpo_charges_the_baseline_from_the_same_budget(tmp_p
     config = json.loads((runs / "remax__arithmetic__seed0" / "config.json").read_text())
     assert config["algorithm"]["name"] == "remax"
     # the comparison's throughput table gives the baseline its share of the FLOPs
-    table = {r["algorithm"]: r for r in csv.DictReader(
-        (tmp_path / "cmp" / "tables" / "throughput.csv").open())}  # fmt: skip
+    table = {
+        r["algorithm"]: r
+        for r in csv.DictReader((tmp_path / "cmp" / "tables" / "throughput.csv").open())
+    }
     share = sum(r["baseline_flops"] for r in remax[1:]) / remax[-1]["flops"]
     assert float(table["remax"]["baseline_flops_share"]) == pytest.approx(share, rel=1e-9)
     assert float(table["grpo"]["baseline_flops_share"]) == 0.0
@@ -265,8 +292,21 @@ def test_remax_raises_heldout_accuracy_on_the_tiny_model(tmp_path):
     """With the run defaults (128 prompts x 8, 4 mini-batches), seed 0 measured held-out
     greedy accuracy 0.242 -> 0.374 at step 10, 0.388 at step 20, 0.392 at step 30 (sampled
     pass@1 0.157 -> 0.222); the greedy baseline took 2.3% of the ledger's FLOPs."""
-    result = run_harness("run", "remax", "--steps", "20", "--eval-every", "20", "--seed", "0",
-                         "--quiet", "--out", "run", cwd=tmp_path, timeout=3600)  # fmt: skip
+    result = run_harness(
+        "run",
+        "remax",
+        "--steps",
+        "20",
+        "--eval-every",
+        "20",
+        "--seed",
+        "0",
+        "--quiet",
+        "--out",
+        "run",
+        cwd=tmp_path,
+        timeout=3600,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     records = read_metrics(tmp_path / "run")
     start, end = records[0]["eval_reward"], records[-1]["eval_reward"]

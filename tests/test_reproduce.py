@@ -110,8 +110,9 @@ def test_the_margin_is_the_rows_mdd_as_the_summary_computes_it():
     assert np.isnan(row_mdd([0.5]))
 
 
-def write_run(folder: Path, seed: int, cpu: str, threads: int = 2,
-              versions: dict | None = None) -> Path:  # fmt: skip
+def write_run(
+    folder: Path, seed: int, cpu: str, threads: int = 2, versions: dict | None = None
+) -> Path:
     """A run folder with only a config.json: enough for everything `reproduce` and the
     boards read before anything runs."""
     folder.mkdir(parents=True)
@@ -128,8 +129,9 @@ def test_a_board_names_the_setups_its_rows_need(tmp_path):
     runs = tmp_path / "exp" / "runs"
     a = [str(write_run(runs / f"a{s}", s, "CPU One")) for s in (0, 1)]
     b = [str(write_run(runs / "b0", 0, "CPU One")), str(write_run(runs / "b1", 1, "CPU Two", 1))]
-    g = pd.DataFrame({"algorithm": ["grpo", "dapo"], "experiment": [str(tmp_path / "exp")] * 2,
-                      "runs": [a, b]})  # fmt: skip
+    g = pd.DataFrame(
+        {"algorithm": ["grpo", "dapo"], "experiment": [str(tmp_path / "exp")] * 2, "runs": [a, b]}
+    )
     text = "\n".join(exact_setup_lines(g))
     assert "Package versions: torch 2.13.0+cpu." in text  # shared: named once
     assert "- CPU One [avx avx2], 2 threads: grpo (exp), dapo (exp, 1 of its 2 runs)" in text
@@ -138,8 +140,9 @@ def test_a_board_names_the_setups_its_rows_need(tmp_path):
     assert "All rows: CPU One [avx avx2], 2 threads." in one
     # other versions make another setup, and then each setup names its own
     c = [str(write_run(runs / "c0", 0, "CPU One", versions={"torch": "2.14.0+cpu"}))]
-    g = pd.DataFrame({"algorithm": ["grpo", "opo"], "experiment": [str(tmp_path / "exp")] * 2,
-                      "runs": [a, c]})  # fmt: skip
+    g = pd.DataFrame(
+        {"algorithm": ["grpo", "opo"], "experiment": [str(tmp_path / "exp")] * 2, "runs": [a, c]}
+    )
     text = "\n".join(exact_setup_lines(g))
     assert "2 threads; torch 2.13.0+cpu: grpo (exp)" in text
     assert "2 threads; torch 2.14.0+cpu: opo (exp)" in text
@@ -147,8 +150,7 @@ def test_a_board_names_the_setups_its_rows_need(tmp_path):
 
 def test_a_lone_run_on_another_cpu_is_refused_before_running(tmp_path):
     write_run(tmp_path / "exp" / "runs" / "grpo__arithmetic__seed0", 0, "Imaginary CPU")
-    result = run_harness("reproduce", "exp/runs/grpo__arithmetic__seed0", cwd=tmp_path,
-                         timeout=300)  # fmt: skip
+    result = run_harness("reproduce", "exp/runs/grpo__arithmetic__seed0", cwd=tmp_path, timeout=300)
     assert result.returncode == 2, result.stdout + result.stderr[-2000:]
     assert "the CPU class differs (made on Imaginary CPU [avx avx2]" in result.stderr
     assert "needs a leaderboard row or the run's sibling runs" in result.stderr
@@ -163,8 +165,11 @@ def test_targets_that_cannot_be_tested_are_refused(tmp_path):
         reproduce(str(runs / "grpo__arithmetic__seed0"), tmp_path, seeds=3)
     boards = tmp_path / "boards"
     boards.mkdir()
-    row = {"id": "tiny__arithmetic__grpo__exp", "runs": [str(runs / "grpo__arithmetic__seed0")],
-           "per_seed": "0.500"}  # fmt: skip
+    row = {
+        "id": "tiny__arithmetic__grpo__exp",
+        "runs": [str(runs / "grpo__arithmetic__seed0")],
+        "per_seed": "0.500",
+    }
     (boards / "leaderboard.json").write_text(json.dumps([row]))
     with pytest.raises(ConfigError, match=r"needs at least 2 recorded seeds.*the row has 1"):
         reproduce(row["id"], boards)

@@ -17,8 +17,19 @@ from zoo.envs.base import Env
 from zoo.run.plan import RunPlan
 from zoo.run.run_config import RunConfig
 
-ONE_STEP = ["--steps", "1", "--prompts-per-step", "4", "--eval-points", "1",
-            "--eval-samples", "4", "--generator", "hf", "--quiet"]  # fmt: skip
+ONE_STEP = [
+    "--steps",
+    "1",
+    "--prompts-per-step",
+    "4",
+    "--eval-points",
+    "1",
+    "--eval-samples",
+    "4",
+    "--generator",
+    "hf",
+    "--quiet",
+]
 """The smallest real run of the tiny model (transformers' generate: no engine to start)."""
 
 
@@ -35,8 +46,9 @@ def test_one_harness_run_validates_resolves_the_model_and_builds_the_env_once(
 ):
     calls: Counter = Counter()
     monkeypatch.setattr(RunConfig, "validate", counting(calls, "validate", RunConfig.validate))
-    monkeypatch.setattr(RunConfig, "model_spec",
-                        counting(calls, "model_spec", RunConfig.model_spec))  # fmt: skip
+    monkeypatch.setattr(
+        RunConfig, "model_spec", counting(calls, "model_spec", RunConfig.model_spec)
+    )
     # every env's constructor reaches Env.__init__ once (its config is made there)
     monkeypatch.setattr(Env, "__init__", counting(calls, "env", Env.__init__))
     with contextlib.redirect_stdout(io.StringIO()):

@@ -29,8 +29,14 @@ def test_every_chain_that_ends_in_the_total_pays_and_nothing_else(env):
     honest = [full, chain_answer(terms, merges={1}), str(total), f" {total}"]
     for answer in honest:
         assert env.score(prompt, answer) == 1.0, answer
-    wrong = [str(total + 1), full[: full.rfind("=") + 1] + str(total - 10), "",
-             f"{total}={total + 1}", f"{total}0", "x" * 5000 + f"={total}"]  # fmt: skip
+    wrong = [
+        str(total + 1),
+        full[: full.rfind("=") + 1] + str(total - 10),
+        "",
+        f"{total}={total + 1}",
+        f"{total}0",
+        "x" * 5000 + f"={total}",
+    ]
     for answer in wrong:
         assert env.score(prompt, answer) == 0.0, answer[:40]
 
@@ -81,8 +87,11 @@ def test_an_env_without_a_validation_split_refuses_to_be_tuned_on():
 
 def test_length_metrics_split_by_correctness():
     got = length_metrics([10, 20, 30, 40], [1.0, 0.0, 0.0, 1.0])
-    assert got == {"response_len_mean": 25.0, "response_len_correct_mean": 25.0,
-                   "response_len_incorrect_mean": 25.0}  # fmt: skip
+    assert got == {
+        "response_len_mean": 25.0,
+        "response_len_correct_mean": 25.0,
+        "response_len_incorrect_mean": 25.0,
+    }
     got = length_metrics([10, 20, 60], [0.0, 0.0, 1.0])
     assert got["response_len_incorrect_mean"] == 15.0 and got["response_len_correct_mean"] == 60
     assert "response_len_correct_mean" not in length_metrics([5, 7], [0.0, 0.0])

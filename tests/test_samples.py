@@ -18,8 +18,13 @@ from zoo.run.loop import EVAL_SAMPLES, SAMPLE_GROUPS
 from zoo.run.run_config import RunConfig
 from zoo.run.runlog import read_samples
 
-SMALL = {"steps": 3, "prompts_per_step": 8, "eval_every": 2, "checkpoint_every": 2,
-         "env_config": {"eval_size": 16}}  # fmt: skip
+SMALL = {
+    "steps": 3,
+    "prompts_per_step": 8,
+    "eval_every": 2,
+    "checkpoint_every": 2,
+    "env_config": {"eval_size": 16},
+}
 
 
 class Interrupted(Exception):
@@ -39,13 +44,21 @@ def test_samples_are_kept_per_step_and_eval_and_survive_a_kill_and_resume(loop_f
     train = [r for r in rows if r["kind"] == "train"]
     evals = [r for r in rows if r["kind"] == "eval"]
     assert sorted({r["step"] for r in train}) == [1, 2, 3]
-    assert all(sum(r["step"] == s for r in train) == SAMPLE_GROUPS * cfg.group_size
-               for s in (1, 2, 3))  # fmt: skip
+    assert all(
+        sum(r["step"] == s for r in train) == SAMPLE_GROUPS * cfg.group_size for s in (1, 2, 3)
+    )
     assert sorted({r["step"] for r in evals}) == [0, 2, 3]  # eval_every 2, and the end
     assert all(sum(r["step"] == s for r in evals) == EVAL_SAMPLES for s in (0, 2, 3))
     for r in train:
-        assert {"prompt", "completion", "reward", "advantage", "finish_reason",
-                "policy_version", "kept"} <= set(r)  # fmt: skip
+        assert {
+            "prompt",
+            "completion",
+            "reward",
+            "advantage",
+            "finish_reason",
+            "policy_version",
+            "kept",
+        } <= set(r)
         assert r["policy_version"] == r["step"] - 1  # sampled by the weights before it
         assert r["finish_reason"] in ("stop", "length")
     for s in (1, 2, 3):  # GRPO's advantages: centred within each group
@@ -91,10 +104,12 @@ def experiment(tiny_path, tiny_generator, tmp_path_factory) -> Path:
     build, restore = loop_builder(tiny_path, tiny_generator)
     root = tmp_path_factory.mktemp("samples")
     out = root / "results" / "exp"
-    base = RunConfig(steps=2, prompts_per_step=8, eval_every=1, checkpoint_every=0,
-                     env_config={"eval_size": 16})  # fmt: skip
-    cfgs = [dataclasses.replace(base, algorithm=a, seed=s) for a in ("grpo", "dapo")
-            for s in (0, 1)]  # fmt: skip
+    base = RunConfig(
+        steps=2, prompts_per_step=8, eval_every=1, checkpoint_every=0, env_config={"eval_size": 16}
+    )
+    cfgs = [
+        dataclasses.replace(base, algorithm=a, seed=s) for a in ("grpo", "dapo") for s in (0, 1)
+    ]
     out.mkdir(parents=True)
     write_manifest(out, cfgs, "python -m harness compare grpo dapo (test)", resume=False)
     try:
@@ -147,13 +162,28 @@ def browse(page: Path, screenshot: Path) -> dict:
     screenshot."""
     probe = page.with_name(f"_probe_{page.name}")
     probe.write_text(page.read_text().replace("</body>", CHECK + "</body>"))
-    flags = [chromium(), "--headless", "--no-sandbox", "--disable-gpu",
-             "--allow-file-access-from-files", "--virtual-time-budget=3000"]  # fmt: skip
+    flags = [
+        chromium(),
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--allow-file-access-from-files",
+        "--virtual-time-budget=3000",
+    ]
     try:
-        dom = subprocess.run([*flags, "--dump-dom", probe.as_uri()], capture_output=True,
-                             text=True, timeout=120, check=True).stdout  # fmt: skip
-        subprocess.run([*flags, "--window-size=1280,1600", f"--screenshot={screenshot}",
-                        page.as_uri()], capture_output=True, timeout=120, check=True)  # fmt: skip
+        dom = subprocess.run(
+            [*flags, "--dump-dom", probe.as_uri()],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=True,
+        ).stdout
+        subprocess.run(
+            [*flags, "--window-size=1280,1600", f"--screenshot={screenshot}", page.as_uri()],
+            capture_output=True,
+            timeout=120,
+            check=True,
+        )
     finally:
         probe.unlink()
     found = re.search(r"data-check=\"([^\"]*)\"", dom)

@@ -66,8 +66,14 @@ def refused_proxy() -> str:
     return f"http://127.0.0.1:{port}"
 
 
-def run_setup(copy: Path, *args: str, gpu: tuple[str, str] | None = None, network: bool = True,
-              pip_config: bool = True, **env_vars: str) -> subprocess.CompletedProcess:  # fmt: skip
+def run_setup(
+    copy: Path,
+    *args: str,
+    gpu: tuple[str, str] | None = None,
+    network: bool = True,
+    pip_config: bool = True,
+    **env_vars: str,
+) -> subprocess.CompletedProcess:
     """``bash scripts/setup.sh ARGS`` in the copy. PATH holds a stand-in nvidia-smi with the
     ``gpu`` driver, else none. PyTorch's indexes are the stand-in folders unless
     ``network`` is False (then the real URLs, behind a refusing proxy). pip has a wheel
@@ -102,8 +108,14 @@ def run_setup(copy: Path, *args: str, gpu: tuple[str, str] | None = None, networ
         env.update(PIP_CONFIG_FILE=os.devnull, XDG_CONFIG_DIRS=str(copy.parent / "xdg"))
     env.update(env_vars)
     before = sorted(p.relative_to(copy) for p in copy.rglob("*"))
-    result = subprocess.run(["bash", "scripts/setup.sh", *args], cwd=copy, env=env,
-                            capture_output=True, text=True, timeout=120)  # fmt: skip
+    result = subprocess.run(
+        ["bash", "scripts/setup.sh", *args],
+        cwd=copy,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert sorted(p.relative_to(copy) for p in copy.rglob("*")) == before  # nothing installed
     return result
 
@@ -335,7 +347,8 @@ def test_the_final_check_names_what_is_not_the_build_planned(copy):
 
 
 def test_an_unknown_option_is_refused(copy):
-    result = subprocess.run(["bash", "scripts/setup.sh", "--gpu"], cwd=copy,
-                            capture_output=True, text=True, timeout=60)  # fmt: skip
+    result = subprocess.run(
+        ["bash", "scripts/setup.sh", "--gpu"], cwd=copy, capture_output=True, text=True, timeout=60
+    )
     assert result.returncode == 2 and "unknown option --gpu" in result.stderr
     assert not (copy / ".venv").exists()

@@ -161,14 +161,26 @@ def test_holm_by_hand():
 
 def test_tie_groups_greedy_tiers():
     means = {"a": 0.90, "b": 0.85, "c": 0.60, "d": 0.55}
-    p = {("a", "b"): 0.30, ("c", "a"): 0.001, ("a", "d"): 0.002, ("b", "c"): 0.01,
-         ("d", "b"): 0.01, ("c", "d"): 0.50}  # fmt: skip
+    p = {
+        ("a", "b"): 0.30,
+        ("c", "a"): 0.001,
+        ("a", "d"): 0.002,
+        ("b", "c"): 0.01,
+        ("d", "b"): 0.01,
+        ("c", "d"): 0.50,
+    }
     # a leads; b is tied with it (0.30), c and d are not -> [a, b]; then c leads and
     # d is tied with it (0.50) -> [c, d].
     assert tie_groups(means, p) == [["a", "b"], ["c", "d"]]
     # Not transitive: c tied with b (0.2) but not with a (0.01) -> c starts tier 2.
-    p2 = {("a", "b"): 0.5, ("a", "c"): 0.01, ("b", "c"): 0.2, ("a", "d"): 0.001,
-          ("b", "d"): 0.001, ("c", "d"): 0.001}  # fmt: skip
+    p2 = {
+        ("a", "b"): 0.5,
+        ("a", "c"): 0.01,
+        ("b", "c"): 0.2,
+        ("a", "d"): 0.001,
+        ("b", "d"): 0.001,
+        ("c", "d"): 0.001,
+    }
     assert tie_groups(means, p2) == [["a", "b"], ["c"], ["d"]]
     # A missing or nan pair counts as tied.
     assert tie_groups({"x": 1.0, "y": 0.0}, {}) == [["x", "y"]]
@@ -321,9 +333,17 @@ def test_bootstrap_fit_withholds_a_parameter_on_its_bound():
 
 def _board_row(share: float | None, a: float = 0.472, note: str = "") -> SimpleNamespace:
     """A leaderboard row's fit fields as harness/leaderboard.py reads them."""
-    return SimpleNamespace(fit_A=a, fit_A_low=0.396, fit_A_high=0.6, fit_C_mid=1.1e12,
-                           fit_C_mid_low=5.7e11, fit_C_mid_high=3.2e12, max_flops=2e12,
-                           fit_identified_share=share, fit_note=note)  # fmt: skip
+    return SimpleNamespace(
+        fit_A=a,
+        fit_A_low=0.396,
+        fit_A_high=0.6,
+        fit_C_mid=1.1e12,
+        fit_C_mid_low=5.7e11,
+        fit_C_mid_high=3.2e12,
+        max_flops=2e12,
+        fit_identified_share=share,
+        fit_note=note,
+    )
 
 
 def test_leaderboard_fit_text_follows_the_rule_on_summaries_written_before_it():

@@ -32,11 +32,28 @@ def test_the_tuning_plan_tunes_only_the_learning_rate_over_one_grid_for_all():
 @pytest.mark.slow
 def test_every_built_in_at_its_papers_constants_reports_what_acts(tmp_path):
     built_ins = [n for n in list_algorithms() if ALGORITHMS.load(n).family != "control"]
-    short = ["--env", "running_sum", "--model", "tiny-sum", "--seeds", "1",
-             "--budget-samples", "512", "--prompts-per-step", "64", "--eval-points", "1",
-             "--eval-samples", "0", "--env-set", "eval_size=32", "--quiet"]  # fmt: skip
-    result = run_harness("compare", *built_ins, *short, "--out", str(tmp_path / "all"),
-                         cwd=tmp_path, timeout=2400)  # fmt: skip
+    short = [
+        "--env",
+        "running_sum",
+        "--model",
+        "tiny-sum",
+        "--seeds",
+        "1",
+        "--budget-samples",
+        "512",
+        "--prompts-per-step",
+        "64",
+        "--eval-points",
+        "1",
+        "--eval-samples",
+        "0",
+        "--env-set",
+        "eval_size=32",
+        "--quiet",
+    ]
+    result = run_harness(
+        "compare", *built_ins, *short, "--out", str(tmp_path / "all"), cwd=tmp_path, timeout=2400
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     informative = []
     for name in built_ins:

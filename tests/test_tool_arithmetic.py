@@ -173,9 +173,13 @@ def test_warm_start_tokens_mask_the_prompt_and_observations(env):
     expr, answer = p.text[:-1], str(p.answer)
     ids, mask = episode_tokens(p.text, env.tool_trace(p))
     assert ids == [
-        *p.text.encode(), *f"calc:{expr}".encode(), EOS_ID, *f"={answer}\n".encode(),
-        *answer.encode(), EOS_ID,
-    ]  # fmt: skip
+        *p.text.encode(),
+        *f"calc:{expr}".encode(),
+        EOS_ID,
+        *f"={answer}\n".encode(),
+        *answer.encode(),
+        EOS_ID,
+    ]
     assert mask == [0] * 6 + [1] * 11 + [0] * 6 + [1] * 5
 
 

@@ -55,8 +55,15 @@ def tracked_run(loop_for, out: Path, report_to: str, monkeypatch) -> list[dict]:
     """A 2-step run (evaluations at 0, 1, 2) into ``out`` through execute_run, the code
     path of `harness run`; its metrics.jsonl records."""
     offline(monkeypatch)
-    cfg = RunConfig(algorithm="grpo", steps=2, prompts_per_step=8, eval_every=1, seed=5,
-                    report_to=report_to, env_config={"eval_size": 16})  # fmt: skip
+    cfg = RunConfig(
+        algorithm="grpo",
+        steps=2,
+        prompts_per_step=8,
+        eval_every=1,
+        seed=5,
+        report_to=report_to,
+        env_config={"eval_size": 16},
+    )
     loop = loop_for(cfg)
     execute_run(cfg, out, loop.s, command="test_trackers")
     return [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
@@ -75,8 +82,17 @@ def test_report_to_takes_several_and_names_the_valid_ones_when_wrong():
 
 
 def test_a_tracker_that_is_not_installed_stops_the_run_before_it_starts(tmp_path):
-    result = run_harness("run", "grpo", "--report-to", "tensorboard,mlflow", "--out", "r",
-                         cwd=tmp_path, without=("mlflow",), timeout=300)  # fmt: skip
+    result = run_harness(
+        "run",
+        "grpo",
+        "--report-to",
+        "tensorboard,mlflow",
+        "--out",
+        "r",
+        cwd=tmp_path,
+        without=("mlflow",),
+        timeout=300,
+    )
     assert result.returncode == 2, result.stderr[-2000:]
     assert "mlflow not installed" in result.stderr
     assert "pip install" in result.stderr and "mlflow-skinny==" in result.stderr
@@ -141,8 +157,9 @@ def read_wandb_run(path: Path):
     for rec in read_wandb_records(path):
         kind = rec.WhichOneof("record_type")
         if kind == "history":
-            items = {i.key or "/".join(i.nested_key): json.loads(i.value_json)
-                     for i in rec.history.item}  # fmt: skip
+            items = {
+                i.key or "/".join(i.nested_key): json.loads(i.value_json) for i in rec.history.item
+            }
             history.setdefault(int(items["_step"]), {}).update(items)
         elif kind in ("run", "config"):  # the config comes with the run record
             run = rec.run if kind == "run" else run
@@ -210,23 +227,36 @@ def test_every_metric_goes_in_one_of_four_sections():
     the training regime under regime/, budget counters and costs under perf/, the rest
     under train/; the metrics.jsonl name is kept otherwise."""
     expected = {
-        "eval_reward": "eval/reward", "eval_pass_at_8": "eval/pass_at_8",
-        "eval_seconds": "eval/seconds", "eval_tool_success_rate": "eval/tool_success_rate",
-        "updates": "regime/updates", "policy_kl": "regime/policy_kl",
-        "staleness_kl": "regime/staleness_kl", "mismatch_kl": "regime/mismatch_kl",
+        "eval_reward": "eval/reward",
+        "eval_pass_at_8": "eval/pass_at_8",
+        "eval_seconds": "eval/seconds",
+        "eval_tool_success_rate": "eval/tool_success_rate",
+        "updates": "regime/updates",
+        "policy_kl": "regime/policy_kl",
+        "staleness_kl": "regime/staleness_kl",
+        "mismatch_kl": "regime/mismatch_kl",
         "mismatch_logprob_max": "regime/mismatch_logprob_max",
-        "is_weight_mean": "regime/is_weight_mean", "policy_version": "regime/policy_version",
-        "policy_age_mean": "regime/policy_age_mean", "stale_dropped": "regime/stale_dropped",
-        "samples": "perf/samples", "flops": "perf/flops", "seconds": "perf/seconds",
-        "generate_seconds": "perf/generate_seconds", "train_flops": "perf/train_flops",
+        "is_weight_mean": "regime/is_weight_mean",
+        "policy_version": "regime/policy_version",
+        "policy_age_mean": "regime/policy_age_mean",
+        "stale_dropped": "regime/stale_dropped",
+        "samples": "perf/samples",
+        "flops": "perf/flops",
+        "seconds": "perf/seconds",
+        "generate_seconds": "perf/generate_seconds",
+        "train_flops": "perf/train_flops",
         "old_logprobs_tokens": "perf/old_logprobs_tokens",
         "generate_tokens_per_s": "perf/generate_tokens_per_s",
         "trainer_idle_seconds": "perf/trainer_idle_seconds",
-        "reward_mean": "train/reward_mean", "loss": "train/loss", "kl": "train/kl",
+        "reward_mean": "train/reward_mean",
+        "loss": "train/loss",
+        "kl": "train/kl",
         "clip_high_acting_frac": "train/clip_high_acting_frac",
-        "grad_norm": "train/grad_norm", "response_tokens": "train/response_tokens",
-        "response_len_mean": "train/response_len_mean", "turns_mean": "train/turns_mean",
-    }  # fmt: skip
+        "grad_norm": "train/grad_norm",
+        "response_tokens": "train/response_tokens",
+        "response_len_mean": "train/response_len_mean",
+        "turns_mean": "train/turns_mean",
+    }
     assert {k: tracker_key(k) for k in expected} == expected
     record = {"step": 3, "loss": 1, "kept": True, "note": "x"}
     assert numeric_metrics(record) == {"train/loss": 1.0, "train/kept": 1.0}
@@ -263,12 +293,38 @@ def tracked_compare(tiny_model_path, tmp_path_factory) -> Path:
     """`harness compare` of two tiny 2-step runs with all three trackers (W&B offline,
     MLflow at its default store); the experiment folder."""
     root = tmp_path_factory.mktemp("tracked")
-    env = {"WANDB_MODE": "offline", "WANDB_API_KEY": "", "MLFLOW_TRACKING_URI": "",
-           "MLFLOW_EXPERIMENT_NAME": "", "WANDB_RUN_GROUP": ""}  # fmt: skip
-    result = run_harness("compare", "grpo", "--seeds", "2", "--steps", "2", "--eval-every", "2",
-                         "--prompts-per-step", "8", "--eval-samples", "0", "--env-set",
-                         "eval_size=16", "--checkpoint-every", "0", "--quiet", "--report-to",
-                         ",".join(TRACKERS), "--out", "exp", cwd=root, env=env)  # fmt: skip
+    env = {
+        "WANDB_MODE": "offline",
+        "WANDB_API_KEY": "",
+        "MLFLOW_TRACKING_URI": "",
+        "MLFLOW_EXPERIMENT_NAME": "",
+        "WANDB_RUN_GROUP": "",
+    }
+    result = run_harness(
+        "compare",
+        "grpo",
+        "--seeds",
+        "2",
+        "--steps",
+        "2",
+        "--eval-every",
+        "2",
+        "--prompts-per-step",
+        "8",
+        "--eval-samples",
+        "0",
+        "--env-set",
+        "eval_size=16",
+        "--checkpoint-every",
+        "0",
+        "--quiet",
+        "--report-to",
+        ",".join(TRACKERS),
+        "--out",
+        "exp",
+        cwd=root,
+        env=env,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     # no W&B line on the terminal (its Weave advert appears when vLLM has imported openai)
     assert "wandb:" not in result.stdout + result.stderr, result.stderr[-3000:]
@@ -278,8 +334,10 @@ def tracked_compare(tiny_model_path, tmp_path_factory) -> Path:
 RUNS = ("grpo__arithmetic__seed0", "grpo__arithmetic__seed1")
 
 
-@pytest.mark.skipif(not all(map(installed, ("mlflow", "wandb", "tensorboard"))),
-                    reason="needs all three trackers (pip install -e '.[trackers]')")  # fmt: skip
+@pytest.mark.skipif(
+    not all(map(installed, ("mlflow", "wandb", "tensorboard"))),
+    reason="needs all three trackers (pip install -e '.[trackers]')",
+)
 def test_a_compares_runs_are_one_experiment_in_every_tracker(tracked_compare, monkeypatch):
     from mlflow.tracking import MlflowClient
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
@@ -317,9 +375,17 @@ def test_a_resumed_run_continues_its_trackers_runs(loop_for, tmp_path, monkeypat
     from mlflow.tracking import MlflowClient
 
     offline(monkeypatch)
-    cfg = RunConfig(algorithm="grpo", steps=3, prompts_per_step=8, eval_every=3, seed=5,
-                    checkpoint_every=1, eval_samples=0, report_to="mlflow,wandb",
-                    env_config={"eval_size": 16})  # fmt: skip
+    cfg = RunConfig(
+        algorithm="grpo",
+        steps=3,
+        prompts_per_step=8,
+        eval_every=3,
+        seed=5,
+        checkpoint_every=1,
+        eval_samples=0,
+        report_to="mlflow,wandb",
+        env_config={"eval_size": 16},
+    )
 
     class Killed(Exception):
         pass
@@ -330,8 +396,14 @@ def test_a_resumed_run_continues_its_trackers_runs(loop_for, tmp_path, monkeypat
 
     first = tmp_path / "first"
     with pytest.raises(Killed):
-        execute_run(cfg, first / "runs" / "r", loop_for(cfg).s, command="test",
-                    on_record=kill_at_2, experiment=first)  # fmt: skip
+        execute_run(
+            cfg,
+            first / "runs" / "r",
+            loop_for(cfg).s,
+            command="test",
+            on_record=kill_at_2,
+            experiment=first,
+        )
     state = json.loads((first / "runs" / "r" / "trackers.json").read_text())
     assert state["experiment"] == "first" and state["mlflow_store"] == "../../mlruns"
     shutil.move(first, tmp_path / "moved")

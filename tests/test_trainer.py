@@ -77,8 +77,9 @@ def test_learning_rate_schedules_by_hand():
 
     cfg = TrainerConfig(lr=1.0, warmup_steps=4, lr_schedule="constant")
     assert [lr_at(k, cfg) for k in range(6)] == [0.25, 0.5, 0.75, 1.0, 1.0, 1.0]
-    linear = TrainerConfig(lr=2.0, warmup_steps=0, lr_schedule="linear", decay_steps=4,
-                           min_lr_ratio=0.25)  # fmt: skip
+    linear = TrainerConfig(
+        lr=2.0, warmup_steps=0, lr_schedule="linear", decay_steps=4, min_lr_ratio=0.25
+    )
     # from 2.0 down to 0.5 over 4 steps, then the floor
     assert [lr_at(k, linear) for k in range(6)] == [2.0, 1.625, 1.25, 0.875, 0.5, 0.5]
     cosine = TrainerConfig(lr=1.0, warmup_steps=2, lr_schedule="cosine", decay_steps=4)

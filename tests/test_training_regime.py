@@ -34,10 +34,14 @@ def weights(trainer: Trainer) -> dict[str, torch.Tensor]:
     return {k: v.clone() for k, v in trainer.model.state_dict().items()}
 
 
-def trainer_with(tiny_path, temperature: float = 1.0, max_policy_age: int = 0,
-                 **config) -> Trainer:  # fmt: skip
-    return Trainer(tiny_path, TrainerConfig(lr=1e-3, **config), max_response_len=5,
-                   temperature=temperature, max_policy_age=max_policy_age)  # fmt: skip
+def trainer_with(tiny_path, temperature: float = 1.0, max_policy_age: int = 0, **config) -> Trainer:
+    return Trainer(
+        tiny_path,
+        TrainerConfig(lr=1e-3, **config),
+        max_response_len=5,
+        temperature=temperature,
+        max_policy_age=max_policy_age,
+    )
 
 
 LOSS = get_algorithm("grpo", beta=0.0).loss
@@ -103,8 +107,9 @@ def test_old_log_probs_come_from_the_weights_that_sampled_each_row(tiny_path):
 def sampled_batch(generator, temperature: float) -> RolloutBatch:
     prompts = get_env("arithmetic").train_prompts(0, 12, seed=5)
     sampling = SamplingConfig(temperature=temperature, max_tokens=6)
-    groups = generator.generate([list(p.text.encode()) for p in prompts], n=4,
-                                sampling=sampling, seeds=list(range(12)))  # fmt: skip
+    groups = generator.generate(
+        [list(p.text.encode()) for p in prompts], n=4, sampling=sampling, seeds=list(range(12))
+    )
     return rollout_batch(groups, torch.zeros(12, 4))
 
 
@@ -171,9 +176,18 @@ def test_warm_up_and_decay_follow_the_share_of_a_budget_spent(loop_for):
     """--warmup-ratio and a decay over a samples budget, whose optimizer steps are not
     known ahead: each batch's updates take the lr of the budget's share spent with the
     batch's generation counted: 1/4, 2/4, 3/4, 4/4 of 4 batches of 64 samples."""
-    cfg = RunConfig(algorithm="grpo", prompts_per_step=8, mini_batches=2, lr=1e-3,
-                    budget_samples=4 * 64, warmup_ratio=0.5, lr_schedule="linear",
-                    eval_points=1, eval_samples=0, env_config={"eval_size": 8})  # fmt: skip
+    cfg = RunConfig(
+        algorithm="grpo",
+        prompts_per_step=8,
+        mini_batches=2,
+        lr=1e-3,
+        budget_samples=4 * 64,
+        warmup_ratio=0.5,
+        lr_schedule="linear",
+        eval_points=1,
+        eval_samples=0,
+        env_config={"eval_size": 8},
+    )
     assert cfg.schedule_over_budget
     records = loop_for(cfg).run(lambda record: None)
     lrs = [r["lr"] for r in records if r["step"] > 0]
@@ -187,8 +201,9 @@ def test_warm_up_and_decay_follow_the_share_of_a_budget_spent(loop_for):
 def test_the_ledger_charges_the_old_log_prob_pass_and_every_epoch(loop_for):
     one = loop_for(RunConfig(algorithm="dapo", prompts_per_step=16, mini_batches=2, seed=1))
     one.step()
-    two = loop_for(RunConfig(algorithm="dapo", prompts_per_step=16, mini_batches=2, epochs=2,
-                             seed=1))  # fmt: skip
+    two = loop_for(
+        RunConfig(algorithm="dapo", prompts_per_step=16, mini_batches=2, epochs=2, seed=1)
+    )
     two.step()
     a, b = one.s.ledger.flops, two.s.ledger.flops
     assert a["old_logprobs"] > 0 and a["old_logprobs"] == b["old_logprobs"]
@@ -204,14 +219,19 @@ def test_one_on_policy_update_takes_its_own_forward_as_the_old_policy(loop_for):
     still run the pass."""
     records, flops, finals = {}, {}, {}
     for mode in ("when_needed", "always"):
-        loop = loop_for(RunConfig(algorithm="grpo", prompts_per_step=16, mini_batches=1,
-                                  old_logprob_pass=mode, seed=5))  # fmt: skip
+        loop = loop_for(
+            RunConfig(
+                algorithm="grpo", prompts_per_step=16, mini_batches=1, old_logprob_pass=mode, seed=5
+            )
+        )
         records[mode] = [loop.step(), loop.step()]
         flops[mode], finals[mode] = dict(loop.s.ledger.flops), weights(loop.s.trainer)
     assert flops["when_needed"].get("old_logprobs", 0) == 0 < flops["always"]["old_logprobs"]
     assert flops["when_needed"]["train"] == flops["always"]["train"]
-    numbers = {m: [{k: v for k, v in r.items() if not is_timing_key(k)} for r in rs]
-               for m, rs in records.items()}  # fmt: skip
+    numbers = {
+        m: [{k: v for k, v in r.items() if not is_timing_key(k)} for r in rs]
+        for m, rs in records.items()
+    }
     assert "mismatch_logprob_max" in numbers["when_needed"][0]
     assert numbers["when_needed"] == numbers["always"]
     assert all(torch.equal(finals["when_needed"][k], v) for k, v in finals["always"].items())
@@ -234,9 +254,11 @@ def test_each_correction_reports_itself_and_bypass_trains_against_the_sampler(lo
     record = loop.step()
     assert 0 <= record["mismatch_logprob_mean"] <= record["mismatch_logprob_max"] < 1e-3
     reported = {"is_weight_mean", "is_truncated_frac", "is_masked_frac"} & set(record)
-    assert reported == {"tis": {"is_weight_mean", "is_truncated_frac"},
-                        "mis-token": {"is_masked_frac"},
-                        "mis-sequence": {"is_masked_frac"}}.get(correction, set())  # fmt: skip
+    assert reported == {
+        "tis": {"is_weight_mean", "is_truncated_frac"},
+        "mis-token": {"is_masked_frac"},
+        "mis-sequence": {"is_masked_frac"},
+    }.get(correction, set())
     batch = seen[0]
     bypassed = torch.equal(batch.old_logprobs, batch.sampler_logprobs)
     assert bypassed == (correction == "bypass")
@@ -247,9 +269,16 @@ def test_a_correction_reaches_the_update(loop_for):
     between vLLM and the trainer is nonzero almost everywhere) leaves almost no policy
     gradient; the same step without the correction has its usual one."""
     plain = loop_for(RunConfig(algorithm="dapo", prompts_per_step=16, seed=4)).step()
-    masked = loop_for(RunConfig(algorithm="dapo", prompts_per_step=16, seed=4,
-                                correction="mis-token", correction_low=1.0,
-                                correction_high=1.0)).step()  # fmt: skip
+    masked = loop_for(
+        RunConfig(
+            algorithm="dapo",
+            prompts_per_step=16,
+            seed=4,
+            correction="mis-token",
+            correction_low=1.0,
+            correction_high=1.0,
+        )
+    ).step()
     assert masked["is_masked_frac"] > 0.5
     assert masked["grad_norm"] < 0.5 * plain["grad_norm"]
 
@@ -287,6 +316,8 @@ def test_the_memory_estimate_counts_the_weights_async_mode_keeps():
 
     shape = model_shape("qwen3-1.7b")
     sizes = dict(sequences=64, seq_len=512, micro_batch=8, reference=False, compute_bytes=2)
-    extra = (memory_estimate(shape, kept_versions=2, **sizes).minimum
-             - memory_estimate(shape, **sizes).minimum)  # fmt: skip
+    extra = (
+        memory_estimate(shape, kept_versions=2, **sizes).minimum
+        - memory_estimate(shape, **sizes).minimum
+    )
     assert extra == 2 * 4 * shape.params  # two float32 copies

@@ -61,8 +61,12 @@ def test_every_algorithm_gets_the_same_settings_and_seeds_on_validation(tmp_path
     assert {c.eval_split for c in cfgs} == {"validation"}
     assert {c.seed for c in cfgs} == {100, 101}  # apart from a board's seeds 0..n
     rows = sorted({c.variant for c in cfgs})
-    assert rows == ["grpo@lr=0.0001", "grpo@lr=5e-05",
-                    "gspo@lr=5e-05,eps_high=0.0004", "gspo@lr=5e-05,eps_high=0.004"]  # fmt: skip
+    assert rows == [
+        "grpo@lr=0.0001",
+        "grpo@lr=5e-05",
+        "gspo@lr=5e-05,eps_high=0.0004",
+        "gspo@lr=5e-05,eps_high=0.004",
+    ]
     gspo = next(c for c in cfgs if c.variant == "gspo@lr=5e-05,eps_high=0.004")
     assert gspo.algorithm_config == {"eps_high": "0.004"} and gspo.lr == 5e-5
     assert {c.budget_flops for c in cfgs} == {1e12}
@@ -100,21 +104,43 @@ def test_bad_plans_name_what_is_wrong(tmp_path, edit, message):
 
 
 def summary_rows(means: dict[str, float]) -> pd.DataFrame:
-    return pd.DataFrame([{"env": "running_sum", "algorithm": row, "seeds": 2, "headline_mean": m,
-                          "ci_low": m - 0.02, "ci_high": m + 0.02, "per_seed": f"{m} {m}"}
-                         for row, m in means.items()])  # fmt: skip
+    return pd.DataFrame(
+        [
+            {
+                "env": "running_sum",
+                "algorithm": row,
+                "seeds": 2,
+                "headline_mean": m,
+                "ci_low": m - 0.02,
+                "ci_high": m + 0.02,
+                "per_seed": f"{m} {m}",
+            }
+            for row, m in means.items()
+        ]
+    )
 
 
 def test_selection_takes_the_best_validation_mean_and_publishes_the_sweep(tmp_path):
     plan = load_plan(write_plan(tmp_path))
     (tmp_path / "tables").mkdir()
-    summary_rows({"grpo@lr=5e-05": 0.30, "grpo@lr=0.0001": 0.34,
-                  "gspo@lr=5e-05,eps_high=0.0004": 0.31,
-                  "gspo@lr=5e-05,eps_high=0.004": 0.29}).to_csv(
-        tmp_path / "tables" / "summary.csv", index=False)  # fmt: skip
-    pd.DataFrame([{"algorithm": "grpo@lr=0.0001", "mechanism_acting": 0.02,
-                   "mechanism_in_band_steps": 0.9, "grad_clip_frac": 0.1}]).to_csv(
-        tmp_path / "tables" / "off_policy.csv", index=False)  # fmt: skip
+    summary_rows(
+        {
+            "grpo@lr=5e-05": 0.30,
+            "grpo@lr=0.0001": 0.34,
+            "gspo@lr=5e-05,eps_high=0.0004": 0.31,
+            "gspo@lr=5e-05,eps_high=0.004": 0.29,
+        }
+    ).to_csv(tmp_path / "tables" / "summary.csv", index=False)
+    pd.DataFrame(
+        [
+            {
+                "algorithm": "grpo@lr=0.0001",
+                "mechanism_acting": 0.02,
+                "mechanism_in_band_steps": 0.9,
+                "grad_clip_frac": 0.1,
+            }
+        ]
+    ).to_csv(tmp_path / "tables" / "off_policy.csv", index=False)
     selection = select(tmp_path, plan)
     assert selection["algorithms"]["grpo"]["setting"] == {"lr": "0.0001"}
     assert selection["algorithms"]["gspo"]["setting"] == {"lr": "5e-05", "eps_high": "0.0004"}
@@ -125,7 +151,8 @@ def test_selection_takes_the_best_validation_mean_and_publishes_the_sweep(tmp_pa
     )
     assert "| grpo | lr=5e-05 | 0.300 [0.280, 0.320] | n/a | n/a | n/a |  |" in table
     (tmp_path / "tables" / "summary.csv").write_text(
-        summary_rows({"grpo@lr=5e-05": 0.3}).to_csv(index=False))  # fmt: skip
+        summary_rows({"grpo@lr=5e-05": 0.3}).to_csv(index=False)
+    )
     with pytest.raises(ConfigError, match=r"no finished run of grpo@lr=0\.0001"):
         select(tmp_path, plan)
 
@@ -133,17 +160,24 @@ def test_selection_takes_the_best_validation_mean_and_publishes_the_sweep(tmp_pa
 def test_with_require_acting_the_best_acting_setting_wins_over_an_idle_better_one(tmp_path):
     plan = load_plan(write_plan(tmp_path, "require_acting = true\n" + PLAN))
     (tmp_path / "tables").mkdir()
-    summary_rows({"grpo@lr=5e-05": 0.30, "grpo@lr=0.0001": 0.34,
-                  "gspo@lr=5e-05,eps_high=0.0004": 0.31,
-                  "gspo@lr=5e-05,eps_high=0.004": 0.29}).to_csv(
-        tmp_path / "tables" / "summary.csv", index=False)  # fmt: skip
+    summary_rows(
+        {
+            "grpo@lr=5e-05": 0.30,
+            "grpo@lr=0.0001": 0.34,
+            "gspo@lr=5e-05,eps_high=0.0004": 0.31,
+            "gspo@lr=5e-05,eps_high=0.004": 0.29,
+        }
+    ).to_csv(tmp_path / "tables" / "summary.csv", index=False)
     # grpo's better setting acts in band on 40% of its steps (idle on the rest), its other
     # on 80%; neither gspo setting acts in band: it selects among both
-    pd.DataFrame([{"algorithm": "grpo@lr=0.0001", "mechanism_in_band_steps": 0.4},
-                  {"algorithm": "grpo@lr=5e-05", "mechanism_in_band_steps": 0.8},
-                  {"algorithm": "gspo@lr=5e-05,eps_high=0.0004", "mechanism_in_band_steps": 0.0},
-                  {"algorithm": "gspo@lr=5e-05,eps_high=0.004", "mechanism_in_band_steps": 0.1},
-                  ]).to_csv(tmp_path / "tables" / "off_policy.csv", index=False)  # fmt: skip
+    pd.DataFrame(
+        [
+            {"algorithm": "grpo@lr=0.0001", "mechanism_in_band_steps": 0.4},
+            {"algorithm": "grpo@lr=5e-05", "mechanism_in_band_steps": 0.8},
+            {"algorithm": "gspo@lr=5e-05,eps_high=0.0004", "mechanism_in_band_steps": 0.0},
+            {"algorithm": "gspo@lr=5e-05,eps_high=0.004", "mechanism_in_band_steps": 0.1},
+        ]
+    ).to_csv(tmp_path / "tables" / "off_policy.csv", index=False)
     selection = select(tmp_path, plan)
     assert selection["algorithms"]["grpo"]["setting"] == {"lr": "5e-05"}
     assert selection["algorithms"]["grpo"]["acts"] is True
@@ -205,9 +239,16 @@ def test_grpo_twin_is_grpo_exactly():
     adv = torch.randn(8, generator=gen, dtype=torch.float64)
 
     def grad(algorithm):
-        batch = TrainBatch(logprobs=logprobs, old_logprobs=old, ref_logprobs=old - 0.1,
-                           advantages=adv, mask=mask, num_sequences=8,
-                           num_tokens=int(mask.sum()), max_response_len=6)  # fmt: skip
+        batch = TrainBatch(
+            logprobs=logprobs,
+            old_logprobs=old,
+            ref_logprobs=old - 0.1,
+            advantages=adv,
+            mask=mask,
+            num_sequences=8,
+            num_tokens=int(mask.sum()),
+            max_response_len=6,
+        )
         out = algorithm.loss(batch)
         (g,) = torch.autograd.grad(out.loss, logprobs)
         return float(out.loss), g
@@ -220,35 +261,61 @@ CONTROLS = control_configs([RunConfig(algorithm="grpo")], "grpo")[1]
 
 
 def verdict_rows(rows: list[tuple[str, str, float]]) -> pd.DataFrame:
-    return pd.DataFrame([{"algorithm": a, "verdict": v, "difference": d,
-                          "p_difference_adjusted": 0.01, "p_equivalence_adjusted": 0.5}
-                         for a, v, d in rows])  # fmt: skip
+    return pd.DataFrame(
+        [
+            {
+                "algorithm": a,
+                "verdict": v,
+                "difference": d,
+                "p_difference_adjusted": 0.01,
+                "p_equivalence_adjusted": 0.5,
+            }
+            for a, v, d in rows
+        ]
+    )
 
 
 def test_controls_pass_only_as_they_must():
-    good = verdict_rows([
-        ("grpo@twin", "equivalent", 0.004), ("grpo@half_lr", "worse", -0.02),
-        ("grpo@quarter_lr", "worse", -0.05), ("dapo", "better", 0.03),
-    ])  # fmt: skip
+    good = verdict_rows(
+        [
+            ("grpo@twin", "equivalent", 0.004),
+            ("grpo@half_lr", "worse", -0.02),
+            ("grpo@quarter_lr", "worse", -0.05),
+            ("dapo", "better", 0.03),
+        ]
+    )
     checks = control_verdicts(good, CONTROLS, 0.02)
     assert [c["verdict"] for c in checks] == ["passed", "passed", "passed"]
     assert "0.020 (1.0 x delta, grpo@half_lr)" in power_at_resolution(checks, 0.02)
     # the twin separated (a false positive), a weaker variant came out on top, and one
     # a delta below the baseline was left unresolved (no power at delta)
-    bad = verdict_rows([("grpo@twin", "better", 0.04), ("grpo@half_lr", "better", 0.02),
-                        ("grpo@quarter_lr", "unresolved", -0.02)])  # fmt: skip
+    bad = verdict_rows(
+        [
+            ("grpo@twin", "better", 0.04),
+            ("grpo@half_lr", "better", 0.02),
+            ("grpo@quarter_lr", "unresolved", -0.02),
+        ]
+    )
     assert [c["verdict"] for c in control_verdicts(bad, CONTROLS, 0.02)] == ["failed"] * 3
     assert "no positive control" in power_at_resolution(control_verdicts(bad, CONTROLS, 0.02), 0.02)
     # a weaker copy whose gap is below delta may come out equivalent: correct, no power
-    small = verdict_rows([("grpo@twin", "equivalent", 0.0), ("grpo@half_lr", "equivalent", -0.008),
-                          ("grpo@quarter_lr", "worse", -0.07)])  # fmt: skip
+    small = verdict_rows(
+        [
+            ("grpo@twin", "equivalent", 0.0),
+            ("grpo@half_lr", "equivalent", -0.008),
+            ("grpo@quarter_lr", "worse", -0.07),
+        ]
+    )
     checks = control_verdicts(small, CONTROLS, 0.02)
     assert [c["verdict"] for c in checks] == ["passed", "below delta", "passed"]
     assert "no control shows power at delta itself" in power_at_resolution(checks, 0.02)
     # an unresolved twin is no false positive; a missing row is missing
     open_ = verdict_rows([("grpo@twin", "unresolved", 0.01)])
     assert [c["verdict"] for c in control_verdicts(open_, CONTROLS, 0.02)] == [
-        "passed", "missing", "missing"]  # fmt: skip
+        "passed",
+        "missing",
+        "missing",
+    ]
 
 
 SHORT = """
@@ -276,8 +343,9 @@ lr = [5e-5, 2e-4]
 @pytest.mark.slow
 def test_a_sweep_then_a_board_at_the_chosen_settings_with_controls(tmp_path):
     plan = write_plan(tmp_path, SHORT)
-    sweep = run_harness("tune", str(plan), "--out", str(tmp_path / "sweep"), "--quiet",
-                        cwd=tmp_path, timeout=1200)  # fmt: skip
+    sweep = run_harness(
+        "tune", str(plan), "--out", str(tmp_path / "sweep"), "--quiet", cwd=tmp_path, timeout=1200
+    )
     assert sweep.returncode == 0, sweep.stderr[-3000:]
     selection = json.loads((tmp_path / "sweep" / "selection.json").read_text())
     assert set(selection["algorithms"]) == {"grpo", "dapo"}
@@ -285,13 +353,37 @@ def test_a_sweep_then_a_board_at_the_chosen_settings_with_controls(tmp_path):
     assert {r["eval_split"] for r in runs.values()} == {"validation"} and len(runs) == 4
     assert "| dapo |" in (tmp_path / "sweep" / "sweep.md").read_text()
     assert "validation greedy reward" in (tmp_path / "sweep" / "report.md").read_text()
-    board = run_harness("compare", "grpo", "dapo", "--env", "running_sum", "--model", "tiny-sum",
-                        "--seeds", "2", "--tuned", str(tmp_path / "sweep" / "selection.json"),
-                        "--controls", "--budget-samples", "64", "--prompts-per-step", "4",
-                        "--eval-points", "1", "--eval-samples", "0",
-                        "--env-set", "eval_size=16", "--env-set", "validation_size=16",
-                        "--out", str(tmp_path / "board"), "--quiet",
-                        cwd=tmp_path, timeout=1200)  # fmt: skip
+    board = run_harness(
+        "compare",
+        "grpo",
+        "dapo",
+        "--env",
+        "running_sum",
+        "--model",
+        "tiny-sum",
+        "--seeds",
+        "2",
+        "--tuned",
+        str(tmp_path / "sweep" / "selection.json"),
+        "--controls",
+        "--budget-samples",
+        "64",
+        "--prompts-per-step",
+        "4",
+        "--eval-points",
+        "1",
+        "--eval-samples",
+        "0",
+        "--env-set",
+        "eval_size=16",
+        "--env-set",
+        "validation_size=16",
+        "--out",
+        str(tmp_path / "board"),
+        "--quiet",
+        cwd=tmp_path,
+        timeout=1200,
+    )
     assert board.returncode == 0, board.stderr[-3000:]
     runs = json.loads((tmp_path / "board" / "experiment.json").read_text())["runs"]
     chosen = float(selection["algorithms"]["grpo"]["setting"]["lr"])
@@ -320,11 +412,17 @@ def test_each_arm_of_an_ablation_is_tuned_and_selected_on_its_own(tmp_path):
     assert sorted(plan.arms_of("grpo")) == ["grpo@mini_batches=1", "grpo@mini_batches=4"]
     assert {len(s) for s in plan.arms_of("opo").values()} == {plan.settings}
     (tmp_path / "tables").mkdir()
-    grid = {"1": ["1.25e-05", "2.5e-05", "5e-05", "0.0001", "0.0002", "0.0004"],
-            "4": ["3.125e-06", "6.25e-06", "1.25e-05", "2.5e-05", "5e-05", "0.0001"]}  # fmt: skip
+    grid = {
+        "1": ["1.25e-05", "2.5e-05", "5e-05", "0.0001", "0.0002", "0.0004"],
+        "4": ["3.125e-06", "6.25e-06", "1.25e-05", "2.5e-05", "5e-05", "0.0001"],
+    }
     best = ("0.0002", "6.25e-06")  # one per arm: each lr is in one grid only
-    means = {f"{a}@mini_batches={m},lr={lr},eps=0.006": 0.3 + (0.05 if lr in best else 0)
-             for a in ("grpo", "opo") for m, lrs in grid.items() for lr in lrs}  # fmt: skip
+    means = {
+        f"{a}@mini_batches={m},lr={lr},eps=0.006": 0.3 + (0.05 if lr in best else 0)
+        for a in ("grpo", "opo")
+        for m, lrs in grid.items()
+        for lr in lrs
+    }
     summary_rows(means).to_csv(tmp_path / "tables" / "summary.csv", index=False)
     pd.DataFrame({"algorithm": list(means)}).to_csv(tmp_path / "tables" / "off_policy.csv")
     selection = select(tmp_path, plan)
@@ -367,8 +465,9 @@ def _chosen(lr: str) -> dict:
 
 def test_a_choice_on_the_grids_edge_extends_it_outward_up_to_the_bound(tmp_path):
     plan = load_plan(write_plan(tmp_path, EXTENDING))
-    selection = {"algorithms": {"grpo": _chosen("1e-05"), "dapo": _chosen("2e-05"),
-                                "gspo": _chosen("4e-05")}}  # fmt: skip
+    selection = {
+        "algorithms": {"grpo": _chosen("1e-05"), "dapo": _chosen("2e-05"), "gspo": _chosen("4e-05")}
+    }
     added = extend_edges(plan, selection)
     # grpo at the low edge gains 5e-6 (the grid's factor of 2); dapo is interior; gspo's
     # next value, 8e-5, passes the bound of 4e-5

@@ -46,11 +46,33 @@ def verdict_of(candidate: str, tests: str = TESTS, serve=("add",), prelude: str 
 # --- the wire format ---------------------------------------------------------------------
 
 PLAIN_VALUES = [
-    None, True, False, 0, -7, 10**5000, -(2**70), 1.5, -0.0, math.inf, -math.inf, 1e-310,
-    2 + 3j, "", "héllo \udc80 lone surrogate", b"", b"\x00\xff", [], [1, [2, [3]]], (),
-    (1, "a", (None,)), {}, {1: "a", (2, 3): [4], "k": {"n": frozenset({1})}}, set(),
-    {1, "x", (2,)}, frozenset({b"b"}),
-]  # fmt: skip
+    None,
+    True,
+    False,
+    0,
+    -7,
+    10**5000,
+    -(2**70),
+    1.5,
+    -0.0,
+    math.inf,
+    -math.inf,
+    1e-310,
+    2 + 3j,
+    "",
+    "héllo \udc80 lone surrogate",
+    b"",
+    b"\x00\xff",
+    [],
+    [1, [2, [3]]],
+    (),
+    (1, "a", (None,)),
+    {},
+    {1: "a", (2, 3): [4], "k": {"n": frozenset({1})}},
+    set(),
+    {1, "x", (2,)},
+    frozenset({b"b"}),
+]
 
 
 @pytest.mark.parametrize("value", PLAIN_VALUES, ids=lambda v: type(v).__name__)
@@ -81,10 +103,22 @@ class LyingList(list):
 
 @pytest.mark.parametrize(
     "value",
-    [LyingInt(1), LyingList(), object(), (x for x in ()), iter([]), len, [1, object()],
-     {1: {2: [LyingInt(3)]}}, NotImplemented, Ellipsis, bytearray(b"x"), range(3)],
+    [
+        LyingInt(1),
+        LyingList(),
+        object(),
+        (x for x in ()),
+        iter([]),
+        len,
+        [1, object()],
+        {1: {2: [LyingInt(3)]}},
+        NotImplemented,
+        Ellipsis,
+        bytearray(b"x"),
+        range(3),
+    ],
     ids=lambda v: type(v).__name__,
-)  # fmt: skip
+)
 def test_anything_but_plain_data_is_refused(value):
     with pytest.raises(WireError, match="not plain data"):
         encode(value)
@@ -103,9 +137,21 @@ def test_nesting_deeper_than_the_limit_is_refused_both_ways():
 
 @pytest.mark.parametrize(
     "data",
-    [b"", b"x", b"i12", b"izz;", b"fzz;", b"s5:abc", b"l2:N", b"d1:N", b"NN", b"s-1:",
-     b"d1:l0:N", b"c0x1p+0;"],
-)  # fmt: skip
+    [
+        b"",
+        b"x",
+        b"i12",
+        b"izz;",
+        b"fzz;",
+        b"s5:abc",
+        b"l2:N",
+        b"d1:N",
+        b"NN",
+        b"s-1:",
+        b"d1:l0:N",
+        b"c0x1p+0;",
+    ],
+)
 def test_malformed_data_is_a_wire_error(data):
     with pytest.raises(WireError):
         decode(data)
@@ -307,13 +353,21 @@ class Honest(str):
 
 @pytest.mark.parametrize(
     "value",
-    [collections.Counter("abracadabra"), collections.Counter({"z": 0, "n": -2}),
-     collections.OrderedDict([("b", 1), ("a", 2)]), collections.defaultdict(list, {1: [2]}),
-     collections.deque([1, 2, 3], maxlen=2), collections.deque(), Point(1, (2, 3)),
-     fractions.Fraction(-3, 4), decimal.Decimal("0.10"), [Point(1, 2), {Point(0, 0)}],
-     {Point(1, 2): collections.Counter("aa")}],
+    [
+        collections.Counter("abracadabra"),
+        collections.Counter({"z": 0, "n": -2}),
+        collections.OrderedDict([("b", 1), ("a", 2)]),
+        collections.defaultdict(list, {1: [2]}),
+        collections.deque([1, 2, 3], maxlen=2),
+        collections.deque(),
+        Point(1, (2, 3)),
+        fractions.Fraction(-3, 4),
+        decimal.Decimal("0.10"),
+        [Point(1, 2), {Point(0, 0)}],
+        {Point(1, 2): collections.Counter("aa")},
+    ],
     ids=lambda v: type(v).__name__,
-)  # fmt: skip
+)
 def test_standard_library_values_cross_as_themselves(value):
     back = round_trip(value)
     assert type(back).__name__ == type(value).__name__
@@ -336,8 +390,12 @@ def test_the_tests_compare_them_as_beside_the_code():
 
 
 def test_subclasses_of_plain_types_cross_as_their_plain_value_whatever_they_override():
-    for value, plain in [(Colour.RED, 1), (Honest("hi"), "hi"), (LyingInt(3), 3),
-                         (LyingList([1, LyingInt(2)]), [1, 2])]:  # fmt: skip
+    for value, plain in [
+        (Colour.RED, 1),
+        (Honest("hi"), "hi"),
+        (LyingInt(3), 3),
+        (LyingList([1, LyingInt(2)]), [1, 2]),
+    ]:
         back = round_trip(value)
         assert type(back) is type(plain) and back == plain
     assert round_trip(LyingInt(3)) != 4  # its __eq__ stayed behind
@@ -346,8 +404,10 @@ def test_subclasses_of_plain_types_cross_as_their_plain_value_whatever_they_over
 def test_other_objects_stay_behind_and_tuples_that_look_like_markers_are_plain():
     match = re.search("a", "cat")
     assert round_trip(match) == ("opaque", 0, "Match")
-    assert round_trip([len, object()]) == [("opaque", 0, "builtin_function_or_method"),
-                                           ("opaque", 1, "object")]  # fmt: skip
+    assert round_trip([len, object()]) == [
+        ("opaque", 0, "builtin_function_or_method"),
+        ("opaque", 1, "object"),
+    ]
     looks_like = (verdict.MARK, "Counter", {"a": 1})
     assert round_trip(looks_like) == looks_like and type(round_trip(looks_like)) is tuple
 
@@ -370,12 +430,24 @@ def test_iterators_ranges_and_dict_views_cross_as_their_items_and_kind():
 
 @pytest.mark.parametrize(
     "forged",
-    [("Counter",), ("Counter", [1]), ("namedtuple", "P", ("x",), (1, 2)),
-     ("namedtuple", "not a name", ("x",), (1,)), ("Fraction", 1, 0), ("Decimal", "one"),
-     ("deque", (1,), -1), ("defaultdict", "eval", {}), ("object", "0", "x"), ("exec", "x"),
-     ("items", ((1, 2, 3),)), ("range", 1, 2), ("iterator", [1]), ()],
+    [
+        ("Counter",),
+        ("Counter", [1]),
+        ("namedtuple", "P", ("x",), (1, 2)),
+        ("namedtuple", "not a name", ("x",), (1,)),
+        ("Fraction", 1, 0),
+        ("Decimal", "one"),
+        ("deque", (1,), -1),
+        ("defaultdict", "eval", {}),
+        ("object", "0", "x"),
+        ("exec", "x"),
+        ("items", ((1, 2, 3),)),
+        ("range", 1, 2),
+        ("iterator", [1]),
+        (),
+    ],
     ids=repr,
-)  # fmt: skip
+)
 def test_a_malformed_marker_is_a_wire_error_never_an_object(forged):
     with pytest.raises(WireError):
         verdict.rebuild((verdict.MARK, *forged), lambda index, name: None)

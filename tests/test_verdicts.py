@@ -28,8 +28,13 @@ from harness.verdicts import (
 )
 
 DELTA = DEFAULT_DELTA
-EFFECTS = {"twin_a": 0.0, "twin_b": 0.0, "better": 2 * DELTA, "slightly_worse": -DELTA / 4,
-           "worse": -2 * DELTA}  # fmt: skip
+EFFECTS = {
+    "twin_a": 0.0,
+    "twin_b": 0.0,
+    "better": 2 * DELTA,
+    "slightly_worse": -DELTA / 4,
+    "worse": -2 * DELTA,
+}
 ALLOWED = {
     "twin_a": {"equivalent", "unresolved"},
     "twin_b": {"equivalent", "unresolved"},
@@ -49,8 +54,10 @@ def board(rng: np.random.Generator, seeds: int, sd: float = SD) -> pd.DataFrame:
     rows = [{"algorithm": "grpo", "seed": s, "headline": base[s]} for s in range(seeds)]
     for name, effect in EFFECTS.items():
         noise = rng.normal(0.0, sd, seeds)
-        rows += [{"algorithm": name, "seed": s, "headline": base[s] + effect + noise[s]}
-                 for s in range(seeds)]  # fmt: skip
+        rows += [
+            {"algorithm": name, "seed": s, "headline": base[s] + effect + noise[s]}
+            for s in range(seeds)
+        ]
     return pd.DataFrame(rows)
 
 

@@ -205,9 +205,14 @@ def check_reinforce_on_policy(cls: type[Algorithm], overrides: Overrides = NONE)
 
     lp = case.lp.clone().requires_grad_(True)
     batch = TrainBatch(
-        lp, case.old, None, case.adv, case.mask, max_response_len=case.max_response_len,
+        lp,
+        case.old,
+        None,
+        case.adv,
+        case.mask,
+        max_response_len=case.max_response_len,
         entropy=entropy_of(algo, case),
-    )  # fmt: skip
+    )
     aggregate(-batch.token_advantages * lp, batch, algo.aggregation).backward()
     what = f"vs -A*lp under {algo.aggregation}"
     selection = algo.token_selection
@@ -215,8 +220,7 @@ def check_reinforce_on_policy(cls: type[Algorithm], overrides: Overrides = NONE)
         return compare_grads(name, grad, lp.grad, what)
     metrics = algo.loss(dataclasses.replace(batch, logprobs=case.lp.clone())).metrics
     if selection not in metrics:
-        return CheckResult(name, False, f"declares token_selection but reports no "
-                                        f"{selection}")  # fmt: skip
+        return CheckResult(name, False, f"declares token_selection but reports no {selection}")
     scale = float(lp.grad.abs().max())
     differ = (grad - lp.grad).abs() > TOL * scale
     allowed = round(metrics[selection] * float(case.mask.sum()))
@@ -304,16 +308,18 @@ def micro_batches_divide_by_whole_counts(
             share = int((tokens[rows] > 0).sum()) / max(whole.num_sequences, 1)
         where = f"rows [{rows.start}:{rows.stop}]"
         if abs(in_whole - share * own_loss) > TOL * max(1.0, abs(own_loss)):
-            return CheckResult(name, False, f"{where}: loss {in_whole!r} != {share:.3g} x "
-                                            f"its own {own_loss!r}")  # fmt: skip
+            return CheckResult(
+                name, False, f"{where}: loss {in_whole!r} != {share:.3g} x its own {own_loss!r}"
+            )
         diff = max_diff(in_whole_grad[rows], share * own_grad)
         if diff > TOL * max(float(own_grad.abs().max()), ZERO):
             return CheckResult(name, False, f"{where}: grad differs by {diff:.2e}")
         if own_entropy_grad is not None and in_whole_entropy_grad is not None:
             diff = max_diff(in_whole_entropy_grad[rows], share * own_entropy_grad)
             if diff > TOL * max(float(own_entropy_grad.abs().max()), ZERO):
-                return CheckResult(name, False, f"{where}: the entropy's grad differs by "
-                                                f"{diff:.2e}")  # fmt: skip
+                return CheckResult(
+                    name, False, f"{where}: the entropy's grad differs by {diff:.2e}"
+                )
     return CheckResult(
         name,
         True,
@@ -515,35 +521,64 @@ def check_off_policy(cls: type[Algorithm], overrides: Overrides = NONE) -> Check
     declared = ", ".join(cls.mechanism)
     not_zero = {k: v for k, v in cls.mechanism.items() if v != 0}
     if not_zero:
-        return CheckResult(name, False, f"declares idle values other than 0: {not_zero}; "
-                                        "mechanism names acting shares, idle at 0")  # fmt: skip
+        return CheckResult(
+            name,
+            False,
+            f"declares idle values other than 0: {not_zero}; "
+            "mechanism names acting shares, idle at 0",
+        )
     on_case = random_case(4, on_policy=True)
-    on_metrics = algo.loss(TrainBatch(on_case.lp, on_case.old, None, on_case.adv,
-                                      on_case.mask, max_response_len=8,
-                                      entropy=entropy_of(algo, on_case))).metrics  # fmt: skip
+    on_metrics = algo.loss(
+        TrainBatch(
+            on_case.lp,
+            on_case.old,
+            None,
+            on_case.adv,
+            on_case.mask,
+            max_response_len=8,
+            entropy=entropy_of(algo, on_case),
+        )
+    ).metrics
     missing = [m for m in cls.mechanism if m not in on_metrics]
     if missing:
         return CheckResult(name, False, f"declares {declared} but reports no {missing[0]}")
     if cls.mechanism_acted(on_metrics):
         return CheckResult(name, False, f"{declared} not idle on-policy: {on_metrics}")
     case = off_policy_case()
-    no_adv = TrainBatch(case.lp, case.old, None, torch.zeros_like(case.adv), case.mask,
-                        max_response_len=case.max_response_len,
-                        entropy=entropy_of(algo, case))  # fmt: skip
+    no_adv = TrainBatch(
+        case.lp,
+        case.old,
+        None,
+        torch.zeros_like(case.adv),
+        case.mask,
+        max_response_len=case.max_response_len,
+        entropy=entropy_of(algo, case),
+    )
     zero_metrics = algo.loss(no_adv).metrics
     if cls.mechanism_acted(zero_metrics):
         shares = ", ".join(f"{m} {zero_metrics.get(m, 0.0):.3g}" for m in cls.mechanism)
-        return CheckResult(name, False, f"with every advantage 0 (no gradient to change) "
-                                        f"the ratios moved and {shares}: an acting share "
-                                        "counts only tokens whose gradient changed")  # fmt: skip
+        return CheckResult(
+            name,
+            False,
+            f"with every advantage 0 (no gradient to change) "
+            f"the ratios moved and {shares}: an acting share "
+            "counts only tokens whose gradient changed",
+        )
     _, grad = loss_and_grad(algo, case)
-    batch = TrainBatch(case.lp.detach(), case.old, None, case.adv, case.mask,
-                       max_response_len=case.max_response_len,
-                       entropy=entropy_of(algo, case))  # fmt: skip
+    batch = TrainBatch(
+        case.lp.detach(),
+        case.old,
+        None,
+        case.adv,
+        case.mask,
+        max_response_len=case.max_response_len,
+        entropy=entropy_of(algo, case),
+    )
     metrics = algo.loss(batch).metrics
     lp = case.lp.clone().requires_grad_(True)
-    plain = TrainBatch(lp, case.old, None, case.adv, case.mask,
-                       max_response_len=case.max_response_len)  # fmt: skip
+    plain = TrainBatch(
+        lp, case.old, None, case.adv, case.mask, max_response_len=case.max_response_len
+    )
     ratio = torch.exp(log_ratio(plain))
     aggregate(-ratio * plain.token_advantages, plain, algo.aggregation).backward()
     changed = max_diff(grad, lp.grad) / float(lp.grad.abs().max())
@@ -574,8 +609,11 @@ def check_entropy(cls: type[Algorithm], overrides: Overrides = NONE) -> CheckRes
         return CheckResult(name, None, "does not read the policy's entropy (needs_entropy)")
     fields = {f.name for f in dataclasses.fields(cls.config_class)}
     if not {"entropy_coef", "entropy_top_share"} & fields:
-        return CheckResult(name, None, "reads the entropy its own way: no entropy_coef or "
-                                       "entropy_top_share field to check")  # fmt: skip
+        return CheckResult(
+            name,
+            None,
+            "reads the entropy its own way: no entropy_coef or entropy_top_share field to check",
+        )
     coef, share = algo.entropy_options
     details = []
     if coef != 0.0:
@@ -584,14 +622,24 @@ def check_entropy(cls: type[Algorithm], overrides: Overrides = NONE) -> CheckRes
         case = dataclasses.replace(case, adv=torch.zeros_like(case.adv))
         loss, grad, entropy_grad = loss_and_grads(bonus_only, case)
         entropy = case.entropy.clone().requires_grad_(True)
-        batch = TrainBatch(case.lp, case.old, None, case.adv, case.mask,
-                           max_response_len=case.max_response_len, entropy=entropy)  # fmt: skip
+        batch = TrainBatch(
+            case.lp,
+            case.old,
+            None,
+            case.adv,
+            case.mask,
+            max_response_len=case.max_response_len,
+            entropy=entropy,
+        )
         bonus = entropy_bonus_loss(batch, coef, algo.aggregation)
         bonus.backward()
         want = float(bonus.detach())
         if abs(loss - want) > TOL * max(1.0, abs(want)):
-            return CheckResult(name, False, f"with A = 0 the loss is {loss!r}, the bonus "
-                                            f"-c * aggregate(H) is {want!r}")  # fmt: skip
+            return CheckResult(
+                name,
+                False,
+                f"with A = 0 the loss is {loss!r}, the bonus -c * aggregate(H) is {want!r}",
+            )
         if float(grad.abs().max()) > ZERO:
             return CheckResult(name, False, "with A = 0 and beta = 0 lp got a gradient")
         result = compare_grads(name, entropy_grad, entropy.grad, "bonus gradient wrt H")
@@ -603,12 +651,14 @@ def check_entropy(cls: type[Algorithm], overrides: Overrides = NONE) -> CheckRes
         case = random_case(6, on_policy=True)
         _, grad = loss_and_grad(selecting, case)
         lp = case.lp.clone().requires_grad_(True)
-        batch = TrainBatch(lp, case.old, None, case.adv, case.mask,
-                           max_response_len=case.max_response_len)  # fmt: skip
+        batch = TrainBatch(
+            lp, case.old, None, case.adv, case.mask, max_response_len=case.max_response_len
+        )
         aggregate(-batch.token_advantages * lp, batch, algo.aggregation).backward()
         # the top share, in plain Python: (-H, row, token) sorts ties by position
-        tokens = [(-float(case.entropy[i, t]), i, t)
-                  for i, t in torch.nonzero(case.mask > 0).tolist()]  # fmt: skip
+        tokens = [
+            (-float(case.entropy[i, t]), i, t) for i, t in torch.nonzero(case.mask > 0).tolist()
+        ]
         kept = math.ceil(share * len(tokens) - 1e-9)
         keep = torch.zeros_like(case.mask)
         for _, i, t in sorted(tokens)[:kept]:
@@ -616,12 +666,14 @@ def check_entropy(cls: type[Algorithm], overrides: Overrides = NONE) -> CheckRes
         result = compare_grads(name, grad, lp.grad * keep, f"top {share:g} by entropy")
         if not result.passed:
             return result
-        metrics = selecting.loss(dataclasses.replace(batch, logprobs=case.lp.clone(),
-                                                     entropy=case.entropy)).metrics  # fmt: skip
+        metrics = selecting.loss(
+            dataclasses.replace(batch, logprobs=case.lp.clone(), entropy=case.entropy)
+        ).metrics
         reported = metrics.get(KEPT_METRIC)
         if reported is None or abs(reported - kept / len(tokens)) > TOL:
-            return CheckResult(name, False, f"{kept} of {len(tokens)} tokens kept, "
-                                            f"{KEPT_METRIC} = {reported}")  # fmt: skip
+            return CheckResult(
+                name, False, f"{kept} of {len(tokens)} tokens kept, {KEPT_METRIC} = {reported}"
+            )
         details.append(f"{result.detail}; {kept} of {len(tokens)} tokens kept")
     return CheckResult(name, True, "; ".join(details))
 
@@ -644,8 +696,9 @@ def check_value_loss(cls: type[Algorithm], overrides: Overrides = NONE) -> Check
         leaf = v.clone().requires_grad_(True)
         total, tokens = 0.0, int(mask.sum())
         for rows in splits:
-            out = algo.value_loss(ValueBatch(leaf[rows], old[rows], target[rows], mask[rows],
-                                             num_tokens=tokens))  # fmt: skip
+            out = algo.value_loss(
+                ValueBatch(leaf[rows], old[rows], target[rows], mask[rows], num_tokens=tokens)
+            )
             out.loss.backward()
             total += float(out.loss.detach())
         return total, leaf.grad if leaf.grad is not None else torch.zeros_like(leaf)
@@ -659,8 +712,9 @@ def check_value_loss(cls: type[Algorithm], overrides: Overrides = NONE) -> Check
 
     loss_p, grad_p = loss_grad(pad(v, 40.0), pad(old, -30.0), pad(target, 9.0), pad(mask, 0.0))
     if abs(loss_p - loss) > TOL * max(1.0, abs(loss)) or float(grad_p[:, 6:].abs().max()) > 0:
-        return CheckResult(name, False, f"padding changed the loss ({loss!r} -> {loss_p!r}) "
-                                        "or got a gradient")  # fmt: skip
+        return CheckResult(
+            name, False, f"padding changed the loss ({loss!r} -> {loss_p!r}) or got a gradient"
+        )
     loss_mb, grad_mb = loss_grad(v, old, target, mask, (slice(0, 2), slice(2, 3), slice(3, 5)))
     if abs(loss_mb - loss) > TOL * max(1.0, abs(loss)):
         return CheckResult(name, False, f"summed micro-batch loss {loss_mb!r} != {loss!r}")

@@ -87,8 +87,10 @@ class PPO(Algorithm):
         if not (0.0 <= c.gamma <= 1.0 and 0.0 <= c.lam <= 1.0):
             raise ConfigError(f"{owner}: gamma and lam must be in [0, 1], got {c.gamma}, {c.lam}")
         if c.value_clip <= 0 or c.critic_lr < 0 or c.eps <= 0:
-            raise ConfigError(f"{owner}: need value_clip > 0, critic_lr >= 0 (0: 10x lr) and "
-                              f"eps > 0, got {c.value_clip}, {c.critic_lr}, {c.eps}")  # fmt: skip
+            raise ConfigError(
+                f"{owner}: need value_clip > 0, critic_lr >= 0 (0: 10x lr) and "
+                f"eps > 0, got {c.value_clip}, {c.critic_lr}, {c.eps}"
+            )
 
     def advantages(
         self, rewards: torch.Tensor, lengths: torch.Tensor | None = None

@@ -49,20 +49,33 @@ LIMIT_KEY = "limit"
 Limit(...)})``; it takes precedence over FIELD_LIMITS."""
 
 FIELD_LIMITS: dict[str, Limit] = {
-    "eval_size": Limit(100_000, "held-out problems: every evaluation generates a completion "
-                       "for each, eval_samples more when sampled, and the split is built in "
-                       "memory"),
-    "max_turns": Limit(1_000, "assistant turns per episode: each adds a response and an "
-                       "observation to every episode of a step, all held in memory"),
-    "memory_mb": Limit(machine_memory_mb, "this machine's memory in MiB: a process limit "
-                       "above it limits nothing"),
+    "eval_size": Limit(
+        100_000,
+        "held-out problems: every evaluation generates a completion "
+        "for each, eval_samples more when sampled, and the split is built in "
+        "memory",
+    ),
+    "max_turns": Limit(
+        1_000,
+        "assistant turns per episode: each adds a response and an "
+        "observation to every episode of a step, all held in memory",
+    ),
+    "memory_mb": Limit(
+        machine_memory_mb, "this machine's memory in MiB: a process limit above it limits nothing"
+    ),
     "sandbox_workers": Limit(64, "processes at a time, each up to memory_mb"),
     "grading_workers": Limit(64, "grading processes at a time, each up to 2 GiB"),
-    "timeout_s": Limit(86_400, "seconds, a day: no single execution needs more, and "
-                       "Python's waits refuse timeouts past ~9.2e9 s"),
-    "grading_timeout_s": Limit(86_400, "seconds, a day: no single grading needs more, and "
-                               "Python's waits refuse timeouts past ~9.2e9 s"),
-}  # fmt: skip
+    "timeout_s": Limit(
+        86_400,
+        "seconds, a day: no single execution needs more, and "
+        "Python's waits refuse timeouts past ~9.2e9 s",
+    ),
+    "grading_timeout_s": Limit(
+        86_400,
+        "seconds, a day: no single grading needs more, and "
+        "Python's waits refuse timeouts past ~9.2e9 s",
+    ),
+}
 """Upper bounds shared by every env and algorithm config field of that name (make_config
 checks them): values past them exhaust the machine or stall a run rather than set it."""
 
@@ -85,8 +98,11 @@ def make_config(config_class: type[T], overrides: dict[str, Any], owner: str) ->
     values = {k: coerce(v, hints[k], f"{owner}.{k}") for k, v in overrides.items()}
     for f in dataclasses.fields(config_class):
         if f.name in values:
-            check_number(values[f.name], f"{owner}.{f.name}",
-                         f.metadata.get(LIMIT_KEY) or FIELD_LIMITS.get(f.name))  # fmt: skip
+            check_number(
+                values[f.name],
+                f"{owner}.{f.name}",
+                f.metadata.get(LIMIT_KEY) or FIELD_LIMITS.get(f.name),
+            )
     return config_class(**values)
 
 

@@ -370,8 +370,14 @@ def _parallel_dims(device: torch.device, data_parallel: int, tensor_parallel: in
     parallel_dims_module.device_type = device.type
     titan_dist.set_spmd_backend("partial_dtensor")  # (a process-wide TorchTitan setting)
     dims = ParallelDims(
-        dp_replicate=1, dp_shard=data_parallel, cp=1, tp=tensor_parallel, pp=1, ep=1,
-        world_size=data_parallel * tensor_parallel, spmd_backend="partial_dtensor",
-    )  # fmt: skip
+        dp_replicate=1,
+        dp_shard=data_parallel,
+        cp=1,
+        tp=tensor_parallel,
+        pp=1,
+        ep=1,
+        world_size=data_parallel * tensor_parallel,
+        spmd_backend="partial_dtensor",
+    )
     dims.build_mesh()
     return dims

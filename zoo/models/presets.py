@@ -40,10 +40,12 @@ Hugging Face cache (zoo.hub), read from the cache or ``--model-path`` offline.""
 
 MODEL_PRESETS = {
     **TINY_MODELS,
-    **{name: f"{hf_id} from the Hugging Face Hub (downloaded on first use; offline: the "
-             "cache or --model-path)"
-       for name, hf_id in QWEN3_HF_IDS.items()},
-}  # fmt: skip
+    **{
+        name: f"{hf_id} from the Hugging Face Hub (downloaded on first use; offline: the "
+        "cache or --model-path)"
+        for name, hf_id in QWEN3_HF_IDS.items()
+    },
+}
 """Every preset name with a one-line description."""
 
 # Architecture of the Qwen3 dense family, as data (Hugging Face config.json fields; Qwen3
@@ -61,19 +63,39 @@ QWEN3_COMMON = {
     "torch_dtype": "bfloat16",
 }
 QWEN3_SHAPES = {
-    "qwen3-0.6b": {"hidden_size": 1024, "num_hidden_layers": 28, "num_attention_heads": 16,
-                   "num_key_value_heads": 8, "intermediate_size": 3072,
-                   "tie_word_embeddings": True},
-    "qwen3-1.7b": {"hidden_size": 2048, "num_hidden_layers": 28, "num_attention_heads": 16,
-                   "num_key_value_heads": 8, "intermediate_size": 6144,
-                   "tie_word_embeddings": True},
-    "qwen3-4b": {"hidden_size": 2560, "num_hidden_layers": 36, "num_attention_heads": 32,
-                 "num_key_value_heads": 8, "intermediate_size": 9728,
-                 "tie_word_embeddings": True},
-    "qwen3-8b": {"hidden_size": 4096, "num_hidden_layers": 36, "num_attention_heads": 32,
-                 "num_key_value_heads": 8, "intermediate_size": 12288,
-                 "tie_word_embeddings": False},
-}  # fmt: skip
+    "qwen3-0.6b": {
+        "hidden_size": 1024,
+        "num_hidden_layers": 28,
+        "num_attention_heads": 16,
+        "num_key_value_heads": 8,
+        "intermediate_size": 3072,
+        "tie_word_embeddings": True,
+    },
+    "qwen3-1.7b": {
+        "hidden_size": 2048,
+        "num_hidden_layers": 28,
+        "num_attention_heads": 16,
+        "num_key_value_heads": 8,
+        "intermediate_size": 6144,
+        "tie_word_embeddings": True,
+    },
+    "qwen3-4b": {
+        "hidden_size": 2560,
+        "num_hidden_layers": 36,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 8,
+        "intermediate_size": 9728,
+        "tie_word_embeddings": True,
+    },
+    "qwen3-8b": {
+        "hidden_size": 4096,
+        "num_hidden_layers": 36,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 8,
+        "intermediate_size": 12288,
+        "tie_word_embeddings": False,
+    },
+}
 
 
 # Qwen's chat format (ChatML), for the byte-level tokenizer that stands in for Qwen's own

@@ -79,8 +79,10 @@ def load_full_model_state(model: torch.nn.Module, state: dict[str, torch.Tensor]
         like = layout.get(k)
         if isinstance(like, DTensor):
             v = distribute_tensor(
-                v.to(like.device, like.dtype), like.device_mesh, like.placements,
+                v.to(like.device, like.dtype),
+                like.device_mesh,
+                like.placements,
                 src_data_rank=None,
-            )  # fmt: skip
+            )
         local[k] = v
     model.load_state_dict(local, strict=True)

@@ -33,15 +33,28 @@ class GeneratorActor(Actor):
     """One generator replica. Replies carry the seconds the call kept the engine busy, so
     the loop can tell generator idle time from its own waiting."""
 
-    def __init__(self, backend: str, model_path: str, init: str, device: str,
-                 max_model_len: int, cores: list[int] | None,
-                 tensor_parallel: int = 1) -> None:  # fmt: skip
+    def __init__(
+        self,
+        backend: str,
+        model_path: str,
+        init: str,
+        device: str,
+        max_model_len: int,
+        cores: list[int] | None,
+        tensor_parallel: int = 1,
+    ) -> None:
         from zoo.services.generation import make_generator
 
         pin_cores(cores)
-        self.generator = make_generator(backend, Path(model_path), seed=0, init=init,
-                                        device=device, max_model_len=max_model_len,
-                                        tensor_parallel=tensor_parallel)  # fmt: skip
+        self.generator = make_generator(
+            backend,
+            Path(model_path),
+            seed=0,
+            init=init,
+            device=device,
+            max_model_len=max_model_len,
+            tensor_parallel=tensor_parallel,
+        )
         self.flat: torch.Tensor | None = None  # where RDMA reads land
 
     @endpoint
@@ -55,8 +68,9 @@ class GeneratorActor(Actor):
     ) -> tuple[list[list[Completion]], float]:
         """(Per-prompt arguments first: Replicas.submit slices them.)"""
         start = time.perf_counter()
-        groups = self.generator.generate(prompts, n=n, sampling=sampling, seeds=seeds,
-                                         greedy=greedy)  # fmt: skip
+        groups = self.generator.generate(
+            prompts, n=n, sampling=sampling, seeds=seeds, greedy=greedy
+        )
         return groups, time.perf_counter() - start
 
     @endpoint
@@ -140,9 +154,14 @@ class TrainerActor(Actor):
         torch.manual_seed(self.seed)  # as the local placement seeds before building it
         path, config, max_response_len, init, device = self.args
         self.trainer = Trainer(
-            path, config, max_response_len, init=init, device=device,
-            tensor_parallel=tensor_parallel, **self.trainer_options,
-        )  # fmt: skip
+            path,
+            config,
+            max_response_len,
+            init=init,
+            device=device,
+            tensor_parallel=tensor_parallel,
+            **self.trainer_options,
+        )
         self.algorithm = get_algorithm(self.algorithm_args[0], **self.algorithm_args[1])
 
     @endpoint
@@ -199,8 +218,15 @@ class TrainerActor(Actor):
 class ReferenceActor(Actor):
     """The frozen reference: built from the trainer's initial weights (sent once)."""
 
-    def __init__(self, model_path: str, hf_state_dict: dict, micro_batch_size: int,
-                 temperature: float, device: str, cores: list[int] | None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        model_path: str,
+        hf_state_dict: dict,
+        micro_batch_size: int,
+        temperature: float,
+        device: str,
+        cores: list[int] | None,
+    ) -> None:
         from zoo.models.titan import build_titan_model
         from zoo.services.reference import Reference
 
@@ -225,9 +251,16 @@ class CriticActor(Actor):
     ``value_loss`` it trains on (built here from name and config, as the trainer actor
     builds the algorithm whose loss it calls)."""
 
-    def __init__(self, model_path: str, hf_state_dict: dict, critic_config: Any,
-                 algorithm: str, algorithm_config: dict, device: str,
-                 cores: list[int] | None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        model_path: str,
+        hf_state_dict: dict,
+        critic_config: Any,
+        algorithm: str,
+        algorithm_config: dict,
+        device: str,
+        cores: list[int] | None,
+    ) -> None:
         from zoo.algorithms import get_algorithm
         from zoo.models.titan import build_titan_model
         from zoo.services.value import Critic

@@ -165,14 +165,20 @@ class PlacementConfig:
                     f"services.{name}.on_failure must be one of {', '.join(ON_FAILURE)}, "
                     f"got {excerpt(layout.on_failure)}"
                 )
-        for key in ("tensor_parallel_degree", "pipeline_parallel_degree",
-                    "data_parallel_shard_degree"):  # fmt: skip
+        for key in (
+            "tensor_parallel_degree",
+            "pipeline_parallel_degree",
+            "data_parallel_shard_degree",
+        ):
             if abs(getattr(p, key)) > MAX_PROCESSES:
-                raise ConfigError(f"parallelism.{key} is {excerpt(getattr(p, key))}: past any "
-                                  f"trainer's {MAX_PROCESSES} processes")  # fmt: skip
+                raise ConfigError(
+                    f"parallelism.{key} is {excerpt(getattr(p, key))}: past any "
+                    f"trainer's {MAX_PROCESSES} processes"
+                )
         if self.trainer.num_replicas != 1 or self.reference.num_replicas != 1:
-            raise ConfigError("the trainer and the reference have one replica each; "
-                              "replicate generators instead")  # fmt: skip
+            raise ConfigError(
+                "the trainer and the reference have one replica each; replicate generators instead"
+            )
         if self.trainer.on_failure == "replace" or self.reference.on_failure == "replace":
             raise ConfigError(
                 "only generator and scorer replicas can be replaced (the trainer holds the "
@@ -236,8 +242,13 @@ class PlacementConfig:
         count = max(len(self.hosts), 1)
         spread = (1 + replica) % count
         last = count - 1  # the reference and a critic: frozen or small beside the trainer
-        return {"trainer": 0, "generator": spread, "scorer": spread, "reference": last,
-                "critic": last}[service]  # fmt: skip
+        return {
+            "trainer": 0,
+            "generator": spread,
+            "scorer": spread,
+            "reference": last,
+            "critic": last,
+        }[service]
 
 
 def excerpt(value: Any, limit: int = 60) -> str:

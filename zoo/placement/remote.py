@@ -23,9 +23,14 @@ class Replicas:
     contiguous slices, one per replica; a replica whose process died is replaced (and its
     slice re-run on the new one) when ``replace_failed``, else the failure stops the run."""
 
-    def __init__(self, service: str, spawn: Callable[[int], Any], count: int,
-                 replace_failed: bool, prepare: Callable[[Any], None] = lambda actor: None,
-                 ) -> None:  # fmt: skip
+    def __init__(
+        self,
+        service: str,
+        spawn: Callable[[int], Any],
+        count: int,
+        replace_failed: bool,
+        prepare: Callable[[Any], None] = lambda actor: None,
+    ) -> None:
         self.service = service
         self.spawn = spawn
         self.prepare = prepare
@@ -60,8 +65,9 @@ class Replicas:
         answers = (self.answer(replica, actor, future) for replica, actor, future in sent)
         return [a for a in answers if a is not None]
 
-    def answer(self, replica: int, actor: Any, future: Any,
-               rerun: tuple[str, tuple] | None = None) -> Any:  # fmt: skip
+    def answer(
+        self, replica: int, actor: Any, future: Any, rerun: tuple[str, tuple] | None = None
+    ) -> Any:
         """``future``'s value. If ``actor`` died: replace it (unless an earlier failed call
         did) and, given ``rerun`` (endpoint, arguments), ask the replacement; else None.
         Without ``replace_failed`` the failure stops the run."""
@@ -79,8 +85,10 @@ class Replicas:
 
     def replace(self, replica: int) -> Any:
         """Start a new process for a failed replica and bring it up to date."""
-        print(f"forge-zoo: {self.service} replica {replica} failed; starting a replacement",
-              file=sys.stderr)  # fmt: skip
+        print(
+            f"forge-zoo: {self.service} replica {replica} failed; starting a replacement",
+            file=sys.stderr,
+        )
         actor = self.spawn(replica)
         self.prepare(actor)
         self.actors[replica] = actor
@@ -207,8 +215,11 @@ class RemoteScorer:
         self.replicas = replicas
 
     def score_batch(self, prompts: list[Any], completions: list[str]) -> list[float]:
-        return [r for part in self.replicas.submit("score_batch", (prompts, completions)).result()
-                for r in part]  # fmt: skip
+        return [
+            r
+            for part in self.replicas.submit("score_batch", (prompts, completions)).result()
+            for r in part
+        ]
 
 
 class RemoteTrainer:

@@ -63,10 +63,16 @@ def attach_hosts(addresses: list[str]) -> Any:
 
 
 def spawn_monarch_services(
-    cfg: Any, spec: Any, device: str, trainer_config: Any, trainer_options: dict,
-    needs_reference: bool, max_model_len: int, response_budget: int | None = None,
+    cfg: Any,
+    spec: Any,
+    device: str,
+    trainer_config: Any,
+    trainer_options: dict,
+    needs_reference: bool,
+    max_model_len: int,
+    response_budget: int | None = None,
     critic_config: Any = None,
-) -> dict[str, Any]:  # fmt: skip
+) -> dict[str, Any]:
     """Spawn the services' processes on this host and return the proxies. The processes
     inherit this one's environment (FORGE_ZOO_CACHE, thread settings). How many of each:
     ``cfg.distributed`` (a placement file, zoo.placement.config), else one each.
@@ -98,10 +104,19 @@ def spawn_monarch_services(
     check_tensor_parallel(shape, tensor_parallel)  # before spawning anything
     check_tensor_parallel(shape, layout.generator.procs, "services.generator.procs")
     actors = procs(trainer_procs, "trainer").spawn(
-        "trainer", TrainerActor, str(spec.path), trainer_config, trainer_options,
+        "trainer",
+        TrainerActor,
+        str(spec.path),
+        trainer_config,
+        trainer_options,
         response_budget or cfg.max_response_len,
-        cfg.init, device, cfg.algorithm, cfg.algorithm_config, cfg.seed, trainer_cores,
-    )  # fmt: skip
+        cfg.init,
+        device,
+        cfg.algorithm,
+        cfg.algorithm_config,
+        cfg.seed,
+        trainer_cores,
+    )
     master = None
     if trainer_procs > 1:
         master = result_of("trainer", actors.slice(procs=0).rendezvous.call_one())
@@ -115,9 +130,16 @@ def spawn_monarch_services(
         # One actor per replica: with procs > 1 its vLLM engine starts the tensor-parallel
         # worker processes itself.
         return procs(1, "generator", replica).spawn(
-            f"generator{replica}", GeneratorActor, cfg.generator, str(spec.path), cfg.init,
-            device, max_model_len, generator_cores, layout.generator.procs,
-        )  # fmt: skip
+            f"generator{replica}",
+            GeneratorActor,
+            cfg.generator,
+            str(spec.path),
+            cfg.init,
+            device,
+            max_model_len,
+            generator_cores,
+            layout.generator.procs,
+        )
 
     generator = RemoteGenerator(
         spawn_generator,
@@ -131,17 +153,34 @@ def spawn_monarch_services(
         generator.settle()
     reference = None
     if needs_reference:
-        reference = RemoteReference(procs(1, "reference").spawn(
-            "reference", ReferenceActor, str(spec.path), initial, cfg.micro_batch_size,
-            cfg.temperature, device, trainer_cores,
-        ))  # fmt: skip
+        reference = RemoteReference(
+            procs(1, "reference").spawn(
+                "reference",
+                ReferenceActor,
+                str(spec.path),
+                initial,
+                cfg.micro_batch_size,
+                cfg.temperature,
+                device,
+                trainer_cores,
+            )
+        )
 
     critic = None
     if critic_config is not None:
-        critic = RemoteCritic(procs(1, "critic").spawn(
-            "critic", CriticActor, str(spec.path), initial, critic_config, cfg.algorithm,
-            cfg.algorithm_config, device, trainer_cores,
-        ))  # fmt: skip
+        critic = RemoteCritic(
+            procs(1, "critic").spawn(
+                "critic",
+                CriticActor,
+                str(spec.path),
+                initial,
+                critic_config,
+                cfg.algorithm,
+                cfg.algorithm_config,
+                device,
+                trainer_cores,
+            )
+        )
 
     def close() -> None:
         for mesh in meshes:
@@ -161,6 +200,12 @@ def spawn_monarch_services(
             Replicas("scorer", spawn_scorer, layout.scorer.num_replicas, replace_failed)
         )
     publish = RDMAWeightSync(trainer, generator) if cfg.weight_sync == "rdma" else None
-    return {"trainer": trainer, "generator": generator, "reference": reference,
-            "critic": critic, "scorer": scorer, "close": close,
-            "publish_weights": publish}  # fmt: skip
+    return {
+        "trainer": trainer,
+        "generator": generator,
+        "reference": reference,
+        "critic": critic,
+        "scorer": scorer,
+        "close": close,
+        "publish_weights": publish,
+    }

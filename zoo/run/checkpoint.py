@@ -83,11 +83,14 @@ def save_checkpoint(directory: Path, loop: RLLoop, source_model: Path) -> None:
         reached("weights written")
         critic = loop.s.critic  # an algorithm with a learned critic: its weights and AdamW
         torch.save(
-            {"loop": loop.state(), "optimizer": trainer.optimizer_state_dict(),
-             "version": trainer.version,
-             **({"critic": critic.state_dict()} if critic is not None else {})},
+            {
+                "loop": loop.state(),
+                "optimizer": trainer.optimizer_state_dict(),
+                "version": trainer.version,
+                **({"critic": critic.state_dict()} if critic is not None else {}),
+            },
             tmp / STATE_FILE,
-        )  # fmt: skip
+        )
         reached("state written")
         (tmp / MARKER).write_text(json.dumps({"step": loop.step_index}))
         for f in tmp.iterdir():

@@ -91,12 +91,26 @@ class EpisodeRollouts:
         self.token_limit = token_limit
 
     def sample(
-        self, prompts: list[Prompt], encoded: list[list[int]], n: int,
-        seeds: list[int] | None = None, greedy: bool = False,
-    ) -> list[list[Completion]]:  # fmt: skip
+        self,
+        prompts: list[Prompt],
+        encoded: list[list[int]],
+        n: int,
+        seeds: list[int] | None = None,
+        greedy: bool = False,
+    ) -> list[list[Completion]]:
         s = self.s
-        return rollout_episodes(s.env, s.generator, s.observe, prompts, encoded, n,
-                                self.sampling, self.token_limit, seeds, greedy)  # fmt: skip
+        return rollout_episodes(
+            s.env,
+            s.generator,
+            s.observe,
+            prompts,
+            encoded,
+            n,
+            self.sampling,
+            self.token_limit,
+            seeds,
+            greedy,
+        )
 
     def rewards(self, prompts: list[Prompt], groups: list[list[Completion]]) -> list[float]:
         return [c.reward for g in groups for c in g]  # each set when its episode ended
@@ -143,13 +157,21 @@ class _Trajectory:
 
     def completion(self) -> Completion:
         return Completion(
-            prompt_ids=self.prompt_ids, token_ids=self.tokens, logprobs=self.logprobs,
-            text=self.texts[-1], finish_reason=self.finish_reason,
-            policy_version=self.version, assistant_mask=self.mask, reward=self.reward,
-            turn_rewards=self.turn_rewards, turns=len(self.texts),
-            tool_calls=self.tool_calls, tool_ok=self.tool_ok,
-            transcript="".join(self.transcript), turn_requests=self.requests,
-        )  # fmt: skip
+            prompt_ids=self.prompt_ids,
+            token_ids=self.tokens,
+            logprobs=self.logprobs,
+            text=self.texts[-1],
+            finish_reason=self.finish_reason,
+            policy_version=self.version,
+            assistant_mask=self.mask,
+            reward=self.reward,
+            turn_rewards=self.turn_rewards,
+            turns=len(self.texts),
+            tool_calls=self.tool_calls,
+            tool_ok=self.tool_ok,
+            transcript="".join(self.transcript),
+            turn_requests=self.requests,
+        )
 
 
 def rollout_episodes(
@@ -180,8 +202,9 @@ def rollout_episodes(
         for p, ids, s in zip(prompts, encoded, seeds or [None] * len(prompts), strict=True)
     ]
     first = generator.generate(list(encoded), n=n, sampling=sampling, seeds=seeds, greedy=greedy)
-    sampled = [(t, c) for g, cs in zip(groups, first, strict=True)
-               for t, c in zip(g, cs, strict=True)]  # fmt: skip
+    sampled = [
+        (t, c) for g, cs in zip(groups, first, strict=True) for t, c in zip(g, cs, strict=True)
+    ]
     turn = 0
     while sampled:
         turn += 1
@@ -191,11 +214,19 @@ def rollout_episodes(
         # One env call for the turn of every running episode (an env runs their tool
         # calls together); the replies are the same as stepping them one by one.
         where = f"turn {turn} of {len(sampled)} episodes (the first on {_on(sampled[0][0].prompt)})"
-        replies = _call(env, where, env.step_batch,
-                        [t.episode for t, _ in sampled], [c.text for _, c in sampled])  # fmt: skip
+        replies = _call(
+            env,
+            where,
+            env.step_batch,
+            [t.episode for t, _ in sampled],
+            [c.text for _, c in sampled],
+        )
         limits = (turn, turn_limit, token_limit)
-        ongoing = [t for (t, c), reply in zip(sampled, replies, strict=True)
-                   if _take_turn(env, t, c, reply, *limits, observe)]  # fmt: skip
+        ongoing = [
+            t
+            for (t, c), reply in zip(sampled, replies, strict=True)
+            if _take_turn(env, t, c, reply, *limits, observe)
+        ]
         # The next turn of every ongoing episode. Its budget is max_tokens but near the
         # token limit, so there is one call per distinct budget (usually one): no turn is
         # sampled past its episode's limit.
@@ -206,10 +237,12 @@ def rollout_episodes(
         sampled = []
         for budget, batch in sorted(by_budget.items()):
             out = generator.generate(
-                [t.prompt_ids + t.tokens for t in batch], n=1,
-                sampling=dataclasses.replace(sampling, max_tokens=budget), greedy=greedy,
+                [t.prompt_ids + t.tokens for t in batch],
+                n=1,
+                sampling=dataclasses.replace(sampling, max_tokens=budget),
+                greedy=greedy,
                 seeds=None if seeds is None else [turn_seed(t.seed, t.member, turn) for t in batch],
-            )  # fmt: skip
+            )
             sampled += [(t, g[0]) for t, g in zip(batch, out, strict=True)]
     return [[t.completion() for t in g] for g in groups]
 
@@ -234,9 +267,15 @@ def _decoded(
 
 
 def _take_turn(
-    env: Env, t: _Trajectory, c: Completion, reply: Reply, turn: int, turn_limit: int,
-    token_limit: int, observe: Observe,
-) -> bool:  # fmt: skip
+    env: Env,
+    t: _Trajectory,
+    c: Completion,
+    reply: Reply,
+    turn: int,
+    turn_limit: int,
+    token_limit: int,
+    observe: Observe,
+) -> bool:
     """Append the sampled turn ``c`` to ``t`` and the env's ``reply`` to it; True if the
     episode goes on (its observation appended), False if it ended."""
     t.tokens += c.token_ids

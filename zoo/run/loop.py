@@ -262,9 +262,11 @@ class RLLoop:
         start = self.cursor
         prompts = self._next_prompts(n)
         pending = s.generator.submit(
-            [s.encode(p) for p in prompts], n=cfg.group_size, sampling=self.sampling,
+            [s.encode(p) for p in prompts],
+            n=cfg.group_size,
+            sampling=self.sampling,
             seeds=[sampling_seed(cfg.seed, p.index, cfg.noise_seed) for p in prompts],
-        )  # fmt: skip
+        )
         return start, prompts, pending
 
     def train(self, batch: RolloutBatch, shapes: list[tuple[int, int]]) -> dict[str, Any]:
@@ -317,8 +319,12 @@ class RLLoop:
     def spent(self, step: int) -> float:
         """How much of the run's budget is used, in its unit."""
         unit, _ = self.cfg.budget
-        return {"flops": self.s.ledger.total_flops, "samples": self.samples,
-                "seconds": self.train_seconds, "steps": step}[unit]  # fmt: skip
+        return {
+            "flops": self.s.ledger.total_flops,
+            "samples": self.samples,
+            "seconds": self.train_seconds,
+            "steps": step,
+        }[unit]
 
     def sampled_eval_due(self, step: int) -> bool:
         """Is the evaluation made at ``step`` (after ``eval_due``) one of the last
@@ -371,8 +377,13 @@ class RLLoop:
                 on_step(record)
 
         if self.step_index == 0:
-            first = {"step": 0, "samples": 0, "flops": 0.0, "seconds": 0.0,
-                     **self.evaluate(self.sampled_eval_due(0))}  # fmt: skip
+            first = {
+                "step": 0,
+                "samples": 0,
+                "flops": 0.0,
+                "seconds": 0.0,
+                **self.evaluate(self.sampled_eval_due(0)),
+            }
             write(first, self._taken_rows())
         waiting: tuple[dict[str, Any], list[dict[str, Any]]] | None = None
         """eval_overlap: the last step's record and sample rows, written once the
@@ -426,18 +437,26 @@ class RLLoop:
         ledger = self.s.ledger
         return {
             # prompts requested but not yet trained on are requested again after a resume
-            "step_index": self.step_index, "samples": self.samples,
+            "step_index": self.step_index,
+            "samples": self.samples,
             "cursor": self.in_flight[0][0] if self.in_flight else self.cursor,
-            "train_seconds": self.train_seconds, "evals_done": self.evals_done,
-            "ledger": {"flops": dict(ledger.flops), "tokens": dict(ledger.tokens),
-                       "seconds": dict(ledger.seconds)},
+            "train_seconds": self.train_seconds,
+            "evals_done": self.evals_done,
+            "ledger": {
+                "flops": dict(ledger.flops),
+                "tokens": dict(ledger.tokens),
+                "seconds": dict(ledger.seconds),
+            },
             # the adaptive KL weight of the next step (a plain float: exact on resume)
-            **({"kl_coef": self.s.algorithm.kl_coef}
-               if self.s.algorithm.options.kl_target > 0 else {}),
+            **(
+                {"kl_coef": self.s.algorithm.kl_coef}
+                if self.s.algorithm.options.kl_target > 0
+                else {}
+            ),
             # the algorithm's own (a plugin's running baseline, say); none: no key, so a
             # checkpoint of a stateless algorithm holds what it always held
             **({"algorithm": kept} if (kept := algorithm_state(self.s.algorithm)) else {}),
-        }  # fmt: skip
+        }
 
     def load_state(self, state: dict[str, Any]) -> None:
         for key in ("step_index", "cursor", "samples", "train_seconds", "evals_done"):

@@ -95,8 +95,14 @@ class RunPlan:
         if cfg.eval_split == "validation":
             env.validation_prompts()  # (an env without one says so here)
         check_model_name(cfg.model)  # cheap: before the device or the budget is looked at
-        plan = cls(cfg=cfg, algorithm=algorithm, env=env, device=cfg.resolved_device(),
-                   budget=cfg.budget, episode_budget=episode_budget(cfg, env))  # fmt: skip
+        plan = cls(
+            cfg=cfg,
+            algorithm=algorithm,
+            env=env,
+            device=cfg.resolved_device(),
+            budget=cfg.budget,
+            episode_budget=episode_budget(cfg, env),
+        )
         return plan.with_spec() if spec else plan
 
     def with_spec(self) -> RunPlan:
@@ -114,8 +120,9 @@ class RunPlan:
         cfg, algorithm = self.cfg, self.algorithm
         prefetch_model_config(cfg.model, cfg.model_path, cfg.init)
         shape = model_shape(cfg.model, cfg.model_path)
-        prompt = max(len(self.env.train_prompt(i, cfg.seed).text.encode())
-                     for i in range(ESTIMATE_PROMPTS))  # fmt: skip
+        prompt = max(
+            len(self.env.train_prompt(i, cfg.seed).text.encode()) for i in range(ESTIMATE_PROMPTS)
+        )
         response = max(1, cfg.max_response_len // 2)
         ledger = Ledger(shape)
         # generation, the old-log-prob forward (unless skipped), a forward + backward per epoch

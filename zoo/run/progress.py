@@ -63,9 +63,11 @@ class LineProgress:
     removed, so a log holds every task's last state in full, whatever its width."""
 
     def __init__(
-        self, columns: tuple[ProgressColumn, ...] = (), every: float = LOG_EVERY_SECONDS,
+        self,
+        columns: tuple[ProgressColumn, ...] = (),
+        every: float = LOG_EVERY_SECONDS,
         stream: TextIO | None = None,
-    ) -> None:  # fmt: skip
+    ) -> None:
         # Only text columns have a format to fill in; a bar or spinner has no plain form.
         self.formats = [c.text_format for c in columns if isinstance(c, TextColumn)]
         self.every = every
@@ -86,9 +88,15 @@ class LineProgress:
         return self.next_id - 1
 
     def update(
-        self, task_id: int, *, completed: float | None = None, advance: float | None = None,
-        description: str | None = None, total: float | None = None, **fields: Any,
-    ) -> None:  # fmt: skip
+        self,
+        task_id: int,
+        *,
+        completed: float | None = None,
+        advance: float | None = None,
+        description: str | None = None,
+        total: float | None = None,
+        **fields: Any,
+    ) -> None:
         task = self.tasks[task_id]
         if completed is not None:
             task.completed = completed
@@ -112,8 +120,12 @@ class LineProgress:
     def render(self, task_id: int) -> str:
         """The task's line, without a timestamp."""
         task = self.tasks[task_id]
-        view = SimpleNamespace(description=task.description, completed=task.completed,
-                               total=task.total, fields=task.fields)  # fmt: skip
+        view = SimpleNamespace(
+            description=task.description,
+            completed=task.completed,
+            total=task.total,
+            fields=task.fields,
+        )
         done = f"{task.completed:.4g}"
         if task.total:
             done += f"/{task.total:.4g} ({task.completed / task.total:.0%})"
@@ -151,8 +163,12 @@ def add_run_task(progress: Progress | LineProgress, description: str, cfg: Any) 
 
 def update_run_task(progress: Progress | LineProgress, task: int, cfg: Any, record: dict) -> None:
     unit = cfg.budget[0]
-    done = {"steps": record["step"], "flops": record["flops"], "samples": record["samples"],
-            "seconds": record["seconds"]}[unit]  # fmt: skip
+    done = {
+        "steps": record["step"],
+        "flops": record["flops"],
+        "samples": record["samples"],
+        "seconds": record["seconds"],
+    }[unit]
     fields = {}
     if "eval_reward" in record:
         fields["eval"] = record["eval_reward"]

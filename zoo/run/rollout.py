@@ -37,9 +37,13 @@ class Rollouts(Protocol):
     Chosen once per run by ``zoo.run.episodes.make_rollouts``."""
 
     def sample(
-        self, prompts: list[Prompt], encoded: list[list[int]], n: int,
-        seeds: list[int] | None = None, greedy: bool = False,
-    ) -> list[list[Completion]]:  # fmt: skip
+        self,
+        prompts: list[Prompt],
+        encoded: list[list[int]],
+        n: int,
+        seeds: list[int] | None = None,
+        greedy: bool = False,
+    ) -> list[list[Completion]]:
         """``n`` samples of each prompt (``encoded``: its token ids), one group per prompt;
         ``seeds``: one per prompt (None with ``greedy``)."""
         ...
@@ -78,16 +82,23 @@ class CompletionRollouts:
         self.sampling = sampling  # the loop's own object: a change to it applies here
 
     def sample(
-        self, prompts: list[Prompt], encoded: list[list[int]], n: int,
-        seeds: list[int] | None = None, greedy: bool = False,
-    ) -> list[list[Completion]]:  # fmt: skip
-        return self.s.generator.generate(encoded, n=n, sampling=self.sampling, seeds=seeds,
-                                         greedy=greedy)  # fmt: skip
+        self,
+        prompts: list[Prompt],
+        encoded: list[list[int]],
+        n: int,
+        seeds: list[int] | None = None,
+        greedy: bool = False,
+    ) -> list[list[Completion]]:
+        return self.s.generator.generate(
+            encoded, n=n, sampling=self.sampling, seeds=seeds, greedy=greedy
+        )
 
     def rewards(self, prompts: list[Prompt], groups: list[list[Completion]]) -> list[float]:
         # one scoring call for the whole batch (an env may score it in parallel)
-        return self.s.score_batch([p for p, g in zip(prompts, groups, strict=True) for _ in g],
-                                  [c.text for g in groups for c in g])  # fmt: skip
+        return self.s.score_batch(
+            [p for p, g in zip(prompts, groups, strict=True) for _ in g],
+            [c.text for g in groups for c in g],
+        )
 
     def turn_rewards(
         self, groups: list[list[Completion]], rewards: torch.Tensor

@@ -27,11 +27,14 @@ if TYPE_CHECKING:
 MAX_SAMPLES_PER_PROMPT = 16384
 """vLLM's bound on samples of one prompt (group_size, eval_samples): checked before a run."""
 RUN_LIMITS = {
-    "steps": Limit(1_000_000, "a step appends ~5 kB to metrics.jsonl and samples.jsonl and "
-                   "takes a second or more even on the tiny model: 5 GB and 12 days at the "
-                   "bound"),
+    "steps": Limit(
+        1_000_000,
+        "a step appends ~5 kB to metrics.jsonl and samples.jsonl and "
+        "takes a second or more even on the tiny model: 5 GB and 12 days at the "
+        "bound",
+    ),
     "eval_points": Limit(10_000, "each is a pass over the held-out split"),
-}  # fmt: skip
+}
 """Upper bounds of RunConfig's numbers past those vLLM or the memory estimate refuse."""
 PLACEMENTS = ("local", "monarch")
 """Where services run (RunConfig.placement); the Monarch one is zoo.placement."""
@@ -314,9 +317,13 @@ class PlacementSection:
     file's contents). Empty: one process each."""
 
     def validate(self) -> None:
-        for name, valid in (("device", DEVICES), ("generator", GENERATOR_BACKENDS),
-                            ("placement", PLACEMENTS), ("mode", MODES),
-                            ("weight_sync", WEIGHT_SYNCS)):  # fmt: skip
+        for name, valid in (
+            ("device", DEVICES),
+            ("generator", GENERATOR_BACKENDS),
+            ("placement", PLACEMENTS),
+            ("mode", MODES),
+            ("weight_sync", WEIGHT_SYNCS),
+        ):
             if getattr(self, name) not in valid:
                 raise ConfigError(
                     f"unknown {name} {getattr(self, name)!r}; valid: {', '.join(valid)}"
@@ -383,9 +390,16 @@ and validates them; the trainer is built from two of them (zoo.services.trainer)
 
 @dataclass
 class RunConfig(
-    OutputSection, PlacementSection, EvaluationSection, BudgetSection, CorrectionSection,
-    RegimeSection, OptimizerSection, SamplingSection, RunSection,
-):  # fmt: skip
+    OutputSection,
+    PlacementSection,
+    EvaluationSection,
+    BudgetSection,
+    CorrectionSection,
+    RegimeSection,
+    OptimizerSection,
+    SamplingSection,
+    RunSection,
+):
     """Everything that defines a run: the sections above, flat (``cfg.lr``, one flag per
     field, one key per field in config.json). The bases are listed last section first
     because a dataclass collects fields from its last base on. Defaults: the tiny model's
@@ -454,8 +468,9 @@ class RunConfig(
         """Does the learning rate follow the share of the budget spent (not optimizer
         steps)? With ``warmup_ratio``, or a decay of unset length under a budget other
         than steps, whose optimizer steps are not known ahead."""
-        decay_of_unknown_length = (self.lr_schedule != "constant" and not self.decay_steps
-                                   and self.budget[0] != "steps")  # fmt: skip
+        decay_of_unknown_length = (
+            self.lr_schedule != "constant" and not self.decay_steps and self.budget[0] != "steps"
+        )
         return self.warmup_ratio > 0 or decay_of_unknown_length
 
 
@@ -467,8 +482,14 @@ NOT_DEFINING = ("report_to", "eval_overlap")
 """Run-config fields that do not change what a run computes: a resume may change them, and
 leaderboard rows are grouped without them."""
 
-ADDED_LATER = {"eval_samples": 0, "sampled_eval_points": 0, "eval_split": "heldout",
-               "warmup_ratio": 0.0, "old_logprob_pass": "always", "noise_seed": 0}  # fmt: skip
+ADDED_LATER = {
+    "eval_samples": 0,
+    "sampled_eval_points": 0,
+    "eval_split": "heldout",
+    "warmup_ratio": 0.0,
+    "old_logprob_pass": "always",
+    "noise_seed": 0,
+}
 """Fields added since runs were first recorded, with the value that reproduces what a
 run recorded without them did (RunConfig.from_record)."""
 

@@ -124,8 +124,19 @@ def git_state(root: Path) -> GitState:
     diff = None
     if dirty:
         with contextlib.suppress(OSError, subprocess.CalledProcessError):
-            diff = git("diff", "HEAD", "--binary", "--no-color", "--no-ext-diff", "--no-textconv",
-                       "--src-prefix=a/", "--dst-prefix=b/", "--", ".", NOT_CODE)  # fmt: skip
+            diff = git(
+                "diff",
+                "HEAD",
+                "--binary",
+                "--no-color",
+                "--no-ext-diff",
+                "--no-textconv",
+                "--src-prefix=a/",
+                "--dst-prefix=b/",
+                "--",
+                ".",
+                NOT_CODE,
+            )
     return GitState(commit, dirty, diff)
 
 
@@ -161,9 +172,11 @@ def weights_sha256(folder: Path) -> str | None:
 def start_weights(model_path: Path, init: str, seed: int) -> dict[str, Any]:
     """What a run starts from, for config.json: the weights' hash, or how they were made."""
     if init == "random":
-        return {"start_weights_sha256": None,
-                "start_weights": f"random: torch.manual_seed({seed}), then the architecture "
-                                 f"of {Path(model_path) / 'config.json'}"}  # fmt: skip
+        return {
+            "start_weights_sha256": None,
+            "start_weights": f"random: torch.manual_seed({seed}), then the architecture "
+            f"of {Path(model_path) / 'config.json'}",
+        }
     digest = weights_sha256(model_path)
     record: dict[str, Any] = {"start_weights_sha256": digest}
     if digest is None:
@@ -381,8 +394,11 @@ def read_samples(run_dir: Path) -> list[dict[str, Any]]:
     rows = read_json_lines(path).rows
     metrics = run_dir / "metrics.jsonl"
     if not rows and metrics.is_file() and metrics.stat().st_size:
-        raise UnreadableFile(path, "holds no sample, though metrics.jsonl holds records "
-                             "(every step writes its samples first)")  # fmt: skip
+        raise UnreadableFile(
+            path,
+            "holds no sample, though metrics.jsonl holds records "
+            "(every step writes its samples first)",
+        )
     return rows
 
 

@@ -180,11 +180,14 @@ def _samples_markdown(rows: list[dict[str, Any]]) -> str:
         return text.replace("|", "\\|").replace("\n", "\\n")
 
     body = [
-        "| " + " | ".join(cell(r.get(k)) for k in
-                          ("kind", "prompt", "completion", "reward", "advantage", "reference"))
+        "| "
+        + " | ".join(
+            cell(r.get(k))
+            for k in ("kind", "prompt", "completion", "reward", "advantage", "reference")
+        )
         + " |"
         for r in rows
-    ]  # fmt: skip
+    ]
     return "\n".join([head, *body])
 
 
@@ -244,8 +247,9 @@ class WandbTracker:
     ``experiment``: the config as its config, metrics by step, samples as a table per
     step."""
 
-    def __init__(self, run_dir: Path, config: dict[str, Any], state: dict[str, Any],
-                 experiment: str) -> None:  # fmt: skip
+    def __init__(
+        self, run_dir: Path, config: dict[str, Any], state: dict[str, Any], experiment: str
+    ) -> None:
         import wandb
 
         self.wandb = wandb
@@ -258,12 +262,18 @@ class WandbTracker:
         # a lone run is its own experiment; in a compare, the experiment makes it unique
         name = run_dir.name if experiment == run_dir.name else f"{experiment}/{run_dir.name}"
         self.run = wandb.init(
-            project=os.environ.get("WANDB_PROJECT", PROJECT), group=experiment, name=name,
-            id=state["wandb_id"], resume="allow", dir=str(run_dir), config=config,
+            project=os.environ.get("WANDB_PROJECT", PROJECT),
+            group=experiment,
+            name=name,
+            id=state["wandb_id"],
+            resume="allow",
+            dir=str(run_dir),
+            config=config,
             mode=wandb_mode(),
-            settings=wandb.Settings(silent=True, console="off", save_code=False,
-                                    x_disable_stats=True),
-        )  # fmt: skip
+            settings=wandb.Settings(
+                silent=True, console="off", save_code=False, x_disable_stats=True
+            ),
+        )
 
     def log_metrics(self, step: int, metrics: dict[str, float]) -> None:
         self.run.log(metrics, step=step)
@@ -337,8 +347,14 @@ class MlflowTracker:
     MLflow experiment: the run settings as params, config.json as an artifact, metrics by
     step, samples as JSON tables."""
 
-    def __init__(self, run_dir: Path, config: dict[str, Any], state: dict[str, Any],
-                 experiment: str, experiment_dir: Path) -> None:  # fmt: skip
+    def __init__(
+        self,
+        run_dir: Path,
+        config: dict[str, Any],
+        state: dict[str, Any],
+        experiment: str,
+        experiment_dir: Path,
+    ) -> None:
         uri = mlflow_tracking_uri(run_dir, state, experiment_dir)
         if uri.startswith("file:"):
             os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
@@ -382,8 +398,14 @@ class Trackers:
     Its name groups the runs in W&B and MLflow, and MLflow's file store goes in it. A
     resume keeps what the first start recorded in ``trackers.json``."""
 
-    def __init__(self, names: tuple[str, ...], run_dir: Path, config: dict[str, Any],
-                 start_step: int = 0, experiment: Path | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        names: tuple[str, ...],
+        run_dir: Path,
+        config: dict[str, Any],
+        start_step: int = 0,
+        experiment: Path | None = None,
+    ) -> None:
         check_installed(names)
         self.names = names
         self.run_dir = run_dir

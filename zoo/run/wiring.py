@@ -55,16 +55,21 @@ def trainer_config_of(cfg: RunConfig, device: str = "cpu") -> TrainerConfig:
     sections |= {f.name: getattr(cfg, f.name) for f in dataclasses.fields(OptimizerSection)}
     optimizer_steps = cfg.steps * cfg.mini_batches * cfg.epochs
     sections["decay_steps"] = cfg.decay_steps or max(1, optimizer_steps - cfg.warmup_steps)
-    return TrainerConfig(**sections, schedule_over_budget=cfg.schedule_over_budget,
-                         mixed_precision="bf16" if device == "cuda" else "none")  # fmt: skip
+    return TrainerConfig(
+        **sections,
+        schedule_over_budget=cfg.schedule_over_budget,
+        mixed_precision="bf16" if device == "cuda" else "none",
+    )
 
 
 def trainer_options(cfg: RunConfig) -> dict[str, Any]:
     """The Trainer's arguments from the run's sampling and placement sections: it scores
     tokens at the sampling temperature, and (async) keeps the weights of the versions that
     may have sampled a batch it trains on."""
-    return {"temperature": cfg.temperature,
-            "max_policy_age": cfg.max_policy_age if cfg.mode == "async" else 0}  # fmt: skip
+    return {
+        "temperature": cfg.temperature,
+        "max_policy_age": cfg.max_policy_age if cfg.mode == "async" else 0,
+    }
 
 
 def critic_config_of(cfg: RunConfig, algorithm: Algorithm, device: str = "cpu") -> TrainerConfig:
@@ -100,19 +105,38 @@ def build_services(
         )
     encode = prompt_encoder(tokenizer, context_len - budget, cfg.long_prompts)
     check_held_out_prompts(env, encode, cfg.eval_split)
-    shared = dict(env=env, algorithm=algorithm, encode=encode, plan=plan,
-                  ledger=Ledger(ModelShape.from_hf_dir(spec.path)),
-                  observe=Conversation(tokenizer))  # fmt: skip
+    shared = dict(
+        env=env,
+        algorithm=algorithm,
+        encode=encode,
+        plan=plan,
+        ledger=Ledger(ModelShape.from_hf_dir(spec.path)),
+        observe=Conversation(tokenizer),
+    )
     if cfg.placement == "monarch":
         from zoo.placement.spawn import spawn_monarch_services
 
         critic_config = critic_config_of(cfg, algorithm, device) if algorithm.needs_values else None
-        remote = spawn_monarch_services(cfg, spec, device, trainer_config,
-                                        trainer_options(cfg), algorithm.needs_reference,
-                                        context_len, budget, critic_config)  # fmt: skip
+        remote = spawn_monarch_services(
+            cfg,
+            spec,
+            device,
+            trainer_config,
+            trainer_options(cfg),
+            algorithm.needs_reference,
+            context_len,
+            budget,
+            critic_config,
+        )
         return Services(**remote, **shared)
-    trainer = Trainer(spec.path, trainer_config, max_response_len=budget,
-                      init=cfg.init, device=device, **trainer_options(cfg))  # fmt: skip
+    trainer = Trainer(
+        spec.path,
+        trainer_config,
+        max_response_len=budget,
+        init=cfg.init,
+        device=device,
+        **trainer_options(cfg),
+    )
     reference = None
     if algorithm.needs_reference:
         reference = Reference(trainer.model, cfg.micro_batch_size, cfg.temperature)
@@ -124,14 +148,21 @@ def build_services(
     if generator is None:
         # Every sampling request carries its own seed (sampling_seed), so the engine's
         # global seed never matters; a constant keeps shared and fresh engines identical.
-        generator = make_generator(cfg.generator, spec.path, seed=0, init=cfg.init,
-                                   device=device, max_model_len=context_len)  # fmt: skip
+        generator = make_generator(
+            cfg.generator,
+            spec.path,
+            seed=0,
+            init=cfg.init,
+            device=device,
+            max_model_len=context_len,
+        )
         if cfg.init == "random":  # the engine started without weights: send the trainer's
             generator.update_weights(trainer.hf_state_dict(), version=0)
     else:
         generator.update_weights(trainer.hf_state_dict(), version=0)
-    return Services(generator=generator, trainer=trainer, reference=reference, critic=critic,
-                    **shared)  # fmt: skip
+    return Services(
+        generator=generator, trainer=trainer, reference=reference, critic=critic, **shared
+    )
 
 
 MAX_PROMPT_TOKENS = 1024

@@ -73,8 +73,12 @@ class OptimizerSection:
             )
         if self.warmup_steps < 0 or self.decay_steps < 0 or not 0 <= self.min_lr_ratio <= 1:
             raise ConfigError("need warmup_steps >= 0, decay_steps >= 0, 0 <= min_lr_ratio <= 1")
-        if not (0 <= self.weight_decay < 1 and 0 <= self.adam_beta1 < 1
-                and 0 <= self.adam_beta2 < 1 and self.adam_eps > 0):  # fmt: skip
+        if not (
+            0 <= self.weight_decay < 1
+            and 0 <= self.adam_beta1 < 1
+            and 0 <= self.adam_beta2 < 1
+            and self.adam_eps > 0
+        ):
             raise ConfigError("need 0 <= weight_decay < 1, 0 <= adam betas < 1, adam_eps > 0")
         if not 0 <= self.warmup_ratio < 1:
             raise ConfigError(f"warmup_ratio must be in [0, 1), got {self.warmup_ratio}")

@@ -158,9 +158,13 @@ class Trainer:
         self.model, self.adapter = build_titan_model(
             model_path, init=init, device=self.device, tensor_parallel=tensor_parallel
         )
-        self.parallel = parallelize(self.model, self.device, tensor_parallel,
-                                    bf16=config.mixed_precision == "bf16",
-                                    empty_pass=self._empty_pass)  # fmt: skip
+        self.parallel = parallelize(
+            self.model,
+            self.device,
+            tensor_parallel,
+            bf16=config.mixed_precision == "bf16",
+            empty_pass=self._empty_pass,
+        )
         """How the model and each batch are split over the ranks (``OneProcess``: not)."""
         self.model.train()
         self.optimizer = torch.optim.AdamW(
@@ -183,8 +187,14 @@ class Trainer:
 
     def _logprobs(self, batch: RolloutBatch, width: int) -> torch.Tensor:
         with self.parallel.autocast(self.device, self.config.mixed_precision == "bf16"):
-            return response_logprobs(self.model, batch.tokens, batch.response_start, width,
-                                     self.parallel, self.temperature)  # fmt: skip
+            return response_logprobs(
+                self.model,
+                batch.tokens,
+                batch.response_start,
+                width,
+                self.parallel,
+                self.temperature,
+            )
 
     def _logprobs_and_entropy(
         self, batch: RolloutBatch, width: int
@@ -192,9 +202,14 @@ class Trainer:
         """``_logprobs`` and the policy's per-token entropy over its whole distribution,
         from the same forward (zoo/core/entropy.py)."""
         with self.parallel.autocast(self.device, self.config.mixed_precision == "bf16"):
-            return response_logprobs_and_entropy(self.model, batch.tokens, batch.response_start,
-                                                 width, self.parallel,
-                                                 self.temperature)  # fmt: skip
+            return response_logprobs_and_entropy(
+                self.model,
+                batch.tokens,
+                batch.response_start,
+                width,
+                self.parallel,
+                self.temperature,
+            )
 
     @torch.no_grad()
     def logprobs(self, batch: RolloutBatch) -> torch.Tensor:
@@ -287,9 +302,11 @@ class Trainer:
         return out
 
     def step(
-        self, batch: RolloutBatch, loss_fn: Callable[[TrainBatch], LossOutput],
+        self,
+        batch: RolloutBatch,
+        loss_fn: Callable[[TrainBatch], LossOutput],
         kept: torch.Tensor | None = None,
-    ) -> dict:  # fmt: skip
+    ) -> dict:
         """One optimizer step on ``batch`` (the policy version is ``train``'s to change);
         returns the loss metrics, ``policy_kl`` (k3 estimate of KL(pi_old || pi_theta) on
         its tokens) and the gradient norm. ``kept`` ([rows of batch, T]): where to write
@@ -379,9 +396,13 @@ class Trainer:
         self.optimizer.step()
         # grad_clip_frac: 1 when the norm clip bound this step; the step record's mean over
         # a batch's updates is the share of optimizer steps it rescaled
-        out = {"loss": loss_total, **sums, "grad_norm": float(grad_norm),
-               "grad_clip_frac": float(float(grad_norm) > self.config.grad_clip),
-               "response_tokens": num_tokens}  # fmt: skip
+        out = {
+            "loss": loss_total,
+            **sums,
+            "grad_norm": float(grad_norm),
+            "grad_clip_frac": float(float(grad_norm) > self.config.grad_clip),
+            "response_tokens": num_tokens,
+        }
         scheduled = self.config.lr_schedule != "constant" or self.config.warmup_steps
         if scheduled or self.config.warmup_ratio:
             out["lr"] = lr  # (not logged at a constant lr: older records stay comparable)
@@ -447,8 +468,9 @@ class Trainer:
         not: a checkpoint resumes at any world size."""
         return self.parallel.optimizer_state(self.optimizer)
 
-    def load_state(self, hf_state_dict: dict[str, torch.Tensor], optimizer_state: dict,
-                   version: int) -> None:  # fmt: skip
+    def load_state(
+        self, hf_state_dict: dict[str, torch.Tensor], optimizer_state: dict, version: int
+    ) -> None:
         """Restore weights (Hugging Face naming), optimizer state and policy version.
         Split: every rank passes the same whole state and keeps its own part."""
         self.parallel.load_whole_state(self.model, self.adapter.from_hf(hf_state_dict))

@@ -55,10 +55,12 @@ class Critic:
         self.model = ValueModel(copy.deepcopy(initial_model)).train().requires_grad_(True)
         self.device = self.model.head.weight.device
         self.optimizer = torch.optim.AdamW(
-            self.model.parameters(), lr=config.lr, betas=(config.adam_beta1, config.adam_beta2),
+            self.model.parameters(),
+            lr=config.lr,
+            betas=(config.adam_beta1, config.adam_beta2),
             eps=config.adam_eps,
             weight_decay=config.weight_decay,
-        )  # fmt: skip
+        )
 
     def _values(self, batch: RolloutBatch, width: int) -> torch.Tensor:
         bf16 = self.config.mixed_precision == "bf16"
@@ -84,8 +86,11 @@ class Critic:
         if batch.values is None or batch.returns is None:
             raise ValueError("the critic trains on batch.values and batch.returns (set both)")
         slices = mini_batch_slices(batch.size, batch.group_size, self.config.mini_batches)
-        updates = [self.step(batch.rows(rows), loss_fn)
-                   for _ in range(self.config.epochs) for rows in slices]  # fmt: skip
+        updates = [
+            self.step(batch.rows(rows), loss_fn)
+            for _ in range(self.config.epochs)
+            for rows in slices
+        ]
         return combine_updates(updates)
 
     def step(self, batch: RolloutBatch, loss_fn: Callable[[ValueBatch], LossOutput]) -> dict:
@@ -96,8 +101,11 @@ class Critic:
         self.optimizer.zero_grad(set_to_none=True)
         sums: dict[str, float] = {}
         for mb in self._micro_batches(batch):
-            out = loss_fn(ValueBatch(self._values(mb, width), mb.values, mb.returns, mb.mask,
-                                     num_tokens=num_tokens))  # fmt: skip
+            out = loss_fn(
+                ValueBatch(
+                    self._values(mb, width), mb.values, mb.returns, mb.mask, num_tokens=num_tokens
+                )
+            )
             out.loss.backward()
             weight = float(mb.mask.sum()) / max(num_tokens, 1)
             for k, v in out.metrics.items():

@@ -105,8 +105,9 @@ def build_tiny_model(recipe: TinyRecipe, path: Path, quiet: bool = False) -> dic
                     loss = episode_sft_loss(model, demonstration_mix(env, kept, recipe, step))
                 elif recipe.merge_fraction > 0:
                     rng = random.Random(f"merge:{recipe.seed}:{step}")
-                    pairs = [(p.text, env.demonstration(p, rng, recipe.merge_fraction))
-                             for p in kept]  # fmt: skip
+                    pairs = [
+                        (p.text, env.demonstration(p, rng, recipe.merge_fraction)) for p in kept
+                    ]
                     loss = sft_loss(model, pairs)
                 else:
                     loss = sft_loss(model, [(p.text, reference(p)) for p in kept])

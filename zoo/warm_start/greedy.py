@@ -66,22 +66,30 @@ class GreedyModel:
                 # a row that stopped early is padded with end-of-text: cut after the first
                 stop = EOS_ID in row
                 tokens = row[: row.index(EOS_ID) + 1] if stop else row
-                out[i] = [Completion(
-                    prompt_ids=prompts[i], token_ids=tokens, logprobs=[0.0] * len(tokens),
-                    text=decode(tokens), finish_reason="stop" if stop else "length",
-                    policy_version=0,
-                )]  # fmt: skip
+                out[i] = [
+                    Completion(
+                        prompt_ids=prompts[i],
+                        token_ids=tokens,
+                        logprobs=[0.0] * len(tokens),
+                        text=decode(tokens),
+                        finish_reason="stop" if stop else "length",
+                        policy_version=0,
+                    )
+                ]
         return out
 
 
-def greedy_accuracy(model: torch.nn.Module, env: Env, prompts: list[Prompt],
-                    max_new_tokens: int = 6) -> float:  # fmt: skip
+def greedy_accuracy(
+    model: torch.nn.Module, env: Env, prompts: list[Prompt], max_new_tokens: int = 6
+) -> float:
     """Accuracy (mean reward) of greedy decoding on ``prompts``, scored with one
     ``env.score_batch`` call."""
     out = GreedyModel(model).generate(
-        [encode(p.text) for p in prompts], n=1,
-        sampling=SamplingConfig(max_tokens=max_new_tokens), greedy=True,
-    )  # fmt: skip
+        [encode(p.text) for p in prompts],
+        n=1,
+        sampling=SamplingConfig(max_tokens=max_new_tokens),
+        greedy=True,
+    )
     scores = env.score_batch(list(prompts), [g[0].text for g in out])
     # summed prompts of one length together, as the shipped recipes' figures were summed
     by_len: dict[int, list[float]] = {}
@@ -100,11 +108,16 @@ def greedy_episodes(
     fraction of episodes with a tool call), ``direct_reward`` (mean reward of the others)
     and ``turns`` (mean assistant turns per episode)."""
     groups = rollout_episodes(
-        env, GreedyModel(model), Conversation(hf_byte_tokenizer()), prompts,
-        [encode(p.text) for p in prompts], n=1,
-        sampling=SamplingConfig(max_tokens=max_new_tokens), token_limit=NO_TOKEN_LIMIT,
+        env,
+        GreedyModel(model),
+        Conversation(hf_byte_tokenizer()),
+        prompts,
+        [encode(p.text) for p in prompts],
+        n=1,
+        sampling=SamplingConfig(max_tokens=max_new_tokens),
+        token_limit=NO_TOKEN_LIMIT,
         greedy=True,
-    )  # fmt: skip
+    )
     episodes = [g[0] for g in groups]
     rewards = [float(e.reward) for e in episodes]
     direct = [r for r, e in zip(rewards, episodes, strict=True) if not e.tool_calls]

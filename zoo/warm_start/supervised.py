@@ -30,10 +30,14 @@ def demonstration_mix(env, prompts: list, recipe: TinyRecipe, step: int) -> list
     # The seed string predates revisions; it stays, so tiny-tool's data (and key) are as built.
     rng = random.Random(f"tool-mix:{recipe.seed}:{step}")
     return [
-        (p.text, env.warm_start_trace(p, prompts, rng) if rng.random() < recipe.tool_fraction
-         else [(env.reference_answer(p), "", True)])
+        (
+            p.text,
+            env.warm_start_trace(p, prompts, rng)
+            if rng.random() < recipe.tool_fraction
+            else [(env.reference_answer(p), "", True)],
+        )
         for p in prompts
-    ]  # fmt: skip
+    ]
 
 
 def episode_sft_loss(model: torch.nn.Module, episodes: list) -> torch.Tensor:

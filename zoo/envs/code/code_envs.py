@@ -582,9 +582,12 @@ class SandboxedCodeEnv(Env):
         (``zoo.envs.execution.verdict``)."""
         cfg = self.config
         return map_tests(
-            self.pool, jobs, timeout_s=wall_timeout(cfg), cpu_s=cfg.timeout_s,
+            self.pool,
+            jobs,
+            timeout_s=wall_timeout(cfg),
+            cpu_s=cfg.timeout_s,
             memory_mb=cfg.memory_mb,
-        )  # fmt: skip
+        )
 
     @staticmethod
     def _outcome(verdict: TestVerdict, reward: float) -> str:

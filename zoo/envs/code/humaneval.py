@@ -130,9 +130,10 @@ class HumanEval(SandboxedCodeEnv, SplitMixin):
         if cfg.extra_tests:
             problems = [
                 {**p, "test": with_extra_tests(p["test"], EXTRA_TESTS[p["task_id"]])}
-                if p.get("task_id") in EXTRA_TESTS else p
+                if p.get("task_id") in EXTRA_TESTS
+                else p
                 for p in problems
-            ]  # fmt: skip
+            ]
         self._train, self._eval = split_off(problems, cfg.eval_size, self.name)
         self._init_orders()
 
@@ -167,13 +168,19 @@ class HumanEval(SandboxedCodeEnv, SplitMixin):
             for k in ("task_id", "prompt", "entry_point", "test", "canonical_solution")
         }
         split = split_check(problem["test"], problem["prompt"], problem["entry_point"])
-        answer.update(visible_tests=list(split.visible), hidden_tests=split.hidden,
-                      guessable=split.guessable)  # fmt: skip
+        answer.update(
+            visible_tests=list(split.visible), hidden_tests=split.hidden, guessable=split.guessable
+        )
         meta = {"task_id": problem["task_id"], "entry_point": problem["entry_point"]}
         return build_prompt(
-            question, instruction, self.config.prompt_format,
-            answer=answer, index=index, split=split, meta=meta,
-        )  # fmt: skip
+            question,
+            instruction,
+            self.config.prompt_format,
+            answer=answer,
+            index=index,
+            split=split,
+            meta=meta,
+        )
 
     def train_prompt(self, index: int, seed: int) -> Prompt:
         return self._prompt(self._train_item(index, seed), index, "train")

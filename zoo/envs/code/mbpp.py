@@ -273,9 +273,14 @@ class MBPP(SandboxedCodeEnv, SplitMixin):
         cfg = self.config
         question = MBPP_QUESTION.format(text=record["text"].strip(), tests="\n".join(shown))
         return build_prompt(
-            question, cfg.instruction, cfg.prompt_format,
-            answer=dict(record), index=index, split=split, meta={"task_id": record["task_id"]},
-        )  # fmt: skip
+            question,
+            cfg.instruction,
+            cfg.prompt_format,
+            answer=dict(record),
+            index=index,
+            split=split,
+            meta={"task_id": record["task_id"]},
+        )
 
     def train_prompt(self, index: int, seed: int) -> Prompt:
         return self._prompt(self._train_item(index, seed), index, "train")

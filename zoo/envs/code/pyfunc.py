@@ -82,13 +82,17 @@ def _family(name: str) -> list[tuple[str, Callable[[int], int]]]:
     if name == "linear":
         return [
             (_coef(a, "x") + _offset(b), lambda x, a=a, b=b: a * x + b)
-            for a in range(-9, 10) if a for b in bs
-        ]  # fmt: skip
+            for a in range(-9, 10)
+            if a
+            for b in bs
+        ]
     if name == "quadratic":
         return [
             (_coef(a, "x*x") + _offset(b), lambda x, a=a, b=b: a * x * x + b)
-            for a in range(-3, 4) if a for b in small_bs
-        ]  # fmt: skip
+            for a in range(-3, 4)
+            if a
+            for b in small_bs
+        ]
     if name == "mod":
         return [
             (f"x%{m}" + _offset(b), lambda x, m=m, b=b: x % m + b) for m in (2, 3, 4) for b in bs
@@ -171,8 +175,10 @@ class PyFunc(SandboxedCodeEnv, SplitMixin):
     def warm_start_prompts(self, start: int, n: int, seed: int) -> list[Prompt]:
         if not self._warm:
             return self.train_prompts(start, n, seed)  # warm_start_size 0: none set apart
-        return [self._prompt(self._warm[self._warm_stream(i, seed)], i, "warm_start")
-                for i in range(start, start + n)]  # fmt: skip
+        return [
+            self._prompt(self._warm[self._warm_stream(i, seed)], i, "warm_start")
+            for i in range(start, start + n)
+        ]
 
     @cached_property
     def _eval_prompts(self) -> list[Prompt]:
@@ -234,7 +240,10 @@ class PyFunc(SandboxedCodeEnv, SplitMixin):
         out = super().describe()
         source = f"procedural: families {self.config.families}, shown x {list(SHOWN_XS)}"
         out["sources"] = {"train": source, "eval": f"{source} (constant seed)"}
-        out["sizes"] = {"train": len(self._train), "eval": len(self._eval),
-                        "warm_start": len(self._warm)}  # fmt: skip
+        out["sizes"] = {
+            "train": len(self._train),
+            "eval": len(self._eval),
+            "warm_start": len(self._warm),
+        }
         out["hidden_xs"] = list(HIDDEN_XS)
         return out

@@ -180,8 +180,13 @@ _PROGRAM_PATH = "/tmp/.forge_zoo_main.py"
 _PACKAGES_PATH = "/opt/forge-zoo-packages"
 # One BLAS thread: the bound numpy and scipy would otherwise start a thread per host core,
 # which RLIMIT_NPROC (``max_processes``) refuses on a large machine.
-_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": _WORKDIR,
-        "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}  # fmt: skip
+_ENV = {
+    "PATH": "/usr/local/bin:/usr/bin:/bin",
+    "LANG": "C.UTF-8",
+    "HOME": _WORKDIR,
+    "OPENBLAS_NUM_THREADS": "1",
+    "OMP_NUM_THREADS": "1",
+}
 # Runs the program as __main__ (its own file name, line numbers and argv[0]) after putting
 # the bound packages on sys.path; ``-I -S`` leave no other way to add a path, and a line
 # put in front of the program would break a program that starts with a __future__ import.
@@ -667,8 +672,11 @@ def _package_dirs(python: str) -> tuple[tuple[str, str], ...]:
     try:
         version = subprocess.run(
             [python, "-I", "-S", "-c", "import sys; print(*sys.version_info[:2])"],
-            capture_output=True, text=True, timeout=30, check=True,
-        ).stdout.split()  # fmt: skip
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=True,
+        ).stdout.split()
     except (OSError, subprocess.SubprocessError):
         return ()
     if version != [str(sys.version_info[0]), str(sys.version_info[1])]:
@@ -718,10 +726,18 @@ def _probe_backend() -> _Backend:
         problems.append(cgroup_problem)
     if not problems:
         backend = _Backend(
-            True, python, prlimit, bwrap, _system_mounts(python), uid, gid,
-            seccomp=seccomp_filter(), disable_userns=_bwrap_knows(bwrap, "--disable-userns"),
-            cgroup=cgroup, packages=_package_dirs(python),
-        )  # fmt: skip
+            True,
+            python,
+            prlimit,
+            bwrap,
+            _system_mounts(python),
+            uid,
+            gid,
+            seccomp=seccomp_filter(),
+            disable_userns=_bwrap_knows(bwrap, "--disable-userns"),
+            cgroup=cgroup,
+            packages=_package_dirs(python),
+        )
         try:
             probe = _run(backend, "print(6 * 7)", timeout_s=10.0, memory_mb=256, stdin=b"")
             if probe.status != "ok" and cgroup and not os.environ.get(CGROUP_ENV_VAR):
@@ -977,20 +993,48 @@ def _run(
             for name, host in backend.packages:
                 packages += ["--ro-bind", host, f"{_PACKAGES_PATH}/{name}"]
             boot = ["-c", _BOOT.format(packages=_PACKAGES_PATH)] if packages else []
-            # fmt: off
             command = [
-                backend.bwrap, "--unshare-all", *hardening, "--die-with-parent",
-                "--new-session", "--as-pid-1", "--cap-drop", "ALL", "--clearenv",
+                backend.bwrap,
+                "--unshare-all",
+                *hardening,
+                "--die-with-parent",
+                "--new-session",
+                "--as-pid-1",
+                "--cap-drop",
+                "ALL",
+                "--clearenv",
                 *(a for k, v in _ENV.items() for a in ("--setenv", k, v)),
                 *backend.mounts,
-                "--dev", "/dev", "--size", str(16 << 20), "--tmpfs", "/dev/shm",
-                "--remount-ro", "/dev", "--proc", "/proc",
-                "--size", str(tmp_mb << 20), "--tmpfs", _WORKDIR,
-                "--ro-bind-data", str(program_fd), _PROGRAM_PATH, *packages,
-                "--remount-ro", "/", "--chdir", _WORKDIR, "--info-fd", str(info_w),
-                backend.prlimit, *limits, *python, *boot, _PROGRAM_PATH,
+                "--dev",
+                "/dev",
+                "--size",
+                str(16 << 20),
+                "--tmpfs",
+                "/dev/shm",
+                "--remount-ro",
+                "/dev",
+                "--proc",
+                "/proc",
+                "--size",
+                str(tmp_mb << 20),
+                "--tmpfs",
+                _WORKDIR,
+                "--ro-bind-data",
+                str(program_fd),
+                _PROGRAM_PATH,
+                *packages,
+                "--remount-ro",
+                "/",
+                "--chdir",
+                _WORKDIR,
+                "--info-fd",
+                str(info_w),
+                backend.prlimit,
+                *limits,
+                *python,
+                *boot,
+                _PROGRAM_PATH,
             ]
-            # fmt: on
             child_fds += pass_fds
             cwd, env = "/", _ENV
         else:
@@ -1000,10 +1044,17 @@ def _run(
             child_fds = [program_fd, *pass_fds]
             cwd, env = tmpdir.name, {**_ENV, "HOME": tmpdir.name}
         argv = [
-            backend.python, "-I", "-S", "-c", _REAPER, str(report_w), str(guard_r),
+            backend.python,
+            "-I",
+            "-S",
+            "-c",
+            _REAPER,
+            str(report_w),
+            str(guard_r),
             "-" if backend.uid is None else f"{backend.uid}:{backend.gid}",
-            ",".join(map(str, child_fds)), *command,
-        ]  # fmt: skip
+            ",".join(map(str, child_fds)),
+            *command,
+        ]
         start = time.monotonic()
         proc = subprocess.Popen(
             argv,
@@ -1034,9 +1085,18 @@ def _run(
                 ns_init = int(info.split(marker, 1)[1].split(b",", 1)[0].split(b"\n", 1)[0])
         tree.root = ns_init
         return _supervise(
-            proc, start, ns_init, report_r, stdin, timeout_s, memory_mb, max_output_bytes,
-            stop_fd, tree, cpu,
-        )  # fmt: skip
+            proc,
+            start,
+            ns_init,
+            report_r,
+            stdin,
+            timeout_s,
+            memory_mb,
+            max_output_bytes,
+            stop_fd,
+            tree,
+            cpu,
+        )
     finally:
         for fd in fds:
             with contextlib.suppress(OSError):

@@ -187,8 +187,19 @@ MARK = "\x00forge-zoo value"
 ``(MARK, kind, *payload)``. A plain tuple whose first item is ``MARK`` is sent as the kind
 "tuple", so no plain value is ever mistaken for one."""
 
-BUILTIN_FACTORIES = ("int", "float", "complex", "str", "bytes", "bool", "list", "tuple", "dict",
-                     "set", "frozenset")  # fmt: skip
+BUILTIN_FACTORIES = (
+    "int",
+    "float",
+    "complex",
+    "str",
+    "bytes",
+    "bool",
+    "list",
+    "tuple",
+    "dict",
+    "set",
+    "frozenset",
+)
 COLLECTIONS_FACTORIES = ("Counter", "OrderedDict", "deque")
 """``defaultdict`` factories that cross by name: these builtin types and collections'."""
 
@@ -312,8 +323,12 @@ def _lower_library(value, kind, opaque, depth):
             return (MARK, "namedtuple", _type_name(value).rpartition(".")[2], fields, items)
     fractions = sys.modules.get("fractions")
     if fractions is not None and issubclass(kind, fractions.Fraction):
-        return (MARK, "Fraction", lower(value.numerator, opaque, depth),
-                lower(value.denominator, opaque, depth))  # fmt: skip
+        return (
+            MARK,
+            "Fraction",
+            lower(value.numerator, opaque, depth),
+            lower(value.denominator, opaque, depth),
+        )
     decimal = sys.modules.get("decimal")
     if decimal is not None and issubclass(kind, decimal.Decimal):
         return (MARK, "Decimal", decimal.Decimal.__str__(value))
@@ -510,11 +525,21 @@ DISPATCH = "__fz_call__"
 """The name under which the candidate's namespace holds ``candidate_dispatch``'s function."""
 
 _SHIPPED: tuple[Any, ...] = (
-    _factory, _escape, lower, _lower_items, _lower_library, _lower_iterable, rebuild,
+    _factory,
+    _escape,
+    lower,
+    _lower_items,
+    _lower_library,
+    _lower_iterable,
+    rebuild,
     _rebuild_marked,
-    candidate_dispatch, TestsConnection, CandidateObject, ServedFunction, _send_back,
+    candidate_dispatch,
+    TestsConnection,
+    CandidateObject,
+    ServedFunction,
+    _send_back,
     syntax_report,
-)  # fmt: skip
+)
 VALUES_SOURCE = "\n".join(
     [
         f"MARK = {MARK!r}",
@@ -609,9 +634,12 @@ def run_tests(job: TestJob, *, timeout_s: float, memory_mb: int, **limits: Any) 
         try:
             outcome["result"] = execute(
                 _candidate_program(job.candidate, request_r, reply_w),
-                timeout_s=timeout_s, memory_mb=memory_mb, pass_fds=(request_r, reply_w),
-                stop_fd=stop_r, **limits,
-            )  # fmt: skip
+                timeout_s=timeout_s,
+                memory_mb=memory_mb,
+                pass_fds=(request_r, reply_w),
+                stop_fd=stop_r,
+                **limits,
+            )
         except BaseException as exc:  # re-raised in the caller's thread
             outcome["error"] = exc
 
@@ -620,9 +648,11 @@ def run_tests(job: TestJob, *, timeout_s: float, memory_mb: int, **limits: Any) 
     try:
         tests = execute(
             _tests_program(job, request_w, reply_r, nonce),
-            timeout_s=timeout_s + TESTS_GRACE_S, memory_mb=memory_mb,
-            pass_fds=(request_w, reply_r), **limits,
-        )  # fmt: skip
+            timeout_s=timeout_s + TESTS_GRACE_S,
+            memory_mb=memory_mb,
+            pass_fds=(request_w, reply_r),
+            **limits,
+        )
     finally:
         thread.join(CANDIDATE_EXIT_GRACE_S)  # it normally exits on the end-of-file
         os.write(stop_w, b"x")
@@ -633,9 +663,11 @@ def run_tests(job: TestJob, *, timeout_s: float, memory_mb: int, **limits: Any) 
         raise outcome["error"]
     passed = tests.status == "ok" and nonce in tests.stdout.splitlines()
     return TestVerdict(
-        passed=passed, tests=tests, candidate=outcome["result"],
+        passed=passed,
+        tests=tests,
+        candidate=outcome["result"],
         candidate_syntax_error=_syntax_error(tests.stdout, nonce),
-    )  # fmt: skip
+    )
 
 
 def map_tests(pool: SandboxPool, jobs: Iterable[TestJob], **limits: Any) -> list[TestVerdict]:

@@ -113,8 +113,9 @@ class RunningSum(Env):
 
     def _prompt(self, terms: Problem, index: int, split: str) -> Prompt:
         text = "+".join(map(str, terms)) + "="
-        return Prompt(text=text, answer=sum(terms), index=index, split=split,
-                      meta={"terms": list(terms)})  # fmt: skip
+        return Prompt(
+            text=text, answer=sum(terms), index=index, split=split, meta={"terms": list(terms)}
+        )
 
     def train_prompt(self, index: int, seed: int) -> Prompt:
         # String seeds are hashed with SHA-512 by `random`: stable across runs and machines.

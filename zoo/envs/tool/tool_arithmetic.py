@@ -258,8 +258,12 @@ class ToolArithmetic(MultiTurnEnv):
             f"What is {a}*{b}? You may use the {TOOL_NAME} tool. Give the final answer as "
             "the integer alone."
         )
-        meta = {"prompt_format": "chat", "messages": [{"role": "user", "content": text}],
-                "tools": [CALCULATOR], "expression": f"{a}*{b}"}  # fmt: skip
+        meta = {
+            "prompt_format": "chat",
+            "messages": [{"role": "user", "content": text}],
+            "tools": [CALCULATOR],
+            "expression": f"{a}*{b}",
+        }
         return Prompt(text=text, answer=a * b, index=index, split=split, meta=meta)
 
     @cached_property
@@ -370,9 +374,11 @@ class ToolArithmetic(MultiTurnEnv):
     def describe(self) -> dict[str, Any]:
         out = super().describe()
         if self.config.tool_format == "qwen3":
-            out["tool"] = (f"{CALL_OPEN}{{\"name\": \"{TOOL_NAME}\", \"arguments\": "
-                           f"{{\"expression\": ...}}}}{CALL_CLOSE} -> a tool message: <value> "
-                           "or error: <why>")  # fmt: skip
+            out["tool"] = (
+                f'{CALL_OPEN}{{"name": "{TOOL_NAME}", "arguments": '
+                f'{{"expression": ...}}}}{CALL_CLOSE} -> a tool message: <value> '
+                "or error: <why>"
+            )
         else:
             out["tool"] = f"{TOOL_PREFIX}<expression> -> =<value>\\n or {ERROR_OBSERVATION!r}"
         return out

@@ -47,8 +47,11 @@ def resolve_backend(
         error = vllm_import_error()
         if error is None:
             return "vllm"
-        print(f"notice: vLLM cannot be imported ({error}); generating with transformers "
-              "(--generator hf)", file=sys.stderr)  # fmt: skip
+        print(
+            f"notice: vLLM cannot be imported ({error}); generating with transformers "
+            "(--generator hf)",
+            file=sys.stderr,
+        )
         return "hf"
     return backend
 
@@ -77,8 +80,10 @@ def make_generator(
         )
     if backend == "vllm":
         if tensor_parallel > 1:
-            parallel = {"tensor_parallel_size": tensor_parallel,
-                        "distributed_executor_backend": "mp"}  # fmt: skip
+            parallel = {
+                "tensor_parallel_size": tensor_parallel,
+                "distributed_executor_backend": "mp",
+            }
         else:
             parallel = {}
         return VLLMGenerator(
