@@ -1,5 +1,5 @@
 """What defines a run: ``RunConfig``, its valid choices, validation and size-dependent
-defaults. The command line is generated from these fields (harness/cli.py), and every run
+defaults. The command line is generated from these fields (harness/parsing.py), and every run
 records them in its config.json."""
 
 from __future__ import annotations
@@ -66,7 +66,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "old_logprob_pass": OLD_LOGPROB_PASSES,
 }
 """The valid values of RunConfig's string fields that have a fixed set: ``validate`` and
-the command line (harness/cli.py builds its flags from RunConfig) read them here."""
+the command line (harness/parsing.py builds its flags from RunConfig) read them here."""
 
 
 @dataclass
