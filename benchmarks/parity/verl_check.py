@@ -78,6 +78,15 @@ def load_verl(path: Path | str | None = None) -> ModuleType | None:
         return None
 
 
+def verl_installed(path: Path | str | None = None) -> bool:
+    """Whether ``path`` (default ``.verl/``) holds verl's core_algos, checked without
+    importing anything (the tests run the check in a subprocess, so that .verl/'s
+    antlr4 4.9.3 and dill, which omegaconf and verl need, never shadow the project's
+    own in the test session)."""
+    where = Path(path) if path is not None else VERL_DIR
+    return (where / "verl" / "trainer" / "ppo" / "core_algos.py").is_file()
+
+
 def verl_missing_reason(path: Path | str | None = None) -> str:
     """Why ``load_verl`` found nothing, in words for a skip message."""
     where = Path(path) if path is not None else VERL_DIR
@@ -542,6 +551,8 @@ def run(verl_path: Path | str | None = None, seed: int = 0) -> tuple[list[Row], 
         raise RuntimeError(verl_missing_reason(verl_path))
     batch = make_batch(seed)
     rows = [compare(core, case, batch) for case in CASES]
+    # a control: grpo's seq_mean against verl's token-mean must be seen as a difference
+    control = compare(core, CASES[0], batch, agg="token-mean")
     import verl
 
     meta = {
@@ -550,6 +561,11 @@ def run(verl_path: Path | str | None = None, seed: int = 0) -> tuple[list[Row], 
         "batch": batch.describe(),
         "tolerances": {"advantages": ADV_TOL, "loss": LOSS_TOL, "grad": GRAD_TOL},
         "aggregation_map": AGG_MODES,
+        "control_grpo_token_mean": {
+            "loss_diff": control.loss_diff,
+            "grad_diff": control.grad_diff,
+            "loss_match": control.loss_match,
+        },
     }
     return rows, meta
 
@@ -584,6 +600,13 @@ def markdown(rows: list[Row], meta: dict[str, Any]) -> str:
             f"{_fmt(r.grad_diff)} | {'match' if r.adv_match else 'differs'} | "
             f"{'match' if r.loss_match else 'differs'} |"
         )
+    c = meta["control_grpo_token_mean"]
+    lines += [
+        "",
+        f"Control: grpo against verl's token-mean (the wrong mapping) gives |loss diff| "
+        f"{_fmt(c['loss_diff'])}, max |grad diff| {_fmt(c['grad_diff'])}: "
+        f"{'match (the check is blind!)' if c['loss_match'] else 'differs, as it must'}.",
+    ]
     lines += ["", "## Why", ""]
     lines += [f"- **{r.row}**: {r.why}" for r in rows if r.why]
     return "\n".join(lines) + "\n"
