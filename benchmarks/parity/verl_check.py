@@ -27,9 +27,8 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
-import math
 import sys
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from types import ModuleType, SimpleNamespace
 from typing import Any
@@ -187,8 +186,8 @@ def make_batch(seed: int = 0, groups: int = 16, group_size: int = 8, max_len: in
 class Case:
     """One comparison: a forge-zoo algorithm (with overrides) against verl's estimator
     ``verl_adv`` and policy loss ``verl_loss`` at ``verl_options`` (ActorConfig fields;
-    ``policy_loss`` holds PolicyLossConfig fields). ``why``: the explanation shown when a
-    part differs (or a note when it matches)."""
+    ``policy_loss`` holds PolicyLossConfig fields; ``kl`` = (verl kl_loss_type,
+    kl_loss_coef), verl's ``use_kl_loss`` term). The explanation of a row is ``WHY[row]``."""
 
     row: str
     algorithm: str
@@ -196,10 +195,8 @@ class Case:
     verl_adv: str
     verl_loss: str
     verl_options: dict[str, Any]
-    why: str = ""
     seed_draw: bool = False
     """The verl loss draws tokens with torch's global generator (clip_cov): seeded."""
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 CASES: tuple[Case, ...] = (
@@ -618,14 +615,8 @@ def write(rows: list[Row], meta: dict[str, Any], out: Path = RESULTS) -> list[Pa
     md, js = out / "verl_batch.md", out / "verl_batch.json"
     md.write_text(markdown(rows, meta))
     payload = {"meta": meta, "rows": [asdict(r) for r in rows]}
-    js.write_text(json.dumps(payload, indent=1, default=_json_default) + "\n")
+    js.write_text(json.dumps(payload, indent=1) + "\n")
     return [md, js]
-
-
-def _json_default(x: Any) -> Any:
-    if isinstance(x, float) and not math.isfinite(x):
-        return str(x)
-    raise TypeError(f"not JSON: {x!r}")
 
 
 def main(argv: list[str] | None = None) -> int:
