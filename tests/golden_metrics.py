@@ -90,6 +90,10 @@ BUILT_INS = [
 ]
 """The built-in algorithms (`harness list algorithms`); test_golden_metrics checks the
 list is still complete."""
+CI_GUARDED = ["grpo", "dapo", "gspo", "cispo", "ppo", "gigpo"]
+"""The built-ins CI's refactor guard runs (one of each kind: token and sequence ratios, a
+clipped weight, a critic, multi-turn credit), with GRPO on Monarch; scripts/check-all.sh
+and this script run every built-in."""
 CONTROLS = ["grpo_twin"]
 """Built-ins that are copies of another (a board's negative control): no golden run of
 their own; test_tuning checks grpo_twin's loss and gradient are grpo's, bit for bit."""
@@ -224,12 +228,17 @@ def unguarded(reference: dict[str, list[dict[str, Any]]]) -> list[str]:
     return [a for a in BUILT_INS if f"{a}/local" not in reference]
 
 
-def produce_at(commit: str, work: Path) -> dict[str, list[dict[str, Any]]]:
+def produce_at(
+    commit: str, work: Path, algorithms: list[str] | None = None
+) -> dict[str, list[dict[str, Any]]]:
     """``produce`` with the code of ``commit``: the built-ins its golden files hold (a
-    newer built-in is not in its code)."""
+    newer built-in is not in its code), of ``algorithms`` if given."""
     tree = tree_of(commit, work / "tree")
     known = recorded_built_ins(sorted((tree / "tests" / "golden").glob("metrics-*.json")))
-    return produce(work / "runs", root=tree, algorithms=known or BUILT_INS)
+    known = known or BUILT_INS
+    if algorithms is not None:
+        known = [a for a in known if a in algorithms]
+    return produce(work / "runs", root=tree, algorithms=known)
 
 
 def added_fields(

@@ -40,6 +40,7 @@ def test_utilisation_and_sandbox_benchmarks_write_their_tables(tmp_path, tiny_mo
 
 
 @pytest.mark.slow
+@pytest.mark.extra  # CI keeps the utilisation, sandbox and engine-call benchmarks
 def test_every_benchmark_runs_on_tiny_settings(tmp_path, tiny_model_path):
     result = run_harness("bench", "--quick", "--out", str(tmp_path), cwd=tmp_path, timeout=1800)
     assert result.returncode == 0, result.stderr
@@ -74,6 +75,7 @@ def test_one_engine_call_for_greedy_and_sampled_evaluation_gives_the_same_tokens
 
 
 @pytest.mark.slow
+@pytest.mark.extra  # CI keeps the utilisation, sandbox and engine-call benchmarks
 def test_the_board_benchmark_splits_a_boards_run_and_prices_the_bare_loop(tmp_path):
     """benchmarks/board.py on tiny settings: each board's compare runs two runs, the second
     on the first one's engine (start-up near zero), and the row's shares and ratios are

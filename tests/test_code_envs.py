@@ -592,6 +592,7 @@ def test_mbpp_partial_hidden_fraction_and_tasks_with_nothing_hidden(mbpp, mbpp_f
 
 
 @pytest.mark.slow
+@pytest.mark.recheck  # re-measures a committed figure on real data: scripts/check-all.sh
 def test_real_sanitized_mbpp_a_table_of_the_prompt_fails_and_references_pass(tmp_path):
     """All 427 tasks of the sanitized MBPP (its four splits): a local copy of Google's file
     named by ``FORGE_ZOO_MBPP_SANITIZED_JSON``, else the Hugging Face cache, else skipped

@@ -369,7 +369,11 @@ def busy_cores(n: int):
 
 
 @pytest.mark.slow  # 427 + 164 verdicts per load, ~1 minute idle, a few busy
-@pytest.mark.parametrize("load", ["idle", "busy"])
+@pytest.mark.parametrize(
+    "load",
+    # CI keeps the busy case (the one a time limit can refuse); check-all.sh runs both
+    [pytest.param("idle", marks=pytest.mark.recheck), "busy"],
+)
 def test_every_real_reference_scores_one_at_the_default_limits_idle_and_busy(tmp_path, load):
     """Every reference solution of the sanitized MBPP (427 tasks over its four splits) and
     every canonical HumanEval solution (164) scores 1 through the verdict at the envs'

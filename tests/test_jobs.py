@@ -204,6 +204,7 @@ its trainer and generator processes on its host(s)."""
 
 
 @pytest.mark.slow  # 4 tiny runs on two stand-in hosts: ~4 minutes on 2 busy cores
+@pytest.mark.extra  # CI keeps --jobs 2 locally; two hosts: test_placement's replicas test
 def test_two_jobs_on_two_hosts_give_the_numbers_of_one(tiny_model_path, tmp_path: Path, two_hosts):
     """A placement file with two hosts (local Monarch workers standing in): with --jobs 2
     each worker takes one host and places all of its runs' services there; with --jobs 1
