@@ -20,7 +20,8 @@ from harness.claims import claims_table
 from harness.controls import legacy_board_power, legacy_verdicts
 from harness.eval_cost import evaluation_table
 from harness.fits import MIN_IDENTIFIED_SHARE, bootstrap_fit, extrapolation_check
-from harness.samples import write_samples_pages
+from harness.run_flags import REPO_ROOT
+from harness.samples import run_page_name, runs_with_samples, write_samples_pages
 from harness.scores import (
     HEADLINE_POINTS,
     SAMPLED_METRICS,
@@ -677,9 +678,10 @@ def write_analysis(out: Path) -> dict[str, pd.DataFrame]:
 
 
 def samples_section(out: Path) -> list[str]:
-    """report.md's links to the samples pages (none for runs from before samples.jsonl)."""
-    pages = sorted((out / "samples").glob("*.html"))
-    runs = [p for p in pages if p.name != "index.html"]
+    """report.md's links to the samples pages (none for runs from before samples.jsonl),
+    saying how to build them: the pages are not committed, so a reader of a committed
+    report needs the command."""
+    runs = runs_with_samples(out)
     if not runs:
         return []
     return [
@@ -688,15 +690,27 @@ def samples_section(out: Path) -> list[str]:
         "What the policy wrote: per run, the first groups of every step (reward, advantage,",
         "finish reason, policy version) and the first held-out problems at every evaluation",
         "point (greedy completion beside the reference), with a step selector and filter;",
-        "the pages open offline. [All runs](samples/index.html).",
+        "the pages open offline. They are built on demand, not committed (git ignores",
+        f"them): `python -m harness samples {shown_folder(out)}` writes them from the runs'",
+        "samples.jsonl (`analyze` and `leaderboard` do too). [All runs](samples/index.html).",
         "",
         f"<details><summary>The {len(runs)} runs' pages</summary>",
         "",
-        *[f"- [{p.stem}](samples/{p.name})" for p in runs],
+        *[f"- [{d.name}](samples/{run_page_name(d)})" for d in runs],
         "",
         "</details>",
         "",
     ]
+
+
+def shown_folder(out: Path) -> str:
+    """``out`` as a command in report.md names it: relative to the repository when inside
+    it (``results/<experiment>``, whatever the folder the report was written from), else
+    as given."""
+    try:
+        return out.resolve().relative_to(REPO_ROOT).as_posix()
+    except ValueError:
+        return out.as_posix()
 
 
 def tool_use_section(tables: dict[str, str]) -> list[str]:

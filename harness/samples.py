@@ -3,12 +3,18 @@ wrote at each step and each evaluation point) beside its curves, with a step sel
 train/eval filter and a text search. Pages are self-contained (inline CSS, script and
 SVG, no network), so they open offline from the file system. The compare report links
 them from ``samples/index.html``; the HTML leaderboard links a page per experiment
-(leaderboards/samples/) with each row's last evaluation samples and links to these."""
+(leaderboards/samples/) with each row's last evaluation samples and links to these.
+
+The pages are built on demand and never committed (git ignores them): they are made
+entirely from samples.jsonl and metrics.jsonl, which are committed, and they weighed a
+third of the tree. `harness samples PATH` builds them for a run or an experiment;
+`harness analyze` and `harness leaderboard` build them too."""
 
 from __future__ import annotations
 
 import json
 import math
+import os
 from html import escape
 from pathlib import Path
 from typing import Any
@@ -217,26 +223,46 @@ def samples_page(run_dir: Path, title: str | None = None) -> str:
     )
 
 
-def write_samples_pages(experiment: Path) -> Path | None:
-    """``samples/<run>.html`` for every run of ``experiment`` with a samples.jsonl, and
-    ``samples/index.html`` (the reward plot, the runs, links); None when no run kept
-    samples (runs recorded before samples.jsonl)."""
-    run_dirs = [d for d in sorted((experiment / "runs").glob("*")) if read_samples(d)]
+def run_page_name(run_dir: Path) -> str:
+    """The file name of a run's samples page (the compare report links it by this name)."""
+    return f"{run_dir.name}.html"
+
+
+def write_run_page(run_dir: Path, out: Path) -> Path:
+    """``out``/<run>.html, the run's samples page; ``out`` is made when missing."""
+    out.mkdir(parents=True, exist_ok=True)
+    page = out / run_page_name(run_dir)
+    page.write_text(samples_page(run_dir), encoding="utf-8")
+    return page
+
+
+def runs_with_samples(experiment: Path) -> list[Path]:
+    """The run folders of ``experiment`` that kept samples (runs recorded before
+    samples.jsonl existed have none)."""
+    return [d for d in sorted((experiment / "runs").glob("*")) if read_samples(d)]
+
+
+def write_samples_pages(experiment: Path, out: Path | None = None) -> Path | None:
+    """A page per run of ``experiment`` with a samples.jsonl, and ``index.html`` (the
+    reward plot, the runs, links), written into ``out`` (default: the experiment's
+    samples/, where its report.md links them); None when no run kept samples (runs
+    recorded before samples.jsonl)."""
+    run_dirs = runs_with_samples(experiment)
     if not run_dirs:
         return None
-    out = experiment / "samples"
-    out.mkdir(exist_ok=True)
+    out = out if out is not None else experiment / "samples"
     links = []
     for d in run_dirs:
-        (out / f"{d.name}.html").write_text(samples_page(d), encoding="utf-8")
+        page = write_run_page(d, out)
         evals = [r["eval_reward"] for r in read_metrics(d) if "eval_reward" in r]
         last = f"{evals[-1]:.3f}" if evals else "-"
         links.append(
-            f"<tr><td><a href='{escape(d.name)}.html'>{escape(d.name)}</a></td>"
+            f"<tr><td><a href='{escape(page.name)}'>{escape(d.name)}</a></td>"
             f"<td>{len(read_samples(d))}</td><td>{last}</td></tr>"
         )
     plot = experiment / "plots" / "reward_vs_flops.png"
-    image = "<p><img alt='reward vs FLOPs' src='../plots/reward_vs_flops.png'></p>"
+    src = Path(os.path.relpath(plot.absolute(), out.absolute())).as_posix()
+    image = f"<p><img alt='reward vs FLOPs' src='{escape(src)}'></p>"
     index = (
         "<!doctype html><html><head><meta charset='utf-8'>"
         f"<title>samples: {escape(experiment.name)}</title><style>{STYLE}img{{max-width:"

@@ -1,6 +1,7 @@
 """samples.jsonl: what each step and evaluation kept, the same after a kill and --resume;
 its pages in the compare report and the HTML leaderboard, opened offline in headless
-Chromium (DOM dumped after the page's script ran, a screenshot under the test's folder)."""
+Chromium (DOM dumped after the page's script ran, a screenshot under the test's folder);
+`harness samples PATH`, which builds the pages on demand (they are not committed)."""
 
 from __future__ import annotations
 
@@ -126,6 +127,7 @@ def experiment(tiny_path, tiny_generator, tmp_path_factory) -> Path:
 def test_the_report_links_a_samples_page_for_every_run(experiment):
     report = (experiment / "report.md").read_text()
     assert "## Samples" in report and "(samples/index.html)" in report
+    assert f"`python -m harness samples {experiment.as_posix()}`" in report  # (not committed)
     for run_dir in sorted((experiment / "runs").iterdir()):
         page = experiment / "samples" / f"{run_dir.name}.html"
         assert f"(samples/{run_dir.name}.html)" in report
@@ -230,3 +232,122 @@ def test_pages_load_offline_in_a_headless_browser_with_plots_and_tables(experime
             assert check["shown"] == expected < check["rows"]
         elif name != "leaderboard samples":  # the reward plot, loaded from the file system
             assert check["imgs"], (name, check)
+
+
+def completions_of(name: str) -> list[str]:
+    """What the hand-written run ``name`` wrote: a train and an eval row at steps 1 and 2,
+    with characters the page must escape."""
+    return [f"{name} wrote <{step}{kind}>" for step in (1, 2) for kind in ("train", "eval")]
+
+
+def write_small_run(run_dir: Path, samples: bool = True) -> None:
+    """A run folder as a run leaves it, written by hand (no training): metrics at steps 0-2
+    and, when ``samples``, the rows of ``completions_of`` its name."""
+    run_dir.mkdir(parents=True)
+    records = [
+        {"step": s, "reward_mean": 0.1 * s, "eval_reward": 0.2 * s, "flops": 1e9 * s}
+        for s in (0, 1, 2)
+    ]
+    (run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    if samples:
+        rows = [
+            {
+                "step": int(c.split("<")[1][0]),
+                "kind": c.split("<")[1][1:-1],
+                "index": 0,
+                "prompt": "1+1=",
+                "completion": c,
+                "reference": "2",
+                "reward": 0.0,
+            }
+            for c in completions_of(run_dir.name)
+        ]
+        (run_dir / "samples.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def small_experiment(root: Path) -> Path:
+    """results/exp: two runs with samples and one recorded before runs kept them."""
+    exp = root / "results" / "exp"
+    exp.mkdir(parents=True)
+    (exp / "experiment.json").write_text(json.dumps({"command": "test", "runs": {}}))
+    for name in ("grpo__arithmetic__seed0", "dapo__arithmetic__seed0"):
+        write_small_run(exp / "runs" / name)
+    write_small_run(exp / "runs" / "old__arithmetic__seed0", samples=False)
+    return exp
+
+
+def harness(*argv: str | Path) -> int:
+    from harness.cli import main
+
+    return main([str(a) for a in argv])
+
+
+def test_samples_command_writes_a_run_page_holding_its_completions(tmp_path, capsys):
+    from html import escape
+
+    exp = small_experiment(tmp_path)
+    assert harness("samples", exp / "runs" / "grpo__arithmetic__seed0") == 0
+    page = exp / "samples" / "grpo__arithmetic__seed0.html"  # where report.md links it
+    assert capsys.readouterr().out == f"wrote {page}\n"
+    html = page.read_text()
+    assert all(escape(c) in html for c in completions_of("grpo__arithmetic__seed0"))
+    assert html.count("<tr class='") == 4 and "<svg id='curves'" in html
+    assert sorted(p.name for p in (exp / "samples").iterdir()) == [page.name]  # that run only
+
+    alone = tmp_path / "alone"  # a run outside an experiment: its own samples/, or --out
+    write_small_run(alone)
+    assert harness("samples", alone) == 0 and (alone / "samples" / "alone.html").is_file()
+    assert harness("samples", alone, "--out", tmp_path / "elsewhere") == 0
+    html = (tmp_path / "elsewhere" / "alone.html").read_text()
+    assert all(escape(c) in html for c in completions_of("alone"))
+
+
+def test_samples_command_writes_every_run_of_an_experiment_and_the_index(tmp_path, capsys):
+    exp = small_experiment(tmp_path)
+    (exp / "plots").mkdir()
+    (exp / "plots" / "reward_vs_flops.png").write_bytes(b"png")
+    assert harness("samples", exp) == 0
+    out = capsys.readouterr().out
+    assert out == f"wrote {exp / 'samples' / 'index.html'} and the pages of its 2 runs beside it\n"
+    names = sorted(p.name for p in (exp / "samples").iterdir())
+    assert names == ["dapo__arithmetic__seed0.html", "grpo__arithmetic__seed0.html", "index.html"]
+    index = (exp / "samples" / "index.html").read_text()
+    assert "href='grpo__arithmetic__seed0.html'" in index and "old__" not in index
+    assert "src='../plots/reward_vs_flops.png'" in index
+
+    pages = tmp_path / "pages" / "exp"  # --out: the plot's link still finds the plot
+    assert harness("samples", exp, "--out", pages) == 0
+    assert "src='../../results/exp/plots/reward_vs_flops.png'" in (pages / "index.html").read_text()
+    assert (pages / "dapo__arithmetic__seed0.html").is_file()
+
+
+@pytest.mark.parametrize(
+    ("where", "says"),
+    [
+        ("missing", "no such folder"),
+        ("empty", "neither a run folder"),
+        ("exp/runs/old__arithmetic__seed0", "no samples.jsonl"),
+        ("old-exp", "none of its runs kept samples.jsonl"),
+    ],
+)
+def test_samples_command_refuses_a_path_without_samples_naming_it(tmp_path, capsys, where, says):
+    small_experiment(tmp_path)
+    (tmp_path / "empty").mkdir()
+    write_small_run(tmp_path / "old-exp" / "runs" / "old__arithmetic__seed0", samples=False)
+    path = tmp_path / "results" / where if where.startswith("exp") else tmp_path / where
+    assert harness("samples", path) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {path}: {says}") and err.count("\n") == 1, err
+    assert not list(tmp_path.rglob("*.html"))
+
+
+def test_the_report_says_how_to_build_the_pages(tmp_path):
+    from harness.analysis import samples_section, shown_folder
+    from harness.run_flags import REPO_ROOT
+
+    exp = small_experiment(tmp_path)
+    section = "\n".join(samples_section(exp))  # from the runs, before any page exists
+    assert f"`python -m harness samples {exp.as_posix()}`" in section
+    assert "- [grpo__arithmetic__seed0](samples/grpo__arithmetic__seed0.html)" in section
+    assert "old__" not in section and not (exp / "samples").exists()
+    assert shown_folder(REPO_ROOT / "results" / "exp") == "results/exp"  # a committed one
