@@ -351,3 +351,29 @@ def test_the_report_says_how_to_build_the_pages(tmp_path):
     assert "- [grpo__arithmetic__seed0](samples/grpo__arithmetic__seed0.html)" in section
     assert "old__" not in section and not (exp / "samples").exists()
     assert shown_folder(REPO_ROOT / "results" / "exp") == "results/exp"  # a committed one
+
+
+def test_no_samples_page_is_committed():
+    """The pages are generated (`harness samples`, `analyze`, `leaderboard`): git ignores
+    them, and none may be tracked. Skipped outside a git checkout (an sdist, a copy)."""
+    repo = Path(__file__).resolve().parents[1]
+    if shutil.which("git") is None or not (repo / ".git").exists():
+        pytest.skip("not a git checkout")
+    listed = subprocess.run(
+        ["git", "-C", str(repo), "ls-files", "-z", "--", "*.html"],
+        capture_output=True,
+        check=True,
+    ).stdout.decode()
+    pages = [p for p in listed.split("\0") if p and "samples" in Path(p).parent.parts]
+    assert pages == [], f"{len(pages)} samples pages are tracked, e.g. {pages[:3]}"
+    probe = [  # a committed experiment's, an archived one's, the board's
+        "results/tiny-arithmetic-zoo/samples/index.html",
+        "results/archive/tune-running-sum-on-policy-eps0.2/samples/index.html",
+        "leaderboards/samples/tiny-arithmetic-zoo.html",
+    ]
+    ignored = subprocess.run(
+        ["git", "-C", str(repo), "check-ignore", "--no-index", *probe],
+        capture_output=True,
+        text=True,
+    ).stdout.split()
+    assert ignored == probe
