@@ -227,6 +227,7 @@ def test_a_second_engine_garbage_collected_leaves_the_first_working(generator, t
 
 
 @pytest.mark.slow
+@pytest.mark.extra  # CI keeps the end-to-end run (test_placement's tensor-parallel generator)
 def test_tensor_parallel_engine_generates_and_syncs_like_one_process(generator, tiny_path):
     """vLLM tensor parallelism over 2 worker processes (services.generator.procs: 2):
     the same greedy continuations and, for seeded samples, the same tokens with logprobs
