@@ -32,6 +32,7 @@ from harness.scores import HEADLINE, experiment_headline
 from harness.stats import row_mdd
 from zoo.core.config import ConfigError
 from zoo.files import UnreadableFile, read_json, read_table
+from zoo.run.diffs import kept_diffs
 from zoo.run.runlog import SAMPLES, read_sessions
 
 
@@ -58,7 +59,7 @@ def run_provenance(run_dir: Path) -> dict:
         "run": run_dir.name,
         "states": states,
         "dirty": any(d is True for _, d in states),
-        "diff_kept": any(run_dir.glob("source*.diff")),
+        "diff_kept": bool(kept_diffs(run_dir)),
         "unknown": any(c is None or d is None for c, d in states),
         "start_weights_sha256": config.get("start_weights_sha256"),
         "start_weights": config.get("start_weights"),
@@ -107,7 +108,8 @@ def row_provenance(run_dirs: list[Path]) -> dict:
         kept = sum(r["dirty"] and r["diff_kept"] for r in runs)
         notes.append(
             f"{dirty} of {len(runs)} runs from a modified tree; the diff is kept "
-            f"(source.diff in the run folder) for {kept} of them"
+            "(source.diff in the run folder, or its pointer source.diff.sha256 into "
+            f"diffs/) for {kept} of them"
         )
     unknown = sum(r["unknown"] for r in runs)
     if unknown:
@@ -544,7 +546,8 @@ def build_leaderboards(results: Path, out: Path, allow_dirty: bool = False) -> l
             + "\n".join(lines)
             + "\nRe-run them from a clean checkout, or pass --allow-dirty to build the "
             "leaderboards anyway with their commits marked '+dirty' (each run's diff, "
-            "where recorded, is its folder's source.diff)."
+            "where recorded, is its folder's source.diff, or the file its source.diff.sha256 "
+            "names in the experiment's diffs/)."
         )
     rows = [row for e in experiments for row in experiment_rows(e)]
     if not rows:

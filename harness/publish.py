@@ -4,9 +4,10 @@ repository, so that boards can be shared without growing the code repository.
 ``publish(experiment, "OWNER/NAME")`` creates the data set repository when it is missing
 and uploads, in one commit (``HfApi.create_commit``), every file ``reproduce`` and
 ``analyze`` read: experiment.json, each run's records (config.json, metrics.jsonl,
-samples.jsonl, sessions.jsonl, complete.json, source.diff, earlier starts ...), tables/,
-plots/ and report.md. Checkpoints (any path with a part named ``checkpoint*``), the
-``samples/`` pages and links are left out. Beside them goes ``manifest.json``: each file's
+samples.jsonl, sessions.jsonl, complete.json, source.diff or its pointer, earlier starts
+...), the diffs/ store the pointers name (zoo.run.diffs), tables/, plots/ and report.md.
+Checkpoints (any path with a part named ``checkpoint*``), the ``samples/`` pages and links
+are left out. Beside them goes ``manifest.json``: each file's
 sha256 and size, and the code commit(s) the runs were made at (their config.json).
 
 ``fetch("OWNER/NAME", out)`` downloads a snapshot into the Hugging Face cache

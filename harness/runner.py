@@ -24,6 +24,7 @@ from zoo.run.checkpoint import (
     save_checkpoint,
     set_aside_damaged,
 )
+from zoo.run.diffs import diff_files
 from zoo.run.loop import RLLoop, resolved_config
 from zoo.run.plan import RunPlan
 from zoo.run.run_config import NOT_DEFINING, RunConfig
@@ -62,7 +63,8 @@ def holds_metrics(out: Path) -> bool:
 EARLIER_STARTS = "earlier-starts"
 """Where a run that starts over (it stopped before its first checkpoint) keeps what its
 earlier start recorded: ``earlier-starts/<k>/`` (metrics, samples, sessions, config,
-source diffs). Nothing recorded is deleted."""
+source diffs or their pointers; the store stays where it is, and a pointer there still
+finds it: zoo.run.diffs). Nothing recorded is deleted."""
 
 
 def set_aside_start(out: Path) -> Path | None:
@@ -76,7 +78,7 @@ def set_aside_start(out: Path) -> Path | None:
         k += 1
     kept = out / EARLIER_STARTS / str(k)
     kept.mkdir(parents=True)
-    for path in [*records, out / "config.json", *sorted(out.glob("source*.diff"))]:
+    for path in [*records, out / "config.json", *diff_files(out)]:
         if path.exists():
             path.rename(kept / path.name)
     return kept

@@ -9,10 +9,13 @@ save that was killed) are resumed from, with a note, and a start that saved no c
 starts over with its records kept in ``earlier-starts/<k>/``.
 
 The cases run ``harness.cli.main`` in this process (tests/test_fuzz.py's ``call``): an
-exception other than SystemExit fails the case with its traceback."""
+exception other than SystemExit fails the case with its traceback. The module's runs are
+made, and its commands run, as from a modified tree (``MODIFIED``), so each run folder
+holds a diff pointer and the experiment a diff store (zoo/run/diffs.py)."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import random
@@ -25,9 +28,9 @@ from harness_cli import run_harness
 from test_fuzz import call
 
 from harness.runner import EARLIER_STARTS
-from zoo.run import checkpoint
+from zoo.run import checkpoint, runlog
 from zoo.run.checkpoint import DAMAGED, checkpoint_step, current
-from zoo.run.runlog import is_timing_key
+from zoo.run.runlog import GitState, is_timing_key
 
 SMALL = [
     "--steps",
@@ -47,6 +50,20 @@ SMALL = [
 """A run of 2 steps with a checkpoint after each (~2 s of training on the tiny model)."""
 EXP = "results/exp"
 SEED0, SEED1 = f"{EXP}/runs/grpo__arithmetic__seed0", f"{EXP}/runs/grpo__arithmetic__seed1"
+
+
+DIFF = b"diff --git a/zoo/x.py b/zoo/x.py\n--- a/zoo/x.py\n+++ b/zoo/x.py\n@@ -1 +1 @@\n-a\n+b\n"
+DIFF_SHA = hashlib.sha256(DIFF).hexdigest()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def modified_tree():
+    """Every run and command of the module as from a tree modified by ``DIFF`` (the same
+    for all, as one checkout's: compare --resume checks that)."""
+    commit = runlog.git_state(runlog.PACKAGE_ROOT).commit
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(runlog, "process_git_state", lambda: GitState(commit, True, DIFF))
+        yield
 
 
 class Killed(BaseException):
@@ -209,6 +226,10 @@ READERS = {
     # configs to find them, their metrics for a statistical check
     f"{SEED1}/config.json": ("reproduce SEED0",),
     f"{SEED1}/metrics.jsonl": ("reproduce SEED0 --statistical",),
+    # the diff of a modified tree: a pointer, and the experiment's store file it names
+    "run/source.diff.sha256": ("run --resume",),
+    f"{SEED0}/source.diff.sha256": ("leaderboard",),
+    f"{EXP}/diffs/{DIFF_SHA}.diff": ("leaderboard",),
     f"{EXP}/tables/summary.csv": ("leaderboard",),
     f"{EXP}/tables/throughput.csv": ("leaderboard",),
     f"{EXP}/tables/off_policy.csv": ("leaderboard",),
@@ -217,8 +238,9 @@ READERS = {
     "selection.json": ("compare --tuned",),
 }
 """Every file a run or an experiment writes that a command reads, and those commands.
-Not read by any: source.diff (hashed only), third_party.log, report.md, plots and the
-samples pages (written, never read back)."""
+Not read by any: a lone run's own diffs/ store (a resume compares hashes with the
+pointer), third_party.log, report.md, plots and the samples pages (written, never read
+back)."""
 
 CASES = [(f, c) for f, commands in READERS.items() for c in commands]
 RECORDS = ("metrics.jsonl", "samples.jsonl", "sessions.jsonl")

@@ -60,10 +60,11 @@ def test_a_full_disk_during_a_metrics_write_leaves_no_torn_line(tmp_path):
 
 
 def one_page_after_the_diff() -> str:
-    """A tmpfs size that holds this process's source.diff (written before config.json when
-    the tree is dirty) and one 4 kB page more: config.json (~8 kB) cannot fit."""
+    """A tmpfs size that holds this process's diff and its pointer (written before
+    config.json when the tree is dirty) and one 4 kB page more: config.json (~8 kB) cannot
+    fit."""
     diff = process_git_state().diff
-    pages = -(-len(diff) // 4096) if diff is not None else 0
+    pages = -(-len(diff) // 4096) + 1 if diff is not None else 0
     return f"{(pages + 1) * 4}k"
 
 
@@ -82,8 +83,8 @@ def test_a_full_disk_during_the_config_write_leaves_no_torn_config_json(tmp_path
 
 @pytest.mark.slow  # ~40 s on 2 busy cores: the real command builds the run first
 def test_a_full_disk_at_the_first_records_ends_the_real_command_in_one_line(tmp_path):
-    """Through ``harness run`` on a 4 kB disk: the first record written whole (source.diff
-    in a dirty tree, else config.json) is refused. One line naming the file and what to do,
+    """Through ``harness run`` on a 4 kB disk: the first record written whole (the diff in
+    a dirty tree, else config.json) is refused. One line naming the file and what to do,
     no traceback, no torn file. Exit status 1, not 2: the command was right, the disk full."""
     from test_fuzz import call
 
@@ -93,7 +94,8 @@ def test_a_full_disk_at_the_first_records_ends_the_real_command_in_one_line(tmp_
         )
         lines = err.strip().splitlines()
         assert code == 1 and len(lines) == 1 and "Traceback" not in err, err[-2000:]
-        assert re.match(r"error: could not write (source\.diff|config\.json) ", lines[0]), err
+        first = r"([0-9a-f]{64}\.diff|source\.diff\.sha256|config\.json)"
+        assert re.match(rf"error: could not write {first} ", lines[0]), err
         assert lines[0].endswith("none was written. Free space and run the command again")
         left = [p.name for p in (disk / "run").iterdir()]
         assert "config.json" not in left and not [n for n in left if n.endswith(".tmp")], left

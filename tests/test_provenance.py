@@ -19,6 +19,7 @@ import pytest
 
 from zoo.core.config import ConfigError
 from zoo.run import runlog
+from zoo.run.diffs import read_diff
 from zoo.run.runlog import GitState, RunWriter, git_state, installed_packages, weights_sha256
 
 GIT_ENV = {
@@ -167,7 +168,10 @@ def test_config_json_and_source_diff_at_a_first_start(tmp_path, monkeypatch, fre
         "dirty": True,
         "diff_sha256": hashlib.sha256(diff).hexdigest(),
     }
-    assert (run_dir / "source.diff").read_bytes() == diff
+    digest = hashlib.sha256(diff).hexdigest()  # kept once by its hash (zoo.run.diffs)
+    assert (run_dir / "source.diff.sha256").read_text() == digest + "\n"
+    assert (run_dir / "diffs" / f"{digest}.diff").read_bytes() == diff
+    assert read_diff(run_dir) == diff and not (run_dir / "source.diff").exists()
     assert not (run_dir / "source-0123456789ab.diff").exists()
     assert config["packages"] == installed_packages()
     assert config["versions"] == runlog.package_versions()  # the short list, unchanged
@@ -237,7 +241,7 @@ def test_execute_run_records_sessions_and_the_finish(tmp_path, monkeypatch, fres
     config = json.loads((out / "config.json").read_text())
     assert config["start_weights_sha256"] == weights_sha256(model)
     assert config["git"]["commit"] == "aaa" and config["git"]["dirty"] is True
-    assert (out / "source.diff").read_bytes() == b"diff a\n"
+    assert read_diff(out) == b"diff a\n"
     complete = json.loads((out / "complete.json").read_text())
     assert {"steps", "flops", "samples", "wall_seconds_this_session"} <= set(complete)
     assert complete["finished"] >= config["created"]
@@ -254,8 +258,11 @@ def test_execute_run_records_sessions_and_the_finish(tmp_path, monkeypatch, fres
     ]
     other = "source-" + hashlib.sha256(b"diff b\n").hexdigest()[:12] + ".diff"
     assert [s["diff"] for s in sessions] == ["source.diff", other]
-    assert (out / "source.diff").read_bytes() == b"diff a\n"  # the first start's, kept
-    assert (out / other).read_bytes() == b"diff b\n"
+    assert read_diff(out) == b"diff a\n"  # the first start's, kept
+    assert read_diff(out, other) == b"diff b\n"
+    assert sorted(p.name for p in (out / "diffs").iterdir()) == sorted(
+        hashlib.sha256(d).hexdigest() + ".diff" for d in (b"diff a\n", b"diff b\n")
+    )
     complete = json.loads((out / "complete.json").read_text())
     assert complete["sessions"] == sessions and complete["steps"] == 4
 

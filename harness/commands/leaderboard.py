@@ -35,7 +35,8 @@ def add_parser(sub: argparse._SubParsersAction, full: bool = False) -> None:
         help="also build rows whose runs ran from a modified (dirty) working "
         "tree or without a recorded git state, marking their commits '+dirty'. "
         "Refused by default: no commit holds the code behind such numbers "
-        "(the run folder's source.diff does, where recorded)",
+        "(the run folder's source.diff, or the file its source.diff.sha256 names in "
+        "diffs/, does, where recorded)",
     )
 
 

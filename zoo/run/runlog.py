@@ -1,6 +1,7 @@
 """What a run leaves behind: ``config.json`` (resolved config, package versions, the full
 installed package list, git commit and dirty flag, a hash of the starting weights, machine,
-seed), ``source.diff`` (the uncommitted changes to tracked files, when the tree was dirty),
+seed), the uncommitted changes to tracked files when the tree was dirty (kept once per
+experiment by content hash, ``source.diff.sha256`` pointing to them: zoo.run.diffs),
 ``sessions.jsonl`` (one line per start or resume: time, commit, dirty flag),
 ``metrics.jsonl`` (one JSON object per step, flushed as it is written, so a crash never
 loses a finished step) and ``samples.jsonl`` (the completions kept at each step and
@@ -22,7 +23,19 @@ from importlib.metadata import PackageNotFoundError, distributions, version
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from zoo.files import UnreadableFile, read_json_lines
+from zoo.files import UnreadableFile, read_bytes, read_json_lines
+from zoo.run.diffs import (
+    DIFF_NAME,
+    SOURCE_DIFF,
+    STORE,
+    diff_files,
+    hash_of,
+    pointer_of,
+    read_diff,
+    read_pointer,
+    recorded_sha256,
+    store_of,
+)
 
 if TYPE_CHECKING:
     from zoo.run.trackers import Trackers
@@ -43,7 +56,6 @@ PACKAGES = (
 PACKAGE_ROOT = Path(__file__).resolve().parents[2]
 """The checkout this code runs from (its git state is what a run records)."""
 
-SOURCE_DIFF = "source.diff"
 SESSIONS = "sessions.jsonl"
 SAMPLES = "samples.jsonl"
 CHUNK = 1 << 20
@@ -270,6 +282,72 @@ def write_whole(path: Path, data: str | bytes, then: str) -> None:
         fsync_path(path.parent)
 
 
+def put_diff(store: Path, data: bytes, then: str) -> str:
+    """Write ``data`` into ``store`` as ``<sha256>.diff`` unless a file of those bytes is
+    there already (a damaged one is replaced); its sha256."""
+    digest = hashlib.sha256(data).hexdigest()
+    path = store / f"{digest}.diff"
+    if path.exists() and hash_of(path) == digest:
+        return digest
+    try:
+        store.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise StorageError(f"could not make {store} ({exc.strerror or exc}). {then}") from exc
+    write_whole(path, data, then)
+    return digest
+
+
+def store_diff(folder: Path, name: str, data: bytes, then: str) -> Path:
+    """Record ``data`` as the diff ``name`` of the run folder ``folder``: the bytes into
+    its store (once), then the pointer; the pointer's path. ``then``: what to do when
+    the disk refuses (write_whole)."""
+    digest = put_diff(store_of(folder), data, then)
+    pointer = Path(folder) / pointer_of(name)
+    write_whole(pointer, digest + "\n", then)
+    return pointer
+
+
+def convert_diff(folder: Path, name: str, then: str = "nothing was removed") -> bool:
+    """Turn the plain diff ``name`` of ``folder`` into the store form, losing nothing: the
+    bytes go into the store and are read back and hashed, the pointer is written and
+    resolved (``read_diff``) to the same bytes, and only then is the plain file removed.
+    A pointer already there must name the same bytes (else an UnreadableFile, nothing
+    changed). False when there was no plain file to convert."""
+    plain = Path(folder) / name
+    if not plain.is_file() or plain.is_symlink():
+        return False
+    data = read_bytes(plain)
+    digest = hashlib.sha256(data).hexdigest()
+    pointer = Path(folder) / pointer_of(name)
+    if pointer.exists() and read_pointer(pointer) != digest:
+        raise UnreadableFile(
+            pointer, f"names another diff than {plain} beside it; resolve by hand", then
+        )
+    stored = store_of(folder) / f"{put_diff(store_of(folder), data, then)}.diff"
+    if hashlib.sha256(read_bytes(stored)).hexdigest() != digest:
+        raise UnreadableFile(stored, "does not hold the bytes just written to it", then)
+    if not pointer.exists():
+        store_diff(folder, name, data, then)
+    if read_diff(folder, name) != data:
+        raise UnreadableFile(pointer, f"does not resolve to the bytes of {plain}", then)
+    os.unlink(plain)
+    return True
+
+
+def convert_diffs(root: Path) -> list[Path]:
+    """Convert every plain source diff under ``root`` (a run, an experiment, a folder of
+    them; no link is followed and no checkpoint folder entered): the plain files removed,
+    each only after its bytes were found again through its pointer. Running it again
+    changes nothing."""
+    converted = []
+    for top, dirs, names in os.walk(root):
+        dirs[:] = sorted(d for d in dirs if not d.startswith("checkpoint") and d != STORE)
+        for name in sorted(names):
+            if DIFF_NAME.fullmatch(name) and convert_diff(Path(top), name):
+                converted.append(Path(top) / name)
+    return converted
+
+
 class RunWriter:
     """Owns a run folder. Created only once the run's inputs are validated. ``trackers``
     (``--report-to``) get every record and sample written here."""
@@ -288,13 +366,14 @@ class RunWriter:
 
     def write_config(self, config: dict[str, Any]) -> None:
         """At a run's first start (not on resume): config.json with the provenance of this
-        process, ``source.diff`` when its tree is dirty; any earlier sessions and diffs in
-        the folder (a start that left no checkpoint) are removed."""
+        process, its diff when its tree is dirty (into the store, ``source.diff.sha256``
+        pointing to it: zoo.run.diffs); any earlier sessions and diffs in the folder (a
+        start that left no checkpoint) are removed (not the store: other runs share it)."""
         git = process_git_state()
-        for stale in (*self.directory.glob("source*.diff"), self.directory / SESSIONS):
+        for stale in (*diff_files(self.directory), self.directory / SESSIONS):
             stale.unlink(missing_ok=True)
         if git.diff is not None:
-            write_whole(self.directory / SOURCE_DIFF, git.diff, AGAIN)
+            store_diff(self.directory, SOURCE_DIFF, git.diff, AGAIN)
         record = {
             **config,
             "versions": package_versions(),
@@ -309,18 +388,19 @@ class RunWriter:
     def start_session(self, step: int, hosts: list[str] | None = None) -> dict[str, Any]:
         """Append this start or resume (time, the step it starts from, commit, dirty flag,
         and the Monarch ``hosts`` its services ran on, if any) to sessions.jsonl. A diff
-        unlike every one stored already goes to ``source-<sha256[:12]>.diff``."""
+        unlike the first start's is recorded as ``source-<sha256[:12]>.diff`` (a pointer
+        into the store, as the first's; zoo.run.diffs)."""
         git = process_git_state()
         record: dict[str, Any] = {"started": now_iso(), "step": step, **git.record()}
         if hosts:
             record["hosts"] = list(hosts)
         if git.diff is not None:
             name = SOURCE_DIFF
-            first = self.directory / SOURCE_DIFF
-            if first.exists() and hashlib.sha256(first.read_bytes()).hexdigest() != git.diff_sha256:
+            first = recorded_sha256(self.directory, SOURCE_DIFF)
+            if first is not None and first != git.diff_sha256:
                 name = f"source-{git.diff_sha256[:12]}.diff"
-            if not (self.directory / name).exists():
-                write_whole(self.directory / name, git.diff, RESUME)
+            if recorded_sha256(self.directory, name) is None:
+                store_diff(self.directory, name, git.diff, RESUME)
             record["diff"] = name
         try:
             sessions = open(self.directory / SESSIONS, "ab", buffering=0)  # noqa: SIM115
