@@ -125,3 +125,36 @@ def test_harness_bench_runs_parity(tmp_path) -> None:
     report = (tmp_path / "performance.md").read_text()
     assert "## 9. Parity with TRL's GRPOTrainer" in report
     assert "update relative L2 distance" in report and "max abs logprob diff" in report
+
+
+def test_step1_gap_runs_on_a_tiny_setting(tmp_path) -> None:
+    """``python -m benchmarks.parity.step1`` on 2 batches of 2 prompts x 8: it writes
+    step1_gap.{md,json} with both sides' means, intervals and their paired difference; the
+    two sides' rewards lie in [0, 1] and were computed on the same prompts (the train
+    stream's indices, fed as the same token ids); the factors swapped on the same samples
+    are there."""
+    import json
+
+    from benchmarks.parity import step1
+
+    step1.main(["--batches", "2", "--prompts", "2", "--out", str(tmp_path)])
+    result = json.loads((tmp_path / "step1_gap.json").read_text())
+    assert (tmp_path / "step1_gap.md").read_text().startswith("# Step-1 training reward")
+    assert result["command"].startswith("python -m benchmarks.parity.step1")
+    assert result["commit"] and result["machine"]
+    arms = result["arms"]
+    assert set(arms) == {"fz", "trl"}
+    for arm in arms.values():
+        assert 0.0 <= arm["reward min"] <= arm["reward max"] <= 1.0
+        assert 0.0 <= arm["mean"] <= 1.0 and arm["batches"] == 2
+        assert arm["low"] <= arm["mean"] <= arm["high"]
+        assert len(arm["batch means"]) == 2
+    assert arms["fz"]["prompt indices"] == arms["trl"]["prompt indices"] == [[0, 1], [2, 3]]
+    diff = result["differences"]["forge-zoo - TRL"]
+    assert diff["mean"] == pytest.approx(arms["fz"]["mean"] - arms["trl"]["mean"])
+    factors = result["factors on the same samples"]
+    assert factors["prompt ids"] == {"prompts": 4, "differing": 0, "special tokens in prompts": 0}
+    assert factors["trl: reward call re-scored by env.score_batch"]["rewards differing"] == 0
+    for side in ("fz", "trl"):
+        assert factors[f"{side}: samples"]["completions"] == 2 * 2 * 8
+        assert "difference (other's - own)" in factors[f"{side}: other side's cut and decode"]
