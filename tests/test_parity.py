@@ -127,6 +127,7 @@ def test_harness_bench_runs_parity(tmp_path) -> None:
     assert "update relative L2 distance" in report and "max abs logprob diff" in report
 
 
+@pytest.mark.slow  # ~31 s wall (13 s CPU) on the busy 2-core machine: mostly imports
 def test_step1_gap_runs_on_a_tiny_setting(tmp_path) -> None:
     """``python -m benchmarks.parity.step1`` on 2 batches of 2 prompts x 8: it writes
     step1_gap.{md,json} with both sides' means, intervals and their paired difference; the
@@ -158,3 +159,4 @@ def test_step1_gap_runs_on_a_tiny_setting(tmp_path) -> None:
     for side in ("fz", "trl"):
         assert factors[f"{side}: samples"]["completions"] == 2 * 2 * 8
         assert "difference (other's - own)" in factors[f"{side}: other side's cut and decode"]
+        assert "reward correlation, (i, j) ~ (i+1, j-1)" in factors[f"{side}: neighbouring prompts"]

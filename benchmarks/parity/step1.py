@@ -77,6 +77,8 @@ class Arm:
     """Per batch, per prompt: the ids the side fed the model."""
     prompt_indices: list[list[int]] = field(default_factory=list)
     """Per batch: the train-stream indices of the prompts the side's reward call scored."""
+    row_seeds: list[list[int]] = field(default_factory=list)
+    """forge-zoo's sampler, per batch, per row: the seed of the row's noise stream."""
     seconds: float = 0.0
 
     @property
@@ -167,6 +169,8 @@ def run_forge_zoo(batches: list[list[Any]], seed: int, global_rng: bool = False)
             seeds = [sampling_seed(seed, p.index, cfg.noise_seed) for p in prompts]
             groups = generator.generate(encoded, n=cfg.group_size, sampling=sampling, seeds=seeds)
             rows = [c.token_ids for g in groups for c in g]
+            # as HFGenerator seeds its rows (and vLLM the n samples of a seeded request)
+            arm.row_seeds.append([s + j for s in seeds for j in range(cfg.group_size)])
             texts = [c.text for g in groups for c in g]
         repeated = [p for p in prompts for _ in range(cfg.group_size)]
         arm.rewards.append(env.score_batch(repeated, texts))
@@ -334,6 +338,7 @@ def cross_factors(arms: dict[str, Arm], batches: list[list[Any]]) -> dict[str, A
             "mean reward, other's": statistics.fmean(swapped),
             "difference (other's - own)": statistics.fmean(swapped) - statistics.fmean(own),
         }
+        out[f"{name}: neighbouring prompts"] = neighbour_correlations(arm)
         rows = [r for b in arm.token_ids for r in b]
         out[f"{name}: samples"] = {
             "completions": len(rows),
@@ -354,6 +359,50 @@ def cross_factors(arms: dict[str, Arm], batches: list[list[Any]]) -> dict[str, A
                 for a, b in zip(x, y, strict=True)
             )
         }
+    return out
+
+
+def pearson(x: list[float], y: list[float]) -> float:
+    mx, my = statistics.fmean(x), statistics.fmean(y)
+    sx = math.sqrt(sum((a - mx) ** 2 for a in x))
+    sy = math.sqrt(sum((b - my) ** 2 for b in y))
+    cov = sum((a - mx) * (b - my) for a, b in zip(x, y, strict=True))
+    return cov / (sx * sy) if sx and sy else float("nan")
+
+
+def neighbour_correlations(arm: Arm) -> dict[str, Any]:
+    """Reward correlation of sample j of prompt i with sample j - 1 of prompt i + 1 (the
+    same row seed, so the same noise stream, in forge-zoo's sampler: row seed = prompt
+    seed + j, prompt seeds consecutive) and with sample j of prompt i + 1 (no shared
+    stream), within each batch. Any arm: the pairs are positions, the sharing forge-zoo's;
+    for the global-RNG arms both are controls. Also, for forge-zoo, how many distinct row
+    seeds drew the completions that hold a non-byte id (ids 257-319)."""
+    shared: tuple[list[float], list[float]] = ([], [])
+    control: tuple[list[float], list[float]] = ([], [])
+    for rewards, indices in zip(arm.rewards, arm.prompt_indices, strict=True):
+        g = len(rewards) // len(indices)
+        for i in range(len(indices) - 1):
+            if indices[i + 1] != indices[i] + 1:
+                continue
+            for j in range(g):
+                if j:
+                    shared[0].append(rewards[i * g + j])
+                    shared[1].append(rewards[(i + 1) * g + j - 1])
+                control[0].append(rewards[i * g + j])
+                control[1].append(rewards[(i + 1) * g + j])
+    out: dict[str, Any] = {
+        "pairs": len(shared[0]),
+        "reward correlation, (i, j) ~ (i+1, j-1)": pearson(*shared),
+        "reward correlation, (i, j) ~ (i+1, j)": pearson(*control),
+    }
+    if arm.row_seeds:
+        seeds = {
+            seed
+            for rows, row_seeds in zip(arm.token_ids, arm.row_seeds, strict=True)
+            for r, seed in zip(rows, row_seeds, strict=True)
+            if any(t > 256 for t in r)
+        }
+        out["distinct row seeds of the non-byte-id completions"] = len(seeds)
     return out
 
 
