@@ -128,6 +128,7 @@ def test_harness_bench_runs_parity(tmp_path) -> None:
 
 
 @pytest.mark.slow  # ~31 s wall (13 s CPU) on the busy 2-core machine: mostly imports
+@pytest.mark.extra  # a benchmark's smoke test; CI keeps level a (default set) and level b
 def test_step1_gap_runs_on_a_tiny_setting(tmp_path) -> None:
     """``python -m benchmarks.parity.step1`` on 2 batches of 2 prompts x 8: it writes
     step1_gap.{md,json} with both sides' means, intervals and their paired difference; the
