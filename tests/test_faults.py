@@ -188,6 +188,7 @@ def test_a_small_sandbox_pool_answers_a_flood_of_submissions():
 
 
 @pytest.mark.slow
+@pytest.mark.extra  # CI keeps the flood of 200 (default set); check-all.sh adds thousands
 def test_a_small_sandbox_pool_answers_thousands_of_submissions():
     flood(count=2000, submitters=16, workers=3)
 
