@@ -65,14 +65,17 @@ def clip_bounds(algorithm: Any) -> tuple[float, float]:
     return 1 - c.clip_low, c.clip_high - 1
 
 
-def trl_config(algorithm: str, output_dir: str | Path, **overrides: Any) -> Any:
-    """TRL's ``GRPOConfig`` matched to ``forge_zoo_run_config(algorithm)`` and the algorithm's
-    config: one generation batch of prompts_per_step x group_size completions, split into
-    ``mini_batches`` optimizer steps (``steps_per_generation``, no gradient accumulation),
-    one pass (``num_iterations`` 1), CPU, float32, no vLLM."""
+def trl_config(
+    algorithm: str, output_dir: str | Path, run: Any | None = None, **overrides: Any
+) -> Any:
+    """TRL's ``GRPOConfig`` matched to ``run`` (a RunConfig; default
+    ``forge_zoo_run_config(algorithm)``) and the algorithm's config: one generation batch
+    of prompts_per_step x group_size completions, split into ``mini_batches`` optimizer
+    steps (``steps_per_generation``, no gradient accumulation), one pass
+    (``num_iterations`` 1), CPU, float32, no vLLM."""
     from trl import GRPOConfig
 
-    cfg = forge_zoo_run_config(algorithm)
+    cfg = forge_zoo_run_config(algorithm) if run is None else run
     algo = forge_zoo_algorithm(algorithm)
     low, high = clip_bounds(algo)
     completions = cfg.prompts_per_step * cfg.group_size
@@ -143,18 +146,19 @@ class Row:
         return a == b
 
 
-def settings_map(algorithm: str, trl: Any | None = None) -> list[Row]:
+def settings_map(algorithm: str, trl: Any | None = None, run: Any | None = None) -> list[Row]:
     """The mapped settings of ``algorithm``, each value read back from the two configs
-    (``trl``: a GRPOConfig, by default ``trl_config`` in a scratch folder). Where the two
-    name a setting differently (TRL's loss_type for an aggregation, scale_rewards for an
+    (``trl``: a GRPOConfig, by default ``trl_config`` in a scratch folder; ``run``: the
+    RunConfig, by default ``forge_zoo_run_config(algorithm)``). Where the two name a
+    setting differently (TRL's loss_type for an aggregation, scale_rewards for an
     advantage estimator), TRL's value is translated to forge-zoo's vocabulary."""
     import tempfile
 
-    cfg = forge_zoo_run_config(algorithm)
+    cfg = forge_zoo_run_config(algorithm) if run is None else run
     algo = forge_zoo_algorithm(algorithm)
     if trl is None:
         with tempfile.TemporaryDirectory() as tmp:
-            trl = trl_config(algorithm, tmp)
+            trl = trl_config(algorithm, tmp, run=cfg)
     low, high = clip_bounds(algo)
     completions = cfg.prompts_per_step * cfg.group_size
     trl_low = trl.epsilon
@@ -312,13 +316,14 @@ UNMATCHED: dict[str, list[tuple[str, str]]] = {
         (
             "sampler RNG: TRL samples with transformers' generate under its seed; forge-zoo "
             "seeds each group of its generator (by_size: transformers here) per prompt",
-            "different samples at the same seed: runs pair by seed only in distribution "
-            "(level c's paired seeds are paired in their prompts, not their samples)",
+            "different samples at the same seed: level c's runs of a seed share their "
+            "prompts, not their samples",
         ),
         (
             "prompt order: TRL's RepeatSampler draws prompts from the dataset (shuffled with "
             "the trainer's seed); forge-zoo draws env.train_prompts(step, seed)",
-            "different prompt streams; none in expectation",
+            "none in expectation; level c turns TRL's shuffle off and gives it forge-zoo's "
+            "stream of the seed in order (dapo's refill rounds still part the two)",
         ),
         (
             "padding: TRL left-pads prompts and right-pads completions (attention mask); "
@@ -339,12 +344,13 @@ UNMATCHED: dict[str, list[tuple[str, str]]] = {
         (
             "evaluation: forge-zoo evaluates greedy held-out reward at budget points; TRL's "
             "eval loop samples",
-            "level c must score both sides' checkpoints with forge-zoo's evaluation",
+            "level c scores TRL's checkpoints with forge-zoo's evaluation",
         ),
         (
             "budget: forge-zoo counts ledger FLOPs (4e12 on running_sum); TRL counts "
             "optimizer steps (max_steps)",
-            "level c must convert: ~36 rollout batches (x 4 optimizer steps) per run",
+            "level c gives TRL the optimizer steps of forge-zoo's run of the same seed "
+            "(~36 rollout batches x 4)",
         ),
     ],
     "grpo": [],
