@@ -161,3 +161,71 @@ def test_step1_gap_runs_on_a_tiny_setting(tmp_path) -> None:
         assert factors[f"{side}: samples"]["completions"] == 2 * 2 * 8
         assert "difference (other's - own)" in factors[f"{side}: other side's cut and decode"]
         assert "reward correlation, (i, j) ~ (i+1, j-1)" in factors[f"{side}: neighbouring prompts"]
+
+
+@pytest.mark.slow  # ~2-3 min wall on the busy 2-core machine
+@pytest.mark.extra  # a benchmark's smoke test; CI keeps level a (default set) and level b
+def test_level_c_runs_on_a_tiny_setting(tmp_path) -> None:
+    """``python -m benchmarks.parity --levels c`` for grpo on 2 seeds of 2 rollout steps
+    (8 optimizer steps) of 4 prompts x 8, 2 evaluation points on 20 held-out problems: one
+    file per (side, seed), TRL trained for forge-zoo's optimizer steps and scored where
+    forge-zoo was evaluated, both starts scored alike; the report's figures are those of
+    the per-run files; a re-run redoes nothing, and one at another setting is refused."""
+    import json
+    import math
+    import statistics
+
+    from benchmarks.parity import run
+    from harness import verdicts
+
+    args = ["--levels", "c", "--algorithms", "grpo", "--seeds", "2", "--prompts", "4"]
+    args += ["--rollout-steps", "2", "--eval-points", "2", "--eval-prompts", "20"]
+    args += ["--out", str(tmp_path)]
+    run.main(args)
+    runs = tmp_path / "levels_c" / "runs"
+    names = sorted(p.name for p in runs.iterdir())
+    assert names == [f"{s}__grpo__seed{k}.json" for s in ("fz", "trl") for k in (0, 1)]
+    files = {p.name: json.loads(p.read_text()) for p in runs.iterdir()}
+    for seed in (0, 1):
+        fz, trl = files[f"fz__grpo__seed{seed}.json"], files[f"trl__grpo__seed{seed}.json"]
+        for r in (fz, trl):
+            assert [c["point"] for c in r["curve"]] == [0, 1, 2]
+            assert all(0.0 <= c["reward"] <= 1.0 for c in r["curve"])
+            assert r["headline"] == pytest.approx(
+                statistics.fmean(c["reward"] for c in r["curve"][1:])
+            )
+            assert r["seconds_per_optimizer_step"] > 0
+        assert fz["rollout_steps"] == 2 and fz["optimizer_steps"] == 8
+        assert trl["optimizer_steps"] == fz["optimizer_steps"]
+        assert [c["optimizer_steps"] for c in trl["curve"]] == [
+            c["optimizer_steps"] for c in fz["curve"]
+        ]
+        assert trl["curve"][0]["reward"] == fz["curve"][0]["reward"]  # same start, same eval
+        assert trl["prompts_used"] == [0, 7]
+    result = json.loads((tmp_path / "levels_c.json").read_text())
+    assert (tmp_path / "levels_c.md").read_text().startswith("# Parity with TRL 1.16")
+    (row,) = result["rows"]
+    assert row["algorithm"] == "grpo" and row["seeds"] == [0, 1]
+    a = [files[f"fz__grpo__seed{k}.json"]["headline"] for k in (0, 1)]
+    b = [files[f"trl__grpo__seed{k}.json"]["headline"] for k in (0, 1)]
+    d = [x - y for x, y in zip(a, b, strict=True)]
+    assert row["forge-zoo headlines"] == a and row["TRL headlines"] == b
+    assert row["forge-zoo"]["mean"] == pytest.approx(statistics.fmean(a))
+    assert row["TRL"]["mean"] == pytest.approx(statistics.fmean(b))
+    assert row["difference"]["mean"] == pytest.approx(statistics.fmean(d))
+    for got, want in (
+        (row["p_difference"], verdicts.difference_p(d)),
+        (row["p_equivalence"], verdicts.equivalence_p(d, 0.02)),
+    ):
+        assert (math.isnan(got) and math.isnan(want)) or got == pytest.approx(want)
+    assert row["verdict"] in verdicts.VERDICTS and result["level"] == 0.05
+    assert row["TRL seconds per optimizer step"] == pytest.approx(
+        statistics.fmean(
+            files[f"trl__grpo__seed{k}.json"]["seconds_per_optimizer_step"] for k in (0, 1)
+        )
+    )
+    before = {p.name: p.stat().st_mtime_ns for p in runs.iterdir()}
+    run.main(args)  # every run is finished: nothing is redone
+    assert {p.name: p.stat().st_mtime_ns for p in runs.iterdir()} == before
+    with pytest.raises(SystemExit, match="eval_prompts"):
+        run.main([*args[:-4], "--eval-prompts", "30", "--out", str(tmp_path)])

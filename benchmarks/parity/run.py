@@ -1,6 +1,9 @@
 """Running the levels: ``python -m benchmarks.parity --levels a,b [--prompts 64] [--out
 results/parity]`` writes ``levels_ab.md`` and ``levels_ab.json`` there; ``python -m harness
-bench --only parity`` puts the same figures (``parity_table``) in performance.md."""
+bench --only parity`` puts the same figures (``parity_table``) in performance.md.
+``--levels c`` (learning, benchmarks.parity.learning) trains both sides per algorithm and
+seed, one file per run under ``<out>/levels_c/runs``, and writes ``levels_c.md`` and
+``levels_c.json`` in ``--out``."""
 
 from __future__ import annotations
 
@@ -13,9 +16,9 @@ from typing import Any
 
 from benchmarks.parity.settings import ALGORITHMS
 
-LEVELS = ("a", "b")
-"""The levels measured here; level c (learning over paired seeds) is described in
-docs/parity.md and not part of this command."""
+LEVELS = ("a", "b", "c")
+"""a: the loss on the same inputs; b: one rollout batch's update; c: learning over seeds
+(benchmarks.parity.learning)."""
 
 
 def run_levels(
@@ -179,26 +182,90 @@ def parity_table(root: Path, quick: bool = False) -> list[dict[str, Any]]:
 
 
 def main(argv: list[str] | None = None) -> None:
+    from benchmarks.parity.learning import BOARD_BUDGET, BOARD_EVAL_POINTS
+
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--levels", default="a,b", help="comma-separated, from: a, b")
-    parser.add_argument("--prompts", type=int, default=64)
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--levels", default="a,b", help="comma-separated, from: a, b, c")
+    parser.add_argument(
+        "--prompts", type=int, default=64, help="a, b: the shared batch's; c: per rollout batch"
+    )
+    parser.add_argument("--seed", type=int, default=0, help="a, b: the shared batch's seed")
     parser.add_argument("--out", type=Path, default=Path("results/parity"))
+    c = parser.add_argument_group("level c (learning)")
+    c.add_argument(
+        "--algorithms", default=",".join(ALGORITHMS), help="comma-separated, from the three"
+    )
+    c.add_argument("--seeds", type=int, default=10, help="seeds 0..N-1 on each side")
+    c.add_argument(
+        "--steps",
+        type=int,
+        default=0,
+        help="TRL's optimizer steps, evaluated at k/K of them (default 0: the optimizer "
+        "steps of forge-zoo's run of the same seed, evaluated where it was)",
+    )
+    c.add_argument(
+        "--fz-from",
+        default="",
+        help="read forge-zoo's runs from this committed board (e.g. "
+        "results/running-sum-paper) instead of running them; refused if a setting differs",
+    )
+    c.add_argument(
+        "--budget", type=float, default=BOARD_BUDGET, help="forge-zoo's budget, ledger FLOPs"
+    )
+    c.add_argument(
+        "--rollout-steps",
+        type=int,
+        default=0,
+        help="forge-zoo's budget in rollout steps instead of FLOPs (smoke tests)",
+    )
+    c.add_argument("--eval-points", type=int, default=BOARD_EVAL_POINTS)
+    c.add_argument(
+        "--eval-prompts", type=int, default=0, help="held-out problems (0: the env's 500)"
+    )
+    c.add_argument("--threads", type=int, default=1, help="torch threads, both sides")
+    c.add_argument(
+        "--runs-folder",
+        type=Path,
+        default=None,
+        help="where the per-run files and forge-zoo's run folders go (default <out>/levels_c)",
+    )
     args = parser.parse_args(argv)
     levels = [x.strip() for x in args.levels.split(",") if x.strip()]
     unknown = sorted(set(levels) - set(LEVELS))
     if unknown or not levels:
         parser.error(
             f"--levels {args.levels!r}: unknown level(s) {', '.join(unknown) or '(none given)'}; "
-            f"valid: {', '.join(LEVELS)} (level c, learning, is described in docs/parity.md)"
+            f"valid: {', '.join(LEVELS)}"
         )
+    algorithms = tuple(a.strip() for a in args.algorithms.split(",") if a.strip())
+    if not algorithms or set(algorithms) - set(ALGORITHMS):
+        parser.error(f"--algorithms {args.algorithms!r}: valid are {', '.join(ALGORITHMS)}")
     from benchmarks.common import machine_line
 
-    result = run_levels(levels, args.prompts, args.seed)
     command = "python -m benchmarks.parity " + " ".join(argv if argv is not None else sys.argv[1:])
+    command = command.strip()
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "levels_ab.json").write_text(
-        json.dumps({"command": command.strip(), "machine": machine_line(), **result}, indent=1)
-    )
-    (args.out / "levels_ab.md").write_text(report(result, command.strip(), machine_line()))
-    print(f"wrote {args.out / 'levels_ab.md'}")
+    ab = [x for x in levels if x in ("a", "b")]
+    if ab:
+        result = run_levels(ab, args.prompts, args.seed)
+        (args.out / "levels_ab.json").write_text(
+            json.dumps({"command": command, "machine": machine_line(), **result}, indent=1)
+        )
+        (args.out / "levels_ab.md").write_text(report(result, command, machine_line()))
+        print(f"wrote {args.out / 'levels_ab.md'}")
+    if "c" in levels:
+        from benchmarks.parity import learning
+
+        setting = learning.Setting(
+            prompts=args.prompts,
+            budget_flops=args.budget,
+            rollout_steps=args.rollout_steps,
+            eval_points=args.eval_points,
+            eval_prompts=args.eval_prompts,
+            steps=args.steps,
+            fz_from=args.fz_from,
+        )
+        folder = args.runs_folder or args.out / "levels_c"
+        learning.run_level_c(folder, setting, algorithms, args.seeds, args.threads)
+        learning.write_report(folder, args.out, command)
+        print(f"wrote {args.out / 'levels_c.md'}")
