@@ -163,7 +163,7 @@ def test_step1_gap_runs_on_a_tiny_setting(tmp_path) -> None:
         assert "reward correlation, (i, j) ~ (i+1, j-1)" in factors[f"{side}: neighbouring prompts"]
 
 
-@pytest.mark.slow  # ~2-3 min wall on the busy 2-core machine
+@pytest.mark.slow  # ~45-65 s wall (~20 s CPU) on the busy 2-core machine, at nice 15
 @pytest.mark.extra  # a benchmark's smoke test; CI keeps level a (default set) and level b
 def test_level_c_runs_on_a_tiny_setting(tmp_path) -> None:
     """``python -m benchmarks.parity --levels c`` for grpo on 2 seeds of 2 rollout steps

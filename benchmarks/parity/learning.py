@@ -327,6 +327,9 @@ def trl_side(
         from trl import GRPOTrainer
         from trl.rewards import get_soft_overlong_punishment
 
+    import transformers
+    import trl
+
     cfg = run_config(algorithm, seed, setting)
     evaluation = held_out(cfg)
     env = evaluation.services.env
@@ -420,6 +423,7 @@ def trl_side(
         "optimizer_steps": total,
         "prompts_used": [problems[0].index, problems[-1].index],
         "reward_functions": [getattr(f, "__name__", type(f).__name__) for f in rewards],
+        "versions": {m.__name__: m.__version__ for m in (trl, transformers, torch)},
         "train_seconds": train_seconds,
         "save_seconds": saver.seconds,
         "eval_seconds": eval_seconds,
