@@ -207,7 +207,7 @@ def main() -> int:
         report["trainer_model"] = "torchtitan Qwen3 (zoo.services.trainer.Trainer)"
         trainer = Trainer(
             model_dir,
-            TrainerConfig(
+            TrainerConfig.of(
                 lr=1e-6,
                 micro_batch_size=args.micro_batch,
                 mixed_precision="bf16" if device.type == "cuda" else "none",

@@ -50,7 +50,7 @@ def forge_zoo_steps(
     from zoo.run.run_config import RunConfig
     from zoo.run.wiring import build_services
 
-    cfg = RunConfig(
+    cfg = RunConfig.from_flat(
         model=str(model),
         init=init,
         generator=generator_backend,

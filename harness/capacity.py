@@ -134,13 +134,13 @@ class Workload:
             prompt=step.prompt,
             response=step.response,
             max_len=step.prompt + plan.episode_budget,
-            micro_batch=cfg.micro_batch_size or step.samples,
-            epochs=cfg.epochs,
+            micro_batch=cfg.regime.micro_batch_size or step.samples,
+            epochs=cfg.regime.epochs,
             old_logprobs=not cfg.skips_old_logprob_pass(algorithm),
             reference=algorithm.needs_reference,
             critic=algorithm.needs_values,
-            greedy_prompts=cfg.prompts_per_step if algorithm.needs_greedy_baseline else 0,
-            kept_versions=cfg.max_policy_age if cfg.mode == "async" else 0,
+            greedy_prompts=cfg.sampling.prompts_per_step if algorithm.needs_greedy_baseline else 0,
+            kept_versions=cfg.placement.max_policy_age if cfg.placement.mode == "async" else 0,
         )
 
     def phase_flops(self) -> dict[str, float]:
@@ -317,8 +317,8 @@ def plan_rows(run: RunPlan, plan: CapacityPlan, work: Workload) -> list[tuple[st
     rows = [
         (
             "run",
-            f"{cfg.algorithm} on {cfg.env}, {cfg.model} ({work.shape.params / 1e9:.2f}B "
-            f"parameters)",
+            f"{cfg.run.algorithm} on {cfg.run.env}, {cfg.run.model} "
+            f"({work.shape.params / 1e9:.2f}B parameters)",
             "shape by name, no weights read",
         ),
         (
@@ -404,18 +404,24 @@ def evaluations(run: RunPlan) -> tuple[int, int]:
     cfg = run.cfg
     if run.budget[0] == "steps":
         steps = int(run.budget[1])
-        greedy = steps // cfg.eval_every + 1 + bool(steps % cfg.eval_every)
+        greedy = steps // cfg.evaluation.eval_every + 1 + bool(steps % cfg.evaluation.eval_every)
     else:
-        greedy = cfg.eval_points + 1
-    sampled = min(cfg.sampled_eval_points or greedy, greedy) if cfg.eval_samples else 0
+        greedy = cfg.evaluation.eval_points + 1
+    sampled = (
+        min(cfg.evaluation.sampled_eval_points or greedy, greedy)
+        if cfg.evaluation.eval_samples
+        else 0
+    )
     return greedy, sampled
 
 
 def evaluation_text(run: RunPlan) -> str:
     greedy, sampled = evaluations(run)
-    prompts = len(run.env.eval_split(run.cfg.eval_split))
+    prompts = len(run.env.eval_split(run.cfg.evaluation.eval_split))
     text = f"{greedy} evaluations of {prompts} held-out prompts"
-    return text + (f", {run.cfg.eval_samples} samples each at {sampled} of them" if sampled else "")
+    return text + (
+        f", {run.cfg.evaluation.eval_samples} samples each at {sampled} of them" if sampled else ""
+    )
 
 
 def evaluation_seconds(run: RunPlan, plan: CapacityPlan, work: Workload) -> float:
@@ -423,8 +429,8 @@ def evaluation_seconds(run: RunPlan, plan: CapacityPlan, work: Workload) -> floa
     completion, and its samples where due, of the step's typical length, on the plan's
     GPUs at the generation efficiency."""
     greedy, sampled = evaluations(run)
-    prompts = len(run.env.eval_split(run.cfg.eval_split))
-    completions = prompts * (greedy + sampled * run.cfg.eval_samples)
+    prompts = len(run.env.eval_split(run.cfg.evaluation.eval_split))
+    completions = prompts * (greedy + sampled * run.cfg.evaluation.eval_samples)
     flops = completions * Ledger(work.shape).generation_flops(work.prompt, work.response)
     return flops / (plan.gpus * plan.gpu.peak_flops * plan.generation_efficiency)
 
@@ -470,19 +476,21 @@ def estimate_plan(cfg: RunConfig) -> tuple[RunPlan, str]:
     from zoo.envs import ENVS, get_env
 
     cfg.validate()
-    get_algorithm(cfg.algorithm, **cfg.algorithm_config)
-    env_class = ENVS.load(cfg.env)
-    env_config = make_config(env_class.config_class, dict(cfg.env_config), owner=f"env {cfg.env!r}")
+    get_algorithm(cfg.run.algorithm, **cfg.run.algorithm_config)
+    env_class = ENVS.load(cfg.run.env)
+    env_config = make_config(
+        env_class.config_class, dict(cfg.run.env_config), owner=f"env {cfg.run.env!r}"
+    )
     try:
-        env = get_env(cfg.env, **cfg.env_config)
+        env = get_env(cfg.run.env, **cfg.run.env_config)
     except ConfigError as exc:
         if issubclass(env_class, MultiTurnEnv):  # (turns and observations: not assumable)
             raise
-        reason = str(exc).split(". ")[0].removeprefix(f"{cfg.env}: ")
-        standin = AssumedPrompts(cfg.env, env_config)
+        reason = str(exc).split(". ")[0].removeprefix(f"{cfg.run.env}: ")
+        standin = AssumedPrompts(cfg.run.env, env_config)
         plan = RunPlan.resolve(cfg, spec=False, env=standin).with_estimate()
         return plan, (
-            f"prompts of {ASSUMED_PROMPT_TOKENS} tokens assumed: {cfg.env}'s data "
+            f"prompts of {ASSUMED_PROMPT_TOKENS} tokens assumed: {cfg.run.env}'s data "
             f"is not here ({reason}); a run needs it, a plan does not"
         )
     return RunPlan.resolve(cfg, spec=False, env=env).with_estimate(), ""

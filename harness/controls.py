@@ -21,7 +21,6 @@ rate; their experiment.json keeps that record and ``legacy_verdicts`` reads it.
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from zoo.core.config import ConfigError
@@ -55,18 +54,18 @@ def control_configs(
 ) -> tuple[list[RunConfig], dict]:
     """The control runs of a board whose runs are ``cfgs`` (the baseline's among them,
     tuned or not), and the record experiment.json keeps of them."""
-    anchors = [c for c in cfgs if (c.variant or c.algorithm) == baseline]
+    anchors = [c for c in cfgs if (c.run.variant or c.run.algorithm) == baseline]
     if not anchors:
         raise ConfigError(f"--controls needs the baseline {baseline!r} among the rows")
     if not lr_factors or any(not 0 < f < 1 for f in lr_factors):
         raise ConfigError(f"the positive controls' lr factors must lie in (0, 1), got {lr_factors}")
     out = []
     for c in anchors:
-        out.append(replace(c, variant=twin_row(baseline), noise_seed=CONTROL_NOISE_SEED))
-        out += [replace(c, lr=c.lr * f, variant=lr_row(baseline, f)) for f in lr_factors]
+        out.append(c.replace(variant=twin_row(baseline), noise_seed=CONTROL_NOISE_SEED))
+        out += [c.replace(lr=c.optimizer.lr * f, variant=lr_row(baseline, f)) for f in lr_factors]
     for c in out:
         c.validate()
-    lr = anchors[0].lr
+    lr = anchors[0].optimizer.lr
     record = {
         "design": "many_to_one",
         "baseline": baseline,

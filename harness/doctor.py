@@ -70,12 +70,14 @@ def check_disk(cfg: RunConfig, out: Path, free_bytes: int | None = None) -> Chec
             "give --out a folder this user can write to (permissions, a read-only mount)",
         )
     free = shutil.disk_usage(where).free if free_bytes is None else free_bytes
-    one = checkpoint_bytes(model_shape(cfg.model, cfg.model_path).params)
+    one = checkpoint_bytes(model_shape(cfg.run.model, cfg.run.model_path).params)
     need = 2 * one + 16 * 2**20
-    saves = (cfg.steps // cfg.checkpoint_every if cfg.checkpoint_every else 0) + 1
+    saves = (
+        cfg.budget.steps // cfg.output.checkpoint_every if cfg.output.checkpoint_every else 0
+    ) + 1
     detail = (
         f"{free / 2**30:.2f} GiB free at {where}; a checkpoint is ~{one / 2**30:.2f} "
-        f"GiB, two at once while saving; every {cfg.checkpoint_every or 'end-only'} "
+        f"GiB, two at once while saving; every {cfg.output.checkpoint_every or 'end-only'} "
         f"steps: ~{saves} saves, {saves * one / 2**30:.2f} GiB written"
     )
     if free < need:
@@ -134,7 +136,7 @@ def check_memory(run: RunConfig | RunPlan, capacity_bytes: int | None = None) ->
         available = _meminfo_available() or total
     where = "the GPU" if device == "cuda" else "this machine"
     detail = (
-        f"{cfg.model} needs ~{need.minimum / 2**30:.2f} GiB at the smallest KV cache "
+        f"{cfg.run.model} needs ~{need.minimum / 2**30:.2f} GiB at the smallest KV cache "
         f"(~{need.total / 2**30:.2f} GiB with the whole step's); {where} has "
         f"{total / 2**30:.1f} GiB, {available / 2**30:.1f} GiB free"
     )
@@ -234,10 +236,14 @@ def run_generator(plan: RunPlan) -> str:
     from zoo.services.generation import by_size
 
     cfg = plan.cfg
-    if cfg.generator != "by_size":
-        return cfg.generator
-    procs = PlacementConfig.from_dict(cfg.distributed).generator.procs if cfg.distributed else 1
-    return by_size(model_shape(cfg.model, cfg.model_path).params, plan.device, procs)
+    if cfg.placement.generator != "by_size":
+        return cfg.placement.generator
+    procs = (
+        PlacementConfig.from_dict(cfg.placement.distributed).generator.procs
+        if cfg.placement.distributed
+        else 1
+    )
+    return by_size(model_shape(cfg.run.model, cfg.run.model_path).params, plan.device, procs)
 
 
 def check_vllm(plan: RunPlan) -> Check:
@@ -247,8 +253,8 @@ def check_vllm(plan: RunPlan) -> Check:
     if run_generator(plan) == "hf":
         why = (
             "--generator hf"
-            if cfg.generator == "hf"
-            else f"--generator by_size: {cfg.model} is under 10M weights, on the CPU"
+            if cfg.placement.generator == "hf"
+            else f"--generator by_size: {cfg.run.model} is under 10M weights, on the CPU"
         )
         return Check(
             "vllm",
@@ -269,11 +275,11 @@ def check_vllm(plan: RunPlan) -> Check:
     except Exception as exc:  # an import error, an engine that does not start
         fix = (
             "reinstall (scripts/setup.sh)"
-            if cfg.generator == "vllm"
+            if cfg.placement.generator == "vllm"
             else "runs will fall back to transformers (--generator auto); to use vLLM, "
             "reinstall it (scripts/setup.sh)"
         )
-        status = "FAIL" if cfg.generator == "vllm" else "WARN"
+        status = "FAIL" if cfg.placement.generator == "vllm" else "WARN"
         return Check("vllm", status, f"{type(exc).__name__}: {str(exc)[:200]}", fix)
     return Check(
         "vllm",

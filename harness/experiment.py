@@ -14,8 +14,7 @@ import json
 import math
 import os
 import string
-import typing
-from dataclasses import asdict, fields, replace
+from dataclasses import asdict
 from pathlib import Path
 
 from harness.runner import check_out, is_complete, run_name, train_one
@@ -27,7 +26,7 @@ from zoo.models.presets import TINY_MODELS, check_weights_available
 from zoo.run.loop import check_greedy_baseline
 from zoo.run.plan import RunPlan
 from zoo.run.progress import add_run_task, make_progress, run_columns, update_run_task
-from zoo.run.run_config import RunConfig
+from zoo.run.run_config import SECTION_OF, RunConfig
 from zoo.run.runlog import AGAIN, RESUME, machine, now_iso, package_versions, write_whole
 
 
@@ -41,31 +40,35 @@ def preflight(cfgs: list[RunConfig], conformance: bool = True) -> list[RunPlan]:
     checked: set[str] = set()
 
     def check_algorithm(cfg: RunConfig, algorithm: Algorithm) -> None:
-        algorithm.check_run(cfg.group_size, cfg.prompts_per_step * cfg.group_size)
+        algorithm.check_run(
+            cfg.sampling.group_size, cfg.sampling.prompts_per_step * cfg.sampling.group_size
+        )
         check_greedy_baseline(cfg, algorithm)
-        checked_as = [cfg.algorithm, cfg.algorithm_config, cfg.group_size]
+        checked_as = [cfg.run.algorithm, cfg.run.algorithm_config, cfg.sampling.group_size]
         key = json.dumps(checked_as, sort_keys=True, default=str)
         if conformance and key not in checked:
-            check_conformance(cfg.algorithm, cfg.algorithm_config, cfg.group_size)
+            check_conformance(cfg.run.algorithm, cfg.run.algorithm_config, cfg.sampling.group_size)
             checked.add(key)
 
     plans = []
     for cfg in cfgs:
-        check_weights_available(cfg.model, cfg.model_path, cfg.init)  # offline, empty cache
+        check_weights_available(
+            cfg.run.model, cfg.run.model_path, cfg.run.init
+        )  # offline, empty cache
         plan = RunPlan.resolve(cfg, spec=False, check_algorithm=check_algorithm)
         plan = plan.with_estimate()  # online: the real shape
         step = plan.step
         assert step is not None and plan.shape is not None  # (with_estimate sets them)
         prompt, response = step.prompt, step.response
-        if cfg.budget_flops and cfg.budget_flops < step.flops:
+        if cfg.budget.budget_flops and cfg.budget.budget_flops < step.flops:
             raise ConfigError(
-                f"--budget {cfg.budget_flops:.3g} FLOPs is less than one step of "
-                f"{cfg.algorithm} on {cfg.env} (~{step.flops:.3g} FLOPs, estimated with "
+                f"--budget {cfg.budget.budget_flops:.3g} FLOPs is less than one step of "
+                f"{cfg.run.algorithm} on {cfg.run.env} (~{step.flops:.3g} FLOPs, estimated with "
                 f"{step.samples} samples of ~{prompt}+{response} tokens); raise --budget"
             )
-        if cfg.budget_samples and cfg.budget_samples < step.samples:
+        if cfg.budget.budget_samples and cfg.budget.budget_samples < step.samples:
             raise ConfigError(
-                f"--budget-samples {cfg.budget_samples} is less than one step "
+                f"--budget-samples {cfg.budget.budget_samples} is less than one step "
                 f"({step.samples} samples); raise it"
             )
         # a multi-turn episode's trajectory: up to its token limit after the prompt
@@ -77,7 +80,7 @@ def preflight(cfgs: list[RunConfig], conformance: bool = True) -> list[RunPlan]:
             plan.algorithm.needs_reference,
             plan.device,
         )
-        if cfg.model not in TINY_MODELS or cfg.model_path:  # (tiny presets are built later)
+        if cfg.run.model not in TINY_MODELS or cfg.run.model_path:  # (tiny presets are built later)
             plan = plan.with_spec()  # the weights are there (or --init random)
         plans.append(plan)
     return plans
@@ -121,12 +124,14 @@ def check_memory(
         shape,
         sequences=sequences,
         seq_len=seq_len,
-        micro_batch=cfg.micro_batch_size or sequences,
+        micro_batch=cfg.regime.micro_batch_size or sequences,
         reference=reference,
         compute_bytes=2 if device == "cuda" else 4,
-        kept_versions=cfg.max_policy_age if cfg.mode == "async" else 0,
+        kept_versions=cfg.placement.max_policy_age if cfg.placement.mode == "async" else 0,
     )
-    trainer_procs = (cfg.distributed or {}).get("services", {}).get("trainer", {}).get("procs", 1)
+    trainer_procs = (
+        (cfg.placement.distributed or {}).get("services", {}).get("trainer", {}).get("procs", 1)
+    )
     if device == "cuda" and trainer_procs > 1:
         need = need.trainer_split(trainer_procs)
     where = "this GPU" if device == "cuda" else "this machine"
@@ -145,8 +150,8 @@ def check_memory(
             if v and k != "kv_cache"
         )
         raise ConfigError(
-            f"model {cfg.model!r} needs ~{need.minimum / 2**30:.1f} GiB by the ledger's estimate "
-            f"({parts} GiB); {where} has {have / 2**30:.1f} GiB. Use a smaller model, "
+            f"model {cfg.run.model!r} needs ~{need.minimum / 2**30:.1f} GiB by the ledger's "
+            f"estimate ({parts} GiB); {where} has {have / 2**30:.1f} GiB. Use a smaller model, "
             "--micro-batch-size, fewer --prompts-per-step or a shorter --max-response-len."
         )
 
@@ -173,7 +178,7 @@ def write_manifest(
     manifest = {
         "command": command,
         "headline": HEADLINE,
-        "runs": {run_name(c): asdict(c) for c in cfgs},
+        "runs": {run_name(c): c.to_flat() for c in cfgs},
         "versions": package_versions(),
         "machine": machine(),
         "created": now,
@@ -338,7 +343,7 @@ def expand(
     """One config per (env, algorithm, setting of ``grid``, seed), everything else shared:
     every setting of an ablation runs the same seeds, so rows compare seed by seed."""
     cfgs = [
-        with_variant(replace(base, algorithm=a, env=e, seed=s), setting)
+        with_variant(base.replace(algorithm=a, env=e, seed=s), setting)
         for e in envs
         for a in algorithms
         for setting in (grid or [{}])
@@ -432,17 +437,17 @@ def with_variant(cfg: RunConfig, setting: dict[str, str]) -> RunConfig:
     order of the --vary flags."""
     if not setting:
         return cfg
-    label = f"{cfg.algorithm}@" + ",".join(f"{k}={v}" for k, v in setting.items())
-    return apply_setting(replace(cfg, variant=label), setting)
+    label = f"{cfg.run.algorithm}@" + ",".join(f"{k}={v}" for k, v in setting.items())
+    return apply_setting(cfg.replace(variant=label), setting)
 
 
 def apply_setting(cfg: RunConfig, setting: dict[str, str]) -> RunConfig:
     """``cfg`` with ``setting`` applied (run fields to the run, the rest to the
     algorithm's config), the row name unchanged."""
-    types = typing.get_type_hints(RunConfig)
-    run_names = {f.name for f in fields(RunConfig)} - set(VARIED_ELSEWHERE)
+    types = RunConfig.flat_types()
+    run_names = set(SECTION_OF) - set(VARIED_ELSEWHERE)
     run = {k: coerce(v, types[k], f"--vary {k}") for k, v in setting.items() if k in run_names}
     algo = {k: v for k, v in setting.items() if k not in run_names}
-    out = replace(cfg, **run, algorithm_config={**cfg.algorithm_config, **algo})
+    out = cfg.replace(**run, algorithm_config={**cfg.run.algorithm_config, **algo})
     out.validate()
     return out

@@ -25,7 +25,7 @@ import os
 import signal
 import sys
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from rich.progress import Progress
@@ -98,7 +98,7 @@ def host_groups(hosts: list[str], jobs: int, per_run: int = 1) -> list[tuple[str
 def worker_slots(cfgs: list[RunConfig], jobs: int) -> list[Slot]:
     """What each worker gets: a group of the placement file's hosts on Monarch, else its
     cores on the CPU or its GPU on CUDA. Refuses what the machine or file cannot serve."""
-    if any(cfg.placement != "local" for cfg in cfgs):
+    if any(cfg.placement.placement != "local" for cfg in cfgs):
         hosts = (cfgs[0].distributed or {}).get("hosts", [])
         if not hosts:
             raise ConfigError(
@@ -111,7 +111,7 @@ def worker_slots(cfgs: list[RunConfig], jobs: int) -> list[Slot]:
         layout = PlacementConfig.from_dict(cfgs[0].distributed)
         need = hosts_needed(layout, torch.cuda.device_count())
         return [Slot(hosts=group) for group in host_groups(hosts, jobs, need)]
-    if any(cfg.resolved_device() == "cuda" for cfg in cfgs):
+    if any(cfg.placement.resolved_device() == "cuda" for cfg in cfgs):
         import torch
 
         gpus = torch.cuda.device_count()
@@ -166,7 +166,12 @@ def _run_in_worker(cfg: dict, run_dir: str, command: str, resume: bool) -> dict:
     from harness.runner import train_one
 
     return train_one(
-        RunConfig(**cfg), Path(run_dir), command, resume, _GENERATORS, hosts=list(_HOSTS) or None
+        RunConfig.from_flat(**cfg),
+        Path(run_dir),
+        command,
+        resume,
+        _GENERATORS,
+        hosts=list(_HOSTS) or None,
     )
 
 
@@ -196,7 +201,7 @@ def run_concurrently(
     ) as pool:
         running: dict[Future, RunConfig] = {
             pool.submit(
-                _run_in_worker, asdict(cfg), str(runs_dir / run_name(cfg)), command, resume
+                _run_in_worker, cfg.to_flat(), str(runs_dir / run_name(cfg)), command, resume
             ): cfg
             for cfg in cfgs
         }

@@ -169,7 +169,7 @@ def default_run(model: str) -> RunConfig:
         env = RECIPES[model].env
     else:
         env = next(n for n in sorted(ENVS.specs()) if ENVS.load(n).tiny_model == model)
-    return RunConfig(algorithm="grpo", model=model, env=env, **run_defaults(model))
+    return RunConfig.from_flat(algorithm="grpo", model=model, env=env, **run_defaults(model))
 
 
 def print_models() -> None:
@@ -200,7 +200,7 @@ def print_models() -> None:
         m = work.memory(compute_bytes=4 if tiny else 2)
         notes |= {note} if note else set()
         at = (
-            f"grpo, {run.cfg.env}{'*' if note else ''}, {work.sequences} x {work.max_len}, "
+            f"grpo, {run.cfg.run.env}{'*' if note else ''}, {work.sequences} x {work.max_len}, "
             f"mb {work.micro_batch}, {'fp32 CPU' if tiny else 'bf16 GPU'}"
         )
         models.add_row(name, f"{work.shape.params / 1e6:,.1f}M", text)

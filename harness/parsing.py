@@ -18,7 +18,7 @@ from pathlib import Path
 
 from harness.run_flags import BUDGET_CHOICE, BUDGET_FLAGS, CLI_OWN_FIELDS, budget_default
 from harness.third_party import LOG_NAME
-from zoo.core.config import ConfigError, coerce, field_docs, shown
+from zoo.core.config import ConfigError, coerce, shown
 
 PROG = "python -m harness"
 
@@ -147,19 +147,20 @@ def add_training_arguments(
     the command's, which `--help-all` calls again with ``full`` True."""
     from zoo.run.run_config import (
         CHOICES,
-        REAL_MODEL_DEFAULTS,
+        MODEL_RECIPES,
+        REAL_MODELS,
+        RECIPE_FIELDS,
         SECTIONS,
-        TINY_PRESET_DEFAULTS,
         RunConfig,
         run_defaults,
     )
 
-    docs = field_docs(RunConfig)
-    types = typing.get_type_hints(RunConfig)
+    docs = RunConfig.flat_docs()
+    types = RunConfig.flat_types()
     tiny = run_defaults("tiny")
     # --help lists the flags under their RunConfig section's heading
-    groups = {cls: p.add_argument_group(title) for title, cls in SECTIONS}
-    group_of = {f.name: groups[cls] for _, cls in SECTIONS for f in dataclasses.fields(cls)}
+    groups = {cls: p.add_argument_group(title) for title, _, cls in SECTIONS}
+    group_of = {f.name: groups[cls] for _, _, cls in SECTIONS for f in dataclasses.fields(cls)}
     if not full:  # each section names its flags that --help leaves unexplained
         for cls, group in groups.items():
             rest = [
@@ -169,21 +170,24 @@ def add_training_arguments(
             ]
             if rest:
                 group.description = f"also {', '.join(rest)} (--help-all explains each)"
-    for f in dataclasses.fields(RunConfig):
+    for f in RunConfig.flat_fields():
         if f.name in CLI_OWN_FIELDS:
             continue
         kind = types[f.name]
         help_text = " ".join(docs.get(f.name, "").split()).replace("``", "`").rstrip(".")
         default = f.default
-        if f.name in REAL_MODEL_DEFAULTS:
-            # Left unset, these take the model's defaults (run_config fills them in).
+        if f.name in RECIPE_FIELDS:
+            # Left unset, these take the model's recipe (run_config fills them in).
             default = None
+            own = {
+                m: r.settings[f.name]
+                for m, r in MODEL_RECIPES.items()
+                if f.name in r.settings and m not in ("tiny", REAL_MODELS)
+            }
             help_text += (
                 f" (default: {tiny[f.name]} for the tiny presets"
-                + "".join(
-                    f", {d[f.name]} for {m}" for m, d in TINY_PRESET_DEFAULTS.items() if f.name in d
-                )
-                + f", {REAL_MODEL_DEFAULTS[f.name]} for real models)"
+                + "".join(f", {v} for {m}" for m, v in own.items())
+                + f", {run_defaults(REAL_MODELS)[f.name]} for real models)"
             )
         elif f.name == "model":
             default = None

@@ -1,7 +1,7 @@
 """The headline comparison on a real model: ``compare A B --model qwen3-1.7b`` as typed.
 
 Each Qwen3 preset has a recipe (``RECIPES``): the env, a FLOPs budget per run and the
-seeds; the batch is the real models' defaults (zoo.run.run_config.REAL_MODEL_DEFAULTS: 64
+seeds; the batch is the real models' defaults (zoo.run.run_config.MODEL_RECIPES: 64
 prompts x 8 samples, responses up to 1,024 tokens, lr 1e-6, 4 mini-batches). The memory
 settings follow the GPU: the micro-batch is the largest of MICRO_BATCHES whose
 ``doctor --plan`` estimate (harness/capacity.py) fits the GPU this machine has (8 on an
@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from zoo.core.config import ConfigError
-from zoo.run.run_config import REAL_MODEL_DEFAULTS, RunConfig
+from zoo.run.run_config import REAL_MODELS, RunConfig, run_defaults
 
 if TYPE_CHECKING:  # (harness.capacity builds envs and algorithms: imported when planning)
     from harness.capacity import GPUKind, Workload
@@ -153,10 +153,10 @@ def command_text(args: argparse.Namespace, cfg: RunConfig, micro: int | None) ->
     and micro-batch spelled out (and --init, --device where not the default); other flags
     given on the command line keep their values and are not repeated here."""
     words = ["python", "-m", "harness", "compare", *args.algorithms, "--model", args.model]
-    words += ["--init", cfg.init] if cfg.init != "pretrained" else []
-    words += ["--device", cfg.device] if cfg.device != "auto" else []
+    words += ["--init", cfg.run.init] if cfg.run.init != "pretrained" else []
+    words += ["--device", cfg.placement.device] if cfg.placement.device != "auto" else []
     words += [w for env in args.envs for w in ("--env", env)] + ["--seeds", str(args.seeds)]
-    unit, amount = cfg.budget
+    unit, amount = cfg.budget.limit
     flag = {
         "flops": "--budget",
         "samples": "--budget-samples",
@@ -176,7 +176,7 @@ def blockers(
     from zoo.models.presets import check_weights_available
 
     found = []
-    if gpu is None and cfg.device != "cpu":  # (--device cpu: the user's choice, sized by
+    if gpu is None and cfg.placement.device != "cpu":  # (--device cpu: the user's choice, sized by
         found.append(  # the pre-flight memory check like any CPU run)
             "no GPU: torch sees no CUDA device on this machine, and a real model's RL runs "
             "need one. Fix: run it on a machine with an NVIDIA GPU (`bash scripts/setup.sh` "
@@ -184,7 +184,7 @@ def blockers(
             + ("" if dry_run else ", or add --dry-run to print this plan only")
         )
     try:
-        check_weights_available(cfg.model, cfg.model_path, cfg.init)
+        check_weights_available(cfg.run.model, cfg.run.model_path, cfg.run.init)
     except ConfigError as exc:
         found.append(str(exc))
     if on_gpu is not None and on_gpu.micro_batch is None:
@@ -198,7 +198,7 @@ def blockers(
         else:
             more = "a GPU with more memory, or a smaller model"
         found.append(
-            f"{cfg.model} does not fit this GPU ({on_gpu.gpu.name}) at micro-batch "
+            f"{cfg.run.model} does not fit this GPU ({on_gpu.gpu.name}) at micro-batch "
             f"{on_gpu.sized_at}: ~{on_gpu.memory_gib:.1f} GiB by the estimate, of "
             f"{on_gpu.gpu.memory_bytes / 2**30:.1f} (90% usable). Fix: {more}"
         )
@@ -218,7 +218,7 @@ def print_plan(
     rows: dict[str, RunConfig] = {}
     counts: dict[str, int] = {}
     for cfg in cfgs:
-        row = f"{cfg.variant or cfg.algorithm} on {cfg.env}"
+        row = f"{cfg.run.variant or cfg.run.algorithm} on {cfg.run.env}"
         rows.setdefault(row, cfg)
         counts[row] = counts.get(row, 0) + 1
     base = cfgs[0]
@@ -229,7 +229,7 @@ def print_plan(
     at_once = "one after another" if jobs == 1 else f"{jobs} at once, a GPU each"
     print(f"plan: {len(cfgs)} runs, {at_once} ({', '.join(names)})")
     if recipe is not None:
-        d = REAL_MODEL_DEFAULTS
+        d = run_defaults(REAL_MODELS)
         print(
             f"  recipe for {args.model} (docs/gpu.md): --env {recipe.env}, --budget "
             f"{recipe.budget_flops:g} FLOPs per run, --seeds {recipe.seeds}; the batch of "
@@ -237,7 +237,7 @@ def print_plan(
             f"responses <= {d['max_response_len']} tokens, lr {d['lr']:g}, "
             f"{d['mini_batches']} mini-batches; a flag given replaces its part"
         )
-    if base.model in TINY_MODELS and not base.model_path:
+    if base.run.model in TINY_MODELS and not base.run.model_path:
         from harness.doctor import check_memory
 
         memory = check_memory(base)
@@ -254,7 +254,7 @@ def print_plan(
         if note:
             notes.add(note)
     gpu = detect_gpu()
-    micro = base.micro_batch_size if args.micro_batch_given else None
+    micro = base.regime.micro_batch_size if args.micro_batch_given else None
     targets = [gpu] if gpu is not None else [GPUS[k] for k in PLANNED_GPUS]
     plans = [plan_on(works, runs, counts, g, micro) for g in targets]
     if jobs > 1:  # (--jobs N on N GPUs: the runs' time shared out, none of them shorter)

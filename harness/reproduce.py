@@ -14,7 +14,6 @@ docs/provenance.md has the details."""
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import math
 import os
 import tempfile
@@ -133,11 +132,11 @@ def weights_mismatch(
 
     recorded = config["start_weights_sha256"]
     what = (
-        f"its starting weights (sha256 {recorded[:12]}) differ from what {cfg.model!r} "
+        f"its starting weights (sha256 {recorded[:12]}) differ from what {cfg.run.model!r} "
         f"resolves to here ({(now or 'none')[:12]}, {model_path})"
     )
     commit = config.get("git", {}).get("commit", "?")
-    if not cfg.model_path and cfg.model in TINY_MODELS:
+    if not cfg.run.model_path and cfg.run.model in TINY_MODELS:
         # Before the presets' weights shipped, each machine warm-started its own on first
         # use, with its CPU's kernels: such a run's start exists only where it was built.
         made_on = describe_cpu(config.get("machine", {}))
@@ -200,14 +199,14 @@ def rerun(
     config = read_config(run_dir)
     try:
         # a re-run for checking streams to no tracker
-        cfg = dataclasses.replace(RunConfig.from_record(config["run"]), report_to="")
+        cfg = RunConfig.from_record(config["run"]).replace(report_to="")
     except ConfigError as exc:
         commit = config.get("git", {}).get("commit", "?")
         raise NotReproducible(
             f"not reproducible with this version: {exc} (recorded at commit {commit})"
         ) from None
     if model_path is not None:
-        cfg = dataclasses.replace(cfg, model_path=str(model_path))
+        cfg = cfg.replace(model_path=str(model_path))
     with (
         tempfile.TemporaryDirectory(prefix="reproduce-") as tmp,
         recorded_threads(config),
@@ -217,7 +216,7 @@ def rerun(
         services = build_services(RunPlan.resolve(cfg), quiet=True)
         try:
             resolved = Path(resolved_config(cfg, services)["model_path"])
-            now = start_weights(resolved, cfg.init, cfg.seed)["start_weights_sha256"]
+            now = start_weights(resolved, cfg.run.init, cfg.run.seed)["start_weights_sha256"]
             if config.get("start_weights_sha256") and now != config["start_weights_sha256"]:
                 raise NotReproducible(weights_mismatch(config, cfg, now, resolved))
             return execute_run(

@@ -10,7 +10,6 @@ commands cannot drift in how a flag becomes a setting.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import os
 import sys
 from pathlib import Path
@@ -18,9 +17,6 @@ from pathlib import Path
 from zoo.core.config import ConfigError, parse_overrides
 
 RESULTS = Path("results")
-DEFAULT_TINY_BUDGET = 2e12
-"""FLOPs per run of `compare` on the tiny model: ~44 GRPO steps (rollout batches of 4
-mini-batches each), ~1 minute per run on 2 cores."""
 
 CLI_OWN_FIELDS = (
     "algorithm",
@@ -42,22 +38,24 @@ BUDGET_FLAGS = {
 }
 """What ends a run, by RunConfig field: the flag that sets each (one per run)."""
 BUDGET_CHOICE = "--steps, --budget (FLOPs), --budget-samples or --budget-seconds"
-RUN_DEFAULT_STEPS = 150
-"""`run` and `doctor` without a budget: this many rollout batches (RunConfig.steps)."""
 
 
 def budget_default(command: str) -> str:
     """What a command runs for when no budget flag is given, in words (for --help)."""
-    if command != "compare":
-        return f"default: --steps {RUN_DEFAULT_STEPS}"
-    from zoo.run.run_config import TINY_BUDGETS
+    from zoo.run.run_config import DEFAULT_STEPS, MODEL_RECIPES, TINY_COMPARE_BUDGET
 
-    own = ", ".join(f"{v:.0e} for {m}" for m, v in TINY_BUDGETS.items())
+    if command != "compare":
+        return f"default: --steps {DEFAULT_STEPS}"
+    own = ", ".join(
+        f"{r.compare_budget:.0e} for {m}"
+        for m, r in MODEL_RECIPES.items()
+        if r.compare_budget and r.compare_budget != TINY_COMPARE_BUDGET
+    )
     from harness.recipes import RECIPES
 
     real = ", ".join(f"{r.budget_flops:.1e} for {m}" for m, r in RECIPES.items())
     return (
-        f"default on the tiny presets: --budget {DEFAULT_TINY_BUDGET:.0e} ({own}), "
+        f"default on the tiny presets: --budget {TINY_COMPARE_BUDGET:.0e} ({own}), "
         f"so that every algorithm gets the same compute; on the Qwen3 presets their "
         f"recipe's ({real}; docs/gpu.md); other models need one"
     )
@@ -66,7 +64,7 @@ def budget_default(command: str) -> str:
 def resolve_budget(args: argparse.Namespace, command: str) -> str:
     """Fill in the budget fields of ``args`` the same way for every command: at most one of
     BUDGET_FLAGS may be given (more exit 2), each > 0; with none, `run` and `doctor` train
-    RUN_DEFAULT_STEPS steps and `compare` spends its tiny preset's FLOPs budget (a real
+    DEFAULT_STEPS steps and `compare` spends its tiny preset's FLOPs budget (a real
     model needs one). Returns the budget in words, printed when the command starts."""
     given = {name: getattr(args, name) for name in BUDGET_FLAGS if getattr(args, name) is not None}
     if len(given) > 1:
@@ -81,7 +79,7 @@ def resolve_budget(args: argparse.Namespace, command: str) -> str:
     if not given and command == "compare":
         from harness.recipes import RECIPES
         from zoo.models.presets import TINY_MODELS
-        from zoo.run.run_config import TINY_BUDGETS
+        from zoo.run.run_config import recipe_of
 
         if args.model not in TINY_MODELS and args.model not in RECIPES:
             raise ConfigError(
@@ -92,12 +90,14 @@ def resolve_budget(args: argparse.Namespace, command: str) -> str:
             given = {"budget_flops": RECIPES[args.model].budget_flops}
             how += f" for {args.model}, its recipe (docs/gpu.md)"
         else:
-            given = {"budget_flops": TINY_BUDGETS.get(args.model, DEFAULT_TINY_BUDGET)}
+            given = {"budget_flops": recipe_of(args.model).compare_budget}
             how += f" for {args.model}"
     for name in BUDGET_FLAGS:
         setattr(args, name, given.get(name, 0))
-    if not args.steps:
-        args.steps = RUN_DEFAULT_STEPS  # (RunConfig.steps; unused when another budget is set)
+    if not args.steps:  # (unused when another budget is set)
+        from zoo.run.run_config import DEFAULT_STEPS
+
+        args.steps = DEFAULT_STEPS
     unit = next(iter(given), "steps")
     amount = {
         "steps": f"{args.steps} steps",
@@ -161,7 +161,7 @@ def run_config(
 
     settings = {
         f.name: getattr(args, f.name)
-        for f in dataclasses.fields(RunConfig)
+        for f in RunConfig.flat_fields()
         if f.name not in CLI_OWN_FIELDS
     }
     from zoo.models.presets import check_weights_available
@@ -169,7 +169,7 @@ def run_config(
     # Offline with an empty cache, the missing weights come first: no other fix helps
     if weights:
         check_weights_available(args.model, args.model_path, args.init)
-    cfg = RunConfig(
+    cfg = RunConfig.from_flat(
         algorithm=algorithm,
         env=env,
         seed=seed,

@@ -6,7 +6,6 @@ evaluation), sessions.jsonl (one line per start or resume), resumable checkpoint
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import sys
@@ -176,7 +175,7 @@ def execute_run(
         try:
             saved = read_json(config_file)
             # Through RunConfig, so fields added since the run started take their defaults.
-            before = dataclasses.asdict(RunConfig.from_record(saved["run"]))
+            before = RunConfig.from_record(saved["run"]).to_flat()
         except UnreadableFile as exc:
             raise exc.advised("nothing was changed: restore it to resume") from None
         except (KeyError, TypeError, AttributeError):
@@ -219,14 +218,14 @@ def execute_run(
             )
     writer = RunWriter(out)
     if loop.step_index == 0:  # a first start (a resume keeps config.json as it was)
-        writer.write_config({**config, **start_weights(model_path, cfg.init, cfg.seed)})
+        writer.write_config({**config, **start_weights(model_path, cfg.run.init, cfg.run.seed)})
         (out / TRACKER_STATE).unlink(missing_ok=True)  # runs of a start that saved nothing
-    writer.start_session(loop.step_index, hosts or (cfg.distributed or {}).get("hosts"))
-    if cfg.report_to:
+    writer.start_session(loop.step_index, hosts or (cfg.placement.distributed or {}).get("hosts"))
+    if cfg.output.report_to:
         try:
             recorded = read_json(out / "config.json")
             writer.trackers = Trackers(
-                parse_report_to(cfg.report_to), out, recorded, loop.step_index, experiment
+                parse_report_to(cfg.output.report_to), out, recorded, loop.step_index, experiment
             )
         except BaseException:
             writer.close()
@@ -331,7 +330,7 @@ def _defining(run: dict[str, Any]) -> dict[str, Any]:
 
 def run_name(cfg: RunConfig) -> str:
     """``<row>__<env>__seed<k>``; the row is the algorithm, or its variant in an ablation."""
-    return f"{cfg.variant or cfg.algorithm}__{cfg.env}__seed{cfg.seed}"
+    return f"{cfg.run.variant or cfg.run.algorithm}__{cfg.run.env}__seed{cfg.run.seed}"
 
 
 def row_of(name: str) -> tuple[str, str] | None:
@@ -358,17 +357,23 @@ def train_one(
     experiment is the folder ``run_dir`` is in, ``<experiment>/runs/<run>``
     (run_experiment). ``plan``: the config's plan from the pre-flight checks (None: it is
     resolved here, once, as in a worker process of ``compare --jobs``)."""
-    key = (cfg.model, cfg.model_path, cfg.init, cfg.generator, cfg.device)
+    key = (
+        cfg.run.model,
+        cfg.run.model_path,
+        cfg.run.init,
+        cfg.placement.generator,
+        cfg.placement.device,
+    )
     if plan is not None and plan.cfg != cfg:
         raise ValueError(f"{run_name(cfg)}: the plan given is another config's")
     started = time.perf_counter()
     plan = plan or RunPlan.resolve(cfg, spec=False)  # (build_services resolves the model)
-    if cfg.placement == "local":
+    if cfg.placement.placement == "local":
         services = build_services(plan, quiet=True, generator=generators.get(key))
         generators[key] = services.generator
     else:
         if hosts:  # nothing the plan resolved depends on the hosts
-            placed = dataclasses.replace(cfg, distributed={**cfg.distributed, "hosts": hosts})
+            placed = cfg.replace(distributed={**cfg.placement.distributed, "hosts": hosts})
             plan = plan.for_config(placed)
         services = build_services(plan, quiet=True)
     startup = time.perf_counter() - started

@@ -22,7 +22,7 @@ import itertools
 import json
 import math
 import tomllib
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +31,7 @@ import pandas as pd
 from harness.experiment import apply_setting, with_variant
 from zoo.core.config import ConfigError
 from zoo.files import UnreadableFile, read_json
-from zoo.run.run_config import RunConfig, run_defaults
+from zoo.run.run_config import SECTION_OF, RunConfig, run_defaults
 
 SELECTION = "selection.json"
 SWEEP = "sweep.md"
@@ -213,12 +213,12 @@ def load_plan(path: Path) -> TunePlan:
 
 def base_config(plan: TunePlan, eval_split: str = "validation") -> RunConfig:
     """The run settings every tuning run shares: the model's defaults, the plan's [run]."""
-    names = {f.name for f in fields(RunConfig)}
+    names = set(SECTION_OF)
     unknown = set(plan.run) - names
     if unknown:
         raise ConfigError(f"[run] of the tuning plan: {sorted(unknown)} are no run settings")
     settings = {**run_defaults(plan.model), **plan.run}
-    cfg = RunConfig(
+    cfg = RunConfig.from_flat(
         env=plan.env,
         model=plan.model,
         eval_split=eval_split,
@@ -234,7 +234,7 @@ def tuning_configs(plan: TunePlan) -> list[RunConfig]:
     named ``<algorithm>@<axis>=<value>,...`` as compare --vary names them."""
     base = base_config(plan)
     return [
-        with_variant(replace(base, algorithm=a, seed=s), setting)
+        with_variant(base.replace(algorithm=a, seed=s), setting)
         for a in plan.algorithms
         for setting in plan.grid_of(a)
         for s in range(plan.seed_start, plan.seed_start + plan.seeds)
@@ -498,7 +498,7 @@ def tuned(cfg: RunConfig, selection: dict[str, Any], algorithm: str | None = Non
     keeping its name: run settings replace the run's, the others are the algorithm's
     hyperparameters."""
     chosen = selection["algorithms"]
-    name = algorithm or (cfg.variant if cfg.variant in chosen else cfg.algorithm)
+    name = algorithm or (cfg.run.variant if cfg.run.variant in chosen else cfg.run.algorithm)
     entry = chosen.get(name)
     if entry is None:
         raise ConfigError(

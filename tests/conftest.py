@@ -94,19 +94,19 @@ def loop_builder(tiny_path: Path, generator):
     def build(cfg: RunConfig) -> RLLoop:
         cfg.validate()
         generator.update_weights(start, version=0)
-        torch.manual_seed(cfg.seed)
+        torch.manual_seed(cfg.run.seed)
         trainer = Trainer(
-            tiny_path, trainer_config_of(cfg), cfg.max_response_len, **trainer_options(cfg)
+            tiny_path, trainer_config_of(cfg), cfg.sampling.max_response_len, **trainer_options(cfg)
         )
-        algorithm = get_algorithm(cfg.algorithm, **cfg.algorithm_config)
+        algorithm = get_algorithm(cfg.run.algorithm, **cfg.run.algorithm_config)
         reference = None
         if algorithm.needs_reference:
-            reference = Reference(trainer.model, temperature=cfg.temperature)
+            reference = Reference(trainer.model, temperature=cfg.sampling.temperature)
         critic = None
         if algorithm.needs_values:  # a learned critic (ppo), as build_services makes it
             critic = Critic(trainer.model, critic_config_of(cfg, algorithm))
         services = Services(
-            env=get_env(cfg.env, **cfg.env_config),
+            env=get_env(cfg.run.env, **cfg.run.env_config),
             algorithm=algorithm,
             generator=generator,
             trainer=trainer,

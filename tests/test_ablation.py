@@ -67,11 +67,11 @@ def test_a_key_given_twice_is_refused():
 
 
 def test_run_settings_set_the_run_and_the_rest_go_to_the_algorithm():
-    base = RunConfig(algorithm="grpo", algorithm_config={"beta": "0"})
+    base = RunConfig.from_flat(algorithm="grpo", algorithm_config={"beta": "0"})
     cfg = with_variant(base, {"lr": "1e-4", "eps": "0.28"})
-    assert cfg.lr == 1e-4 and isinstance(cfg.lr, float)
-    assert cfg.algorithm_config == {"beta": "0", "eps": "0.28"}  # --set values kept
-    assert cfg.variant == "grpo@lr=1e-4,eps=0.28"
+    assert cfg.optimizer.lr == 1e-4 and isinstance(cfg.optimizer.lr, float)
+    assert cfg.run.algorithm_config == {"beta": "0", "eps": "0.28"}  # --set values kept
+    assert cfg.run.variant == "grpo@lr=1e-4,eps=0.28"
     assert run_name(cfg) == "grpo@lr=1e-4,eps=0.28__arithmetic__seed0"
     assert with_variant(base, {}) is base and run_name(base) == "grpo__arithmetic__seed0"
     with pytest.raises(ConfigError, match="lr"):
@@ -80,12 +80,12 @@ def test_run_settings_set_the_run_and_the_rest_go_to_the_algorithm():
 
 def test_expand_runs_every_setting_on_the_same_seeds():
     grid = variants(parse_vary(["eps=0.1,0.3"]))
-    cfgs = expand(RunConfig(), ["grpo", "custom"], ["arithmetic"], 2, grid)
+    cfgs = expand(RunConfig.from_flat(), ["grpo", "custom"], ["arithmetic"], 2, grid)
     names = [run_name(c) for c in cfgs]
     assert len(set(names)) == len(names) == 2 * 2 * 2
     seeds = {}
     for c in cfgs:
-        seeds.setdefault(c.variant, []).append(c.seed)
+        seeds.setdefault(c.run.variant, []).append(c.run.seed)
     assert seeds == {f"{a}@eps={e}": [0, 1] for a in ("grpo", "custom") for e in ("0.1", "0.3")}
 
 

@@ -346,7 +346,7 @@ def test_micro_batched_steps_give_the_whole_batchs_sequence_shares(tiny_path):
     algo = get_algorithm("gspo")
     steps = {}
     for micro in (0, 3):
-        trainer = Trainer(tiny_path, TrainerConfig(micro_batch_size=micro), 5)
+        trainer = Trainer(tiny_path, TrainerConfig.of(micro_batch_size=micro), 5)
         lp = trainer.logprobs(batch)
         batch.old_logprobs = lp - torch.tensor(shift)[:, None] * mask
         steps[micro] = trainer.step(batch, algo.loss)

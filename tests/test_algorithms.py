@@ -510,7 +510,7 @@ def test_dapo_overlong_punishment_spares_every_reference_tool_episode():
         return sum(len(turn.encode()) + 1 + len(obs.encode()) for turn, obs in env.tool_trace(p))
 
     lengths = torch.tensor([[tokens(p) for p in prompts]])
-    budget = episode_budget(RunConfig(env="tool_arithmetic", max_response_len=16), env)
+    budget = episode_budget(RunConfig.from_flat(env="tool_arithmetic", max_response_len=16), env)
     rewards = torch.ones(lengths.shape)
     shaped = get_algorithm("dapo").shape_rewards(rewards, lengths, budget)
     assert torch.equal(shaped, rewards), f"longest episode {int(lengths.max())} of {budget} tokens"

@@ -80,7 +80,7 @@ def write_run(out: Path, row: str, seed: int, rng: np.random.Generator, base: fl
 @pytest.fixture(scope="module")
 def board(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("board")
-    _, controls = control_configs([RunConfig(algorithm="grpo")], "grpo")
+    _, controls = control_configs([RunConfig.from_flat(algorithm="grpo")], "grpo")
     rng = np.random.default_rng(0)
     runs = {}
     for seed in range(SEEDS):

@@ -63,7 +63,7 @@ def test_the_default_efficiencies_are_the_gpu_checks():
 
 @pytest.mark.parametrize("algorithm", ["grpo", "remax", "ppo", "dapo"])
 def test_the_plans_flops_are_the_preflight_estimates(algorithm):
-    run = RunPlan.resolve(RunConfig(algorithm=algorithm, model="qwen3-0.6b"), spec=False)
+    run = RunPlan.resolve(RunConfig.from_flat(algorithm=algorithm, model="qwen3-0.6b"), spec=False)
     work = Workload.of_plan(run)
     flops = work.phase_flops()
     critic = flops.pop("critic", 0.0)  # (the pre-flight estimate leaves a critic out)

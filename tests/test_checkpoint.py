@@ -6,7 +6,6 @@ with it and restored on resume."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,7 +42,7 @@ def without_timing(records: list[dict]) -> list[dict]:
     return [{k: v for k, v in r.items() if not is_timing_key(k)} for r in records]
 
 
-SMALL = RunConfig(
+SMALL = RunConfig.from_flat(
     prompts_per_step=4,
     steps=3,
     eval_every=3,
@@ -185,7 +184,7 @@ def test_a_plugins_state_is_checkpointed_and_a_resume_continues_bit_for_bit(
 ):
     monkeypatch.setitem(ALGORITHMS._loaded, MovingBaseline.name, MovingBaseline)
     assert not [r for r in run_conformance(MovingBaseline) if r.passed is False]
-    cfg = dataclasses.replace(SMALL, algorithm=MovingBaseline.name)
+    cfg = SMALL.replace(algorithm=MovingBaseline.name)
 
     def run(out: Path, resume: bool = False) -> None:
         execute_run(cfg, out, loop_for(cfg).s, command="test", resume=resume)

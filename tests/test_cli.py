@@ -46,7 +46,7 @@ def test_every_run_config_field_is_reachable_from_the_command_line():
     import typing
 
     from harness.cli import CLI_OWN_FIELDS, build_parser, run_config
-    from zoo.run.run_config import CHOICES, TINY_PRESET_DEFAULTS, RunConfig
+    from zoo.run.run_config import CHOICES, MODEL_RECIPES, RunConfig
 
     def parse(*flags: str) -> RunConfig:
         args = build_parser().parse_args(["run", "grpo", *flags])
@@ -82,7 +82,7 @@ def test_every_run_config_field_is_reachable_from_the_command_line():
         assert cfg[f.name] == value, f.name
         moved = {k for k in cfg if cfg[k] != baseline[k]} - {f.name, "placement"}
         if f.name == "model":  # a preset brings its own defaults, and only those
-            moved -= set(TINY_PRESET_DEFAULTS[value])
+            moved -= set(MODEL_RECIPES[value].settings)
         assert not moved, (f.name, moved)
 
 
@@ -100,13 +100,21 @@ def test_without_model_a_command_runs_the_tiny_preset_built_for_its_envs():
 
     args.distributed = apply_placement_file(args)
     cfg = run_config(args, "grpo", "tool_arithmetic", 0)
-    assert (cfg.model, cfg.max_response_len, cfg.prompts_per_step) == ("tiny-tool", 16, 64)
+    assert (cfg.run.model, cfg.sampling.max_response_len, cfg.sampling.prompts_per_step) == (
+        "tiny-tool",
+        16,
+        64,
+    )
     args = build_parser().parse_args(
         ["run", "grpo", "--env", "tool_arithmetic", "--max-response-len", "20", "--model", "tiny"]
     )
     args.distributed = apply_placement_file(args)
     cfg = run_config(args, "grpo", "tool_arithmetic", 0)
-    assert (cfg.model, cfg.max_response_len, cfg.prompts_per_step) == ("tiny", 20, 128)
+    assert (cfg.run.model, cfg.sampling.max_response_len, cfg.sampling.prompts_per_step) == (
+        "tiny",
+        20,
+        128,
+    )
 
 
 def test_run_help_names_every_setting_and_help_all_explains_each():
@@ -147,7 +155,7 @@ def test_help_and_flag_errors_import_no_torch():
 
     probe = (
         "import sys; from harness.cli import build_parser; build_parser(full=True); "
-        "from zoo.run.run_config import RunConfig; RunConfig().validate(); "
+        "from zoo.run.run_config import RunConfig; RunConfig.from_flat().validate(); "
         "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'vllm')))"
     )
     out = subprocess.run(

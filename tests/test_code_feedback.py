@@ -422,7 +422,9 @@ def test_dapo_overlong_punishment_spares_every_episode_its_turns_allow(env):
     assert longest_observation == env.max_observation_tokens == 25
     turns, per_turn = env.turn_limit(), 12
     longest = turns * per_turn + (turns - 1) * env.max_observation_tokens
-    budget = episode_budget(RunConfig(env="pyfunc_feedback", max_response_len=per_turn), env)
+    budget = episode_budget(
+        RunConfig.from_flat(env="pyfunc_feedback", max_response_len=per_turn), env
+    )
     assert budget == 2 * longest
     dapo = get_algorithm("dapo")
     lengths = torch.tensor([[longest, 59, 1]])

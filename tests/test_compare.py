@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 import json
 import os
@@ -599,8 +598,10 @@ def test_on_gpus_a_split_trainer_counts_its_share_of_the_memory():
 
     shape = model_shape("qwen3-8b")
     h200 = 141 * 2**30
-    one = RunConfig(model="qwen3-8b", prompts_per_step=8, group_size=4, micro_batch_size=2)
-    split = dataclasses.replace(one, distributed={"services": {"trainer": {"procs": 4}}})
+    one = RunConfig.from_flat(
+        model="qwen3-8b", prompts_per_step=8, group_size=4, micro_batch_size=2
+    )
+    split = one.replace(distributed={"services": {"trainer": {"procs": 4}}})
     args = (shape, 32, 1280, False)
     with pytest.raises(ConfigError, match=r"'qwen3-8b' needs ~.* GiB .* this GPU has 141\.0 GiB"):
         check_memory(one, *args, device="cuda", capacity=h200)

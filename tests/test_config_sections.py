@@ -1,6 +1,7 @@
-"""RunConfig is made of sections, each field declared once: the trainer and the critic are
-built from the same sections rather than copies of their fields, and `--help` groups the
-flags under the sections' headings."""
+"""RunConfig is made of sections (``cfg.optimizer.lr``), each field declared once and named
+flat on the command line and in config.json: the trainer and the critic get the run's
+sections themselves, one recipe per model preset gives the defaults, and `--help` groups
+the flags under the sections' headings."""
 
 from __future__ import annotations
 
@@ -11,9 +12,18 @@ import pytest
 
 from harness.cli import build_parser
 from zoo.core.config import ConfigError
-from zoo.run.run_config import SECTIONS, RunConfig
+from zoo.run.run_config import (
+    MODEL_RECIPES,
+    REAL_MODELS,
+    RECIPE_FIELDS,
+    SECTION_OF,
+    SECTIONS,
+    RunConfig,
+    recipe_of,
+    run_defaults,
+)
 from zoo.run.wiring import critic_config_of, trainer_config_of, trainer_options
-from zoo.services.trainer import OptimizerSection, RegimeSection, TrainerConfig
+from zoo.services.trainer import TrainerConfig
 
 
 def declared_by(cls: type) -> set[str]:
@@ -22,21 +32,36 @@ def declared_by(cls: type) -> set[str]:
 
 
 def test_every_run_field_is_declared_in_exactly_one_section():
-    fields = {f.name for f in dataclasses.fields(RunConfig)}
+    fields = {f.name for f in RunConfig.flat_fields()}
     owners = {
-        name: [title for title, cls in SECTIONS if name in declared_by(cls)] for name in fields
+        name: [title for title, _, cls in SECTIONS if name in declared_by(cls)] for name in fields
     }
     assert {name: where for name, where in owners.items() if len(where) != 1} == {}
-    assert declared_by(RunConfig) == set()  # RunConfig only composes its sections
-    # the trainer's config adds what the run resolves, never a run field again
-    assert declared_by(TrainerConfig) & fields == set()
-    assert {f.name for f in dataclasses.fields(TrainerConfig)} >= {
-        f.name for f in dataclasses.fields(OptimizerSection) + dataclasses.fields(RegimeSection)
-    }
+    # RunConfig holds the sections, one field each, and nothing else
+    assert [f.name for f in dataclasses.fields(RunConfig)] == [attr for _, attr, _ in SECTIONS]
+    assert set(SECTION_OF) == fields
+    # the trainer's config holds the two sections and what the run resolves, no run field
+    assert declared_by(TrainerConfig) & fields == {"decay_steps"}  # (the resolved length)
+    assert {f.name for f in dataclasses.fields(TrainerConfig)} >= {"optimizer", "regime"}
 
 
-def test_the_trainer_and_critic_get_the_run_sections_values():
-    cfg = RunConfig(
+def test_the_flat_names_round_trip_and_unknown_ones_are_named():
+    flat = {"lr": 3e-5, "steps": 7, "env": "pyfunc", "placement": "monarch", "budget_flops": 1e9}
+    cfg = RunConfig.from_flat(flat)
+    assert (cfg.optimizer.lr, cfg.budget.steps, cfg.run.env) == (3e-5, 7, "pyfunc")
+    assert cfg.placement.placement == "monarch" and cfg.budget.limit == ("flops", 1e9)
+    assert RunConfig.from_flat(cfg.to_flat()) == cfg
+    assert list(cfg.to_flat()) == [f.name for f in RunConfig.flat_fields()]
+    assert cfg.replace(lr=1e-4).optimizer.lr == 1e-4 and cfg.optimizer.lr == 3e-5
+    assert cfg.replace(lr=1e-4).run is cfg.run  # (untouched sections are shared)
+    assert cfg.flat("mini_batches") == cfg.regime.mini_batches
+    for bad in (lambda: RunConfig.from_flat(lr=1e-4, lrr=1), lambda: cfg.replace(lrr=1)):
+        with pytest.raises(ConfigError, match="unknown run setting lrr; valid: algorithm, env"):
+            bad()
+
+
+def test_the_trainer_and_critic_get_the_run_sections_themselves():
+    cfg = RunConfig.from_flat(
         lr=3e-5,
         adam_beta2=0.98,
         grad_clip=0.5,
@@ -48,16 +73,27 @@ def test_the_trainer_and_critic_get_the_run_sections_values():
         algorithm="ppo",
     )
     trainer = trainer_config_of(cfg)
-    for f in dataclasses.fields(OptimizerSection) + dataclasses.fields(RegimeSection):
-        if f.name != "decay_steps":
-            assert getattr(trainer, f.name) == getattr(cfg, f.name), f.name
+    assert trainer.optimizer is cfg.optimizer and trainer.regime is cfg.regime
     assert trainer.decay_steps == 10 * 2 * 3  # unset: the run's optimizer steps
     assert trainer_options(cfg) == {"temperature": 0.7, "max_policy_age": 0}  # sync
 
     from zoo.algorithms import get_algorithm
 
     critic = critic_config_of(cfg, get_algorithm("ppo"))
-    assert critic.lr != cfg.lr and critic.mini_batches == 2 and critic.adam_beta2 == 0.98
+    assert critic.optimizer.lr != cfg.optimizer.lr and critic.regime is cfg.regime
+    assert critic.optimizer.adam_beta2 == 0.98 and cfg.optimizer.lr == 3e-5
+
+
+def test_one_recipe_per_model_preset():
+    from zoo.models.presets import TINY_MODELS
+
+    assert set(MODEL_RECIPES) == {*TINY_MODELS, REAL_MODELS}
+    for model, recipe in MODEL_RECIPES.items():
+        assert set(recipe.settings) <= set(RECIPE_FIELDS), model
+        assert run_defaults(model) == recipe.defaults()
+    assert run_defaults("tiny") == {n: RunConfig.from_flat().flat(n) for n in RECIPE_FIELDS}
+    assert run_defaults("qwen3-1.7b") == run_defaults("/some/folder") == run_defaults(REAL_MODELS)
+    assert run_defaults("qwen3-1.7b")["lr"] == 1e-6 and recipe_of("tiny-sum").compare_budget == 4e12
 
 
 @pytest.mark.parametrize(
@@ -75,7 +111,7 @@ def test_the_trainer_and_critic_get_the_run_sections_values():
 )
 def test_each_section_refuses_its_own_bad_values(overrides, message):
     with pytest.raises(ConfigError, match=message):
-        RunConfig(**overrides).validate()
+        RunConfig.from_flat(overrides).validate()
 
 
 @pytest.mark.parametrize("command", ["run", "compare", "doctor"])
@@ -83,9 +119,9 @@ def test_help_groups_the_flags_under_their_sections(command):
     parser = build_parser()
     sub = next(a for a in parser._subparsers._group_actions if command in a.choices)
     help_text = sub.choices[command].format_help()
-    positions = [help_text.find(f"\n{title}:\n") for title, _ in SECTIONS]
+    positions = [help_text.find(f"\n{title}:\n") for title, _, _ in SECTIONS]
     assert all(p >= 0 for p in positions), [
-        t for (t, _), p in zip(SECTIONS, positions, strict=True) if p < 0
+        t for (t, _, _), p in zip(SECTIONS, positions, strict=True) if p < 0
     ]
     assert positions == sorted(positions)  # in the sections' order
     # a flag sits under its own section's heading: --lr under optimizer, before the regime

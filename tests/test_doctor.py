@@ -28,7 +28,7 @@ def doctor(*args: str) -> tuple[int, str]:
 
 
 def test_the_fast_checks_pass_on_this_machine(tmp_path):
-    checks = run_checks(RunConfig(), tmp_path, only=("sandbox", "disk", "memory"))
+    checks = run_checks(RunConfig.from_flat(), tmp_path, only=("sandbox", "disk", "memory"))
     assert [c.name for c in checks] == ["sandbox", "disk", "memory"]
     assert all(c.status == "PASS" for c in checks), checks
     assert "could not reach a host port nor write a host file" in checks[0].detail
@@ -37,25 +37,25 @@ def test_the_fast_checks_pass_on_this_machine(tmp_path):
 def test_a_disk_too_small_for_two_checkpoints_fails(tmp_path):
     one = checkpoint_bytes(model_shape("tiny").params)
     with small_disk(tmp_path / "disk", f"{int(one * 1.5) // 1024}k") as disk:
-        check = check_disk(RunConfig(), disk / "run")
+        check = check_disk(RunConfig.from_flat(), disk / "run")
         assert check.status == "FAIL" and "--out on a larger disk" in check.fix, check
         code, text = doctor("--only", "disk", "--out", str(disk / "run"))
     assert code == 1 and "FAIL" in text and "disk failed" in text
-    assert check_disk(RunConfig(), tmp_path, free_bytes=10 * 2**30).status == "PASS"
+    assert check_disk(RunConfig.from_flat(), tmp_path, free_bytes=10 * 2**30).status == "PASS"
 
 
 def test_an_impossible_memory_need_fails_with_what_to_change():
-    check = check_memory(RunConfig(max_response_len=10**8))
+    check = check_memory(RunConfig.from_flat(max_response_len=10**8))
     assert check.status == "FAIL" and "--micro-batch-size" in check.fix, check
-    assert check_memory(RunConfig(), capacity_bytes=2**20).status == "FAIL"
+    assert check_memory(RunConfig.from_flat(), capacity_bytes=2**20).status == "FAIL"
     code, text = doctor("--only", "memory", "--max-response-len", "100000000")
     assert code == 1 and "memory failed" in text
 
 
 def test_a_multi_turn_runs_memory_counts_its_whole_episode():
     # the same per-turn budget; only the episode's token limit differs
-    assert check_memory(RunConfig(env="tool_arithmetic")).status == "PASS"
-    check = check_memory(RunConfig(env="tool_arithmetic", max_episode_tokens=10**8))
+    assert check_memory(RunConfig.from_flat(env="tool_arithmetic")).status == "PASS"
+    check = check_memory(RunConfig.from_flat(env="tool_arithmetic", max_episode_tokens=10**8))
     assert check.status == "FAIL", check
 
 
@@ -97,7 +97,7 @@ def test_the_disk_check_fails_where_no_file_can_be_written(tmp_path):
     else:
         locked.chmod(0o500)
     try:
-        check = check_disk(RunConfig(), locked / "run", free_bytes=100 * 2**30)
+        check = check_disk(RunConfig.from_flat(), locked / "run", free_bytes=100 * 2**30)
         assert check.status == "FAIL" and f"cannot write in {locked}" in check.detail, check
         code, text = doctor("--only", "disk", "--out", str(locked / "run"))
         assert code == 1 and "disk failed" in text
@@ -107,7 +107,9 @@ def test_the_disk_check_fails_where_no_file_can_be_written(tmp_path):
         else:
             locked.chmod(0o700)
     # a folder that takes writes passes, and keeps nothing of the probe
-    assert check_disk(RunConfig(), tmp_path / "run", free_bytes=100 * 2**30).status == "PASS"
+    assert (
+        check_disk(RunConfig.from_flat(), tmp_path / "run", free_bytes=100 * 2**30).status == "PASS"
+    )
     assert sorted(p.name for p in tmp_path.iterdir()) == ["locked"]
 
 
@@ -119,12 +121,12 @@ def test_the_vllm_check_runs_only_where_the_run_would_start_vllm():
     from zoo.run.plan import RunPlan
 
     started = time.monotonic()
-    (check,) = run_checks(RunConfig(), Path("results"), only=("vllm",))
+    (check,) = run_checks(RunConfig.from_flat(), Path("results"), only=("vllm",))
     assert check.status == "PASS" and "skipped" in check.detail and "by_size" in check.detail
     assert time.monotonic() - started < 30  # (an engine's start alone took ~80 s here)
 
     def backend(**settings) -> str:
-        return run_generator(RunPlan.resolve(RunConfig(**settings), spec=False))
+        return run_generator(RunPlan.resolve(RunConfig.from_flat(**settings), spec=False))
 
     assert backend() == "hf" and backend(generator="hf") == "hf"
     assert backend(generator="vllm") == "vllm" and backend(generator="auto") == "auto"

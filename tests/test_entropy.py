@@ -421,7 +421,7 @@ class Recording:
 
 
 def test_the_trainer_computes_no_entropy_for_a_loss_that_does_not_ask(tiny_path, monkeypatch):
-    trainer = Trainer(tiny_path, TrainerConfig(micro_batch_size=2), max_response_len=5)
+    trainer = Trainer(tiny_path, TrainerConfig.of(micro_batch_size=2), max_response_len=5)
 
     def refuse(*args, **kwargs):
         raise AssertionError("entropy computed for an algorithm that did not ask")
@@ -434,7 +434,7 @@ def test_the_trainer_computes_no_entropy_for_a_loss_that_does_not_ask(tiny_path,
 
 
 def test_the_trainer_hands_the_entropy_with_its_gradient_and_logs_its_mean(tiny_path):
-    trainer = Trainer(tiny_path, TrainerConfig(micro_batch_size=2), max_response_len=5)
+    trainer = Trainer(tiny_path, TrainerConfig.of(micro_batch_size=2), max_response_len=5)
     batch = rollout(tiny_path)
     with torch.no_grad():
         _, want = response_logprobs_and_entropy(
@@ -452,7 +452,7 @@ def test_the_trainer_hands_the_entropy_with_its_gradient_and_logs_its_mean(tiny_
 def test_the_bonus_alone_moves_the_weights_toward_higher_entropy(tiny_path):
     """With every advantage 0 the only gradient is the bonus's: one step raises the
     entropy (the gradient flows through H into the weights)."""
-    trainer = Trainer(tiny_path, TrainerConfig(lr=1e-3), max_response_len=5)
+    trainer = Trainer(tiny_path, TrainerConfig.of(lr=1e-3), max_response_len=5)
     batch = dataclasses.replace(rollout(tiny_path), advantages=torch.zeros(4))
     algo = get_algorithm("dapo", entropy_coef=1.0)
     before = trainer.step(batch, algo.loss)["policy_entropy"]
@@ -468,7 +468,7 @@ def test_the_bonus_alone_moves_the_weights_toward_higher_entropy(tiny_path):
     [("grpo", {"entropy_coef": 0.01}), ("dapo", {"entropy_top_share": 0.2})],
 )
 def test_a_two_step_tiny_run_with_each_option_logs_its_metrics(name, options, loop_for, tmp_path):
-    cfg = RunConfig(
+    cfg = RunConfig.from_flat(
         algorithm=name, algorithm_config=options, steps=2, prompts_per_step=16, eval_every=2, seed=3
     )
     loop = loop_for(cfg)

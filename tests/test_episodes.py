@@ -106,7 +106,7 @@ def config(**overrides) -> RunConfig:
         eval_samples=0,
         env_config={},
     )
-    return RunConfig(**{**settings, **overrides})
+    return RunConfig.from_flat(**{**settings, **overrides})
 
 
 def recording(generator, calls: list):
@@ -269,7 +269,9 @@ def test_settings_a_multi_turn_env_cannot_run_with_are_refused(episode_loop):
     with pytest.raises(ConfigError, match="single-turn"):
         episode_loop(config(env="arithmetic", max_episode_tokens=64))
     loop = episode_loop(config())
-    loop.cfg.mode = "async"  # validate refuses async without Monarch first; the env's rule:
+    loop.cfg.placement.mode = (
+        "async"  # validate refuses async without Monarch first; the env's rule:
+    )
     with pytest.raises(ConfigError, match=r"test_ask_again.*sync mode only"):
         type(loop)(loop.cfg, loop.s)
 

@@ -3,7 +3,6 @@ estimator against its closed form, and the loop's sampled metrics on the tiny mo
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from itertools import combinations
 
@@ -51,7 +50,7 @@ def test_sampled_metrics_by_hand():
 def test_evaluate_reports_greedy_and_sampled_metrics_with_fixed_seeds(loop_for):
     from zoo.run.run_config import RunConfig
 
-    loop = loop_for(RunConfig(prompts_per_step=8, eval_samples=8, seed=3))
+    loop = loop_for(RunConfig.from_flat(prompts_per_step=8, eval_samples=8, seed=3))
     first, again = loop.evaluate(), loop.evaluate()
     keys = {"eval_reward", "eval_pass_at_1", "eval_pass_at_4", "eval_pass_at_8", "eval_mean_at_8"}
     assert keys <= set(first)
@@ -60,10 +59,12 @@ def test_evaluate_reports_greedy_and_sampled_metrics_with_fixed_seeds(loop_for):
     # arithmetic's rewards are 0 or 1, so pass@1 is the mean sampled reward
     assert first["eval_pass_at_1"] == pytest.approx(first["eval_mean_at_8"])
     assert 0 < first["eval_pass_at_1"] < first["eval_pass_at_4"] < first["eval_pass_at_8"] < 1
-    other_seed = loop_for(RunConfig(prompts_per_step=8, eval_samples=8, seed=4)).evaluate()
+    other_seed = loop_for(
+        RunConfig.from_flat(prompts_per_step=8, eval_samples=8, seed=4)
+    ).evaluate()
     assert other_seed["eval_pass_at_1"] != first["eval_pass_at_1"]
     assert other_seed["eval_reward"] == first["eval_reward"]  # greedy: no randomness
-    greedy_only = loop_for(RunConfig(prompts_per_step=8, eval_samples=0)).evaluate()
+    greedy_only = loop_for(RunConfig.from_flat(prompts_per_step=8, eval_samples=0)).evaluate()
     assert set(greedy_only) == {"eval_reward", "eval_seconds"}
 
 
@@ -78,7 +79,7 @@ def test_sampled_evaluation_only_at_the_last_points_gives_the_same_numbers_there
         loop_for(cfg).run(records.append)
         return {r["step"]: r for r in records if "eval_reward" in r}
 
-    base = RunConfig(
+    base = RunConfig.from_flat(
         steps=5,
         eval_every=2,
         prompts_per_step=4,
@@ -89,7 +90,7 @@ def test_sampled_evaluation_only_at_the_last_points_gives_the_same_numbers_there
         env_config={"eval_size": 16},
     )
     every = evals(base)
-    last_two = evals(dataclasses.replace(base, sampled_eval_points=2))
+    last_two = evals(base.replace(sampled_eval_points=2))
     assert sorted(every) == sorted(last_two) == [0, 2, 4, 5]
     for step in (0, 2):
         assert "eval_pass_at_1" in every[step] and "eval_pass_at_1" not in last_two[step]
@@ -104,7 +105,7 @@ def test_sampled_points_of_a_budgeted_run_are_the_last_of_its_k_points(loop_for)
     from zoo.run.run_config import RunConfig
 
     loop = loop_for(
-        RunConfig(
+        RunConfig.from_flat(
             budget_samples=800,
             eval_points=8,
             sampled_eval_points=3,
@@ -118,7 +119,7 @@ def test_sampled_points_of_a_budgeted_run_are_the_last_of_its_k_points(loop_for)
         due.append(loop.sampled_eval_due(step=done))
     assert due == [False] * 6 + [True] * 3
     with pytest.raises(ConfigError, match="sampled_eval_points"):
-        RunConfig(sampled_eval_points=-1).validate()
+        RunConfig.from_flat(sampled_eval_points=-1).validate()
 
 
 @pytest.mark.slow
@@ -170,15 +171,15 @@ def test_eval_overlap_is_refused_where_nothing_can_overlap(loop_for):
     from zoo.run.run_config import RunConfig
 
     for placement, mode in (("local", "sync"), ("monarch", "async")):
-        cfg = RunConfig(eval_overlap="on", placement=placement, mode=mode)
+        cfg = RunConfig.from_flat(eval_overlap="on", placement=placement, mode=mode)
         with pytest.raises(
             ConfigError, match=f"eval_overlap on needs .*got placement '{placement}', mode '{mode}'"
         ):
             cfg.validate()
-    RunConfig(eval_overlap="on", placement="monarch").validate()  # what it needs
+    RunConfig.from_flat(eval_overlap="on", placement="monarch").validate()  # what it needs
     with pytest.raises(ConfigError, match=r"unknown eval_overlap 'yes'; valid: off, on"):
-        RunConfig(eval_overlap="yes").validate()
-    loop = loop_for(RunConfig(prompts_per_step=8))
+        RunConfig.from_flat(eval_overlap="yes").validate()
+    loop = loop_for(RunConfig.from_flat(prompts_per_step=8))
     with pytest.raises(ConfigError, match="HFGenerator does not"):
         check_eval_overlap(loop.rollouts, loop.s)
     episodes = EpisodeRollouts(loop.s, loop.sampling, token_limit=16)

@@ -14,7 +14,6 @@ import signal
 import subprocess
 import threading
 import time
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -101,7 +100,7 @@ def test_a_full_disk_at_the_first_records_ends_the_real_command_in_one_line(tmp_
         assert "config.json" not in left and not [n for n in left if n.endswith(".tmp")], left
 
 
-SMALL = RunConfig(
+SMALL = RunConfig.from_flat(
     prompts_per_step=4,
     steps=3,
     eval_every=3,
@@ -230,7 +229,7 @@ def test_a_service_killed_at_a_random_step_recovers_or_resumes_identically(
 
     kill_step = random.Random(KILL_SEED + SERVICES.index(name)).randint(1, 3)
     print(f"seed {KILL_SEED + SERVICES.index(name)}: {name} killed after step {kill_step}")
-    cfg = RunConfig(
+    cfg = RunConfig.from_flat(
         steps=4,
         prompts_per_step=8,
         eval_every=4,
@@ -252,7 +251,7 @@ def test_a_service_killed_at_a_random_step_recovers_or_resumes_identically(
             }
         }
     ).to_dict()
-    remote_cfg = replace(cfg, placement="monarch", distributed=placement)
+    remote_cfg = cfg.replace(placement="monarch", distributed=placement)
     out = tmp_path / "remote"
     services = build_services(remote_cfg, quiet=True)
     pid = service_pid(services, name)

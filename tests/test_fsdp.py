@@ -84,7 +84,7 @@ def previous_version_logprobs(trainer: Trainer, batch: RolloutBatch) -> torch.Te
 
 
 def trainer_config(micro: int) -> TrainerConfig:
-    return TrainerConfig(micro_batch_size=micro, mini_batches=2)
+    return TrainerConfig.of(micro_batch_size=micro, mini_batches=2)
 
 
 def full_grads(trainer: Trainer) -> dict[str, torch.Tensor]:

@@ -184,7 +184,7 @@ def test_weight_sync_makes_generator_match_transformers_with_trainer_weights(gen
     old = torch.tensor(
         [c.logprobs + [0.0] * (mask.shape[1] - len(c.logprobs)) for c in completions]
     )
-    trainer = Trainer(tiny_path, TrainerConfig(lr=1e-2), max_response_len=MAX_TOKENS)
+    trainer = Trainer(tiny_path, TrainerConfig.of(lr=1e-2), max_response_len=MAX_TOKENS)
     metrics = trainer.step(
         RolloutBatch(tokens, start, mask, advantages, old_logprobs=old),
         get_algorithm("grpo", beta=0.0).loss,

@@ -21,10 +21,10 @@ from zoo.run.runlog import is_timing_key
 
 def test_cpu_workers_get_disjoint_cores():
     cores = sorted(os.sched_getaffinity(0))
-    slots = worker_slots([RunConfig(device="cpu")], len(cores))
+    slots = worker_slots([RunConfig.from_flat(device="cpu")], len(cores))
     assigned = [s.env["FORGE_ZOO_CORES"] for s in slots]
     assert sorted(int(c) for c in assigned) == cores  # one core each, none shared
-    over = worker_slots([RunConfig(device="cpu")], 2 * len(cores))
+    over = worker_slots([RunConfig.from_flat(device="cpu")], 2 * len(cores))
     assert len(over) == 2 * len(cores)  # more jobs than cores: each still gets one
 
 
@@ -62,11 +62,11 @@ def test_a_run_needs_more_than_one_host_only_for_gpus_one_host_lacks():
 
 def test_a_monarch_placement_spreads_over_its_hosts_or_is_refused():
     placed = PlacementConfig.from_dict({"hosts": HOSTS[:4]}, gpus_available=0).to_dict()
-    slots = worker_slots([RunConfig(placement="monarch", distributed=placed)], 2)
+    slots = worker_slots([RunConfig.from_flat(placement="monarch", distributed=placed)], 2)
     assert [s.hosts for s in slots] == [tuple(HOSTS[:2]), tuple(HOSTS[2:4])]
     assert all(not s.env for s in slots)  # the hosts do the work: no cores or GPU here
     with pytest.raises(ConfigError, match="lists none; add hosts"):
-        worker_slots([RunConfig(placement="monarch")], 2)
+        worker_slots([RunConfig.from_flat(placement="monarch")], 2)
 
 
 def test_more_jobs_than_hosts_exit_2_naming_the_numbers(tmp_path: Path):

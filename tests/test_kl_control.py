@@ -10,7 +10,6 @@ and how the reward's KL reaches a token (``kl_reward_credit``: ReMax's own token
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 from dataclasses import dataclass
 from pathlib import Path
@@ -286,7 +285,7 @@ class Killed(BaseException):
 def adaptive(**algorithm_config) -> RunConfig:
     # 4 prompts x 8 = 32 responses a step over a horizon of 40: K_beta = 0.8, so beta
     # moves by up to 16% a step; a target far below the KL reached after one update
-    return RunConfig(
+    return RunConfig.from_flat(
         prompts_per_step=4,
         steps=3,
         eval_every=3,
@@ -345,7 +344,7 @@ def test_an_adaptive_kl_run_logs_kl_coef_and_resumes_exactly(loop_for, tmp_path,
 
 
 def test_kl_in_reward_with_an_adaptive_weight_runs_on_grpo(loop_for, tmp_path):
-    cfg = dataclasses.replace(adaptive(kl_in_reward=True, kl="k1"), steps=2, checkpoint_every=0)
+    cfg = adaptive(kl_in_reward=True, kl="k1").replace(steps=2, checkpoint_every=0)
     execute_run(cfg, tmp_path / "r", loop_for(cfg).s, command="test")
     records = read_metrics(tmp_path / "r")
     check_logged_updates(records, beta=0.04)

@@ -32,7 +32,7 @@ def test_every_builtin_is_registered():
 
 @pytest.mark.parametrize("name", BUILTINS)
 def test_every_builtin_trains_without_nan_and_logs_its_loss_metrics(name, loop_for, tmp_path):
-    cfg = RunConfig(algorithm=name, steps=2, prompts_per_step=16, eval_every=2, seed=3)
+    cfg = RunConfig.from_flat(algorithm=name, steps=2, prompts_per_step=16, eval_every=2, seed=3)
     loop = loop_for(cfg)
     writer = RunWriter(tmp_path)
     loop.run(writer.log)
@@ -50,7 +50,7 @@ def test_every_builtin_trains_without_nan_and_logs_its_loss_metrics(name, loop_f
 
 def test_dapo_dynamic_sampling_refills_and_charges_every_generated_token(loop_for):
     # G = 2 makes all-equal groups (both right or both wrong) common: many are dropped.
-    cfg = RunConfig(algorithm="dapo", steps=1, prompts_per_step=16, group_size=2, seed=1)
+    cfg = RunConfig.from_flat(algorithm="dapo", steps=1, prompts_per_step=16, group_size=2, seed=1)
     loop = loop_for(cfg)
     services = loop.s
     generated: list[int] = []
@@ -68,7 +68,7 @@ def test_dapo_dynamic_sampling_refills_and_charges_every_generated_token(loop_fo
         del services.generator.generate
     rounds = record["sampling_rounds"]
     assert rounds > 1, "expected dropped groups to force a refill"
-    assert record["kept_groups"] == 16 or rounds == cfg.max_sampling_rounds
+    assert record["kept_groups"] == 16 or rounds == cfg.sampling.max_sampling_rounds
     assert loop.samples == rounds * 16 * 2  # dropped samples count too
     delta = services.ledger.step_delta()
     assert delta["generate_tokens"] == sum(generated)
@@ -76,7 +76,7 @@ def test_dapo_dynamic_sampling_refills_and_charges_every_generated_token(loop_fo
 
 
 def test_beta_zero_algorithms_never_build_or_run_the_reference(loop_for):
-    cfg = RunConfig(algorithm="dapo", steps=1, prompts_per_step=8)
+    cfg = RunConfig.from_flat(algorithm="dapo", steps=1, prompts_per_step=8)
     loop = loop_for(cfg)
     services = loop.s
     assert services.reference is None
@@ -85,7 +85,9 @@ def test_beta_zero_algorithms_never_build_or_run_the_reference(loop_for):
 
 
 def test_a_samples_budget_stops_the_run_once_spent_and_evaluates_at_its_points(loop_for, tmp_path):
-    cfg = RunConfig(algorithm="dr_grpo", prompts_per_step=16, budget_samples=300, eval_points=2)
+    cfg = RunConfig.from_flat(
+        algorithm="dr_grpo", prompts_per_step=16, budget_samples=300, eval_points=2
+    )
     loop = loop_for(cfg)
     records = loop.run(lambda record: None)
     assert [r["samples"] for r in records] == [0, 128, 256, 384]  # stops once >= 300
@@ -96,4 +98,4 @@ def test_several_budgets_are_a_config_error():
     from zoo.core.config import ConfigError
 
     with pytest.raises(ConfigError, match="one budget"):
-        RunConfig(budget_flops=1e12, budget_samples=100).validate()
+        RunConfig.from_flat(budget_flops=1e12, budget_samples=100).validate()

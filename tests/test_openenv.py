@@ -132,7 +132,7 @@ def test_one_rl_step_of_the_tiny_model_on_the_server(loop_for, tiny_path, url):
     from zoo.run.run_config import RunConfig
     from zoo.services.conversation import Conversation
 
-    cfg = RunConfig(
+    cfg = RunConfig.from_flat(
         env="openenv",
         env_config={"url": url, "eval_size": 8},
         prompts_per_step=4,

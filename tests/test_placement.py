@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -74,7 +73,7 @@ def test_monarch_placement_gives_the_local_placements_numbers(tmp_path, tiny_mod
 @pytest.mark.extra  # CI keeps a killed trainer (test_faults) and a killed save
 def test_a_killed_generator_stops_the_run_and_the_run_resumes(tmp_path, tiny_model_path):
     """(With the endpoint weight sync; the other tests use the default, RDMA.)"""
-    cfg = RunConfig(
+    cfg = RunConfig.from_flat(
         algorithm="dapo",
         steps=3,
         prompts_per_step=16,
@@ -103,9 +102,9 @@ def test_a_killed_generator_stops_the_run_and_the_run_resumes(tmp_path, tiny_mod
         history = execute_run(cfg, out, resumed, command="test", resume=True)
     finally:
         resumed.close()
-    local = build_services(replace(cfg, placement="local"), quiet=True)
+    local = build_services(cfg.replace(placement="local"), quiet=True)
     uninterrupted = execute_run(
-        replace(cfg, placement="local"), tmp_path / "local", local, command="test"
+        cfg.replace(placement="local"), tmp_path / "local", local, command="test"
     )
     assert numbers(history) == numbers(uninterrupted)
 
@@ -124,7 +123,7 @@ def test_a_save_killed_on_monarch_resumes_to_the_uninterrupted_numbers(
     checkpoint becomes current resumes to the numbers of an uninterrupted local run."""
     from zoo.run import checkpoint
 
-    cfg = RunConfig(
+    cfg = RunConfig.from_flat(
         steps=3,
         prompts_per_step=8,
         eval_every=3,
@@ -154,7 +153,7 @@ def test_a_save_killed_on_monarch_resumes_to_the_uninterrupted_numbers(
         history = execute_run(cfg, out, resumed, command="test", resume=True)
     finally:
         resumed.close()
-    local_cfg = replace(cfg, placement="local")
+    local_cfg = cfg.replace(placement="local")
     local = build_services(local_cfg, quiet=True)
     try:
         uninterrupted = execute_run(local_cfg, tmp_path / "local", local, command="test")
@@ -172,7 +171,7 @@ def test_an_evaluation_overlapped_with_training_gives_the_same_numbers(tmp_path,
     last step (4) run in place, so steps 1 and 2 are the ones sent, during steps 2 and 3."""
     from zoo.run.runlog import read_samples
 
-    cfg = RunConfig(
+    cfg = RunConfig.from_flat(
         steps=4,
         prompts_per_step=16,
         eval_every=1,
@@ -192,7 +191,7 @@ def test_an_evaluation_overlapped_with_training_gives_the_same_numbers(tmp_path,
     monkeypatch.setattr(RLLoop, "_submit_eval", recorded_send)
     runs = {}
     for placement, overlap in (("local", "off"), ("monarch", "on")):
-        run_cfg = replace(cfg, placement=placement, eval_overlap=overlap)
+        run_cfg = cfg.replace(placement=placement, eval_overlap=overlap)
         services = build_services(run_cfg, quiet=True)
         try:
             execute_run(run_cfg, tmp_path / placement, services, command="test")
@@ -230,11 +229,13 @@ def test_replicas_on_two_hosts_survive_killed_replicas_with_unchanged_numbers(
         "  scorer: {procs: 1, num_replicas: 2, on_failure: replace}\n"
         f"hosts: [{', '.join(addresses)}]\n"
     )
-    cfg = RunConfig(algorithm="dapo", steps=3, prompts_per_step=16, eval_every=2, device="cpu")
+    cfg = RunConfig.from_flat(
+        algorithm="dapo", steps=3, prompts_per_step=16, eval_every=2, device="cpu"
+    )
     local = build_services(cfg, quiet=True)
     expected = execute_run(cfg, tmp_path / "local", local, command="test")
-    remote_cfg = replace(
-        cfg, placement="monarch", distributed=PlacementConfig.from_yaml(config).to_dict()
+    remote_cfg = cfg.replace(
+        placement="monarch", distributed=PlacementConfig.from_yaml(config).to_dict()
     )
     remote = build_services(remote_cfg, quiet=True)
     pids = [a.pid.call_one().get() for a in remote.generator.actors]
@@ -308,14 +309,14 @@ def test_async_mode_overlaps_and_respects_max_policy_age(tmp_path, tiny_model_pa
 
 
 def test_samples_older_than_max_policy_age_are_dropped_and_counted(tiny_model_path):
-    cfg = RunConfig(prompts_per_step=4, max_policy_age=2, device="cpu", generator="hf")
+    cfg = RunConfig.from_flat(prompts_per_step=4, max_policy_age=2, device="cpu", generator="hf")
     loop = RLLoop(cfg, build_services(cfg, quiet=True))
     loop.version = 3  # as if the trainer had stepped 3 times since these weights (version 0)
     prompts, groups = loop.sample_groups(4)
-    assert (prompts, groups, loop.stale_dropped) == ([], [], 4 * cfg.group_size)
+    assert (prompts, groups, loop.stale_dropped) == ([], [], 4 * cfg.sampling.group_size)
     loop.version = 2
     prompts, groups = loop.sample_groups(4)
-    assert len(groups) == 4 and loop.policy_ages == [2] * 4 * cfg.group_size
+    assert len(groups) == 4 and loop.policy_ages == [2] * 4 * cfg.sampling.group_size
 
 
 @pytest.mark.parametrize(
@@ -369,9 +370,9 @@ def test_a_placement_file_fills_the_defaults_and_round_trips(tmp_path):
     assert layout.parallelism.data_parallel_shard_degree == 2  # -1: all trainer processes
     assert PlacementConfig.from_dict(layout.to_dict(), gpus_available=0) == layout
     with pytest.raises(ConfigError, match="needs --placement monarch"):
-        RunConfig(distributed=layout.to_dict()).validate()
+        RunConfig.from_flat(distributed=layout.to_dict()).validate()
     with pytest.raises(ConfigError, match="needs --placement monarch"):
-        RunConfig(mode="async").validate()
+        RunConfig.from_flat(mode="async").validate()
     for procs, data_shards in ((2, 1), (4, 2)):  # -1: the processes over the tensor degree
         path.write_text(
             f"parallelism: {{tensor_parallel_degree: 2}}\nservices: {{trainer: {{procs: {procs}}}}}"
@@ -428,10 +429,12 @@ def local_run_and_placed_config(
     under the placement file ``placement`` (YAML text)."""
     config = tmp_path / "placement.yaml"
     config.write_text(placement)
-    cfg = RunConfig(steps=3, prompts_per_step=32, eval_every=3, device="cpu", generator=generator)
+    cfg = RunConfig.from_flat(
+        steps=3, prompts_per_step=32, eval_every=3, device="cpu", generator=generator
+    )
     expected = execute_run(cfg, tmp_path / "local", build_services(cfg, quiet=True), command="test")
-    placed = replace(
-        cfg, placement="monarch", distributed=PlacementConfig.from_yaml(config).to_dict()
+    placed = cfg.replace(
+        placement="monarch", distributed=PlacementConfig.from_yaml(config).to_dict()
     )
     return expected, placed
 

@@ -207,7 +207,7 @@ def test_the_critic_has_its_own_phases_and_costs_a_body_pass_without_the_lm_head
 
 # --- runs on the tiny model -----------------------------------------------------------------
 
-PPO_RUN = RunConfig(
+PPO_RUN = RunConfig.from_flat(
     algorithm="ppo",
     prompts_per_step=4,
     steps=3,
@@ -277,7 +277,7 @@ def test_a_ppo_run_charges_and_logs_the_critic_and_resumes_exactly(loop_for, tmp
 
 
 def test_other_algorithms_build_no_critic_and_log_no_critic_keys(loop_for):
-    cfg = dataclasses.replace(PPO_RUN, algorithm="grpo", steps=1, checkpoint_every=0)
+    cfg = PPO_RUN.replace(algorithm="grpo", steps=1, checkpoint_every=0)
     loop = loop_for(cfg)
     assert loop.s.critic is None
     record = loop.step()
@@ -288,7 +288,7 @@ def test_other_algorithms_build_no_critic_and_log_no_critic_keys(loop_for):
 
 def test_kl_in_reward_goes_into_the_per_token_rewards_of_gae(loop_for):
     kl_in_reward = {"beta": 0.05, "kl": "k1", "kl_in_reward": True}
-    cfg = dataclasses.replace(PPO_RUN, steps=1, checkpoint_every=0, algorithm_config=kl_in_reward)
+    cfg = PPO_RUN.replace(steps=1, checkpoint_every=0, algorithm_config=kl_in_reward)
     loop = loop_for(cfg)
     assert loop.s.algorithm.needs_reference and loop.s.algorithm.config.beta == 0.0
     record = loop.step()
@@ -415,7 +415,7 @@ def test_the_critic_fits_a_batch_of_the_tiny_models_responses(tiny_path):
 
     torch.manual_seed(0)
     trainer = Trainer(tiny_path, TrainerConfig(), max_response_len=width)
-    critic = Critic(trainer.model, TrainerConfig(lr=1e-3, mini_batches=1))
+    critic = Critic(trainer.model, TrainerConfig.of(lr=1e-3, mini_batches=1))
     batch = RolloutBatch(
         tokens, torch.tensor([len(q) for q, _ in rows]), mask, torch.tensor(rewards), group_size=2
     )

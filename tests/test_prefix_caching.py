@@ -73,7 +73,7 @@ def recording_requests(engine: VLLMGenerator, outputs: list) -> None:
 
 
 def test_the_ledger_charges_what_the_engine_computed_on_a_multi_turn_batch(cached):
-    cfg = RunConfig(
+    cfg = RunConfig.from_flat(
         env="tool_arithmetic",
         model="tiny-tool",
         prompts_per_step=4,

@@ -205,7 +205,7 @@ def test_execute_run_records_sessions_and_the_finish(tmp_path, monkeypatch, fres
     model = tmp_path / "model"
     model.mkdir()
     (model / "model.safetensors").write_bytes(b"weights")
-    cfg = RunConfig()
+    cfg = RunConfig.from_flat()
 
     def save(directory, loop, source_model):
         directory.mkdir(exist_ok=True)
@@ -229,7 +229,7 @@ def test_execute_run_records_sessions_and_the_finish(tmp_path, monkeypatch, fres
     monkeypatch.setattr(
         runner,
         "resolved_config",
-        lambda c, s: {"run": dataclasses.asdict(c), "model_path": str(model), "seed": c.seed},
+        lambda c, s: {"run": dataclasses.asdict(c), "model_path": str(model), "seed": c.run.seed},
     )
     services = SimpleNamespace(ledger=SimpleNamespace(total_flops=1.0))
     states = iter([GitState("aaa", True, b"diff a\n"), GitState("bbb", True, b"diff b\n")])
@@ -271,7 +271,7 @@ def test_a_resume_keeps_the_experiments_first_command_and_date(tmp_path, monkeyp
     import harness.experiment as experiment
     from zoo.run.run_config import RunConfig
 
-    cfgs = [RunConfig(algorithm="grpo", seed=s) for s in range(2)]
+    cfgs = [RunConfig.from_flat(algorithm="grpo", seed=s) for s in range(2)]
     times = iter(
         [
             "2026-01-01T00:00:00+00:00",

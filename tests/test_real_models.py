@@ -202,8 +202,8 @@ def test_weights_flow_trainer_to_vllm_in_hugging_face_naming(hf_cache, tmp_path,
         "device": "cpu",
     }
     configs = [
-        RunConfig(model="qwen3-0.6b", **settings),  # from the cache
-        RunConfig(model=str(bare), init="random", **settings),
+        RunConfig.from_flat(model="qwen3-0.6b", **settings),  # from the cache
+        RunConfig.from_flat(model=str(bare), init="random", **settings),
     ]
     child = multiprocessing.get_context("spawn").Process(
         target=weights_flow, args=(configs, str(hf_cache))

@@ -100,7 +100,7 @@ def test_a_tiny_comparison_as_a_dry_run_lists_its_runs_and_writes_nothing(tmp_pa
 
 
 def recipe_work(model: str, algorithm: str = "grpo") -> tuple:
-    cfg = RunConfig(
+    cfg = RunConfig.from_flat(
         algorithm=algorithm,
         model=model,
         env=RECIPES[model].env,
@@ -161,7 +161,7 @@ def test_on_a_gpu_the_plan_is_for_that_gpu_and_its_micro_batch_is_used(monkeypat
     h100 = dataclasses.replace(GPUS["h100"], name="NVIDIA H100 80GB HBM3")
     monkeypatch.setattr(harness.capacity, "detect_gpu", lambda: h100)
     cfgs = [
-        RunConfig(
+        RunConfig.from_flat(
             algorithm=a,
             model="qwen3-1.7b",
             env="gsm8k",
@@ -184,6 +184,6 @@ def test_on_a_gpu_the_plan_is_for_that_gpu_and_its_micro_batch_is_used(monkeypat
     with contextlib.redirect_stdout(io.StringIO()), refused:
         print_plan(
             compare_args(micro_batch_given=True),
-            [dataclasses.replace(c, micro_batch_size=8) for c in cfgs],
+            [c.replace(micro_batch_size=8) for c in cfgs],
             RECIPES["qwen3-1.7b"],
         )

@@ -126,7 +126,7 @@ def small(algorithm: str, **overrides) -> RunConfig:
         eval_samples=0,
         env_config={"eval_size": 8},
     )
-    return RunConfig(**{**settings, **overrides})
+    return RunConfig.from_flat(**{**settings, **overrides})
 
 
 def test_the_loop_generates_scores_and_charges_one_greedy_completion_per_prompt(loop_for):
@@ -140,7 +140,7 @@ def test_the_loop_generates_scores_and_charges_one_greedy_completion_per_prompt(
 
     # scored by the env, as the samples are
     env = loop.s.env
-    prompts = env.train_prompts(0, 4, cfg.seed)
+    prompts = env.train_prompts(0, 4, cfg.run.seed)
     b = env.score_batch(prompts, [c.text for c in completions])
     assert record["baseline_reward_mean"] == statistics.fmean(b)
     assert record["baseline_len_mean"] == statistics.fmean(len(c.token_ids) for c in completions)
@@ -178,14 +178,16 @@ def test_the_loop_generates_scores_and_charges_one_greedy_completion_per_prompt(
 
 
 def test_async_mode_is_refused_naming_the_setting(loop_for, tiny_model_path):
-    cfg = RunConfig(algorithm="remax", placement="monarch", mode="async")
+    cfg = RunConfig.from_flat(algorithm="remax", placement="monarch", mode="async")
     with pytest.raises(ConfigError, match=r"'remax'.*sync mode only; got mode 'async'"):
         preflight([cfg])  # before any work: harness run and compare exit 2
     loop = loop_for(small("remax"))
-    loop.cfg.mode = "async"
+    loop.cfg.placement.mode = "async"
     with pytest.raises(ConfigError, match="sync mode only"):
         RLLoop(loop.cfg, loop.s)
-    preflight([RunConfig(algorithm="rloo", placement="monarch", mode="async")])  # others run
+    preflight(
+        [RunConfig.from_flat(algorithm="rloo", placement="monarch", mode="async")]
+    )  # others run
 
 
 class Killed(BaseException):

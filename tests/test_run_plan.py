@@ -61,7 +61,9 @@ def test_one_harness_run_validates_resolves_the_model_and_builds_the_env_once(
 
 
 def test_a_plan_holds_what_the_run_resolves():
-    plan = RunPlan.resolve(RunConfig(env="tool_arithmetic", max_response_len=10), spec=False)
+    plan = RunPlan.resolve(
+        RunConfig.from_flat(env="tool_arithmetic", max_response_len=10), spec=False
+    )
     assert plan.spec is None and plan.env.name == "tool_arithmetic"
     assert plan.algorithm.name == "grpo" and plan.device in ("cpu", "cuda")
     assert plan.budget == ("steps", 150.0)
@@ -73,6 +75,6 @@ def test_resolving_refuses_what_the_run_would_refuse():
     from zoo.core.config import ConfigError
 
     with pytest.raises(ConfigError, match="steps must be >= 1"):
-        RunPlan.resolve(RunConfig(steps=0), spec=False)
+        RunPlan.resolve(RunConfig.from_flat(steps=0), spec=False)
     with pytest.raises(ConfigError, match="max_episode_tokens applies to multi-turn envs"):
-        RunPlan.resolve(RunConfig(max_episode_tokens=100), spec=False)
+        RunPlan.resolve(RunConfig.from_flat(max_episode_tokens=100), spec=False)

@@ -5,7 +5,6 @@ Chromium (DOM dumped after the page's script ran, a screenshot under the test's 
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import re
 import shutil
@@ -37,7 +36,7 @@ def lines(run_dir: Path) -> list[dict]:
 
 
 def test_samples_are_kept_per_step_and_eval_and_survive_a_kill_and_resume(loop_for, tmp_path):
-    cfg = RunConfig(algorithm="grpo", seed=2, **SMALL)
+    cfg = RunConfig.from_flat(algorithm="grpo", seed=2, **SMALL)
     loop = loop_for(cfg)
     straight = tmp_path / "straight"
     execute_run(cfg, straight, loop.s, command="test")
@@ -46,7 +45,8 @@ def test_samples_are_kept_per_step_and_eval_and_survive_a_kill_and_resume(loop_f
     evals = [r for r in rows if r["kind"] == "eval"]
     assert sorted({r["step"] for r in train}) == [1, 2, 3]
     assert all(
-        sum(r["step"] == s for r in train) == SAMPLE_GROUPS * cfg.group_size for s in (1, 2, 3)
+        sum(r["step"] == s for r in train) == SAMPLE_GROUPS * cfg.sampling.group_size
+        for s in (1, 2, 3)
     )
     assert sorted({r["step"] for r in evals}) == [0, 2, 3]  # eval_every 2, and the end
     assert all(sum(r["step"] == s for r in evals) == EVAL_SAMPLES for s in (0, 2, 3))
@@ -63,7 +63,7 @@ def test_samples_are_kept_per_step_and_eval_and_survive_a_kill_and_resume(loop_f
         assert r["policy_version"] == r["step"] - 1  # sampled by the weights before it
         assert r["finish_reason"] in ("stop", "length")
     for s in (1, 2, 3):  # GRPO's advantages: centred within each group
-        group = [r["advantage"] for r in train if r["step"] == s][: cfg.group_size]
+        group = [r["advantage"] for r in train if r["step"] == s][: cfg.sampling.group_size]
         assert abs(sum(group)) < 1e-4
     for r in evals:
         assert r["reference"] and r["prompt"] and "completion" in r
@@ -105,12 +105,10 @@ def experiment(tiny_path, tiny_generator, tmp_path_factory) -> Path:
     build, restore = loop_builder(tiny_path, tiny_generator)
     root = tmp_path_factory.mktemp("samples")
     out = root / "results" / "exp"
-    base = RunConfig(
+    base = RunConfig.from_flat(
         steps=2, prompts_per_step=8, eval_every=1, checkpoint_every=0, env_config={"eval_size": 16}
     )
-    cfgs = [
-        dataclasses.replace(base, algorithm=a, seed=s) for a in ("grpo", "dapo") for s in (0, 1)
-    ]
+    cfgs = [base.replace(algorithm=a, seed=s) for a in ("grpo", "dapo") for s in (0, 1)]
     out.mkdir(parents=True)
     write_manifest(out, cfgs, "python -m harness compare grpo dapo (test)", resume=False)
     try:

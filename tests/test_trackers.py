@@ -28,7 +28,7 @@ from zoo.run.trackers import (
 )
 
 SECTIONS = ("train/", "eval/", "perf/", "regime/")
-LR = RunConfig().lr
+LR = RunConfig.from_flat().lr
 """tracked_run's learning rate: constant, so metrics.jsonl records none; trackers get it."""
 
 
@@ -55,7 +55,7 @@ def tracked_run(loop_for, out: Path, report_to: str, monkeypatch) -> list[dict]:
     """A 2-step run (evaluations at 0, 1, 2) into ``out`` through execute_run, the code
     path of `harness run`; its metrics.jsonl records."""
     offline(monkeypatch)
-    cfg = RunConfig(
+    cfg = RunConfig.from_flat(
         algorithm="grpo",
         steps=2,
         prompts_per_step=8,
@@ -73,7 +73,7 @@ def test_report_to_takes_several_and_names_the_valid_ones_when_wrong():
     assert parse_report_to("tensorboard, wandb,tensorboard") == ("tensorboard", "wandb")
     assert parse_report_to("") == ()
     with pytest.raises(ConfigError, match="valid: tensorboard, wandb, mlflow"):
-        RunConfig(report_to="tensorboard,neptune").validate()
+        RunConfig.from_flat(report_to="tensorboard,neptune").validate()
     from harness.cli import build_parser
 
     args = build_parser().parse_args(["run", "grpo", "--report-to", "tensorboard,mlflow"])
@@ -375,7 +375,7 @@ def test_a_resumed_run_continues_its_trackers_runs(loop_for, tmp_path, monkeypat
     from mlflow.tracking import MlflowClient
 
     offline(monkeypatch)
-    cfg = RunConfig(
+    cfg = RunConfig.from_flat(
         algorithm="grpo",
         steps=3,
         prompts_per_step=8,

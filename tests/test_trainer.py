@@ -26,7 +26,7 @@ def random_batch(size: int = 8, prompt: int = 6, response: int = 5) -> RolloutBa
 
 def gradients_of_step(tiny_path, micro_batch_size: int, batch: RolloutBatch, algo) -> tuple:
     """Metrics and the accumulated gradients (still in .grad after the optimizer step)."""
-    trainer = Trainer(tiny_path, TrainerConfig(micro_batch_size=micro_batch_size), 5)
+    trainer = Trainer(tiny_path, TrainerConfig.of(micro_batch_size=micro_batch_size), 5)
     metrics = trainer.step(batch, algo.loss)
     return metrics, {n: p.grad.clone() for n, p in trainer.model.named_parameters()}
 
@@ -75,14 +75,14 @@ def test_torchforge_train_step_matches_native_step(tiny_path):
 def test_learning_rate_schedules_by_hand():
     from zoo.services.trainer import lr_at
 
-    cfg = TrainerConfig(lr=1.0, warmup_steps=4, lr_schedule="constant")
+    cfg = TrainerConfig.of(lr=1.0, warmup_steps=4, lr_schedule="constant")
     assert [lr_at(k, cfg) for k in range(6)] == [0.25, 0.5, 0.75, 1.0, 1.0, 1.0]
-    linear = TrainerConfig(
+    linear = TrainerConfig.of(
         lr=2.0, warmup_steps=0, lr_schedule="linear", decay_steps=4, min_lr_ratio=0.25
     )
     # from 2.0 down to 0.5 over 4 steps, then the floor
     assert [lr_at(k, linear) for k in range(6)] == [2.0, 1.625, 1.25, 0.875, 0.5, 0.5]
-    cosine = TrainerConfig(lr=1.0, warmup_steps=2, lr_schedule="cosine", decay_steps=4)
+    cosine = TrainerConfig.of(lr=1.0, warmup_steps=2, lr_schedule="cosine", decay_steps=4)
     values = [lr_at(k, cosine) for k in range(8)]
     assert values[:2] == [0.5, 1.0] and values[2] == 1.0
     assert abs(values[4] - 0.5) < 1e-12 and values[6] == values[7] == 0.0  # cos(pi/2), end
@@ -91,9 +91,9 @@ def test_learning_rate_schedules_by_hand():
 def test_learning_rate_over_the_budget_by_hand():
     from zoo.services.trainer import lr_at_budget
 
-    warm = TrainerConfig(lr=1.0, warmup_ratio=0.2, lr_schedule="constant")
+    warm = TrainerConfig.of(lr=1.0, warmup_ratio=0.2, lr_schedule="constant")
     assert [lr_at_budget(f, warm) for f in (0.05, 0.1, 0.2, 0.6, 1.0)] == [0.25, 0.5, 1, 1, 1]
-    cosine = TrainerConfig(lr=2.0, warmup_ratio=0.2, lr_schedule="cosine", min_lr_ratio=0.5)
+    cosine = TrainerConfig.of(lr=2.0, warmup_ratio=0.2, lr_schedule="cosine", min_lr_ratio=0.5)
     # after the warm-up, from 2.0 down to the floor 1.0 over the remaining 0.8 of the budget
     assert lr_at_budget(0.6, cosine) == pytest.approx(1.5)  # half-way: cos(pi/2)
     assert lr_at_budget(1.0, cosine) == pytest.approx(1.0)
@@ -101,7 +101,7 @@ def test_learning_rate_over_the_budget_by_hand():
 
 def test_the_schedule_drives_the_optimizer_and_resumes_from_its_state(tiny_path):
     algo = get_algorithm("grpo", beta=0.0)
-    cfg = TrainerConfig(lr=1e-3, warmup_steps=2, lr_schedule="cosine", decay_steps=2)
+    cfg = TrainerConfig.of(lr=1e-3, warmup_steps=2, lr_schedule="cosine", decay_steps=2)
     trainer = Trainer(tiny_path, cfg, 5)
     seen = [trainer.step(random_batch(), algo.loss)["lr"] for _ in range(3)]
     assert seen == [5e-4, 1e-3, 1e-3] and trainer.optimizer_steps() == 3

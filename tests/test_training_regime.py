@@ -37,7 +37,7 @@ def weights(trainer: Trainer) -> dict[str, torch.Tensor]:
 def trainer_with(tiny_path, temperature: float = 1.0, max_policy_age: int = 0, **config) -> Trainer:
     return Trainer(
         tiny_path,
-        TrainerConfig(lr=1e-3, **config),
+        TrainerConfig.of(lr=1e-3, **config),
         max_response_len=5,
         temperature=temperature,
         max_policy_age=max_policy_age,
@@ -135,7 +135,7 @@ def test_the_reference_scores_at_the_sampling_temperature_too(tiny_path):
 
 def test_greedy_temperature_is_refused_with_the_reason():
     with pytest.raises(ConfigError, match="temperature 0 is greedy decoding: the 8 samples"):
-        RunConfig(temperature=0.0).validate()
+        RunConfig.from_flat(temperature=0.0).validate()
 
 
 @pytest.mark.parametrize(
@@ -153,7 +153,7 @@ def test_greedy_temperature_is_refused_with_the_reason():
 )
 def test_bad_regime_settings_are_config_errors(change, message):
     with pytest.raises(ConfigError, match=message):
-        RunConfig(**change).validate()
+        RunConfig.from_flat(**change).validate()
 
 
 def test_gspo_and_sapo_differ_from_the_first_step(loop_for):
@@ -161,7 +161,7 @@ def test_gspo_and_sapo_differ_from_the_first_step(loop_for):
     mini-batch of the first rollout batch on, GSPO's sequence clip and SAPO's gate act."""
     records, finals = {}, {}
     for name in ("gspo", "sapo"):
-        loop = loop_for(RunConfig(algorithm=name, prompts_per_step=32, seed=2))
+        loop = loop_for(RunConfig.from_flat(algorithm=name, prompts_per_step=32, seed=2))
         records[name] = loop.step()
         finals[name] = weights(loop.s.trainer)
     gspo, sapo = records["gspo"], records["sapo"]
@@ -176,7 +176,7 @@ def test_warm_up_and_decay_follow_the_share_of_a_budget_spent(loop_for):
     """--warmup-ratio and a decay over a samples budget, whose optimizer steps are not
     known ahead: each batch's updates take the lr of the budget's share spent with the
     batch's generation counted: 1/4, 2/4, 3/4, 4/4 of 4 batches of 64 samples."""
-    cfg = RunConfig(
+    cfg = RunConfig.from_flat(
         algorithm="grpo",
         prompts_per_step=8,
         mini_batches=2,
@@ -194,15 +194,19 @@ def test_warm_up_and_decay_follow_the_share_of_a_budget_spent(loop_for):
     # warm-up to 1e-3 over the first half (5e-4 at a quarter), then linear to 0
     assert lrs == pytest.approx([5e-4, 1e-3, 5e-4, 0.0]), lrs
     # a FLOPs budget with a decay and no --decay-steps now schedules over the budget too
-    assert RunConfig(budget_flops=1e12, lr_schedule="cosine").schedule_over_budget
-    assert not RunConfig(lr_schedule="cosine").schedule_over_budget  # steps: optimizer steps
+    assert RunConfig.from_flat(budget_flops=1e12, lr_schedule="cosine").schedule_over_budget
+    assert not RunConfig.from_flat(
+        lr_schedule="cosine"
+    ).schedule_over_budget  # steps: optimizer steps
 
 
 def test_the_ledger_charges_the_old_log_prob_pass_and_every_epoch(loop_for):
-    one = loop_for(RunConfig(algorithm="dapo", prompts_per_step=16, mini_batches=2, seed=1))
+    one = loop_for(
+        RunConfig.from_flat(algorithm="dapo", prompts_per_step=16, mini_batches=2, seed=1)
+    )
     one.step()
     two = loop_for(
-        RunConfig(algorithm="dapo", prompts_per_step=16, mini_batches=2, epochs=2, seed=1)
+        RunConfig.from_flat(algorithm="dapo", prompts_per_step=16, mini_batches=2, epochs=2, seed=1)
     )
     two.step()
     a, b = one.s.ledger.flops, two.s.ledger.flops
@@ -220,7 +224,7 @@ def test_one_on_policy_update_takes_its_own_forward_as_the_old_policy(loop_for):
     records, flops, finals = {}, {}, {}
     for mode in ("when_needed", "always"):
         loop = loop_for(
-            RunConfig(
+            RunConfig.from_flat(
                 algorithm="grpo", prompts_per_step=16, mini_batches=1, old_logprob_pass=mode, seed=5
             )
         )
@@ -236,18 +240,18 @@ def test_one_on_policy_update_takes_its_own_forward_as_the_old_policy(loop_for):
     assert numbers["when_needed"] == numbers["always"]
     assert all(torch.equal(finals["when_needed"][k], v) for k, v in finals["always"].items())
     for change in ({"mini_batches": 2}, {"correction": "tis"}):
-        loop = loop_for(RunConfig(algorithm="grpo", prompts_per_step=16, **change))
+        loop = loop_for(RunConfig.from_flat(algorithm="grpo", prompts_per_step=16, **change))
         loop.step()
         assert loop.s.ledger.flops["old_logprobs"] > 0, change
     # a run recorded before the setting existed re-runs as it ran: with the pass
-    recorded = dataclasses.asdict(RunConfig(mini_batches=1))
+    recorded = dataclasses.asdict(RunConfig.from_flat(mini_batches=1))
     del recorded["old_logprob_pass"]
     assert RunConfig.from_record(recorded).old_logprob_pass == "always"
 
 
 @pytest.mark.parametrize("correction", ["none", "tis", "mis-token", "mis-sequence", "bypass"])
 def test_each_correction_reports_itself_and_bypass_trains_against_the_sampler(loop_for, correction):
-    loop = loop_for(RunConfig(prompts_per_step=16, correction=correction, seed=4))
+    loop = loop_for(RunConfig.from_flat(prompts_per_step=16, correction=correction, seed=4))
     seen: list[RolloutBatch] = []
     train = loop.s.trainer.train
     loop.s.trainer.train = lambda batch, loss_fn: seen.append(batch) or train(batch, loss_fn)
@@ -268,9 +272,9 @@ def test_a_correction_reaches_the_update(loop_for):
     """Masking every token whose ratio to the sampler is not exactly 1 (the float gap
     between vLLM and the trainer is nonzero almost everywhere) leaves almost no policy
     gradient; the same step without the correction has its usual one."""
-    plain = loop_for(RunConfig(algorithm="dapo", prompts_per_step=16, seed=4)).step()
+    plain = loop_for(RunConfig.from_flat(algorithm="dapo", prompts_per_step=16, seed=4)).step()
     masked = loop_for(
-        RunConfig(
+        RunConfig.from_flat(
             algorithm="dapo",
             prompts_per_step=16,
             seed=4,
@@ -296,7 +300,7 @@ def test_each_builtins_mechanism_acts_in_a_default_run(loop_for, name):
     """Three steps of a default run (128 prompts x 8 in 4 mini-batches): the mechanism
     the algorithm declares changes some token's or sequence's gradient at every step
     (or, for those in RARELY_ACTS, on under 1% of tokens)."""
-    loop = loop_for(RunConfig(algorithm=name, seed=1))
+    loop = loop_for(RunConfig.from_flat(algorithm=name, seed=1))
     records = [loop.step() for _ in range(3)]
     algorithm = get_algorithm(name)
     assert all(set(algorithm.mechanism) <= set(r) for r in records)

@@ -58,18 +58,18 @@ def test_every_algorithm_gets_the_same_settings_and_seeds_on_validation(tmp_path
     plan = load_plan(write_plan(tmp_path))
     cfgs = tuning_configs(plan)
     assert len(cfgs) == 2 * 2 * 2
-    assert {c.eval_split for c in cfgs} == {"validation"}
-    assert {c.seed for c in cfgs} == {100, 101}  # apart from a board's seeds 0..n
-    rows = sorted({c.variant for c in cfgs})
+    assert {c.evaluation.eval_split for c in cfgs} == {"validation"}
+    assert {c.run.seed for c in cfgs} == {100, 101}  # apart from a board's seeds 0..n
+    rows = sorted({c.run.variant for c in cfgs})
     assert rows == [
         "grpo@lr=0.0001",
         "grpo@lr=5e-05",
         "gspo@lr=5e-05,eps_high=0.0004",
         "gspo@lr=5e-05,eps_high=0.004",
     ]
-    gspo = next(c for c in cfgs if c.variant == "gspo@lr=5e-05,eps_high=0.004")
-    assert gspo.algorithm_config == {"eps_high": "0.004"} and gspo.lr == 5e-5
-    assert {c.budget_flops for c in cfgs} == {1e12}
+    gspo = next(c for c in cfgs if c.run.variant == "gspo@lr=5e-05,eps_high=0.004")
+    assert gspo.run.algorithm_config == {"eps_high": "0.004"} and gspo.optimizer.lr == 5e-5
+    assert {c.budget.budget_flops for c in cfgs} == {1e12}
 
 
 def test_constants_that_move_together_are_listed_setting_by_setting(tmp_path):
@@ -192,29 +192,31 @@ def test_with_require_acting_the_best_acting_setting_wins_over_an_idle_better_on
 
 
 def test_tuned_settings_keep_the_row_name_and_reach_run_and_algorithm():
-    cfg = RunConfig(algorithm="gspo", env="running_sum", model="tiny-sum")
+    cfg = RunConfig.from_flat(algorithm="gspo", env="running_sum", model="tiny-sum")
     out = apply_setting(cfg, {"lr": "1e-4", "eps_high": "0.004"})
-    assert out.lr == 1e-4 and out.algorithm_config == {"eps_high": "0.004"}
-    assert out.variant == cfg.variant and out.algorithm == "gspo"
-    assert get_algorithm("gspo", **out.algorithm_config).config.eps_high == 0.004
+    assert out.optimizer.lr == 1e-4 and out.run.algorithm_config == {"eps_high": "0.004"}
+    assert out.run.variant == cfg.run.variant and out.run.algorithm == "gspo"
+    assert get_algorithm("gspo", **out.run.algorithm_config).config.eps_high == 0.004
 
 
 def test_controls_are_the_baseline_with_other_noise_and_at_fractions_of_its_lr():
-    board = [RunConfig(algorithm=a, seed=s, lr=1e-4) for a in ("grpo", "dapo") for s in (0, 1)]
+    board = [
+        RunConfig.from_flat(algorithm=a, seed=s, lr=1e-4) for a in ("grpo", "dapo") for s in (0, 1)
+    ]
     extra, record = control_configs(board, "grpo")
-    twins = [c for c in extra if c.variant == "grpo@twin"]
-    half = [c for c in extra if c.variant == "grpo@half_lr"]
-    quarter = [c for c in extra if c.variant == "grpo@quarter_lr"]
+    twins = [c for c in extra if c.run.variant == "grpo@twin"]
+    half = [c for c in extra if c.run.variant == "grpo@half_lr"]
+    quarter = [c for c in extra if c.run.variant == "grpo@quarter_lr"]
     # the twin: the baseline's seeds and prompts (paired), other sampling noise
-    assert [c.seed for c in twins] == [0, 1] and {c.noise_seed for c in twins} == {1}
+    assert [c.run.seed for c in twins] == [0, 1] and {c.sampling.noise_seed for c in twins} == {1}
     same = {k: v for k, v in asdict(twins[0]).items() if k not in ("variant", "noise_seed")}
     assert same == {k: v for k, v in asdict(board[0]).items() if k not in ("variant", "noise_seed")}
-    assert [c.seed for c in quarter] == [0, 1] and {c.lr for c in quarter} == {2.5e-5}
-    assert {c.lr for c in half} == {5e-5}
+    assert [c.run.seed for c in quarter] == [0, 1] and {c.optimizer.lr for c in quarter} == {2.5e-5}
+    assert {c.optimizer.lr for c in half} == {5e-5}
     assert record["negative"]["row"] == "grpo@twin"
     assert [p["row"] for p in record["positive"]] == ["grpo@half_lr", "grpo@quarter_lr"]
     dapo_based, _ = control_configs(board, "dapo", (0.3,))
-    assert {c.variant for c in dapo_based} == {"dapo@twin", "dapo@lr_x0.3"}
+    assert {c.run.variant for c in dapo_based} == {"dapo@twin", "dapo@lr_x0.3"}
     with pytest.raises(ConfigError, match="needs the baseline 'gspo'"):
         control_configs(board, "gspo")
 
@@ -226,7 +228,7 @@ def test_another_noise_seed_samples_other_noise_for_the_same_prompts():
     seeds = {sampling_seed(s, i, n) for s in range(20) for i in range(50) for n in (0, 1)}
     assert len(seeds) == 20 * 50 * 2  # no collision between the twins and the board's seeds
     with pytest.raises(ConfigError, match="noise_seed must be >= 0"):
-        RunConfig(noise_seed=-1).validate()
+        RunConfig.from_flat(noise_seed=-1).validate()
 
 
 def test_grpo_twin_is_grpo_exactly():
@@ -257,7 +259,7 @@ def test_grpo_twin_is_grpo_exactly():
     assert l1 == l2 and torch.equal(g1, g2)
 
 
-CONTROLS = control_configs([RunConfig(algorithm="grpo")], "grpo")[1]
+CONTROLS = control_configs([RunConfig.from_flat(algorithm="grpo")], "grpo")[1]
 
 
 def verdict_rows(rows: list[tuple[str, str, float]]) -> pd.DataFrame:
@@ -431,10 +433,14 @@ def test_each_arm_of_an_ablation_is_tuned_and_selected_on_its_own(tmp_path):
     from harness.experiment import with_variant
     from harness.tuning import tuned
 
-    arm = with_variant(RunConfig(algorithm="grpo"), {"mini_batches": "1"})
+    arm = with_variant(RunConfig.from_flat(algorithm="grpo"), {"mini_batches": "1"})
     out = tuned(arm, selection)
-    assert (out.variant, out.mini_batches, out.lr) == ("grpo@mini_batches=1", 1, 2e-4)
-    assert out.algorithm_config["eps"] == "0.006"
+    assert (out.run.variant, out.regime.mini_batches, out.optimizer.lr) == (
+        "grpo@mini_batches=1",
+        1,
+        2e-4,
+    )
+    assert out.run.algorithm_config["eps"] == "0.006"
     unfair = (
         (REPO / "configs" / "tune" / "running_sum-on-policy.toml")
         .read_text()

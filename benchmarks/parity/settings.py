@@ -40,7 +40,7 @@ def forge_zoo_run_config(algorithm: str) -> Any:
     """The forge-zoo run compared: running_sum, tiny-sum, the preset's defaults, lr 2.5e-5."""
     from zoo.run.run_config import RunConfig, run_defaults
 
-    return RunConfig(
+    return RunConfig.from_flat(
         algorithm=algorithm,
         env="running_sum",
         model="tiny-sum",
@@ -78,25 +78,25 @@ def trl_config(
     cfg = forge_zoo_run_config(algorithm) if run is None else run
     algo = forge_zoo_algorithm(algorithm)
     low, high = clip_bounds(algo)
-    completions = cfg.prompts_per_step * cfg.group_size
+    completions = cfg.sampling.prompts_per_step * cfg.sampling.group_size
     kwargs: dict[str, Any] = {
         "output_dir": str(output_dir),
-        "learning_rate": cfg.lr,
-        "lr_scheduler_type": cfg.lr_schedule,
-        "warmup_steps": cfg.warmup_steps,
-        "weight_decay": cfg.weight_decay,
-        "adam_beta1": cfg.adam_beta1,
-        "adam_beta2": cfg.adam_beta2,
-        "adam_epsilon": cfg.adam_eps,
+        "learning_rate": cfg.optimizer.lr,
+        "lr_scheduler_type": cfg.optimizer.lr_schedule,
+        "warmup_steps": cfg.optimizer.warmup_steps,
+        "weight_decay": cfg.optimizer.weight_decay,
+        "adam_beta1": cfg.optimizer.adam_beta1,
+        "adam_beta2": cfg.optimizer.adam_beta2,
+        "adam_epsilon": cfg.optimizer.adam_eps,
         "optim": "adamw_torch",
-        "max_grad_norm": cfg.grad_clip,
-        "num_generations": cfg.group_size,
-        "per_device_train_batch_size": completions // cfg.mini_batches,
-        "steps_per_generation": cfg.mini_batches,
+        "max_grad_norm": cfg.optimizer.grad_clip,
+        "num_generations": cfg.sampling.group_size,
+        "per_device_train_batch_size": completions // cfg.regime.mini_batches,
+        "steps_per_generation": cfg.regime.mini_batches,
         "gradient_accumulation_steps": 1,
-        "num_iterations": cfg.epochs,
-        "max_completion_length": cfg.max_response_len,
-        "temperature": cfg.temperature,
+        "num_iterations": cfg.regime.epochs,
+        "max_completion_length": cfg.sampling.max_response_len,
+        "temperature": cfg.sampling.temperature,
         "top_p": 1.0,
         "top_k": 0,
         "repetition_penalty": 1.0,
@@ -122,7 +122,7 @@ def trl_config(
         "logging_strategy": "no",
         "save_strategy": "no",
         "disable_tqdm": True,
-        "seed": cfg.seed,
+        "seed": cfg.run.seed,
     }
     kwargs.update(overrides)
     return GRPOConfig(**kwargs)
@@ -160,19 +160,25 @@ def settings_map(algorithm: str, trl: Any | None = None, run: Any | None = None)
         with tempfile.TemporaryDirectory() as tmp:
             trl = trl_config(algorithm, tmp, run=cfg)
     low, high = clip_bounds(algo)
-    completions = cfg.prompts_per_step * cfg.group_size
+    completions = cfg.sampling.prompts_per_step * cfg.sampling.group_size
     trl_low = trl.epsilon
     trl_high = trl.epsilon_high if trl.epsilon_high is not None else trl.epsilon
     return [
-        Row("learning rate", "lr", cfg.lr, "learning_rate", trl.learning_rate),
+        Row("learning rate", "lr", cfg.optimizer.lr, "learning_rate", trl.learning_rate),
         Row(
             "lr schedule",
             "lr_schedule",
-            cfg.lr_schedule,
+            cfg.optimizer.lr_schedule,
             "lr_scheduler_type",
             str(getattr(trl.lr_scheduler_type, "value", trl.lr_scheduler_type)),
         ),
-        Row("warm-up steps", "warmup_steps", cfg.warmup_steps, "warmup_steps", trl.warmup_steps),
+        Row(
+            "warm-up steps",
+            "warmup_steps",
+            cfg.optimizer.warmup_steps,
+            "warmup_steps",
+            trl.warmup_steps,
+        ),
         Row(
             "optimizer",
             "(AdamW, torch)",
@@ -180,18 +186,30 @@ def settings_map(algorithm: str, trl: Any | None = None, run: Any | None = None)
             "optim",
             str(getattr(trl.optim, "value", trl.optim)),
         ),
-        Row("AdamW beta1", "adam_beta1", cfg.adam_beta1, "adam_beta1", trl.adam_beta1),
-        Row("AdamW beta2", "adam_beta2", cfg.adam_beta2, "adam_beta2", trl.adam_beta2),
-        Row("AdamW eps", "adam_eps", cfg.adam_eps, "adam_epsilon", trl.adam_epsilon),
-        Row("weight decay", "weight_decay", cfg.weight_decay, "weight_decay", trl.weight_decay),
+        Row("AdamW beta1", "adam_beta1", cfg.optimizer.adam_beta1, "adam_beta1", trl.adam_beta1),
+        Row("AdamW beta2", "adam_beta2", cfg.optimizer.adam_beta2, "adam_beta2", trl.adam_beta2),
+        Row("AdamW eps", "adam_eps", cfg.optimizer.adam_eps, "adam_epsilon", trl.adam_epsilon),
+        Row(
+            "weight decay",
+            "weight_decay",
+            cfg.optimizer.weight_decay,
+            "weight_decay",
+            trl.weight_decay,
+        ),
         Row(
             "grad clip (global norm)",
             "grad_clip",
-            cfg.grad_clip,
+            cfg.optimizer.grad_clip,
             "max_grad_norm",
             trl.max_grad_norm,
         ),
-        Row("group size G", "group_size", cfg.group_size, "num_generations", trl.num_generations),
+        Row(
+            "group size G",
+            "group_size",
+            cfg.sampling.group_size,
+            "num_generations",
+            trl.num_generations,
+        ),
         Row(
             "completions per rollout batch",
             "prompts_per_step x group_size",
@@ -202,26 +220,32 @@ def settings_map(algorithm: str, trl: Any | None = None, run: Any | None = None)
         Row(
             "optimizer steps per rollout batch",
             "mini_batches",
-            cfg.mini_batches,
+            cfg.regime.mini_batches,
             "steps_per_generation / gradient_accumulation_steps",
             trl.steps_per_generation // trl.gradient_accumulation_steps,
         ),
         Row(
             "completions per optimizer step",
             "prompts_per_step x G / mini_batches",
-            completions // cfg.mini_batches,
+            completions // cfg.regime.mini_batches,
             "per_device_train_batch_size x gradient_accumulation_steps",
             trl.per_device_train_batch_size * trl.gradient_accumulation_steps,
         ),
-        Row("passes over the batch", "epochs", cfg.epochs, "num_iterations", trl.num_iterations),
+        Row(
+            "passes over the batch",
+            "epochs",
+            cfg.regime.epochs,
+            "num_iterations",
+            trl.num_iterations,
+        ),
         Row(
             "max new tokens",
             "max_response_len",
-            cfg.max_response_len,
+            cfg.sampling.max_response_len,
             "max_completion_length",
             trl.max_completion_length,
         ),
-        Row("temperature", "temperature", cfg.temperature, "temperature", trl.temperature),
+        Row("temperature", "temperature", cfg.sampling.temperature, "temperature", trl.temperature),
         Row(
             "top-p / top-k",
             "(none: full distribution)",

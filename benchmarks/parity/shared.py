@@ -11,6 +11,7 @@ response mask: the completion up to and including its first end-of-text token.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -78,7 +79,7 @@ def sample_batch(prompts: int = 64, seed: int = 0) -> SharedBatch:
     from zoo.envs import get_env
 
     cfg = forge_zoo_run_config("grpo")
-    g, width = cfg.group_size, cfg.max_response_len
+    g, width = cfg.sampling.group_size, cfg.sampling.max_response_len
     env = get_env("running_sum")
     problems = env.train_prompts(0, prompts, seed)
     model = AutoModelForCausalLM.from_pretrained(model_path(), dtype=torch.float32).eval()
@@ -90,7 +91,7 @@ def sample_batch(prompts: int = 64, seed: int = 0) -> SharedBatch:
             out = model.generate(
                 torch.tensor([ids] * g),
                 do_sample=True,
-                temperature=cfg.temperature,
+                temperature=cfg.sampling.temperature,
                 top_k=0,
                 top_p=1.0,
                 max_new_tokens=width,
@@ -149,9 +150,10 @@ def forge_zoo_trainer(algorithm: str, **regime: Any) -> Any:
 
     cfg = forge_zoo_run_config(algorithm)
     config = trainer_config_of(cfg, "cpu")
-    for key, value in regime.items():
-        setattr(config, key, value)
-    return Trainer(model_path(), config, cfg.max_response_len, device="cpu", **trainer_options(cfg))
+    config = dataclasses.replace(config, regime=dataclasses.replace(config.regime, **regime))
+    return Trainer(
+        model_path(), config, cfg.sampling.max_response_len, device="cpu", **trainer_options(cfg)
+    )
 
 
 def rollout_batch(batch: SharedBatch, advantages: torch.Tensor, group_size: int) -> Any:

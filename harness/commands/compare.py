@@ -4,13 +4,11 @@ verdicts, tables, plots and report of the experiment."""
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import time
 from pathlib import Path
 
 from harness.parsing import add_training_arguments, folder, number
 from harness.run_flags import (
-    DEFAULT_TINY_BUDGET,
     RESULTS,
     apply_placement_file,
     command_line,
@@ -21,13 +19,15 @@ from zoo.core.config import ConfigError
 
 
 def add_parser(sub: argparse._SubParsersAction, full: bool = False) -> None:
+    from zoo.run.run_config import TINY_COMPARE_BUDGET
+
     p = sub.add_parser(
         "compare",
         help="matched-compute comparison of algorithms: runs, tables, plots, report",
         description="Run every ALGORITHM on every --env for --seeds seeds with the same model, "
         "prompts, sampling settings and compute budget; write runs/, tables/ (CSV + Markdown), "
         "plots/ (PNG) and report.md to --out. Defaults fit a laptop CPU: tiny model, "
-        f"arithmetic, 3 seeds, a budget of {DEFAULT_TINY_BUDGET:.0e} FLOPs per run.",
+        f"arithmetic, 3 seeds, a budget of {TINY_COMPARE_BUDGET:.0e} FLOPs per run.",
     )
     p.add_argument("algorithms", nargs="+", metavar="ALGORITHM")
     p.add_argument(
@@ -247,7 +247,7 @@ def run(args: argparse.Namespace) -> int:
         if args.dry_run:
             return 0
         if micro is not None and micro != base.micro_batch_size:  # (chosen for this GPU)
-            base = dataclasses.replace(base, micro_batch_size=micro)
+            base = base.replace(micro_batch_size=micro)
             cfgs, controls = board(args.seeds)
     stamp = time.strftime("%Y%m%d-%H%M%S")
     out = args.out or RESULTS / f"compare-{'-'.join(args.algorithms)}-{args.model}-{stamp}"

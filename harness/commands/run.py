@@ -56,7 +56,10 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("--resume needs --out DIR, the folder of the run to continue")
     print(args.budget_line, flush=True)
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    out = args.out or RESULTS / f"{cfg.algorithm}-{cfg.env}-{cfg.model}-seed{cfg.seed}-{stamp}"
+    out = (
+        args.out
+        or RESULTS / f"{cfg.run.algorithm}-{cfg.run.env}-{cfg.run.model}-seed{cfg.run.seed}-{stamp}"
+    )
     check_run_folder(out, args.resume)
     (plan,) = preflight([cfg], conformance=not args.skip_conformance)
 
@@ -78,7 +81,7 @@ def _train(plan, out: Path, args: argparse.Namespace) -> list[dict]:
     services = build_services(plan, quiet=args.quiet)
     startup = time.perf_counter() - started
     with make_progress(args.quiet, *run_columns()) as progress:
-        task = add_run_task(progress, f"{cfg.algorithm} on {cfg.env}", cfg)
+        task = add_run_task(progress, f"{cfg.run.algorithm} on {cfg.run.env}", cfg)
         try:
             history = execute_run(
                 cfg,

@@ -86,7 +86,7 @@ def spawn_monarch_services(
     from zoo.placement.config import PlacementConfig
 
     monarch.actor.unhandled_fault_hook = report_fault
-    layout = PlacementConfig.from_dict(cfg.distributed)
+    layout = PlacementConfig.from_dict(cfg.placement.distributed)
     meshes: list[Any] = []
     hosts = attach_hosts(layout.hosts) if layout.hosts else None
 
@@ -97,7 +97,9 @@ def spawn_monarch_services(
         meshes.append(mesh)
         return mesh
 
-    trainer_cores, generator_cores = split_cores(cfg.mode, device, on_this_host=hosts is None)
+    trainer_cores, generator_cores = split_cores(
+        cfg.placement.mode, device, on_this_host=hosts is None
+    )
     trainer_procs = layout.trainer.procs
     tensor_parallel = layout.parallelism.tensor_parallel_degree
     shape = ModelShape.from_hf_dir(spec.path)
@@ -109,12 +111,12 @@ def spawn_monarch_services(
         str(spec.path),
         trainer_config,
         trainer_options,
-        response_budget or cfg.max_response_len,
-        cfg.init,
+        response_budget or cfg.sampling.max_response_len,
+        cfg.run.init,
         device,
-        cfg.algorithm,
-        cfg.algorithm_config,
-        cfg.seed,
+        cfg.run.algorithm,
+        cfg.run.algorithm_config,
+        cfg.run.seed,
         trainer_cores,
     )
     master = None
@@ -123,7 +125,7 @@ def spawn_monarch_services(
     result_of("trainer", actors.start.call(trainer_procs, master, tensor_parallel))
     trainer = RemoteTrainer(actors)
     # the trainer's starting weights, for engines started without any and the reference
-    needs_initial = cfg.init == "random" or needs_reference or critic_config is not None
+    needs_initial = cfg.run.init == "random" or needs_reference or critic_config is not None
     initial = trainer.hf_state_dict() if needs_initial else None
 
     def spawn_generator(replica: int) -> Any:
@@ -132,9 +134,9 @@ def spawn_monarch_services(
         return procs(1, "generator", replica).spawn(
             f"generator{replica}",
             GeneratorActor,
-            cfg.generator,
+            cfg.placement.generator,
             str(spec.path),
-            cfg.init,
+            cfg.run.init,
             device,
             max_model_len,
             generator_cores,
@@ -146,9 +148,9 @@ def spawn_monarch_services(
         replicas=layout.generator.num_replicas,
         replace_failed=layout.generator.on_failure == "replace",
         current_weights=lambda: (trainer.hf_state_dict(), trainer.version),
-        wait_for_updates=cfg.mode == "sync",
+        wait_for_updates=cfg.placement.mode == "sync",
     )
-    if cfg.init == "random":  # the engines started without weights: send the trainer's
+    if cfg.run.init == "random":  # the engines started without weights: send the trainer's
         generator.update_weights(initial, version=0)
         generator.settle()
     reference = None
@@ -159,8 +161,8 @@ def spawn_monarch_services(
                 ReferenceActor,
                 str(spec.path),
                 initial,
-                cfg.micro_batch_size,
-                cfg.temperature,
+                cfg.regime.micro_batch_size,
+                cfg.sampling.temperature,
                 device,
                 trainer_cores,
             )
@@ -175,8 +177,8 @@ def spawn_monarch_services(
                 str(spec.path),
                 initial,
                 critic_config,
-                cfg.algorithm,
-                cfg.algorithm_config,
+                cfg.run.algorithm,
+                cfg.run.algorithm_config,
                 device,
                 trainer_cores,
             )
@@ -192,14 +194,14 @@ def spawn_monarch_services(
 
         def spawn_scorer(replica: int) -> Any:
             return procs(1, "scorer", replica).spawn(
-                f"scorer{replica}", ScorerActor, cfg.env, cfg.env_config
+                f"scorer{replica}", ScorerActor, cfg.run.env, cfg.run.env_config
             )
 
         replace_failed = layout.scorer.on_failure == "replace"
         scorer = RemoteScorer(
             Replicas("scorer", spawn_scorer, layout.scorer.num_replicas, replace_failed)
         )
-    publish = RDMAWeightSync(trainer, generator) if cfg.weight_sync == "rdma" else None
+    publish = RDMAWeightSync(trainer, generator) if cfg.placement.weight_sync == "rdma" else None
     return {
         "trainer": trainer,
         "generator": generator,

@@ -92,9 +92,9 @@ class Evaluator:
     def _requests(self, sampled: bool) -> tuple[list[Prompt], list[list[int]], int, list[int]]:
         """The held-out prompts, their ids, the samples per prompt (0: greedy only) and
         their seeds."""
-        s, n = self.s, self.cfg.eval_samples if sampled else 0
-        prompts = s.env.eval_split(self.cfg.eval_split)
-        eval_seed = self.cfg.seed + EVAL_SEED_OFFSET
+        s, n = self.s, self.cfg.evaluation.eval_samples if sampled else 0
+        prompts = s.env.eval_split(self.cfg.evaluation.eval_split)
+        eval_seed = self.cfg.run.seed + EVAL_SEED_OFFSET
         seeds = [sampling_seed(eval_seed, i) for i in range(len(prompts))]
         return prompts, [s.encode(p) for p in prompts], n, seeds
 
@@ -133,8 +133,8 @@ def eval_points_crossed(cfg: RunConfig, spent: float, evals_done: int) -> int:
     """Budget mode: how many of the K evenly spaced evaluation points a spend of ``spent``
     has crossed, counting on from ``evals_done`` (one evaluation even if a step crossed
     two points)."""
-    _, amount = cfg.budget
-    while spent >= amount * (evals_done + 1) / cfg.eval_points:
+    _, amount = cfg.budget.limit
+    while spent >= amount * (evals_done + 1) / cfg.evaluation.eval_points:
         evals_done += 1
     return evals_done
 
@@ -144,13 +144,15 @@ def sampled_eval_due(cfg: RunConfig, step: int, evals_done: int) -> bool:
     mode: of step 0, the multiples of ``eval_every`` and the last step. Budget mode: of the
     K + 1 points (0, 1/K, ..., K/K of the budget), by the highest point the spend has
     crossed (``evals_done``)."""
-    last = cfg.sampled_eval_points
+    last = cfg.evaluation.sampled_eval_points
     if not last:
         return True
-    unit, amount = cfg.budget
+    unit, amount = cfg.budget.limit
     if unit != "steps":
-        return evals_done > cfg.eval_points - last
-    points = sorted({0, *range(cfg.eval_every, int(amount), cfg.eval_every), int(amount)})
+        return evals_done > cfg.evaluation.eval_points - last
+    points = sorted(
+        {0, *range(cfg.evaluation.eval_every, int(amount), cfg.evaluation.eval_every), int(amount)}
+    )
     return step >= points[-min(last, len(points))]
 
 
@@ -160,9 +162,9 @@ def may_defer_eval(cfg: RunConfig, step: int, last: bool) -> bool:
     never holds a step whose record is not written). (Nor after a non-finite figure: the
     run stops there; the loop checks that.)"""
     return (
-        cfg.eval_overlap == "on"
+        cfg.evaluation.eval_overlap == "on"
         and not last
-        and not (cfg.checkpoint_every and step % cfg.checkpoint_every == 0)
+        and not (cfg.output.checkpoint_every and step % cfg.output.checkpoint_every == 0)
     )
 
 

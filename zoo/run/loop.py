@@ -91,8 +91,12 @@ class RLLoop:
     def __init__(self, cfg: RunConfig, services: Services) -> None:
         self.cfg = cfg
         self.s = services
-        services.algorithm.check_run(cfg.group_size, cfg.prompts_per_step * cfg.group_size)
-        self.sampling = SamplingConfig(temperature=cfg.temperature, max_tokens=cfg.max_response_len)
+        services.algorithm.check_run(
+            cfg.sampling.group_size, cfg.sampling.prompts_per_step * cfg.sampling.group_size
+        )
+        self.sampling = SamplingConfig(
+            temperature=cfg.sampling.temperature, max_tokens=cfg.sampling.max_response_len
+        )
         plan = services.plan
         self.budget = plan.episode_budget if plan is not None else episode_budget(cfg, services.env)
         """Tokens after the prompt per sample: max_response_len, or a multi-turn env's
@@ -130,7 +134,7 @@ class RLLoop:
         to the generators once it has sampled (its ``sampled`` argument); None: none."""
         self.eval_answered: Evaluated | None = None
         """eval_overlap: that evaluation's record and sample rows, once back."""
-        if cfg.eval_overlap == "on":
+        if cfg.evaluation.eval_overlap == "on":
             check_eval_overlap(self.rollouts, services)
 
     def step(self) -> dict[str, Any]:
@@ -189,7 +193,7 @@ class RLLoop:
             "generator_busy_seconds": generator_busy,
             "generator_idle_seconds": max(0.0, wall * s.generator.replicas - generator_busy),
         }
-        if self.cfg.mode == "async":
+        if self.cfg.placement.mode == "async":
             ages, self.policy_ages = self.policy_ages, []
             record["policy_age_mean"] = statistics.fmean(ages) if ages else 0.0
             record["policy_age_max"] = max(ages, default=0)
@@ -207,17 +211,17 @@ class RLLoop:
         its messages in order, so a batch requested after the weight update of step k is
         sampled by version k and trained on at step k + max_policy_age + 1 at the latest."""
         cfg, s, ledger = self.cfg, self.s, self.s.ledger
-        if cfg.mode == "sync":
+        if cfg.placement.mode == "sync":
             prompts = self._next_prompts(n)
             encoded = [s.encode(p) for p in prompts]
-            seeds = [sampling_seed(cfg.seed, p.index, cfg.noise_seed) for p in prompts]
+            seeds = [sampling_seed(cfg.run.seed, p.index, cfg.sampling.noise_seed) for p in prompts]
             with ledger.timed("generate"):  # a multi-turn env's steps included
-                groups = self.rollouts.sample(prompts, encoded, cfg.group_size, seeds)
+                groups = self.rollouts.sample(prompts, encoded, cfg.sampling.group_size, seeds)
         else:
             _, prompts, pending = self.in_flight.popleft() if self.in_flight else self._submit(n)
             with ledger.timed("generate"):  # what overlapping did not hide
                 groups = pending.result()
-            while len(self.in_flight) < cfg.max_policy_age:
+            while len(self.in_flight) < cfg.placement.max_policy_age:
                 self.in_flight.append(self._submit(n))
         for g in groups:
             for c in g:  # every generated token is charged, kept or not
@@ -225,11 +229,11 @@ class RLLoop:
                 # prefix not charged); its tokens with the observations (zoo.services.ledger)
                 ledger.add("generate", ledger.sample_flops(c), len(c.token_ids))
         self.drawn += groups
-        self.samples += n * cfg.group_size
+        self.samples += n * cfg.sampling.group_size
         fresh = []
         for i, g in enumerate(groups):
             age = self.version - g[0].policy_version  # a group comes from one call: one version
-            if age <= cfg.max_policy_age:
+            if age <= cfg.placement.max_policy_age:
                 fresh.append(i)
                 self.policy_ages += [age] * len(g)
             else:
@@ -247,7 +251,7 @@ class RLLoop:
         return rewards, lengths
 
     def _next_prompts(self, n: int) -> list[Prompt]:
-        prompts = self.s.env.train_prompts(self.cursor, n, self.cfg.seed)
+        prompts = self.s.env.train_prompts(self.cursor, n, self.cfg.run.seed)
         self.cursor += n
         return prompts
 
@@ -263,9 +267,9 @@ class RLLoop:
         prompts = self._next_prompts(n)
         pending = s.generator.submit(
             [s.encode(p) for p in prompts],
-            n=cfg.group_size,
+            n=cfg.sampling.group_size,
             sampling=self.sampling,
-            seeds=[sampling_seed(cfg.seed, p.index, cfg.noise_seed) for p in prompts],
+            seeds=[sampling_seed(cfg.run.seed, p.index, cfg.sampling.noise_seed) for p in prompts],
         )
         return start, prompts, pending
 
@@ -277,9 +281,9 @@ class RLLoop:
         # the share of the budget spent with this batch's generation counted (not its
         # training): above 0, so a warm-up over the budget starts above lr 0
         spent = self.spent(self.step_index + 1)
-        if cfg.budget[0] == "seconds":  # (train_seconds counts finished steps only)
+        if cfg.budget.limit[0] == "seconds":  # (train_seconds counts finished steps only)
             spent += time.perf_counter() - self.step_started
-        batch.budget_spent = min(1.0, spent / cfg.budget[1])
+        batch.budget_spent = min(1.0, spent / cfg.budget.limit[1])
         # (every row sampled by the current weights: so in sync mode)
         own_forward = cfg.skips_old_logprob_pass(self.s.algorithm) and bool(
             (batch.policy_versions == self.version).all()
@@ -318,7 +322,7 @@ class RLLoop:
 
     def spent(self, step: int) -> float:
         """How much of the run's budget is used, in its unit."""
-        unit, _ = self.cfg.budget
+        unit, _ = self.cfg.budget.limit
         return {
             "flops": self.s.ledger.total_flops,
             "samples": self.samples,
@@ -334,9 +338,9 @@ class RLLoop:
     def eval_due(self, step: int) -> bool:
         """Evaluate now? Step mode: every ``eval_every`` steps and at the end. Budget mode:
         whenever the spend crosses the next of K evenly spaced points."""
-        unit, amount = self.cfg.budget
+        unit, amount = self.cfg.budget.limit
         if unit == "steps":
-            return step % self.cfg.eval_every == 0 or step >= amount
+            return step % self.cfg.evaluation.eval_every == 0 or step >= amount
         crossed = eval_points_crossed(self.cfg, self.spent(step), self.evals_done)
         due, self.evals_done = crossed > self.evals_done, crossed
         return due
@@ -355,7 +359,7 @@ class RLLoop:
         training samples and its evaluation's), each row with its ``step``, just before
         the step's record goes to ``log``."""
         cfg, ledger = self.cfg, self.s.ledger
-        _, amount = cfg.budget
+        _, amount = cfg.budget.limit
         history = []
 
         def write(record: dict[str, Any], rows: list[dict[str, Any]]) -> None:
@@ -371,7 +375,11 @@ class RLLoop:
             write(record, rows)
             if bad := non_finite(record):
                 raise FloatingPointError(f"step {step}: {', '.join(bad)} not finite; stopping")
-            if checkpoint and cfg.checkpoint_every and step % cfg.checkpoint_every == 0:
+            if (
+                checkpoint
+                and cfg.output.checkpoint_every
+                and step % cfg.output.checkpoint_every == 0
+            ):
                 checkpoint(step)
             if on_step:
                 on_step(record)

@@ -88,19 +88,19 @@ class RunPlan:
         ``env``: the env already built (an estimate's stand-in for an env whose data is not
         at hand, harness.capacity.estimate_plan); by default built from the config."""
         cfg.validate()
-        algorithm = get_algorithm(cfg.algorithm, **cfg.algorithm_config)
+        algorithm = get_algorithm(cfg.run.algorithm, **cfg.run.algorithm_config)
         if check_algorithm is not None:
             check_algorithm(cfg, algorithm)
-        env = env if env is not None else get_env(cfg.env, **cfg.env_config)
-        if cfg.eval_split == "validation":
+        env = env if env is not None else get_env(cfg.run.env, **cfg.run.env_config)
+        if cfg.evaluation.eval_split == "validation":
             env.validation_prompts()  # (an env without one says so here)
-        check_model_name(cfg.model)  # cheap: before the device or the budget is looked at
+        check_model_name(cfg.run.model)  # cheap: before the device or the budget is looked at
         plan = cls(
             cfg=cfg,
             algorithm=algorithm,
             env=env,
-            device=cfg.resolved_device(),
-            budget=cfg.budget,
+            device=cfg.placement.resolved_device(),
+            budget=cfg.budget.limit,
             episode_budget=episode_budget(cfg, env),
         )
         return plan.with_spec() if spec else plan
@@ -109,7 +109,7 @@ class RunPlan:
         """This plan with the model's folder resolved (itself when it already is)."""
         if self.spec is not None:
             return self
-        return dataclasses.replace(self, spec=self.cfg.model_spec())
+        return dataclasses.replace(self, spec=self.cfg.run.model_spec())
 
     def with_estimate(self) -> RunPlan:
         """This plan with the model's shape (online, a Qwen3 preset's config.json is
@@ -118,24 +118,25 @@ class RunPlan:
         if self.step is not None:
             return self
         cfg, algorithm = self.cfg, self.algorithm
-        prefetch_model_config(cfg.model, cfg.model_path, cfg.init)
-        shape = model_shape(cfg.model, cfg.model_path)
+        prefetch_model_config(cfg.run.model, cfg.run.model_path, cfg.run.init)
+        shape = model_shape(cfg.run.model, cfg.run.model_path)
         prompt = max(
-            len(self.env.train_prompt(i, cfg.seed).text.encode()) for i in range(ESTIMATE_PROMPTS)
+            len(self.env.train_prompt(i, cfg.run.seed).text.encode())
+            for i in range(ESTIMATE_PROMPTS)
         )
-        response = max(1, cfg.max_response_len // 2)
+        response = max(1, cfg.sampling.max_response_len // 2)
         ledger = Ledger(shape)
         # generation, the old-log-prob forward (unless skipped), a forward + backward per epoch
         old_pass = 0 if cfg.skips_old_logprob_pass(algorithm) else 1
         per_sample = ledger.generation_flops(prompt, response) + (
-            old_pass + 3 * cfg.epochs
+            old_pass + 3 * cfg.regime.epochs
         ) * ledger.scoring_flops(prompt, response)
         if algorithm.needs_reference:
             per_sample += ledger.scoring_flops(prompt, response)
-        samples = cfg.prompts_per_step * cfg.group_size
+        samples = cfg.sampling.prompts_per_step * cfg.sampling.group_size
         flops = samples * per_sample
         if algorithm.needs_greedy_baseline:  # one greedy completion per prompt (ReMax)
-            flops += cfg.prompts_per_step * ledger.generation_flops(prompt, response)
+            flops += cfg.sampling.prompts_per_step * ledger.generation_flops(prompt, response)
         step = StepEstimate(prompt=prompt, response=response, samples=samples, flops=flops)
         return dataclasses.replace(self, shape=shape, step=step)
 
@@ -158,22 +159,22 @@ def episode_budget(cfg: RunConfig, env: Env) -> int:
     for a single-turn env, the episode's token limit for a multi-turn one. Raises
     ``ConfigError`` for settings the env cannot run with."""
     if not is_multi_turn(env):
-        if cfg.max_episode_tokens:
+        if cfg.sampling.max_episode_tokens:
             raise ConfigError(
                 f"max_episode_tokens applies to multi-turn envs; {env.name!r} is single-turn "
                 "(its budget is max_response_len)"
             )
-        return cfg.max_response_len
-    if cfg.mode != "sync":
+        return cfg.sampling.max_response_len
+    if cfg.placement.mode != "sync":
         raise ConfigError(
             f"env {env.name!r} is multi-turn, which runs in sync mode only (each turn waits "
-            f"for the env's answer to the last); got mode {cfg.mode!r}"
+            f"for the env's answer to the last); got mode {cfg.placement.mode!r}"
         )
-    if cfg.max_episode_tokens:
-        return cfg.max_episode_tokens
+    if cfg.sampling.max_episode_tokens:
+        return cfg.sampling.max_episode_tokens
     turns, observation = env.turn_limit(), env.max_observation_tokens
     if not observation:  # as much room for the observations as for the turns
-        return 2 * turns * cfg.max_response_len
+        return 2 * turns * cfg.sampling.max_response_len
     # Twice the longest episode: DAPO's overlong window (the last quarter by default) then
     # starts after every episode that fits in its turns.
-    return 2 * (turns * cfg.max_response_len + (turns - 1) * observation)
+    return 2 * (turns * cfg.sampling.max_response_len + (turns - 1) * observation)

@@ -157,12 +157,12 @@ def run_columns() -> tuple[ProgressColumn, ...]:
 def add_run_task(progress: Progress | LineProgress, description: str, cfg: Any) -> int:
     """A bar whose total is the run's budget, in its unit (steps, FLOPs, samples, s)."""
     return progress.add_task(
-        description, total=cfg.budget[1], reward=float("nan"), eval=float("nan"), tps=0.0
+        description, total=cfg.budget.limit[1], reward=float("nan"), eval=float("nan"), tps=0.0
     )
 
 
 def update_run_task(progress: Progress | LineProgress, task: int, cfg: Any, record: dict) -> None:
-    unit = cfg.budget[0]
+    unit = cfg.budget.limit[0]
     done = {
         "steps": record["step"],
         "flops": record["flops"],
@@ -175,4 +175,4 @@ def update_run_task(progress: Progress | LineProgress, task: int, cfg: Any, reco
     if record["step"] > 0:
         fields["reward"] = record["reward_mean"]
         fields["tps"] = record["generate_tokens_per_s"]
-    progress.update(task, completed=min(done, cfg.budget[1]), **fields)
+    progress.update(task, completed=min(done, cfg.budget.limit[1]), **fields)

@@ -104,12 +104,15 @@ def sampling_rounds(
     the prompt a sample may take (length shaping's L_max); ``baseline``: the greedy
     baseline, or None when the algorithm needs none."""
     out = Rounds(with_baseline=baseline is not None)
-    while len(out.groups) < cfg.prompts_per_step and out.count < cfg.max_sampling_rounds:
+    while (
+        len(out.groups) < cfg.sampling.prompts_per_step
+        and out.count < cfg.sampling.max_sampling_rounds
+    ):
         out.count += 1
-        prompts, groups = sample(cfg.prompts_per_step)
+        prompts, groups = sample(cfg.sampling.prompts_per_step)
         with ledger.timed("score"):
             flat = rollouts.rewards(prompts, groups)
-        rewards = torch.tensor(flat).view(len(groups), cfg.group_size)
+        rewards = torch.tensor(flat).view(len(groups), cfg.sampling.group_size)
         ledger.add("score", tokens=sum(len(c.token_ids) for g in groups for c in g))
         out.task_rewards += rewards.flatten().tolist()
         out.informative += int((rewards.amax(dim=1) > rewards.amin(dim=1)).sum())
@@ -136,7 +139,7 @@ def sampling_rounds(
         if out.count == 1:
             out.rows += train_samples(prompts[:SAMPLE_GROUPS], groups, rewards, advantages, keep)
         for i in torch.nonzero(keep).flatten().tolist():
-            if len(out.groups) < cfg.prompts_per_step:
+            if len(out.groups) < cfg.sampling.prompts_per_step:
                 out.groups.append(groups[i])
                 out.advantages.append(advantages[i])
                 out.in_loss.append(in_loss[i])
@@ -167,10 +170,10 @@ def check_greedy_baseline(cfg: RunConfig, algorithm: Algorithm) -> None:
     in a mode that does not generate one: async mode requests each batch's samples steps
     ahead, and no greedy completion is requested with them (ConfigError naming the
     setting)."""
-    if algorithm.needs_greedy_baseline and cfg.mode != "sync":
+    if algorithm.needs_greedy_baseline and cfg.placement.mode != "sync":
         raise ConfigError(
             f"algorithm {algorithm.name!r} generates a greedy baseline completion per prompt, "
-            f"which runs in sync mode only; got mode {cfg.mode!r}: use --mode sync"
+            f"which runs in sync mode only; got mode {cfg.placement.mode!r}: use --mode sync"
         )
 
 

@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import typing
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from zoo.core.config import ConfigError, Limit, check_number
+from zoo.core.config import ConfigError, Limit, check_number, field_docs
 from zoo.models.presets import INITS, TINY_MODELS, ModelSpec, resolve_model
 from zoo.run.trackers import check_installed, parse_report_to
 from zoo.services.settings import (
@@ -208,7 +210,7 @@ class BudgetSection:
     """Stop once this many wall seconds of training have passed."""
 
     @property
-    def budget(self) -> tuple[str, float]:
+    def limit(self) -> tuple[str, float]:
         """(unit, amount) of what ends the run: flops, samples, seconds or steps."""
         chosen = [
             (unit, float(v))
@@ -228,7 +230,7 @@ class BudgetSection:
             raise ConfigError(f"steps must be >= 1, got {self.steps}")
         if min(self.budget_flops, self.budget_samples, self.budget_seconds) < 0:
             raise ConfigError("budgets must be >= 0")
-        self.budget  # noqa: B018 (raises on several budgets)
+        self.limit  # noqa: B018 (raises on several budgets)
 
 
 @dataclass
@@ -373,68 +375,151 @@ class OutputSection:
         check_installed(parse_report_to(self.report_to))
 
 
-SECTIONS: tuple[tuple[str, type], ...] = (
-    ("what runs", RunSection),
-    ("sampling", SamplingSection),
-    ("optimizer", OptimizerSection),
-    ("training regime", RegimeSection),
-    ("off-policy correction", CorrectionSection),
-    ("budget", BudgetSection),
-    ("evaluation", EvaluationSection),
-    ("placement", PlacementSection),
-    ("output", OutputSection),
+SECTIONS: tuple[tuple[str, str, type], ...] = (
+    ("what runs", "run", RunSection),
+    ("sampling", "sampling", SamplingSection),
+    ("optimizer", "optimizer", OptimizerSection),
+    ("training regime", "regime", RegimeSection),
+    ("off-policy correction", "correction", CorrectionSection),
+    ("budget", "budget", BudgetSection),
+    ("evaluation", "evaluation", EvaluationSection),
+    ("placement", "placement", PlacementSection),
+    ("output", "output", OutputSection),
 )
-"""RunConfig's sections, in the order ``--help`` shows them: each declares its fields once
-and validates them; the trainer is built from two of them (zoo.services.trainer)."""
+"""RunConfig's sections, in the order ``--help`` shows them: (heading, RunConfig's field,
+class). Each declares its fields once and validates them; the trainer gets two of them
+(zoo.services.trainer), the sampler its own."""
+
+SECTION_OF: dict[str, str] = {
+    f.name: attr for _, attr, cls in SECTIONS for f in dataclasses.fields(cls)
+}
+"""The section (RunConfig's field) of every flat name: ``lr`` -> ``optimizer``."""
 
 
 @dataclass
-class RunConfig(
-    OutputSection,
-    PlacementSection,
-    EvaluationSection,
-    BudgetSection,
-    CorrectionSection,
-    RegimeSection,
-    OptimizerSection,
-    SamplingSection,
-    RunSection,
-):
-    """Everything that defines a run: the sections above, flat (``cfg.lr``, one flag per
-    field, one key per field in config.json). The bases are listed last section first
-    because a dataclass collects fields from its last base on. Defaults: the tiny model's
-    recipe, calibrated on this project's CPU machines (docs/training.md): 128 prompts x 8
-    samples per rollout batch, trained in 4 mini-batches at lr 5e-5, temperature 1, grad
-    clip 1. There GRPO's clip acts on ~0.8% of tokens (papers: 0.1-1%) and the model
-    learns as fast as the earlier on-policy recipe (one update per batch at lr 2e-4), in
-    which no clip acts."""
+class RunConfig:
+    """Everything that defines a run, as its sections: ``cfg.optimizer.lr``. Flat, one
+    name per field (``from_flat`` / ``to_flat``), it is the command line's flags, the
+    ``run`` record of config.json, a leaderboard's grouping and what ``reproduce`` reads
+    back; every flat name belongs to exactly one section (SECTION_OF). Defaults: the tiny
+    model's recipe, calibrated on this project's CPU machines (docs/training.md): 128
+    prompts x 8 samples per rollout batch, trained in 4 mini-batches at lr 5e-5,
+    temperature 1, grad clip 1. There GRPO's clip acts on ~0.8% of tokens (papers:
+    0.1-1%) and the model learns as fast as the earlier on-policy recipe (one update per
+    batch at lr 2e-4), in which no clip acts. Other models start from their recipe
+    (``run_defaults``)."""
+
+    run: RunSection = field(default_factory=RunSection)
+    sampling: SamplingSection = field(default_factory=SamplingSection)
+    optimizer: OptimizerSection = field(default_factory=OptimizerSection)
+    regime: RegimeSection = field(default_factory=RegimeSection)
+    correction: CorrectionSection = field(default_factory=CorrectionSection)
+    budget: BudgetSection = field(default_factory=BudgetSection)
+    evaluation: EvaluationSection = field(default_factory=EvaluationSection)
+    placement: PlacementSection = field(default_factory=PlacementSection)
+    output: OutputSection = field(default_factory=OutputSection)
+
+    @classmethod
+    def from_flat(cls, flat: Mapping[str, Any] | None = None, **more: Any) -> RunConfig:
+        """The config of flat names (``{"lr": 1e-5, "steps": 10}``, and keywords), each
+        into its section; a name left out takes its default. An unknown name is a
+        ``ConfigError`` that names it and the valid ones."""
+        given = {**(flat or {}), **more}
+        unknown = sorted(k for k in given if k not in SECTION_OF)
+        if unknown:
+            raise ConfigError(
+                f"unknown run setting{'s' if len(unknown) > 1 else ''} {', '.join(unknown)}; "
+                f"valid: {', '.join(SECTION_OF)}"
+            )
+        parts: dict[str, dict[str, Any]] = {attr: {} for _, attr, _ in SECTIONS}
+        for name, value in given.items():
+            parts[SECTION_OF[name]][name] = value
+        return cls(**{attr: kind(**parts[attr]) for _, attr, kind in SECTIONS})
+
+    def to_flat(self) -> dict[str, Any]:
+        """One key per field, in the sections' order (config.json's ``run``, the flags),
+        values copied as ``dataclasses.asdict`` copies them."""
+        out: dict[str, Any] = {}
+        for _, attr, _ in SECTIONS:
+            out.update(dataclasses.asdict(getattr(self, attr)))
+        return out
+
+    @classmethod
+    def flat_fields(cls) -> tuple[dataclasses.Field, ...]:
+        """The fields of every section, flat, in the sections' order."""
+        return tuple(f for _, _, kind in SECTIONS for f in dataclasses.fields(kind))
+
+    @classmethod
+    def flat_types(cls) -> dict[str, Any]:
+        """The type of every flat name (the command line's flag types)."""
+        out: dict[str, Any] = {}
+        for _, _, kind in SECTIONS:
+            out.update(typing.get_type_hints(kind))
+        return out
+
+    @classmethod
+    def flat_docs(cls) -> dict[str, str]:
+        """The docstring of every flat name (the command line's help)."""
+        out: dict[str, str] = {}
+        for _, _, kind in SECTIONS:
+            out.update(field_docs(kind))
+        return out
+
+    def flat(self, name: str) -> Any:
+        """The value of the flat name ``name`` (``cfg.flat("lr")`` is ``cfg.optimizer.lr``)."""
+        if name not in SECTION_OF:
+            raise ConfigError(f"unknown run setting {name}; valid: {', '.join(SECTION_OF)}")
+        return getattr(getattr(self, SECTION_OF[name]), name)
+
+    def replace(self, **changes: Any) -> RunConfig:
+        """A copy with the flat names in ``changes`` set (``cfg.replace(steps=2)``); the
+        sections not changed are shared with this config, as ``dataclasses.replace`` shares
+        its fields."""
+        unknown = sorted(k for k in changes if k not in SECTION_OF)
+        if unknown:
+            raise ConfigError(
+                f"unknown run setting{'s' if len(unknown) > 1 else ''} {', '.join(unknown)}; "
+                f"valid: {', '.join(SECTION_OF)}"
+            )
+        parts: dict[str, dict[str, Any]] = {}
+        for name, value in changes.items():
+            parts.setdefault(SECTION_OF[name], {})[name] = value
+        return dataclasses.replace(
+            self,
+            **{
+                attr: dataclasses.replace(getattr(self, attr), **values)
+                for attr, values in parts.items()
+            },
+        )
 
     def validate(self) -> None:
         """Every field a finite number where it is one, each section's own checks, then
         the checks that span sections."""
-        for f in dataclasses.fields(self):  # nan passes every comparison below
-            value = getattr(self, f.name)
-            if not (f.name == "grad_clip" and value == math.inf):  # inf: no clipping
-                check_number(value, f.name, RUN_LIMITS.get(f.name))
-        for _, section in SECTIONS:
-            section.validate(self)
-        if self.eval_overlap == "on" and (self.placement != "monarch" or self.mode != "sync"):
+        for name, value in self.to_flat().items():  # nan passes every comparison below
+            if not (name == "grad_clip" and value == math.inf):  # inf: no clipping
+                check_number(value, name, RUN_LIMITS.get(name))
+        for _, attr, _ in SECTIONS:
+            getattr(self, attr).validate()
+        evaluation, placement = self.evaluation, self.placement
+        if evaluation.eval_overlap == "on" and (
+            placement.placement != "monarch" or placement.mode != "sync"
+        ):
             raise ConfigError(
                 f"eval_overlap on needs --placement monarch and --mode sync (got placement "
-                f"{self.placement!r}, mode {self.mode!r}): the evaluation runs on the "
-                "generators while the trainer, in its own process, trains the next step; "
+                f"{placement.placement!r}, mode {placement.mode!r}): the evaluation runs on "
+                "the generators while the trainer, in its own process, trains the next step; "
                 "async mode keeps the generators busy with the next batches instead"
             )
-        if self.mini_batches > self.prompts_per_step:
+        if self.regime.mini_batches > self.sampling.prompts_per_step:
             raise ConfigError(
-                f"mini_batches {self.mini_batches} > prompts_per_step {self.prompts_per_step}: "
-                "a mini-batch holds whole groups, at least one"
+                f"mini_batches {self.regime.mini_batches} > prompts_per_step "
+                f"{self.sampling.prompts_per_step}: a mini-batch holds whole groups, at least one"
             )
 
     @classmethod
     def from_record(cls, run: dict[str, Any]) -> RunConfig:
-        """The config a run recorded in its config.json (``["run"]``). Fields added since
-        take their defaults, unless the default changes what such a run did: a run
+        """The config a run recorded in its config.json (``["run"]``, flat). Fields added
+        since take their defaults, unless the default changes what such a run did: a run
         recorded before forge-zoo trained in mini-batches is refused, with the reason."""
         missing = [k for k in PREDATES_REGIME if k not in run]
         if missing:
@@ -445,7 +530,7 @@ class RunConfig(
                 "give other numbers. Check out the commit its config.json records to "
                 "re-run or continue it"
             )
-        return cls(**{**ADDED_LATER, **run})
+        return cls.from_flat({**ADDED_LATER, **run})
 
     def skips_old_logprob_pass(self, algorithm: Algorithm) -> bool:
         """Does the trainer's one update take its own forward as pi_old, so that the
@@ -454,11 +539,12 @@ class RunConfig(
         sampled, and nothing reads pi_old before it: no correction, no KL in the reward,
         no adaptive KL, no critic. The ratio is then 1 in value (its gradient the policy
         gradient), as in TRL and verl with one update per batch."""
+        regime = self.regime
         return (
-            self.old_logprob_pass == "when_needed"
-            and self.mini_batches * self.epochs == 1
-            and self.mode == "sync"
-            and self.correction == "none"
+            regime.old_logprob_pass == "when_needed"
+            and regime.mini_batches * regime.epochs == 1
+            and self.placement.mode == "sync"
+            and self.correction.correction == "none"
             and not (algorithm.needs_values or algorithm.kl_in_reward_by_loop)
             and algorithm.options.kl_target <= 0
         )
@@ -468,10 +554,13 @@ class RunConfig(
         """Does the learning rate follow the share of the budget spent (not optimizer
         steps)? With ``warmup_ratio``, or a decay of unset length under a budget other
         than steps, whose optimizer steps are not known ahead."""
+        optimizer = self.optimizer
         decay_of_unknown_length = (
-            self.lr_schedule != "constant" and not self.decay_steps and self.budget[0] != "steps"
+            optimizer.lr_schedule != "constant"
+            and not optimizer.decay_steps
+            and self.budget.limit[0] != "steps"
         )
-        return self.warmup_ratio > 0 or decay_of_unknown_length
+        return optimizer.warmup_ratio > 0 or decay_of_unknown_length
 
 
 PREDATES_REGIME = ("mini_batches", "epochs")
@@ -494,59 +583,109 @@ ADDED_LATER = {
 run recorded without them did (RunConfig.from_record)."""
 
 
-REAL_MODEL_DEFAULTS = {
-    "prompts_per_step": 64,
-    "group_size": 8,
-    "max_response_len": 1024,
-    "lr": 1e-6,
-    "micro_batch_size": 8,
-    "mini_batches": 4,
-    "epochs": 1,
-    "grad_clip": 1.0,
-    "temperature": 1.0,
+RECIPE_FIELDS = (
+    "prompts_per_step",
+    "group_size",
+    "max_response_len",
+    "lr",
+    "micro_batch_size",
+    "mini_batches",
+    "epochs",
+    "grad_clip",
+    "temperature",
+)
+"""The settings a model's recipe gives (``ModelRecipe``): a flag left unset takes its
+model's, so that one command line trains the tiny presets and a 1-8B model sensibly."""
+
+DEFAULT_STEPS = BudgetSection.steps
+"""`run` and `doctor` without a budget: this many rollout batches (RunConfig's default)."""
+
+
+@dataclass(frozen=True)
+class ModelRecipe:
+    """Where a model's runs start when the command line does not say."""
+
+    settings: dict[str, Any]
+    """RECIPE_FIELDS where the model differs from RunConfig's defaults (which are the tiny
+    model's recipe, docs/training.md)."""
+    compare_budget: float = 0.0
+    """FLOPs per run of `compare` without a budget flag (0: none here; a Qwen3 preset's
+    comes with its GPU recipe, harness.recipes, and any other model needs a flag)."""
+
+    def defaults(self) -> dict[str, Any]:
+        """Every RECIPE_FIELDS setting: the recipe's, else RunConfig's default."""
+        plain = RunConfig.from_flat()
+        return {name: self.settings.get(name, plain.flat(name)) for name in RECIPE_FIELDS}
+
+
+TINY_COMPARE_BUDGET = 2e12
+"""FLOPs per run of `compare` on a tiny preset: ~44 GRPO steps on the tiny model (rollout
+batches of 4 mini-batches each), ~1 minute per run on 2 cores."""
+
+REAL_MODELS = "real"
+"""MODEL_RECIPES' key for every model that is not a tiny preset (the Qwen3 presets, a
+local folder)."""
+
+MODEL_RECIPES: dict[str, ModelRecipe] = {
+    "tiny": ModelRecipe({}, TINY_COMPARE_BUDGET),  # RunConfig's defaults (docs/training.md)
+    "tiny-code": ModelRecipe(
+        {"max_response_len": 12, "prompts_per_step": 64},
+        TINY_COMPARE_BUDGET,
+    ),
+    "tiny-tool": ModelRecipe(
+        {"max_response_len": 16, "prompts_per_step": 64},
+        TINY_COMPARE_BUDGET,
+    ),
+    "tiny-code-feedback": ModelRecipe(
+        {"max_response_len": 12, "prompts_per_step": 64},
+        TINY_COMPARE_BUDGET,
+    ),
+    "tiny-sum": ModelRecipe(
+        {"max_response_len": 64, "prompts_per_step": 64, "grad_clip": 2.0, "temperature": 0.7},
+        4e12,
+    ),
+    REAL_MODELS: ModelRecipe(
+        {
+            "prompts_per_step": 64,
+            "group_size": 8,
+            "max_response_len": 1024,
+            "lr": 1e-6,
+            "micro_batch_size": 8,
+            "mini_batches": 4,
+            "epochs": 1,
+            "grad_clip": 1.0,
+            "temperature": 1.0,
+        },
+    ),
 }
-"""Where a run of a real model starts when the command line does not say: the scale of
-published GRPO/DAPO recipes for 1-8B models (lr 1e-6, G = 8 or 16, sampling at T = 1,
-responses of ~1k tokens for GSM8K-level math), cut to a batch one GPU node handles, trained in 4
-mini-batches per rollout batch (verl's common train / mini-batch ratio; DAPO uses 16).
-Not measured here (no GPU): a starting point."""
+"""One recipe per model preset (and one for every real model), the one table of where a
+run starts when the command line does not say; read by ``recipe_of``.
+
+The tiny presets other than ``tiny`` have longer answers (a pyfunc expression takes up to
+9 tokens with its end; a tool call up to 11, and DAPO's overlong window must stay clear of
+both), and 64 prompts per step keep a step's sandbox executions in check. tiny-sum clips
+the gradient norm at 2: at 1 the bound rescaled 18-59% of DAPO's optimizer steps on
+running_sum (median norm 0.9-1.07), while the largest norm any built-in reached there was
+1.36 (results/archive/tune-running-sum-grad-clip-1/). tiny-sum samples at temperature 0.7
+so that about half of running_sum's groups carry a gradient from the start: from the
+shipped start (greedy 0.30), 256 prompts x 8 gave a sampled reward of 0.055 and 36% of
+groups with differing rewards at T = 1, 0.084 and 45% at 0.8, 0.104 and 51% at 0.7, 0.122
+and 52% at 0.6 (docs/envs.md; fewer terms, 2-4, gave 28%: the warm start learned 3-5).
+Its compare budget is 4e12: a running_sum step costs ~1.1e11 (answers of ~30 tokens), so
+~36 GRPO steps, within which its learning curves flatten (docs/envs.md).
+
+Real models: the scale of published GRPO/DAPO recipes for 1-8B models (lr 1e-6, G = 8 or
+16, sampling at T = 1, responses of ~1k tokens for GSM8K-level math), cut to a batch one
+GPU node handles, trained in 4 mini-batches per rollout batch (verl's common train /
+mini-batch ratio; DAPO uses 16). Not measured here (no GPU): a starting point."""
 
 
-TINY_PRESET_DEFAULTS = {
-    "tiny-code": {"max_response_len": 12, "prompts_per_step": 64},
-    "tiny-tool": {"max_response_len": 16, "prompts_per_step": 64},
-    "tiny-code-feedback": {"max_response_len": 12, "prompts_per_step": 64},
-    "tiny-sum": {
-        "max_response_len": 64,
-        "prompts_per_step": 64,
-        "grad_clip": 2.0,
-        "temperature": 0.7,
-    },
-}
-"""Where the tiny presets other than ``tiny`` differ from RunConfig's defaults: their envs'
-answers are longer (a pyfunc expression takes up to 9 tokens with its end; a tool call up
-to 11, and DAPO's overlong window must stay clear of both), and 64 prompts per step keep a
-step's sandbox executions in check. tiny-sum clips the gradient norm at 2: at 1 the bound
-rescaled 18-59% of DAPO's optimizer steps on running_sum (median norm 0.9-1.07), while the
-largest norm any built-in reached there was 1.36 (results/archive/tune-running-sum-grad-clip-1/).
-tiny-sum samples at temperature 0.7 so that about half of running_sum's groups carry a
-gradient from the start: from the shipped start (greedy 0.30), 256 prompts x 8 gave a
-sampled reward of 0.055 and 36% of groups with differing rewards at T = 1, 0.084 and 45% at
-0.8, 0.104 and 51% at 0.7, 0.122 and 52% at 0.6 (docs/envs.md; fewer terms, 2-4, gave 28%:
-the warm start learned 3-5)."""
-
-
-TINY_BUDGETS = {"tiny-sum": 4e12}
-"""Where a tiny preset's compare budget (ledger FLOPs per run) is not the default 2e12: a
-running_sum step costs ~1.1e11 (answers of ~30 tokens), so 4e12 is ~36 GRPO steps, within
-which its learning curves flatten (docs/envs.md)."""
+def recipe_of(model: str) -> ModelRecipe:
+    """``model``'s recipe: its tiny preset's, else the real models'."""
+    return MODEL_RECIPES[model if model in TINY_MODELS else REAL_MODELS]
 
 
 def run_defaults(model: str) -> dict[str, Any]:
-    """Batch, lengths and learning rate for ``model``: docs/training.md's recipe
-    (RunConfig's defaults, TINY_PRESET_DEFAULTS on top) for the tiny presets,
-    REAL_MODEL_DEFAULTS for anything else."""
-    if model in TINY_MODELS:
-        recipe = {name: getattr(RunConfig, name) for name in REAL_MODEL_DEFAULTS}
-        return {**recipe, **TINY_PRESET_DEFAULTS.get(model, {})}
-    return dict(REAL_MODEL_DEFAULTS)
+    """Batch, lengths and learning rate for ``model``: its recipe (``recipe_of``), every
+    RECIPE_FIELDS setting."""
+    return recipe_of(model).defaults()

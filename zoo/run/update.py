@@ -51,25 +51,25 @@ def train_batch(
     if s.algorithm.needs_values:  # GAE's advantages, before a correction weighs them
         record.update(critic_targets(s, batch, shapes))
     weights, correction = correction_weights(
-        cfg.correction,
+        cfg.correction.correction,
         batch.old_logprobs,
         batch.sampler_logprobs,
         batch.mask,
-        cap=cfg.correction_cap,
-        low=cfg.correction_low,
-        high=cfg.correction_high,
+        cap=cfg.correction.correction_cap,
+        low=cfg.correction.correction_low,
+        high=cfg.correction.correction_high,
     )
     record.update(correction)
     if weights is not None:  # on the policy-gradient term only: through the advantages
         advantages = batch.advantages
         advantages = advantages if advantages.dim() == 2 else advantages[:, None]
         batch.advantages = advantages * weights
-    if cfg.correction == "bypass":
+    if cfg.correction.correction == "bypass":
         batch.old_logprobs = batch.sampler_logprobs
     measured_kl, responses = kl.apply(batch, record), batch.size
     with ledger.timed("train"):
         trained = s.trainer.train(batch, s.algorithm.loss)
-    ledger.add("train", cfg.epochs * 3 * forward, cfg.epochs * tokens)
+    ledger.add("train", cfg.regime.epochs * 3 * forward, cfg.regime.epochs * tokens)
     if own_forward:
         batch.old_logprobs = trained.pop("old_logprobs")
         record.update(mismatch_metrics(batch.old_logprobs, batch.sampler_logprobs, batch.mask))
@@ -78,7 +78,7 @@ def train_batch(
         with ledger.timed("critic_train"):
             record.update(s.critic.train(batch, s.algorithm.value_loss))
         value = sum(ledger.value_flops(p, r) for p, r in shapes)
-        ledger.add("critic_train", cfg.epochs * 3 * value, cfg.epochs * tokens)
+        ledger.add("critic_train", cfg.regime.epochs * 3 * value, cfg.regime.epochs * tokens)
     if measured_kl is not None:
         # moved only now, so that this step trains (and a checkpoint of it holds) the
         # weight its KL was measured with

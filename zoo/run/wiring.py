@@ -27,7 +27,7 @@ from zoo.services.protocols import (
     GeneratorService,
 )
 from zoo.services.reference import Reference
-from zoo.services.trainer import OptimizerSection, RegimeSection, Trainer, TrainerConfig
+from zoo.services.trainer import Trainer, TrainerConfig
 from zoo.services.value import Critic
 
 
@@ -36,27 +36,27 @@ def resolved_config(cfg: RunConfig, services: Services) -> dict[str, Any]:
     and the device as the run's plan resolved them (services assembled without a plan:
     resolved here)."""
     plan = services.plan
-    spec = plan.spec if plan is not None and plan.spec is not None else cfg.model_spec()
+    spec = plan.spec if plan is not None and plan.spec is not None else cfg.run.model_spec()
     return {
-        "run": dataclasses.asdict(cfg),
+        "run": cfg.to_flat(),
         "algorithm": services.algorithm.describe(),
         "env": services.env.describe(),
         "model_path": str(Path(spec.path)),
-        "device": plan.device if plan is not None else cfg.resolved_device(),
-        "seed": cfg.seed,
+        "device": plan.device if plan is not None else cfg.placement.resolved_device(),
+        "seed": cfg.run.seed,
     }
 
 
 def trainer_config_of(cfg: RunConfig, device: str = "cpu") -> TrainerConfig:
-    """The trainer's settings of a run: its optimizer and regime sections as declared
-    (RunConfig inherits both), resolved: a decay of unset length runs over the run's
+    """The trainer's settings of a run: its optimizer and regime sections themselves, and
+    what the run resolves from the rest: a decay of unset length runs over the run's
     optimizer steps, the schedule may follow the budget, bf16 on GPUs."""
-    sections = {f.name: getattr(cfg, f.name) for f in dataclasses.fields(RegimeSection)}
-    sections |= {f.name: getattr(cfg, f.name) for f in dataclasses.fields(OptimizerSection)}
-    optimizer_steps = cfg.steps * cfg.mini_batches * cfg.epochs
-    sections["decay_steps"] = cfg.decay_steps or max(1, optimizer_steps - cfg.warmup_steps)
+    optimizer, regime = cfg.optimizer, cfg.regime
+    optimizer_steps = cfg.budget.steps * regime.mini_batches * regime.epochs
     return TrainerConfig(
-        **sections,
+        optimizer=optimizer,
+        regime=regime,
+        decay_steps=optimizer.decay_steps or max(1, optimizer_steps - optimizer.warmup_steps),
         schedule_over_budget=cfg.schedule_over_budget,
         mixed_precision="bf16" if device == "cuda" else "none",
     )
@@ -67,8 +67,8 @@ def trainer_options(cfg: RunConfig) -> dict[str, Any]:
     tokens at the sampling temperature, and (async) keeps the weights of the versions that
     may have sampled a batch it trains on."""
     return {
-        "temperature": cfg.temperature,
-        "max_policy_age": cfg.max_policy_age if cfg.mode == "async" else 0,
+        "temperature": cfg.sampling.temperature,
+        "max_policy_age": cfg.placement.max_policy_age if cfg.placement.mode == "async" else 0,
     }
 
 
@@ -76,7 +76,8 @@ def critic_config_of(cfg: RunConfig, algorithm: Algorithm, device: str = "cpu") 
     """The critic's settings in a run: the trainer's (AdamW settings, grad clip,
     mini-batches, epochs and micro-batches: verl's critic shares the actor's mini-batches
     and epochs) at the algorithm's constant learning rate for it."""
-    return dataclasses.replace(trainer_config_of(cfg, device), lr=algorithm.critic_lr(cfg.lr))
+    own = dataclasses.replace(cfg.optimizer, lr=algorithm.critic_lr(cfg.optimizer.lr))
+    return dataclasses.replace(trainer_config_of(cfg, device), optimizer=own)
 
 
 def build_services(
@@ -93,7 +94,7 @@ def build_services(
     plan = plan_of(run)  # the model's folder resolved (a tiny preset's weights built) here
     cfg, algorithm, env, spec, device = plan.cfg, plan.algorithm, plan.env, plan.spec, plan.device
     assert spec is not None  # (plan_of resolves it)
-    torch.manual_seed(cfg.seed)
+    torch.manual_seed(cfg.run.seed)
     tokenizer = AutoTokenizer.from_pretrained(spec.path)
     trainer_config = trainer_config_of(cfg, device)
     budget = plan.episode_budget  # tokens after the prompt: a response, or an episode
@@ -103,8 +104,8 @@ def build_services(
             f"max_episode_tokens {budget} leaves no room for the prompt in the model's "
             f"context of {context_len} tokens; give a smaller --max-episode-tokens"
         )
-    encode = prompt_encoder(tokenizer, context_len - budget, cfg.long_prompts)
-    check_held_out_prompts(env, encode, cfg.eval_split)
+    encode = prompt_encoder(tokenizer, context_len - budget, cfg.sampling.long_prompts)
+    check_held_out_prompts(env, encode, cfg.evaluation.eval_split)
     shared = dict(
         env=env,
         algorithm=algorithm,
@@ -113,7 +114,7 @@ def build_services(
         ledger=Ledger(ModelShape.from_hf_dir(spec.path)),
         observe=Conversation(tokenizer),
     )
-    if cfg.placement == "monarch":
+    if cfg.placement.placement == "monarch":
         from zoo.placement.spawn import spawn_monarch_services
 
         critic_config = critic_config_of(cfg, algorithm, device) if algorithm.needs_values else None
@@ -133,13 +134,13 @@ def build_services(
         spec.path,
         trainer_config,
         max_response_len=budget,
-        init=cfg.init,
+        init=cfg.run.init,
         device=device,
         **trainer_options(cfg),
     )
     reference = None
     if algorithm.needs_reference:
-        reference = Reference(trainer.model, cfg.micro_batch_size, cfg.temperature)
+        reference = Reference(trainer.model, cfg.regime.micro_batch_size, cfg.sampling.temperature)
     critic = (
         Critic(trainer.model, critic_config_of(cfg, algorithm, device))
         if algorithm.needs_values
@@ -149,14 +150,14 @@ def build_services(
         # Every sampling request carries its own seed (sampling_seed), so the engine's
         # global seed never matters; a constant keeps shared and fresh engines identical.
         generator = make_generator(
-            cfg.generator,
+            cfg.placement.generator,
             spec.path,
             seed=0,
-            init=cfg.init,
+            init=cfg.run.init,
             device=device,
             max_model_len=context_len,
         )
-        if cfg.init == "random":  # the engine started without weights: send the trainer's
+        if cfg.run.init == "random":  # the engine started without weights: send the trainer's
             generator.update_weights(trainer.hf_state_dict(), version=0)
     else:
         generator.update_weights(trainer.hf_state_dict(), version=0)
@@ -177,7 +178,7 @@ def max_model_len(model_path: Path, cfg: RunConfig, budget: int | None = None) -
     config = json.loads((Path(model_path) / "config.json").read_text())
     return min(
         config.get("max_position_embeddings", 4096),
-        MAX_PROMPT_TOKENS + (budget or cfg.max_response_len),
+        MAX_PROMPT_TOKENS + (budget or cfg.sampling.max_response_len),
     )
 
 

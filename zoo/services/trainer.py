@@ -33,10 +33,11 @@ them together, in the same order.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import itertools
 import math
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 import torch
@@ -53,12 +54,18 @@ from zoo.services.settings import OptimizerSection, RegimeSection  # (torch-free
 
 
 @dataclass
-class TrainerConfig(RegimeSection, OptimizerSection):
+class TrainerConfig:
     """What the trainer (and the critic, zoo.services.value) is built with: the run's
-    optimizer and regime sections, and how the run resolved them. A run's is made by
-    ``zoo.run.wiring.trainer_config_of``; the sampling temperature and the async policy
+    optimizer and regime sections themselves (``cfg.optimizer``, ``cfg.regime``; not
+    copies of their fields), and what the run resolves from the rest of its config
+    (``zoo.run.wiring.trainer_config_of``). The sampling temperature and the async policy
     age come to ``Trainer`` as arguments, from the run's other sections."""
 
+    optimizer: OptimizerSection = field(default_factory=OptimizerSection)
+    regime: RegimeSection = field(default_factory=RegimeSection)
+    decay_steps: int = 0
+    """Optimizer steps of the decay after the warm-up: ``optimizer.decay_steps``, or where
+    that is 0 the rest of the run's optimizer steps (0 here: those of the section)."""
     schedule_over_budget: bool = False
     """The learning rate follows the share of the run's budget spent (``lr_at_budget``,
     from each batch's ``budget_spent``), not the optimizer steps (``lr_at``)."""
@@ -67,17 +74,44 @@ class TrainerConfig(RegimeSection, OptimizerSection):
     state (TorchTitan's FSDP2 mixed-precision policy, on one device). Sharded: FSDP2's
     MixedPrecisionPolicy (bf16 parameters in compute, float32 gradient reduction)."""
 
+    @classmethod
+    def of(cls, **settings) -> TrainerConfig:
+        """A config from flat names (``TrainerConfig.of(lr=1e-3, mini_batches=2)``), each
+        into its section, and this class's own fields: for tests and benchmarks that build
+        a trainer without a run."""
+        own = {f.name for f in fields(cls)} - {"optimizer", "regime"}
+        parts: dict[str, dict] = {"optimizer": {}, "regime": {}, "own": {}}
+        for name, value in settings.items():
+            if name in own:
+                parts["own"][name] = value
+            elif name in {f.name for f in fields(OptimizerSection)}:
+                parts["optimizer"][name] = value
+            elif name in {f.name for f in fields(RegimeSection)}:
+                parts["regime"][name] = value
+            else:
+                raise TypeError(f"TrainerConfig has no setting {name!r}")
+        return cls(
+            optimizer=OptimizerSection(**parts["optimizer"]),
+            regime=RegimeSection(**parts["regime"]),
+            **parts["own"],
+        )
+
+    @property
+    def decay_length(self) -> int:
+        """The decay's optimizer steps: as resolved, else as the section says."""
+        return self.decay_steps or self.optimizer.decay_steps
+
 
 def lr_at(step: int, config: TrainerConfig) -> float:
     """The learning rate of optimizer step ``step`` (0-based): a linear warm-up from
     lr / warmup_steps to lr over the first ``warmup_steps``, then constant, or a linear or
     cosine decay to ``min_lr_ratio * lr`` over the next ``decay_steps`` (and that floor
     after), as in transformers' get_{linear,cosine}_schedule_with_warmup."""
-    lr = config.lr
-    if step < config.warmup_steps:
-        return lr * (step + 1) / config.warmup_steps
-    done = min(1.0, (step - config.warmup_steps) / max(1, config.decay_steps))
-    return decayed(done, config)
+    optimizer = config.optimizer
+    if step < optimizer.warmup_steps:
+        return optimizer.lr * (step + 1) / optimizer.warmup_steps
+    done = min(1.0, (step - optimizer.warmup_steps) / max(1, config.decay_length))
+    return decayed(done, optimizer)
 
 
 def lr_at_budget(spent: float, config: TrainerConfig) -> float:
@@ -85,13 +119,14 @@ def lr_at_budget(spent: float, config: TrainerConfig) -> float:
     the budget's unit: a linear warm-up to lr over the first ``warmup_ratio``, then
     constant, or a linear or cosine decay to ``min_lr_ratio * lr`` over the rest (TRL's
     warmup_ratio and verl's lr_warmup_steps_ratio, for any budget)."""
-    if spent < config.warmup_ratio:
-        return config.lr * spent / config.warmup_ratio
-    done = min(1.0, (spent - config.warmup_ratio) / (1.0 - config.warmup_ratio))
-    return decayed(done, config)
+    optimizer = config.optimizer
+    if spent < optimizer.warmup_ratio:
+        return optimizer.lr * spent / optimizer.warmup_ratio
+    done = min(1.0, (spent - optimizer.warmup_ratio) / (1.0 - optimizer.warmup_ratio))
+    return decayed(done, optimizer)
 
 
-def decayed(done: float, config: TrainerConfig) -> float:
+def decayed(done: float, config: OptimizerSection) -> float:
     """lr after ``done`` (0-1) of the decay: constant, linear or cosine to the floor."""
     lr, floor = config.lr, config.min_lr_ratio * config.lr
     if config.lr_schedule == "constant":
@@ -170,9 +205,9 @@ class Trainer:
         self.optimizer = torch.optim.AdamW(
             self.model.parameters(),
             lr=lr_at(0, config),
-            betas=(config.adam_beta1, config.adam_beta2),
-            eps=config.adam_eps,
-            weight_decay=config.weight_decay,
+            betas=(config.optimizer.adam_beta1, config.optimizer.adam_beta2),
+            eps=config.optimizer.adam_eps,
+            weight_decay=config.optimizer.weight_decay,
         )
         self.version = 0
         self.kept_weights: dict[int, list[torch.Tensor]] = {}
@@ -230,7 +265,7 @@ class Trainer:
 
     def _logprobs_of_rows(self, batch: RolloutBatch, width: int) -> torch.Tensor:
         out = torch.zeros(batch.size, width, device=self.device)
-        for first, mb in self.parallel.micro_batches(batch, self.config.micro_batch_size):
+        for first, mb in self.parallel.micro_batches(batch, self.config.regime.micro_batch_size):
             out[first : first + mb.size] = self._logprobs(mb.to(self.device), width).float()
         return self.parallel.gather_rows(out).cpu()
 
@@ -274,9 +309,9 @@ class Trainer:
         ``updates``, ``staleness_kl`` (the policy KL at the first update, before any step on
         this batch: 0 when the batch was sampled by the current weights) and
         ``response_tokens`` of the whole batch."""
-        slices = mini_batch_slices(batch.size, batch.group_size, self.config.mini_batches)
+        slices = mini_batch_slices(batch.size, batch.group_size, self.config.regime.mini_batches)
         own_forward = batch.old_logprobs is None
-        if own_forward and len(slices) * self.config.epochs > 1:
+        if own_forward and len(slices) * self.config.regime.epochs > 1:
             raise ValueError("several updates per batch need batch.old_logprobs (logprobs())")
         if self.max_policy_age:  # later batches may have been sampled by this version
             self.kept_weights[self.version] = [p.detach().clone() for p in self._parameters()]
@@ -287,7 +322,7 @@ class Trainer:
             kept = torch.zeros(batch.size, batch.mask.shape[1], device=self.device)
         updates = [
             self.step(batch.rows(rows), loss_fn, kept)
-            for _ in range(self.config.epochs)
+            for _ in range(self.config.regime.epochs)
             for rows in slices
         ]
         self.version += 1
@@ -335,7 +370,7 @@ class Trainer:
         self.optimizer.zero_grad(set_to_none=True)
         sums: dict[str, float] = {}
         loss_total = 0.0  # micro-batch losses add up: each divides by whole-batch counts
-        for first, mb in self.parallel.micro_batches(batch, self.config.micro_batch_size):
+        for first, mb in self.parallel.micro_batches(batch, self.config.regime.micro_batch_size):
             mb = mb.to(self.device)
             entropy = None
             if with_entropy:
@@ -382,7 +417,9 @@ class Trainer:
         loss_total = sums.pop("loss")
         # Over split gradients (DTensors) torch computes the global norm (the per-shard
         # norms are combined across ranks) and returns it as a DTensor.
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.grad_clip)
+        grad_norm = torch.nn.utils.clip_grad_norm_(
+            self.model.parameters(), self.config.optimizer.grad_clip
+        )
         if isinstance(grad_norm, DTensor):
             grad_norm = grad_norm.full_tensor()
         if self.config.schedule_over_budget:
@@ -400,11 +437,13 @@ class Trainer:
             "loss": loss_total,
             **sums,
             "grad_norm": float(grad_norm),
-            "grad_clip_frac": float(float(grad_norm) > self.config.grad_clip),
+            "grad_clip_frac": float(float(grad_norm) > self.config.optimizer.grad_clip),
             "response_tokens": num_tokens,
         }
-        scheduled = self.config.lr_schedule != "constant" or self.config.warmup_steps
-        if scheduled or self.config.warmup_ratio:
+        scheduled = (
+            self.config.optimizer.lr_schedule != "constant" or self.config.optimizer.warmup_steps
+        )
+        if scheduled or self.config.optimizer.warmup_ratio:
             out["lr"] = lr  # (not logged at a constant lr: older records stay comparable)
         return out
 
@@ -437,12 +476,13 @@ class Trainer:
             if targets[0].get("ref_logprobs") is not None
             else None,
         )
-        saved = self.config.micro_batch_size
-        self.config.micro_batch_size = inputs[0]["tokens"].shape[0]
+        saved = self.config  # (one micro-batch per input; the run's sections left as they are)
+        whole = dataclasses.replace(saved.regime, micro_batch_size=inputs[0]["tokens"].shape[0])
+        self.config = dataclasses.replace(saved, regime=whole)
         try:
             loss = float(self.step(batch, self.loss_fn)["loss"])
         finally:
-            self.config.micro_batch_size = saved
+            self.config = saved
         self.version += 1
         return loss
 

@@ -56,10 +56,10 @@ class Critic:
         self.device = self.model.head.weight.device
         self.optimizer = torch.optim.AdamW(
             self.model.parameters(),
-            lr=config.lr,
-            betas=(config.adam_beta1, config.adam_beta2),
-            eps=config.adam_eps,
-            weight_decay=config.weight_decay,
+            lr=config.optimizer.lr,
+            betas=(config.optimizer.adam_beta1, config.optimizer.adam_beta2),
+            eps=config.optimizer.adam_eps,
+            weight_decay=config.optimizer.weight_decay,
         )
 
     def _values(self, batch: RolloutBatch, width: int) -> torch.Tensor:
@@ -68,7 +68,7 @@ class Critic:
             return self.model(batch.tokens, batch.response_start, width).float()
 
     def _micro_batches(self, batch: RolloutBatch) -> list[RolloutBatch]:
-        size = self.config.micro_batch_size or batch.size
+        size = self.config.regime.micro_batch_size or batch.size
         return [batch.rows(slice(i, i + size)).to(self.device) for i in range(0, batch.size, size)]
 
     @torch.no_grad()
@@ -85,10 +85,10 @@ class Critic:
         combined (mean; ``*_max``: max) and ``critic_grad_norm``."""
         if batch.values is None or batch.returns is None:
             raise ValueError("the critic trains on batch.values and batch.returns (set both)")
-        slices = mini_batch_slices(batch.size, batch.group_size, self.config.mini_batches)
+        slices = mini_batch_slices(batch.size, batch.group_size, self.config.regime.mini_batches)
         updates = [
             self.step(batch.rows(rows), loss_fn)
-            for _ in range(self.config.epochs)
+            for _ in range(self.config.regime.epochs)
             for rows in slices
         ]
         return combine_updates(updates)
@@ -112,9 +112,11 @@ class Critic:
                 sums[k] = (
                     max(sums.get(k, v), v) if k.endswith("_max") else sums.get(k, 0.0) + weight * v
                 )
-        norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.grad_clip)
+        norm = torch.nn.utils.clip_grad_norm_(
+            self.model.parameters(), self.config.optimizer.grad_clip
+        )
         for group in self.optimizer.param_groups:
-            group["lr"] = self.config.lr
+            group["lr"] = self.config.optimizer.lr
         self.optimizer.step()
         return {**sums, "critic_grad_norm": float(norm)}
 
