@@ -42,8 +42,6 @@ def test_bad_input_exits_2_listing_valid_names_and_writes_nothing(tmp_path, args
 def test_every_run_config_field_is_reachable_from_the_command_line():
     # The flags are generated from RunConfig: set each one alone to a value that is not
     # its default and check that it arrives in the run's config, with nothing else moved.
-    import dataclasses
-    import typing
 
     from harness.cli import CLI_OWN_FIELDS, build_parser, run_config
     from zoo.run.run_config import CHOICES, MODEL_RECIPES, RunConfig
@@ -54,9 +52,9 @@ def test_every_run_config_field_is_reachable_from_the_command_line():
         args.model = args.model or "tiny"
         return run_config(args, args.algorithm, args.env, args.seed)
 
-    baseline = dataclasses.asdict(parse())
-    types = typing.get_type_hints(RunConfig)
-    settable = [f for f in dataclasses.fields(RunConfig) if f.name not in CLI_OWN_FIELDS]
+    baseline = parse().to_flat()
+    types = RunConfig.flat_types()
+    settable = [f for f in RunConfig.flat_fields() if f.name not in CLI_OWN_FIELDS]
     assert {"grad_clip", "max_sampling_rounds", "eval_samples"} <= {f.name for f in settable}
     chosen = {
         "min_lr_ratio": 0.1,
@@ -78,7 +76,7 @@ def test_every_run_config_field_is_reachable_from_the_command_line():
             value = baseline[f.name] / 2 or 1e12
         flag = "--" + f.name.replace("_", "-")
         extra = ["--placement", "monarch"] if f.name in ("mode", "eval_overlap") else []
-        cfg = dataclasses.asdict(parse(flag, str(value), *extra))
+        cfg = parse(flag, str(value), *extra).to_flat()
         assert cfg[f.name] == value, f.name
         moved = {k for k in cfg if cfg[k] != baseline[k]} - {f.name, "placement"}
         if f.name == "model":  # a preset brings its own defaults, and only those
@@ -120,7 +118,6 @@ def test_without_model_a_command_runs_the_tiny_preset_built_for_its_envs():
 def test_run_help_names_every_setting_and_help_all_explains_each():
     """`run --help` was 299 lines: it explains the common options and names the rest under
     their sections; `--help-all` explains every one."""
-    import dataclasses
 
     from harness_cli import run_harness as run
 
@@ -131,7 +128,7 @@ def test_run_help_names_every_setting_and_help_all_explains_each():
     full = run("run", "--help-all", cwd=Path.cwd(), timeout=120, env={"COLUMNS": "80"})
     assert short.returncode == 0 and full.returncode == 0, short.stderr + full.stderr
     assert len(short.stdout.splitlines()) < 150 < len(full.stdout.splitlines())
-    for f in dataclasses.fields(RunConfig):
+    for f in RunConfig.flat_fields():
         if f.name not in CLI_OWN_FIELDS:  # every flag reachable from --help, by its name
             assert f"--{f.name.replace('_', '-')}" in short.stdout, f.name
     explained = {

@@ -15,7 +15,7 @@ import pytest
 from harness.cli import main
 from zoo.envs.base import Env
 from zoo.run.plan import RunPlan
-from zoo.run.run_config import RunConfig
+from zoo.run.run_config import RunConfig, RunSection
 
 ONE_STEP = [
     "--steps",
@@ -47,7 +47,7 @@ def test_one_harness_run_validates_resolves_the_model_and_builds_the_env_once(
     calls: Counter = Counter()
     monkeypatch.setattr(RunConfig, "validate", counting(calls, "validate", RunConfig.validate))
     monkeypatch.setattr(
-        RunConfig, "model_spec", counting(calls, "model_spec", RunConfig.model_spec)
+        RunSection, "model_spec", counting(calls, "model_spec", RunSection.model_spec)
     )
     # every env's constructor reaches Env.__init__ once (its config is made there)
     monkeypatch.setattr(Env, "__init__", counting(calls, "env", Env.__init__))

@@ -236,7 +236,9 @@ def run(args: argparse.Namespace) -> int:
         control_cfgs, record = control_configs(cfgs, baseline, factors)
         return cfgs + control_cfgs, record
 
-    rows = sorted({c.variant or c.algorithm for c in expand(base, args.algorithms, envs, 1, grid)})
+    rows = sorted(
+        {c.run.variant or c.run.algorithm for c in expand(base, args.algorithms, envs, 1, grid)}
+    )
     baseline = args.baseline or (args.algorithms[0] if args.algorithms[0] in rows else rows[0])
     if baseline not in rows:
         raise ConfigError(f"--baseline {baseline}: not a row of this comparison (rows: {rows})")
@@ -246,7 +248,7 @@ def run(args: argparse.Namespace) -> int:
         micro = print_plan(args, cfgs, recipe)
         if args.dry_run:
             return 0
-        if micro is not None and micro != base.micro_batch_size:  # (chosen for this GPU)
+        if micro is not None and micro != base.regime.micro_batch_size:  # (chosen for this GPU)
             base = base.replace(micro_batch_size=micro)
             cfgs, controls = board(args.seeds)
     stamp = time.strftime("%Y%m%d-%H%M%S")

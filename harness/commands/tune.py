@@ -64,7 +64,7 @@ def run(args: argparse.Namespace) -> int:
     check_experiment_folder(args.out, args.resume)
     resume, extended = args.resume, {}
     while True:  # the grid, then each edge extension (TunePlan.extend) until none is due
-        todo = [c for c in tuning_configs(plan) if not args.only or c.algorithm in args.only]
+        todo = [c for c in tuning_configs(plan) if not args.only or c.run.algorithm in args.only]
         plans = preflight(todo)
         with routed_to(args.out / LOG_NAME, args.verbose):
             run_experiment(
