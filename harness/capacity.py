@@ -19,7 +19,6 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from zoo.algorithms import get_algorithm
 from zoo.core.config import ConfigError
 from zoo.envs import Env, MultiTurnEnv, Prompt
 from zoo.models.memory import MemoryEstimate, memory_estimate
@@ -471,29 +470,32 @@ def estimate_plan(cfg: RunConfig) -> tuple[RunPlan, str]:
     prompt lengths only: where a single-turn env's data is not at hand (gsm8k offline,
     before its first download) its prompts are taken to be ASSUMED_PROMPT_TOKENS long,
     and the note says so and why, rather than refusing a plan that needs no data. The
-    config, the algorithm and the env's config are checked as a run checks them first."""
+    config, the algorithm and the env's config are checked as a run checks them first
+    (``RunPlan.resolve``, which builds the env here with ``env_or_standin``)."""
     from zoo.core.config import make_config
     from zoo.envs import ENVS, get_env
 
-    cfg.validate()
-    get_algorithm(cfg.run.algorithm, **cfg.run.algorithm_config)
-    env_class = ENVS.load(cfg.run.env)
-    env_config = make_config(
-        env_class.config_class, dict(cfg.run.env_config), owner=f"env {cfg.run.env!r}"
-    )
-    try:
-        env = get_env(cfg.run.env, **cfg.run.env_config)
-    except ConfigError as exc:
-        if issubclass(env_class, MultiTurnEnv):  # (turns and observations: not assumable)
-            raise
-        reason = str(exc).split(". ")[0].removeprefix(f"{cfg.run.env}: ")
-        standin = AssumedPrompts(cfg.run.env, env_config)
-        plan = RunPlan.resolve(cfg, spec=False, env=standin).with_estimate()
-        return plan, (
-            f"prompts of {ASSUMED_PROMPT_TOKENS} tokens assumed: {cfg.run.env}'s data "
-            f"is not here ({reason}); a run needs it, a plan does not"
+    notes = []
+
+    def env_or_standin(cfg: RunConfig) -> Env:
+        env_class = ENVS.load(cfg.run.env)
+        env_config = make_config(
+            env_class.config_class, dict(cfg.run.env_config), owner=f"env {cfg.run.env!r}"
         )
-    return RunPlan.resolve(cfg, spec=False, env=env).with_estimate(), ""
+        try:
+            return get_env(cfg.run.env, **cfg.run.env_config)
+        except ConfigError as exc:
+            if issubclass(env_class, MultiTurnEnv):  # (turns and observations: not assumable)
+                raise
+            reason = str(exc).split(". ")[0].removeprefix(f"{cfg.run.env}: ")
+            notes.append(
+                f"prompts of {ASSUMED_PROMPT_TOKENS} tokens assumed: {cfg.run.env}'s data "
+                f"is not here ({reason}); a run needs it, a plan does not"
+            )
+            return AssumedPrompts(cfg.run.env, env_config)
+
+    plan = RunPlan.resolve(cfg, spec=False, env=env_or_standin).with_estimate()
+    return plan, "".join(notes)
 
 
 def detect_gpu() -> GPUKind | None:

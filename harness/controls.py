@@ -63,8 +63,6 @@ def control_configs(
     for c in anchors:
         out.append(c.replace(variant=twin_row(baseline), noise_seed=CONTROL_NOISE_SEED))
         out += [c.replace(lr=c.optimizer.lr * f, variant=lr_row(baseline, f)) for f in lr_factors]
-    for c in out:
-        c.validate()
     lr = anchors[0].optimizer.lr
     record = {
         "design": "many_to_one",

@@ -448,6 +448,4 @@ def apply_setting(cfg: RunConfig, setting: dict[str, str]) -> RunConfig:
     run_names = set(SECTION_OF) - set(VARIED_ELSEWHERE)
     run = {k: coerce(v, types[k], f"--vary {k}") for k, v in setting.items() if k in run_names}
     algo = {k: v for k, v in setting.items() if k not in run_names}
-    out = cfg.replace(**run, algorithm_config={**cfg.run.algorithm_config, **algo})
-    out.validate()
-    return out
+    return cfg.replace(**run, algorithm_config={**cfg.run.algorithm_config, **algo})

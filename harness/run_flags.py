@@ -144,12 +144,12 @@ def run_config(
     algorithm: str,
     env: str,
     seed: int,
-    validate: bool = True,
     weights: bool = True,
 ):
-    """The RunConfig the flags give, validated unless ``validate`` is False: for the
-    commands that resolve it into a plan (zoo.run.plan) next, which validates it once.
-    ``weights``: a run needs the model's weights (``doctor --plan`` does not: the shape)."""
+    """The RunConfig the flags give (``RunConfig.from_flat``), not yet checked: every
+    command resolves it into a plan next (``RunPlan.resolve``, the one place a config is
+    checked). ``weights``: a run needs the model's weights (``doctor --plan`` does not:
+    the shape)."""
     from zoo.run.run_config import RunConfig, run_defaults
 
     if getattr(args, "budget_line", None) is None:  # (once per command)
@@ -178,8 +178,6 @@ def run_config(
         env_config=parse_overrides(args.env_set),
         **settings,
     )
-    if validate:
-        cfg.validate()
     return cfg
 
 

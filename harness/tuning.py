@@ -218,15 +218,13 @@ def base_config(plan: TunePlan, eval_split: str = "validation") -> RunConfig:
     if unknown:
         raise ConfigError(f"[run] of the tuning plan: {sorted(unknown)} are no run settings")
     settings = {**run_defaults(plan.model), **plan.run}
-    cfg = RunConfig.from_flat(
+    return RunConfig.from_flat(
         env=plan.env,
         model=plan.model,
         eval_split=eval_split,
         env_config=dict(plan.env_config),
         **settings,
     )
-    cfg.validate()
-    return cfg
 
 
 def tuning_configs(plan: TunePlan) -> list[RunConfig]:

@@ -5,7 +5,6 @@ repositories and hand-made run folders, no real training."""
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 import os
@@ -229,7 +228,7 @@ def test_execute_run_records_sessions_and_the_finish(tmp_path, monkeypatch, fres
     monkeypatch.setattr(
         runner,
         "resolved_config",
-        lambda c, s: {"run": dataclasses.asdict(c), "model_path": str(model), "seed": c.run.seed},
+        lambda c, s: {"run": c.to_flat(), "model_path": str(model), "seed": c.run.seed},
     )
     services = SimpleNamespace(ledger=SimpleNamespace(total_flops=1.0))
     states = iter([GitState("aaa", True, b"diff a\n"), GitState("bbb", True, b"diff b\n")])

@@ -209,8 +209,10 @@ def test_controls_are_the_baseline_with_other_noise_and_at_fractions_of_its_lr()
     quarter = [c for c in extra if c.run.variant == "grpo@quarter_lr"]
     # the twin: the baseline's seeds and prompts (paired), other sampling noise
     assert [c.run.seed for c in twins] == [0, 1] and {c.sampling.noise_seed for c in twins} == {1}
-    same = {k: v for k, v in asdict(twins[0]).items() if k not in ("variant", "noise_seed")}
-    assert same == {k: v for k, v in asdict(board[0]).items() if k not in ("variant", "noise_seed")}
+    same = {k: v for k, v in twins[0].to_flat().items() if k not in ("variant", "noise_seed")}
+    assert same == {
+        k: v for k, v in board[0].to_flat().items() if k not in ("variant", "noise_seed")
+    }
     assert [c.run.seed for c in quarter] == [0, 1] and {c.optimizer.lr for c in quarter} == {2.5e-5}
     assert {c.optimizer.lr for c in half} == {5e-5}
     assert record["negative"]["row"] == "grpo@twin"

@@ -72,9 +72,7 @@ def run(args: argparse.Namespace) -> int:
     args.distributed = apply_placement_file(args)
     # validated once, where cmd_doctor resolves it into the run's plan; a plan reads the
     # model's shape only, so it needs no weights
-    cfg = run_config(
-        args, args.algorithm, args.env, args.seed, validate=False, weights=not args.plan
-    )
+    cfg = run_config(args, args.algorithm, args.env, args.seed, weights=not args.plan)
     if args.plan:
         if args.only:
             raise ConfigError("--plan runs no checks: drop --only, or --plan")

@@ -51,7 +51,7 @@ def run(args: argparse.Namespace) -> int:
 
     args.distributed = apply_placement_file(args)
     # validated by the pre-flight checks, which resolve it once into the run's plan
-    cfg = run_config(args, args.algorithm, args.env, args.seed, validate=False)
+    cfg = run_config(args, args.algorithm, args.env, args.seed)
     if args.resume and not args.out:
         raise ConfigError("--resume needs --out DIR, the folder of the run to continue")
     print(args.budget_line, flush=True)

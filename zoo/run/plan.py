@@ -80,18 +80,24 @@ class RunPlan:
         *,
         spec: bool = True,
         check_algorithm: Callable[[RunConfig, Algorithm], None] | None = None,
-        env: Env | None = None,
+        env: Env | Callable[[RunConfig], Env] | None = None,
     ) -> RunPlan:
         """Validate ``cfg`` and resolve it (with ``spec``, the model's folder too).
         ``check_algorithm`` runs once the algorithm is built and before the env is: the
         pre-flight checks of the algorithm (harness.experiment) keep their place there.
-        ``env``: the env already built (an estimate's stand-in for an env whose data is not
-        at hand, harness.capacity.estimate_plan); by default built from the config."""
+        ``env``: the env already built, or what builds it from the checked config (an
+        estimate's stand-in for an env whose data is not at hand,
+        harness.capacity.estimate_plan); by default built from the config. This is the
+        one place a run's config is checked (``RunConfig.validate``): every command
+        resolves its configs here before any work."""
         cfg.validate()
         algorithm = get_algorithm(cfg.run.algorithm, **cfg.run.algorithm_config)
         if check_algorithm is not None:
             check_algorithm(cfg, algorithm)
-        env = env if env is not None else get_env(cfg.run.env, **cfg.run.env_config)
+        if env is None:
+            env = get_env(cfg.run.env, **cfg.run.env_config)
+        elif not isinstance(env, Env):
+            env = env(cfg)
         if cfg.evaluation.eval_split == "validation":
             env.validation_prompts()  # (an env without one says so here)
         check_model_name(cfg.run.model)  # cheap: before the device or the budget is looked at
