@@ -99,7 +99,7 @@ def worker_slots(cfgs: list[RunConfig], jobs: int) -> list[Slot]:
     """What each worker gets: a group of the placement file's hosts on Monarch, else its
     cores on the CPU or its GPU on CUDA. Refuses what the machine or file cannot serve."""
     if any(cfg.placement.placement != "local" for cfg in cfgs):
-        hosts = (cfgs[0].distributed or {}).get("hosts", [])
+        hosts = (cfgs[0].placement.distributed or {}).get("hosts", [])
         if not hosts:
             raise ConfigError(
                 "--jobs > 1 with the Monarch placement spreads the runs over the hosts of "
@@ -108,7 +108,7 @@ def worker_slots(cfgs: list[RunConfig], jobs: int) -> list[Slot]:
             )
         import torch
 
-        layout = PlacementConfig.from_dict(cfgs[0].distributed)
+        layout = PlacementConfig.from_dict(cfgs[0].placement.distributed)
         need = hosts_needed(layout, torch.cuda.device_count())
         return [Slot(hosts=group) for group in host_groups(hosts, jobs, need)]
     if any(cfg.placement.resolved_device() == "cuda" for cfg in cfgs):
@@ -166,7 +166,7 @@ def _run_in_worker(cfg: dict, run_dir: str, command: str, resume: bool) -> dict:
     from harness.runner import train_one
 
     return train_one(
-        RunConfig.from_flat(**cfg),
+        RunConfig.from_flat(cfg),
         Path(run_dir),
         command,
         resume,

@@ -28,7 +28,7 @@ from zoo.run.trackers import (
 )
 
 SECTIONS = ("train/", "eval/", "perf/", "regime/")
-LR = RunConfig.from_flat().lr
+LR = RunConfig.from_flat().optimizer.lr
 """tracked_run's learning rate: constant, so metrics.jsonl records none; trackers get it."""
 
 

@@ -246,7 +246,7 @@ def test_one_on_policy_update_takes_its_own_forward_as_the_old_policy(loop_for):
     # a run recorded before the setting existed re-runs as it ran: with the pass
     recorded = RunConfig.from_flat(mini_batches=1).to_flat()
     del recorded["old_logprob_pass"]
-    assert RunConfig.from_record(recorded).old_logprob_pass == "always"
+    assert RunConfig.from_record(recorded).regime.old_logprob_pass == "always"
 
 
 @pytest.mark.parametrize("correction", ["none", "tis", "mis-token", "mis-sequence", "bypass"])

@@ -118,7 +118,7 @@ def loss_parity(
         )
         rows.append(_loss_row(algorithm, "whole batch, one step", f_loss, t_loss, f_grad, t_grad))
         # TRL's first mini-batch at the run's settings: steps_per_generation = mini_batches
-        steps = shared.forge_zoo_run_config(algorithm).mini_batches
+        steps = shared.forge_zoo_run_config(algorithm).regime.mini_batches
         trainer.args.steps_per_generation = steps
         part = slice(0, batch.size // steps)
         sub = {
@@ -241,7 +241,7 @@ def update_parity(algorithm: str, batch: SharedBatch) -> dict[str, Any]:
     counts (dapo's normalisers)."""
     advantages = shared.forge_zoo_advantages(algorithm, batch)
     algo = forge_zoo_algorithm(algorithm)
-    steps = shared.forge_zoo_run_config(algorithm).mini_batches
+    steps = shared.forge_zoo_run_config(algorithm).regime.mini_batches
     order: list[torch.Tensor] = []
     with tempfile.TemporaryDirectory() as tmp:
         trainer = shared.trl_trainer(algorithm, tmp, max_steps=steps)

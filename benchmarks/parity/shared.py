@@ -67,7 +67,7 @@ class SharedBatch:
 
 
 def model_path() -> Path:
-    return forge_zoo_run_config("grpo").model_spec().path
+    return forge_zoo_run_config("grpo").run.model_spec().path
 
 
 def sample_batch(prompts: int = 64, seed: int = 0) -> SharedBatch:
@@ -215,7 +215,7 @@ def trl_trainer(algorithm: str, output_dir: str | Path, **overrides: Any) -> Any
         raise RuntimeError("the parity levels hand TRL finished batches")
 
     model = AutoModelForCausalLM.from_pretrained(model_path(), dtype=torch.float32)
-    prompts = forge_zoo_run_config(algorithm).prompts_per_step
+    prompts = forge_zoo_run_config(algorithm).sampling.prompts_per_step
     trainer = GRPOTrainer(
         model=model,
         reward_funcs=unused_reward,
