@@ -60,9 +60,9 @@ class RunPlan:
     algorithm: Algorithm
     env: Env
     device: str
-    """cpu or cuda (``RunConfig.resolved_device``)."""
+    """cpu or cuda (``PlacementSection.resolved_device``)."""
     budget: tuple[str, float]
-    """(unit, amount) of what ends the run (``RunConfig.budget``)."""
+    """(unit, amount) of what ends the run (``BudgetSection.limit``)."""
     episode_budget: int
     """Tokens after the prompt per sample: max_response_len, or a multi-turn env's token
     limit per episode (``episode_budget``)."""

@@ -39,18 +39,19 @@ RUN_LIMITS = {
 }
 """Upper bounds of RunConfig's numbers past those vLLM or the memory estimate refuse."""
 PLACEMENTS = ("local", "monarch")
-"""Where services run (RunConfig.placement); the Monarch one is zoo.placement."""
+"""Where services run (``cfg.placement.placement``); the Monarch one is zoo.placement."""
 WEIGHT_SYNCS = ("rdma", "endpoint")
 """Monarch weight-sync backends (TorchStore is not one: docs/stack.md, docs/placement.md)."""
 MODES = ("sync", "async")
 """sync: sample with the current weights, then train. async: generation of the next
 batches overlaps training on this one (sampled by weights at most max_policy_age old)."""
 DEVICES = ("auto", "cpu", "cuda")
-"""Where the trainer, reference and generator run (RunConfig.device)."""
+"""Where the trainer, reference and generator run (``cfg.placement.device``)."""
 EVAL_SPLITS = ("heldout", "validation")
-"""What a run evaluates on (RunConfig.eval_split)."""
+"""What a run evaluates on (``cfg.evaluation.eval_split``)."""
 EVAL_OVERLAPS = ("off", "on")
-"""Whether an evaluation runs while the trainer trains the next step (RunConfig.eval_overlap)."""
+"""Whether an evaluation runs while the trainer trains the next step
+(``cfg.evaluation.eval_overlap``)."""
 LONG_PROMPTS = ("refuse", "truncate-left")
 """What a run does with a prompt longer than the context leaves for it (RunConfig)."""
 CHOICES: dict[str, tuple[str, ...]] = {

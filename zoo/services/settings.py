@@ -23,13 +23,13 @@ CORRECTIONS = ("none", "tis", "mis-token", "mis-sequence", "bypass")
 """``--correction``: the trainer-sampler mismatch corrections (zoo.services.offpolicy)."""
 
 LR_SCHEDULES = ("constant", "linear", "cosine")
-"""RunConfig.lr_schedule's valid values (``lr_at``)."""
+"""OptimizerSection.lr_schedule's valid values (``lr_at``)."""
 
 
 @dataclass
 class OptimizerSection:
     """AdamW, its learning-rate schedule and the gradient clip: the "optimizer" section of a
-    run's config (RunConfig inherits it), declared here, where it is used. Defaults: the
+    run's config (``cfg.optimizer``), declared here, where it is used. Defaults: the
     tiny model's recipe (docs/training.md)."""
 
     lr: float = 5e-5
