@@ -180,8 +180,8 @@ def test_list_models_and_doctor_plan_give_one_memory_figure(tmp_path, monkeypatc
     row = next(line for line in memory.splitlines() if "│ qwen3-1.7b " in line)
     minimum, total = (float(x) for x in row.split("│")[2].split("/"))
     assert "grpo, gsm8k*, 512 x 1280, mb 8, bf16 GPU" in row
-    run = default_run("qwen3-1.7b")
-    assert (run.algorithm, run.env) == ("grpo", "gsm8k")
+    cfg = default_run("qwen3-1.7b")
+    assert (cfg.run.algorithm, cfg.run.env) == ("grpo", "gsm8k")
     code, text = doctor("--plan", "--model", "qwen3-1.7b", "--env", "gsm8k")
     assert code == 0 and f"{minimum:.1f} GiB of" in text and f"{total:.1f} GiB with the" in text
     assert minimum == pytest.approx(81.92, abs=0.01)
