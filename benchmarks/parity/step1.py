@@ -152,27 +152,31 @@ def run_forge_zoo(batches: list[list[Any]], seed: int, global_rng: bool = False)
     env = get_env("running_sum")
     tok = tokenizer()
     encode = prompt_encoder(tok)
-    generator = make_generator(cfg.generator, model_path(), seed=0)
-    sampling = SamplingConfig(temperature=cfg.temperature, max_tokens=cfg.max_response_len)
+    generator = make_generator(cfg.placement.generator, model_path(), seed=0)
+    sampling = SamplingConfig(
+        temperature=cfg.sampling.temperature, max_tokens=cfg.sampling.max_response_len
+    )
     arm = Arm("fz-multinomial" if global_rng else "fz")
     start = time.perf_counter()
     for b, prompts in enumerate(batches):
         encoded = [encode(p) for p in prompts]
         if global_rng:
             torch.manual_seed(2 * TRL_SEED_BASE + b)
-            rows = sample_global_rng(generator, encoded, cfg.group_size, sampling)
+            rows = sample_global_rng(generator, encoded, cfg.sampling.group_size, sampling)
             texts = [
-                fz_cut_and_decode(tok, encoded[i // cfg.group_size], ids)
+                fz_cut_and_decode(tok, encoded[i // cfg.sampling.group_size], ids)
                 for i, ids in enumerate(rows)
             ]
         else:
-            seeds = [sampling_seed(seed, p.index, cfg.noise_seed) for p in prompts]
-            groups = generator.generate(encoded, n=cfg.group_size, sampling=sampling, seeds=seeds)
+            seeds = [sampling_seed(seed, p.index, cfg.sampling.noise_seed) for p in prompts]
+            groups = generator.generate(
+                encoded, n=cfg.sampling.group_size, sampling=sampling, seeds=seeds
+            )
             rows = [c.token_ids for g in groups for c in g]
             # as HFGenerator seeds its rows (and vLLM the n samples of a seeded request)
-            arm.row_seeds.append([s + j for s in seeds for j in range(cfg.group_size)])
+            arm.row_seeds.append([s + j for s in seeds for j in range(cfg.sampling.group_size)])
             texts = [c.text for g in groups for c in g]
-        repeated = [p for p in prompts for _ in range(cfg.group_size)]
+        repeated = [p for p in prompts for _ in range(cfg.sampling.group_size)]
         arm.rewards.append(env.score_batch(repeated, texts))
         arm.token_ids.append(rows)
         arm.texts.append(texts)
@@ -221,7 +225,7 @@ def run_trl(batches: list[list[Any]], seed: int) -> tuple[Arm, dict[str, Any]]:
     from zoo.envs import get_env
 
     cfg = forge_zoo_run_config("grpo")
-    g = cfg.group_size
+    g = cfg.sampling.group_size
     env = get_env("running_sum")
     by_index = {p.index: p for prompts in batches for p in prompts}
     calls: list[dict[str, list]] = []
@@ -425,11 +429,11 @@ def measure(
     out: dict[str, Any] = {
         "batches": batches,
         "prompts per batch": prompts,
-        "group size": forge_zoo_run_config("grpo").group_size,
+        "group size": forge_zoo_run_config("grpo").sampling.group_size,
         "seed": seed,
         "prompt index range": [data[0][0].index, data[-1][-1].index],
-        "temperature": forge_zoo_run_config("grpo").temperature,
-        "max new tokens": forge_zoo_run_config("grpo").max_response_len,
+        "temperature": forge_zoo_run_config("grpo").sampling.temperature,
+        "max new tokens": forge_zoo_run_config("grpo").sampling.max_response_len,
         "trl seeds": [TRL_SEED_BASE + b for b in range(batches)] if "trl" in arms else [],
         "arms": {
             name: {
