@@ -7,13 +7,17 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import json
+import subprocess
 
 import pytest
+from harness_cli import REPO
 
 from harness.cli import build_parser
 from zoo.core.config import ConfigError
 from zoo.run.run_config import (
     MODEL_RECIPES,
+    PREDATES_REGIME,
     REAL_MODELS,
     RECIPE_FIELDS,
     SECTION_OF,
@@ -127,3 +131,31 @@ def test_help_groups_the_flags_under_their_sections(command):
     # a flag sits under its own section's heading: --lr under optimizer, before the regime
     optimizer, regime = (help_text.find(f"\n{t}:\n") for t in ("optimizer", "training regime"))
     assert optimizer < help_text.find("\n  --lr ") < regime
+
+
+def test_every_committed_config_json_reads_back_under_its_flat_names():
+    """Each run committed under results/ reads back through ``from_record`` (what
+    `harness reproduce` and a resume read) with every recorded flat name in its section
+    at its recorded value, and validates; a run recorded before mini-batches is refused
+    with the reason, as before the sections."""
+    listed = subprocess.run(
+        ["git", "ls-files", "results/*/config.json", "results/**/config.json"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    read = refused = 0
+    for path in listed:
+        run = json.loads((REPO / path).read_text())["run"]
+        if any(name not in run for name in PREDATES_REGIME):
+            with pytest.raises(ConfigError, match="recorded by an older forge-zoo"):
+                RunConfig.from_record(run)
+            refused += 1
+            continue
+        cfg = RunConfig.from_record(run)
+        flat = cfg.to_flat()
+        assert {k: flat[k] for k in run} == run, path
+        cfg.validate()
+        read += 1
+    assert read > 0 and read + refused == len(listed)
