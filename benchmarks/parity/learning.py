@@ -113,7 +113,7 @@ def run_config(algorithm: str, seed: int, setting: Setting) -> Any:
         changes["budget_flops"] = setting.budget_flops
     if setting.eval_prompts:
         changes["env_config"] = {"eval_size": setting.eval_prompts}
-    return dataclasses.replace(cfg, **changes)
+    return cfg.replace(**changes)
 
 
 def run_file(folder: Path, side: str, algorithm: str, seed: int) -> Path:
@@ -211,19 +211,19 @@ def board_differences(config: dict[str, Any], expected: Any) -> list[str]:
     from zoo.run.run_config import RunConfig
 
     # through RunConfig, as a resume reads it: fields added since take their defaults
-    recorded = dataclasses.asdict(RunConfig.from_record(config.get("run", {})))
-    want = dataclasses.asdict(expected)
+    recorded = RunConfig.from_record(config.get("run", {})).to_flat()
+    want = expected.to_flat()
     out = [
         f"{k}: board {recorded.get(k)!r}, mapped {v!r}"
         for k, v in want.items()
         if k not in NOT_COMPARED and recorded.get(k) != v
     ]
-    algo = forge_zoo_algorithm(expected.algorithm).describe()
+    algo = forge_zoo_algorithm(expected.run.algorithm).describe()
     have = config.get("algorithm", {})
     for k in ("name", "aggregation", "config"):
         if have.get(k) != algo.get(k):
             out.append(f"algorithm {k}: board {have.get(k)!r}, mapped {algo.get(k)!r}")
-    env = get_env(expected.env, **expected.env_config).describe()
+    env = get_env(expected.run.env, **expected.run.env_config).describe()
     if config.get("env") != env:
         out.append(f"env: board {config.get('env')!r}, mapped {env!r}")
     if config.get("device") != "cpu":
@@ -290,7 +290,7 @@ _HELD_OUT: dict[int, HeldOut] = {}
 
 def held_out(cfg: Any) -> HeldOut:
     """One evaluator per held-out set (its size), built once per process."""
-    size = cfg.env_config.get("eval_size", 0)
+    size = cfg.run.env_config.get("eval_size", 0)
     if size not in _HELD_OUT:
         _HELD_OUT[size] = HeldOut(cfg)
     return _HELD_OUT[size]
@@ -334,8 +334,8 @@ def trl_side(
     evaluation = held_out(cfg)
     env = evaluation.services.env
     total, eval_steps = trl_schedule(setting, fz)
-    batches = math.ceil(total / cfg.mini_batches)
-    problems = env.train_prompts(0, batches * cfg.prompts_per_step, seed)
+    batches = math.ceil(total / cfg.regime.mini_batches)
+    problems = env.train_prompts(0, batches * cfg.sampling.prompts_per_step, seed)
     by_index = {p.index: p for p in problems}
 
     def task_reward(completions: list[str], index: list[int], **_: Any) -> list[float]:
@@ -345,8 +345,8 @@ def trl_side(
     algo = forge_zoo_algorithm(algorithm)
     if getattr(algo.config, "overlong_punishment", False):  # dapo, eq. 13
         cache = algo.config.overlong_cache
-        cache = cfg.max_response_len // 4 if cache is None else int(cache)
-        rewards.append(get_soft_overlong_punishment(cfg.max_response_len, cache))
+        cache = cfg.sampling.max_response_len // 4 if cache is None else int(cache)
+        rewards.append(get_soft_overlong_punishment(cfg.sampling.max_response_len, cache))
 
     work = folder / "work" / f"trl__{algorithm}__seed{seed}"
     shutil.rmtree(work, ignore_errors=True)  # a run stopped before its file: start over
