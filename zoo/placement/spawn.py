@@ -75,7 +75,7 @@ def spawn_monarch_services(
 ) -> dict[str, Any]:
     """Spawn the services' processes on this host and return the proxies. The processes
     inherit this one's environment (FORGE_ZOO_CACHE, thread settings). How many of each:
-    ``cfg.distributed`` (a placement file, zoo.placement.config), else one each.
+    ``cfg.placement.distributed`` (a placement file, zoo.placement.config), else one each.
     ``response_budget``: the trainer's L_max (a multi-turn env's episode token limit;
     default max_response_len). ``trainer_options``: the Trainer's keyword arguments from
     the run's other sections (zoo.run.wiring.trainer_options). ``critic_config``: the
