@@ -28,6 +28,7 @@ from typing import Any
 import torch
 
 from benchmarks.common import timed_harness
+from zoo.files import read_json_lines
 
 
 @dataclass(frozen=True)
@@ -91,7 +92,7 @@ def run_parts(run_dir: Path) -> dict[str, Any]:
     """A run's steps, shape and seconds (start-up, training loop, evaluation) from its
     config.json, metrics.jsonl and complete.json."""
     config = json.loads((run_dir / "config.json").read_text())
-    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    records = read_json_lines(run_dir / "metrics.jsonl").rows
     complete = json.loads((run_dir / "complete.json").read_text())
     steps = [r for r in records if r["step"] > 0]
     run = config["run"]

@@ -16,12 +16,12 @@ run over this one's.
 
 from __future__ import annotations
 
-import json
 import statistics
 from pathlib import Path
 from typing import Any
 
 from benchmarks.common import timed_harness
+from zoo.files import read_json_lines
 
 BOARD_FLAGS = ("--budget", "2e12")
 """The tiny arithmetic board's run (its other settings are the defaults)."""
@@ -59,8 +59,7 @@ def timed_run(overlap: str, out: Path, quick: bool) -> tuple[float, list[dict[st
         "--out",
         str(out),
     )
-    lines = (out / "metrics.jsonl").read_text().splitlines()
-    return elapsed, [json.loads(line) for line in lines]
+    return elapsed, read_json_lines(out / "metrics.jsonl").rows
 
 
 def eval_overlap_table(root: Path, quick: bool = False) -> list[dict[str, Any]]:

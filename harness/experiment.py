@@ -218,6 +218,11 @@ def check_size(algorithms: int, envs: int, settings: int, seeds: int, jobs: int)
         raise ConfigError(f"--jobs must be <= {MAX_RUNS} (the most runs an experiment holds)")
 
 
+def holds_runs(runs_dir: Path) -> bool:
+    """Whether ``runs_dir`` holds a run folder with a metrics.jsonl (or .jsonl.gz)."""
+    return any(runs_dir.glob("*/metrics.jsonl")) or any(runs_dir.glob("*/metrics.jsonl.gz"))
+
+
 def check_experiment_folder(out: Path, resume: bool) -> None:
     """``check_out``, then: with ``resume``, ``out`` must hold an experiment (its
     experiment.json); without, it must not hold runs already."""
@@ -232,7 +237,7 @@ def check_experiment_folder(out: Path, resume: bool) -> None:
             read_json(out / "experiment.json")
         except UnreadableFile as exc:
             raise exc.advised("nothing was changed: restore it to continue") from None
-    if not resume and any((out / "runs").glob("*/metrics.jsonl")):
+    if not resume and holds_runs(out / "runs"):
         raise ConfigError(f"{out} already holds runs; add --resume to continue it")
 
 
@@ -295,7 +300,7 @@ def run_experiment(
     from harness.jobs import run_concurrently
 
     runs_dir = out / "runs"
-    if out.exists() and any(runs_dir.glob("*/metrics.jsonl")) and not resume:
+    if out.exists() and holds_runs(runs_dir) and not resume:
         raise ConfigError(f"{out} already holds runs; add --resume to continue it")
     runs_dir.mkdir(parents=True, exist_ok=True)
     if resume and not allow_mixed:

@@ -31,7 +31,7 @@ from harness.samples import last_eval_samples, samples_table, write_samples_page
 from harness.scores import HEADLINE, experiment_headline
 from harness.stats import row_mdd
 from zoo.core.config import ConfigError
-from zoo.files import UnreadableFile, read_json, read_table
+from zoo.files import UnreadableFile, jsonl_exists, jsonl_shown, read_json, read_table
 from zoo.run.diffs import kept_diffs
 from zoo.run.runlog import SAMPLES, read_sessions
 
@@ -1022,7 +1022,7 @@ def seed_curves(e: pd.DataFrame) -> tuple[pd.DataFrame, str]:
             records = read_metrics(Path(run))
             if not any("eval_reward" in record for record in records):
                 raise UnreadableFile(
-                    Path(run) / "metrics.jsonl",
+                    jsonl_shown(Path(run) / "metrics.jsonl"),
                     "holds no evaluation, though tables/summary.csv ranks the run",
                 )
             for record in records:
@@ -1070,7 +1070,7 @@ def write_board_samples_page(experiment: Path, e: pd.DataFrame, out: Path) -> Pa
     parts = []
     for r in e.itertuples():
         run_dirs = [Path(d) for d in r.runs]
-        kept = [d for d in run_dirs if (d / SAMPLES).exists()]
+        kept = [d for d in run_dirs if jsonl_exists(d / SAMPLES)]
         if not kept:
             parts.append(
                 f"<h2>{escape(r.algorithm)}</h2><p class='none'>No samples: its "

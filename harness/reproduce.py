@@ -30,7 +30,7 @@ from harness.runner import execute_run, read_metrics
 from harness.stats import row_mdd
 from harness.third_party import LOG_NAME, routed_to
 from zoo.core.config import ConfigError
-from zoo.files import UnreadableFile, read_json
+from zoo.files import UnreadableFile, jsonl_shown, read_json
 from zoo.run.loop import resolved_config
 from zoo.run.plan import RunPlan
 from zoo.run.run_config import RunConfig
@@ -236,7 +236,7 @@ def reproduce_run(run_dir: Path, model_path: Path | None = None, verbose: bool =
         return Verdict(False, False, f"no exact comparison possible here: {obstacle}")
     recorded = read_metrics(run_dir)
     if not recorded:
-        raise ConfigError(f"{run_dir / 'metrics.jsonl'}: no record to compare against")
+        raise ConfigError(f"{jsonl_shown(run_dir / 'metrics.jsonl')}: no record to compare against")
     try:
         fresh = rerun(run_dir, model_path, verbose)
     except NotReproducible as exc:
@@ -282,7 +282,8 @@ def headline(config: dict[str, Any], records: list[dict[str, Any]]) -> float:
 def recorded_headline(run_dir: Path) -> float:
     records = read_metrics(run_dir)
     if not records:  # (an emptied file, or none: the row's spread cannot count this seed)
-        raise UnreadableFile(run_dir / "metrics.jsonl", "holds no record, so no headline")
+        metrics = jsonl_shown(run_dir / "metrics.jsonl")
+        raise UnreadableFile(metrics, "holds no record, so no headline")
     return headline(read_config(run_dir), records)
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from zoo.core.config import ConfigError, shown
-from zoo.files import UnreadableFile, read_json, read_json_lines
+from zoo.files import UnreadableFile, jsonl_file, jsonl_holds_data, read_json, read_json_lines
 from zoo.run.checkpoint import (
     find_checkpoint,
     load_checkpoint,
@@ -28,10 +28,13 @@ from zoo.run.loop import RLLoop, resolved_config
 from zoo.run.plan import RunPlan
 from zoo.run.run_config import NOT_DEFINING, RunConfig
 from zoo.run.runlog import (
+    COMPLETE,
+    METRICS,
     RESUME,
     SAMPLES,
     SESSIONS,
     RunWriter,
+    expand_jsonl,
     now_iso,
     start_weights,
     write_whole,
@@ -40,23 +43,20 @@ from zoo.run.trackers import STATE_FILE as TRACKER_STATE
 from zoo.run.trackers import Trackers, parse_report_to
 from zoo.run.wiring import Services, build_services
 
-COMPLETE = "complete.json"
-
 
 def is_complete(out: Path) -> bool:
     return (out / COMPLETE).exists()
 
 
 def read_metrics(out: Path) -> list[dict[str, Any]]:
-    """The records of ``out/metrics.jsonl`` (none when there is no such file); a damaged
-    file, a cut last line included, is an UnreadableFile naming it."""
-    return read_json_lines(out / "metrics.jsonl").rows
+    """The records of ``out/metrics.jsonl`` or its .gz (none when neither is there); a
+    damaged file, a cut last line included, is an UnreadableFile naming it."""
+    return read_json_lines(out / METRICS).rows
 
 
 def holds_metrics(out: Path) -> bool:
-    """Whether ``out`` holds a run's records (a metrics.jsonl that is not empty)."""
-    path = out / "metrics.jsonl"
-    return path.is_file() and path.stat().st_size > 0
+    """Whether ``out`` holds a run's records (a metrics.jsonl, or .gz, that is not empty)."""
+    return jsonl_holds_data(out / METRICS)
 
 
 EARLIER_STARTS = "earlier-starts"
@@ -69,16 +69,16 @@ finds it: zoo.run.diffs). Nothing recorded is deleted."""
 def set_aside_start(out: Path) -> Path | None:
     """Move the records of a start that left no checkpoint into a new
     ``earlier-starts/<k>/`` (None when it recorded nothing)."""
-    records = [out / "metrics.jsonl", out / SAMPLES, out / SESSIONS]
-    if not any(p.is_file() and p.stat().st_size for p in records):
+    records = [out / METRICS, out / SAMPLES, out / SESSIONS]
+    if not any(jsonl_holds_data(p) for p in records):
         return None
     k = 1
     while (out / EARLIER_STARTS / str(k)).exists():
         k += 1
     kept = out / EARLIER_STARTS / str(k)
     kept.mkdir(parents=True)
-    for path in [*records, out / "config.json", *diff_files(out)]:
-        if path.exists():
+    for path in [*map(jsonl_file, records), out / "config.json", *diff_files(out)]:
+        if path is not None and path.exists():
             path.rename(kept / path.name)
     return kept
 
@@ -94,8 +94,8 @@ def kept_on_resume(out: Path, step: int) -> tuple[dict[Path, str], list[str]]:
     advice = "nothing was changed: restore the file, or start the run afresh in another --out"
     texts: dict[Path, str] = {}
     notes: list[str] = []
-    for path in (out / "metrics.jsonl", out / SAMPLES):
-        if path.name == SAMPLES and not path.exists():
+    for path in (out / METRICS, out / SAMPLES):
+        if path.name == SAMPLES and jsonl_file(path) is None:
             continue  # (a run recorded before samples.jsonl existed)
         try:
             lines = read_json_lines(path, torn_ok=True)
@@ -121,7 +121,7 @@ def kept_on_resume(out: Path, step: int) -> tuple[dict[Path, str], list[str]]:
         kept = [r for r in lines.rows if isinstance(r.get("step"), int) and r["step"] <= step]
         texts[path] = "".join(json.dumps(r) + "\n" for r in kept)
     path = out / SESSIONS
-    if path.exists():
+    if jsonl_file(path) is not None:
         try:
             lines = read_json_lines(path, torn_ok=True)
         except UnreadableFile as exc:
@@ -197,6 +197,7 @@ def execute_run(
             )
         texts, notes = kept_on_resume(out, found.step)  # (refuses before any write)
         step = load_checkpoint(checkpoint_dir, loop, found)
+        expand_jsonl(out)  # (a finished run's .jsonl.gz, plain again to be appended to)
         kept = set_aside_damaged(found)
         for (folder, problem), target in zip(found.passed_over, kept, strict=True):
             note(
@@ -211,6 +212,7 @@ def execute_run(
         if not resume and holds_metrics(out):
             raise ConfigError(f"{out} already holds a run; use --resume or another --out")
         earlier = set_aside_start(out)  # a start that stopped before its first checkpoint
+        expand_jsonl(out)  # (only an empty one is left: the others were set aside)
         if earlier is not None:
             note(
                 f"{out}: no checkpoint was saved before the run stopped, so it starts over; "

@@ -14,7 +14,7 @@ import pandas as pd
 
 from harness.runner import read_metrics
 from zoo.core.config import ConfigError
-from zoo.files import UnreadableFile, read_json
+from zoo.files import UnreadableFile, jsonl_shown, read_json
 
 SPENT_KEY = {"flops": "flops", "samples": "samples", "seconds": "seconds", "steps": "step"}
 
@@ -80,14 +80,14 @@ def check_headlines(out: Path, runs: list[dict], manifest: dict) -> None:
         if run is not None:
             problems.append(f"the evaluations of {folder} stop before the end of its budget")
         elif (folder / "config.json").exists():
-            problems.append(f"{folder / 'metrics.jsonl'} holds no record")
+            problems.append(f"{jsonl_shown(folder / 'metrics.jsonl')} holds no record")
         else:
             problems.append(f"{folder} holds no config.json")
     for run in runs:  # (a mean over checkpoints would pass over a NaN among them)
         bad = [r for r in run["records"] if not math.isfinite(r.get("eval_reward", 0.0))]
         if bad:
             problems.append(
-                f"{run['dir'] / 'metrics.jsonl'} gives eval_reward "
+                f"{jsonl_shown(run['dir'] / 'metrics.jsonl')} gives eval_reward "
                 f"{bad[0]['eval_reward']} at step {bad[0].get('step')}"
             )
     if problems:

@@ -247,9 +247,10 @@ RECORDS = ("metrics.jsonl", "samples.jsonl", "sessions.jsonl")
 
 
 def files_under(root: Path) -> dict[Path, bytes | None]:
-    """Every file under ``root`` (through no link), with the bytes of the record files."""
+    """Every file under ``root`` (through no link), with the bytes of the record files
+    (plain or .gz)."""
     return {
-        p.relative_to(root): (p.read_bytes() if p.name in RECORDS else None)
+        p.relative_to(root): (p.read_bytes() if p.name.removesuffix(".gz") in RECORDS else None)
         for p in root.rglob("*")
         if p.is_file() and not p.is_symlink()
     }
@@ -317,6 +318,94 @@ def test_the_recorded_files_undamaged_are_read_by_the_costlier_commands(
     w = copy_of(recorded, tmp_path)
     code, err = call(COMMANDS[command](w), timeout_s=600)
     assert code == 0 and "error" not in err, err[-3000:]
+
+
+# ------------------------------------------------------------------ compressed records
+
+GZ_READERS = {
+    "run/metrics.jsonl.gz": ("run --resume",),
+    "run/samples.jsonl.gz": ("run --resume",),
+    "run/sessions.jsonl.gz": ("run --resume",),
+    f"{SEED0}/metrics.jsonl.gz": ("analyze",),
+    f"{SEED0}/samples.jsonl.gz": ("analyze",),
+    f"{SEED0}/sessions.jsonl.gz": ("leaderboard",),
+}
+"""The records of a finished run stored compressed (scripts/compress_jsonl.py), and a
+command that reads each (the others read them through the same reader,
+zoo.files.read_json_lines)."""
+GZ_CASES = [(f, c) for f, commands in GZ_READERS.items() for c in commands]
+
+
+def compressed_copy_of(recorded: Path, where: Path) -> Path:
+    """``copy_of``, its finished runs' records then compressed (``metrics.jsonl.gz`` ...)."""
+    from zoo.run.runlog import compress_jsonl
+
+    w = copy_of(recorded, where)
+    for folder in (w / "run", w / EXP):
+        done = compress_jsonl(folder)
+        assert done.files and not done.unfinished
+    return w
+
+
+def damage_gz(path: Path, how: str) -> None:
+    """``damage``, or ("bad line") a whole gzip file whose second line is not JSON."""
+    if how != "bad line":
+        damage(path, how)
+        return
+    import gzip
+
+    lines = gzip.decompress(path.read_bytes()).splitlines(keepends=True)
+    path.unlink()
+    path.write_bytes(gzip.compress(b"".join([lines[0], b"not json\n", *lines[2:]])))
+
+
+@pytest.mark.parametrize("how", ["truncated", "garbage", "bad line"])
+@pytest.mark.parametrize(("file", "command"), GZ_CASES, ids=[f"{f}-{c}" for f, c in GZ_CASES])
+def test_a_damaged_compressed_record_ends_the_command_in_one_line_naming_it(
+    recorded, tmp_path, file, command, how
+):
+    w = compressed_copy_of(recorded, tmp_path)
+    argv = COMMANDS[command](w)
+    damage_gz(w / file, how)
+    before = files_under(w)
+    code, err = call(argv, timeout_s=300)
+    line = check_one_line_naming(w / file, code, err, argv)
+    assert ("line 2 is not a JSON record" in line) == (how == "bad line"), line
+    after = files_under(w)
+    assert set(before) <= set(after), sorted(set(before) - set(after))
+    changed = [p for p, data in before.items() if data is not None and after[p] != data]
+    assert not changed, changed
+
+
+@pytest.mark.parametrize("command", ["run --resume", "analyze"])
+def test_a_record_there_plain_and_compressed_is_refused_as_ambiguous(recorded, tmp_path, command):
+    """Both forms side by side: which holds the records cannot be told, so the command
+    stops naming both rather than read one of them."""
+    w = compressed_copy_of(recorded, tmp_path)
+    folder = w / ("run" if command == "run --resume" else SEED0)
+    (folder / "metrics.jsonl").write_text('{"step": 0}\n')
+    argv = COMMANDS[command](w)
+    code, err = call(argv, timeout_s=300)
+    line = check_one_line_naming(folder / "metrics.jsonl", code, err, argv)
+    assert "is there twice, plain and compressed (metrics.jsonl.gz)" in line, line
+
+
+@pytest.mark.parametrize("command", CHEAP_COMMANDS)
+def test_compressed_records_undamaged_are_read_without_complaint(recorded, tmp_path, command):
+    """The finished run and experiment with their records compressed: each command
+    succeeds. A resume turns the run's records plain again, to the same bytes, and
+    appends its session."""
+    import gzip
+
+    w = compressed_copy_of(recorded, tmp_path)
+    packed = {p: gzip.decompress(p.read_bytes()) for p in (w / "run").glob("*.jsonl.gz")}
+    code, err = call(COMMANDS[command](w), timeout_s=300)
+    assert code == 0 and "error" not in err, err[-3000:]
+    if command == "run --resume":
+        assert not list((w / "run").glob("*.jsonl.gz"))
+        for path, data in packed.items():
+            plain = path.with_suffix("").read_bytes()
+            assert plain.startswith(data) and (plain == data or path.name.startswith("sessions"))
 
 
 def numbers(run: Path) -> list[dict]:

@@ -11,14 +11,26 @@ line at a time, so a kill in the middle of a write leaves at most the last line 
 and without its newline: ``read_json_lines`` reports that "torn" line apart from damage
 anywhere else, for the one reader that may accept it (``run --resume``, which re-does the
 step the line belonged to).
+
+A finished run's JSON Lines files may be stored compressed, ``metrics.jsonl.gz`` in place
+of ``metrics.jsonl`` (gzip; ``scripts/compress_jsonl.py`` converts, zoo.run.runlog's
+``compress_jsonl``). ``jsonl_file`` is the one place that resolves a name to the form
+there, and every reader goes through it (``read_json_lines``, ``jsonl_exists``,
+``jsonl_holds_data``): given ``run/metrics.jsonl`` they read it, or ``run/metrics.jsonl.gz``
+when that is what exists. A .gz that is damaged (cut short, not gzip, a bad line inside)
+is an UnreadableFile naming it; both forms side by side is one too (which holds the
+records would be a guess). A running run only ever appends to the plain form.
 """
 
 from __future__ import annotations
 
 import codecs
+import gzip
 import json
+import os
 import pickle
 import re
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -130,13 +142,108 @@ class JsonLines:
     it): an append would join the next record to it."""
 
 
+GZIP = ".gz"
+"""What a JSON Lines file's name gets when it is stored compressed."""
+
+
+def gzipped(path: Path) -> Path:
+    """The compressed form's name of a JSON Lines file: ``metrics.jsonl`` -> ``.jsonl.gz``."""
+    path = Path(path)
+    return path.with_name(path.name + GZIP)
+
+
+def jsonl_file(path: Path) -> Path | None:
+    """Where the JSON Lines file ``path`` (named in its plain form, ``run/metrics.jsonl``)
+    is: ``path`` itself, or ``path.gz`` when that is what exists; None when neither does.
+    Both at once is an UnreadableFile naming both: which one holds the records cannot be
+    told, and a silent pick could read the stale one."""
+    path = Path(path)
+    packed = gzipped(path)
+    plain_there, packed_there = os.path.lexists(path), os.path.lexists(packed)
+    if plain_there and packed_there:
+        raise UnreadableFile(
+            path,
+            f"is there twice, plain and compressed ({packed.name}): which one holds the "
+            "records is ambiguous",
+            f"compare them (zcat {packed.name} | cmp - {path.name}) and remove one",
+        )
+    if packed_there:
+        return packed
+    return path if plain_there else None
+
+
+def jsonl_shown(path: Path) -> Path:
+    """The name of the JSON Lines file ``path`` in the form there (the plain name when
+    neither is), for messages about what it holds."""
+    return jsonl_file(path) or Path(path)
+
+
+def jsonl_exists(path: Path) -> bool:
+    """Whether the JSON Lines file ``path`` is there in either form (see ``jsonl_file``)."""
+    return jsonl_file(path) is not None
+
+
+def jsonl_holds_data(path: Path) -> bool:
+    """Whether the JSON Lines file ``path`` is there, in either form, and not empty (a
+    compressed one is not read past its first byte: see ``read_jsonl_bytes`` for the
+    check of the whole)."""
+    found = jsonl_file(path)
+    if found is None or not found.is_file():
+        return False
+    if found.name.endswith(GZIP):
+        try:
+            with gzip.open(found, "rb") as fh:
+                return bool(fh.read(1))
+        except (OSError, EOFError, zlib.error):
+            raise UnreadableFile(found, _gzip_problem(found)) from None
+    return found.stat().st_size > 0
+
+
+def _gzip_problem(path: Path, data: bytes | None = None) -> str:
+    """Why a .gz could not be read: empty, not gzip at all, or a gzip stream that stops
+    early or fails its check."""
+    if data is None:
+        with open(path, "rb") as fh:
+            data = fh.read(2)
+    if not data:
+        return "empty (a gzip file holds a header at least)"
+    if data[:2] != b"\x1f\x8b":
+        return "not a gzip file (overwritten with other data?)"
+    return "not a whole gzip file: cut short, or damaged inside (its data fail gzip's check)"
+
+
+def read_jsonl_bytes(path: Path) -> bytes | None:
+    """The bytes of the JSON Lines file ``path`` in either form, a compressed one
+    decompressed (None when neither is there). A .gz that does not decompress whole is an
+    UnreadableFile naming it."""
+    found = jsonl_file(path)
+    if found is None:
+        return None
+    return gunzip_file(found) if found.name.endswith(GZIP) else read_bytes(found)
+
+
+def gunzip_file(path: Path) -> bytes:
+    """The decompressed bytes of the gzip file ``path``; one that does not decompress
+    whole (empty, not gzip, cut short, failing gzip's check) is an UnreadableFile."""
+    data = read_bytes(path)
+    if not data:  # (gzip reads nothing as nothing; a .gz of no lines has its header)
+        raise UnreadableFile(path, _gzip_problem(path, data))
+    try:
+        return gzip.decompress(data)
+    except (OSError, EOFError, zlib.error):  # (BadGzipFile is an OSError)
+        raise UnreadableFile(path, _gzip_problem(path, data)) from None
+
+
 def read_json_lines(path: Path, torn_ok: bool = False) -> JsonLines:
     """Every line of ``path`` as a JSON object (blank lines skipped; a missing file reads
-    as none). A line that is not one is an UnreadableFile naming it, except a torn last
-    line (see JsonLines.torn) when ``torn_ok``."""
-    if not Path(path).exists():
+    as none). ``path`` is named in its plain form and read in the form there (see
+    ``jsonl_file``); problems name the file read. A line that is not one is an
+    UnreadableFile naming it, except a torn last line (see JsonLines.torn) when
+    ``torn_ok``."""
+    data = read_jsonl_bytes(path)
+    if data is None:
         return JsonLines()
-    data = read_bytes(path)
+    path = jsonl_file(path)
     lines = data.split(b"\n")
     # split() leaves "" after a final newline; anything else there is a line left unended
     last = lines.pop()

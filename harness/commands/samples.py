@@ -12,7 +12,8 @@ from pathlib import Path
 
 from harness.parsing import folder
 from zoo.core.config import ConfigError
-from zoo.run.runlog import SAMPLES, read_samples
+from zoo.files import jsonl_exists
+from zoo.run.runlog import METRICS, SAMPLES, read_samples
 
 
 def add_parser(sub: argparse._SubParsersAction, full: bool = False) -> None:
@@ -47,8 +48,11 @@ def experiment_of(run_dir: Path) -> Path | None:
 
 
 def is_run(path: Path) -> bool:
-    """Whether ``path`` looks like a run folder, with or without samples."""
-    return any((path / name).is_file() for name in (SAMPLES, "metrics.jsonl", "config.json"))
+    """Whether ``path`` looks like a run folder, with or without samples (its .jsonl
+    files plain or .gz)."""
+    return (path / "config.json").is_file() or any(
+        jsonl_exists(path / name) for name in (SAMPLES, METRICS)
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -59,7 +63,9 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"{path}: no such folder (give a run or an experiment folder)")
     if is_run(path):
         if not read_samples(path):
-            what = "its samples.jsonl is empty" if (path / SAMPLES).exists() else "no samples.jsonl"
+            what = (
+                "its samples.jsonl is empty" if jsonl_exists(path / SAMPLES) else "no samples.jsonl"
+            )
             raise ConfigError(
                 f"{path}: {what}, so no samples page (a run recorded before runs kept "
                 "samples; `python -m harness reproduce` re-makes it with them)"

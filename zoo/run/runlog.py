@@ -6,12 +6,18 @@ experiment by content hash, ``source.diff.sha256`` pointing to them: zoo.run.dif
 ``metrics.jsonl`` (one JSON object per step, flushed as it is written, so a crash never
 loses a finished step) and ``samples.jsonl`` (the completions kept at each step and
 evaluation, one JSON object per completion, flushed the same way). The trackers of
-``--report-to`` (zoo.run.trackers) get what these two files get, from here."""
+``--report-to`` (zoo.run.trackers) get what these two files get, from here.
+
+A running run appends to the plain files only. Once it is finished (complete.json) they
+may be stored compressed, ``metrics.jsonl.gz`` ... (``compress_jsonl``,
+scripts/compress_jsonl.py); every reader takes either form (zoo.files.jsonl_file), and a
+resume turns them plain again before it writes (``expand_jsonl``)."""
 
 from __future__ import annotations
 
 import contextlib
 import functools
+import gzip
 import hashlib
 import json
 import os
@@ -23,9 +29,19 @@ from importlib.metadata import PackageNotFoundError, distributions, version
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from zoo.files import UnreadableFile, read_bytes, read_json_lines
+from zoo.files import (
+    UnreadableFile,
+    gunzip_file,
+    gzipped,
+    jsonl_file,
+    jsonl_holds_data,
+    read_bytes,
+    read_json_lines,
+    read_jsonl_bytes,
+)
 from zoo.run.diffs import (
     DIFF_NAME,
+    EARLIER_STARTS,
     SOURCE_DIFF,
     STORE,
     diff_files,
@@ -58,6 +74,11 @@ PACKAGE_ROOT = Path(__file__).resolve().parents[2]
 
 SESSIONS = "sessions.jsonl"
 SAMPLES = "samples.jsonl"
+METRICS = "metrics.jsonl"
+JSONL = (METRICS, SAMPLES, SESSIONS)
+"""A run's JSON Lines files (each plain while the run writes it, or .gz once finished)."""
+COMPLETE = "complete.json"
+"""The marker of a finished run (harness/runner.py writes it last)."""
 CHUNK = 1 << 20
 
 
@@ -454,32 +475,151 @@ class RunWriter:
 def read_sessions(run_dir: Path) -> list[dict[str, Any]]:
     """The starts and resumes of a run (none for a run recorded before sessions.jsonl); a
     damaged file (zoo.files.read_json_lines), or one that exists with no session in
-    it (every start writes its line first), is an UnreadableFile naming it."""
-    path = run_dir / SESSIONS
-    if not path.exists():
+    it (every start writes its line first), is an UnreadableFile naming it. Either form,
+    plain or .gz (zoo.files.jsonl_file)."""
+    path = jsonl_file(run_dir / SESSIONS)
+    if path is None:
         return []
-    rows = read_json_lines(path).rows
+    rows = read_json_lines(run_dir / SESSIONS).rows
     if not rows:
         raise UnreadableFile(path, "holds no session, though every start of a run records one")
     return rows
 
 
 def read_samples(run_dir: Path) -> list[dict[str, Any]]:
-    """The rows of a run's samples.jsonl (none before it existed). A damaged file is an
-    UnreadableFile naming it, and so is an empty one beside records in metrics.jsonl:
-    every step writes its samples before its record."""
-    path = run_dir / SAMPLES
-    if not path.exists():
+    """The rows of a run's samples.jsonl (none before it existed; plain or .gz). A damaged
+    file is an UnreadableFile naming it, and so is an empty one beside records in
+    metrics.jsonl: every step writes its samples before its record."""
+    path = jsonl_file(run_dir / SAMPLES)
+    if path is None:
         return []
-    rows = read_json_lines(path).rows
-    metrics = run_dir / "metrics.jsonl"
-    if not rows and metrics.is_file() and metrics.stat().st_size:
+    rows = read_json_lines(run_dir / SAMPLES).rows
+    if not rows and jsonl_holds_data(run_dir / METRICS):
         raise UnreadableFile(
             path,
             "holds no sample, though metrics.jsonl holds records "
             "(every step writes its samples first)",
         )
     return rows
+
+
+def compress_file(plain: Path, then: str = "nothing was removed") -> bool:
+    """Store the JSON Lines file ``plain`` as ``plain.gz`` (gzip level 9, no time or name
+    in its header, so the same bytes always give the same file), losing nothing: the .gz
+    is written whole (write_whole), read back from the disk and decompressed, and only when
+    that gives the bytes of ``plain``, which must not have changed meanwhile, is ``plain``
+    removed. A .gz already beside it must hold the same bytes (an earlier conversion
+    stopped before the removal), else an UnreadableFile names both and nothing changes.
+    False when there is no plain file (converted already, or never written)."""
+    plain = Path(plain)
+    if not plain.is_file() or plain.is_symlink():
+        return False
+    packed = gzipped(plain)
+    before = plain.stat()
+    data = read_bytes(plain)
+    if os.path.lexists(packed):
+        try:
+            same = gunzip_file(packed) == data
+        except UnreadableFile:
+            same = False
+        if not same:
+            raise UnreadableFile(
+                plain,
+                f"is there twice, plain and compressed ({packed.name}), and the two differ "
+                "(or the .gz is damaged)",
+                f"{then}; compare them (zcat {packed.name} | cmp - {plain.name}) and remove one",
+            )
+        written = False
+    else:
+        write_whole(packed, gzip.compress(data, compresslevel=9, mtime=0), then)
+        written = True
+        if gunzip_file(packed) != data:
+            packed.unlink()
+            raise UnreadableFile(packed, f"did not give back the bytes of {plain.name}", then)
+    after = plain.stat()
+    if (after.st_size, after.st_mtime_ns) != (before.st_size, before.st_mtime_ns):
+        if written:
+            packed.unlink()
+        raise UnreadableFile(plain, "changed while it was compressed (is a run writing it?)", then)
+    os.unlink(plain)
+    with contextlib.suppress(OSError):
+        fsync_path(plain.parent)
+    return True
+
+
+def expand_file(plain: Path, then: str = "nothing was changed") -> bool:
+    """The reverse of ``compress_file``: ``plain.gz`` back to ``plain`` (the plain file
+    written whole and read back before the .gz is removed), so that a resume can append.
+    False when there is no .gz."""
+    plain = Path(plain)
+    packed = gzipped(plain)
+    if jsonl_file(plain) != packed:  # (both: an UnreadableFile naming them)
+        return False
+    data = read_jsonl_bytes(plain)
+    assert data is not None
+    write_whole(plain, data, then)
+    if read_bytes(plain) != data:
+        plain.unlink()
+        raise UnreadableFile(plain, f"does not hold the bytes of {packed.name}", then)
+    os.unlink(packed)
+    with contextlib.suppress(OSError):
+        fsync_path(plain.parent)
+    return True
+
+
+def expand_jsonl(run_dir: Path) -> list[Path]:
+    """Turn a run's compressed JSON Lines files plain again (``expand_file``), before a
+    resume appends to them or rewrites them; the files expanded."""
+    return [run_dir / name for name in JSONL if expand_file(run_dir / name)]
+
+
+def is_finished(folder: Path) -> bool:
+    """Whether the run folder ``folder`` is finished (holds complete.json), or is an
+    earlier start (``<run>/earlier-starts/<k>/``, never written again) of a finished run."""
+    folder = Path(folder)
+    if folder.parent.name == EARLIER_STARTS:
+        folder = folder.parent.parent
+    return (folder / COMPLETE).is_file()
+
+
+@dataclass
+class Compressed:
+    """What ``compress_jsonl`` did."""
+
+    files: list[Path]
+    """The plain files it compressed."""
+    unfinished: list[Path]
+    """Run folders it left as they are: no complete.json (running, or stopped)."""
+    plain_bytes: int = 0
+    packed_bytes: int = 0
+
+
+def compress_jsonl(root: Path, then: str = "nothing was removed") -> Compressed:
+    """Compress the JSON Lines files (``JSONL``) of every finished run under ``root`` (a
+    run folder, an experiment, a folder of them; no link followed, no checkpoint or store
+    folder entered): each into its .gz by ``compress_file``, which removes a plain file
+    only after its bytes were found again in the .gz. A folder of a run not finished (no
+    complete.json: running, or stopped) is left as it is and listed. Running it again
+    changes nothing."""
+    done = Compressed([], [])
+    for top, dirs, names in os.walk(root):
+        dirs[:] = sorted(
+            d for d in dirs if not d.startswith("checkpoint") and d not in (STORE, "samples")
+        )
+        plain = [name for name in JSONL if name in names]
+        if not plain:
+            continue
+        folder = Path(top)
+        if not is_finished(folder):
+            done.unfinished.append(folder)
+            continue
+        for name in plain:
+            size = (folder / name).stat().st_size
+            if compress_file(folder / name, then):
+                done.files.append(folder / name)
+                done.plain_bytes += size
+                done.packed_bytes += gzipped(folder / name).stat().st_size
+    return done
 
 
 TIMING_KEYS_SUFFIX = ("_seconds", "tokens_per_s", "seconds")
