@@ -45,3 +45,15 @@ def run_harness(
         text=True,
         timeout=timeout,
     )
+
+
+def committed_configs() -> list[str]:
+    """Every config.json committed under results/, as paths relative to the repository."""
+    listed = subprocess.run(
+        ["git", "ls-files", "results/*/config.json", "results/**/config.json"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return listed.stdout.split()

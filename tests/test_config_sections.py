@@ -8,10 +8,9 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import json
-import subprocess
 
 import pytest
-from harness_cli import REPO
+from harness_cli import REPO, committed_configs
 
 from harness.cli import build_parser
 from zoo.core.config import ConfigError
@@ -138,13 +137,7 @@ def test_every_committed_config_json_reads_back_under_its_flat_names():
     `harness reproduce` and a resume read) with every recorded flat name in its section
     at its recorded value, and validates; a run recorded before mini-batches is refused
     with the reason, as before the sections."""
-    listed = subprocess.run(
-        ["git", "ls-files", "results/*/config.json", "results/**/config.json"],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.split()
+    listed = committed_configs()
     read = refused = 0
     for path in listed:
         run = json.loads((REPO / path).read_text())["run"]

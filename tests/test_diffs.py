@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from harness_cli import committed_configs
 
 from zoo.files import UnreadableFile
 from zoo.run import runlog
@@ -270,14 +271,7 @@ def test_publish_ships_the_store(tmp_path):
 
 def committed_runs() -> list[Path]:
     """Every committed run folder (one with a config.json) under results/."""
-    listed = subprocess.run(
-        ["git", "ls-files", "results/*/config.json", "results/**/config.json"],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.split()
-    return sorted({(REPO / p).parent for p in listed if "/checkpoint" not in p})
+    return sorted({(REPO / p).parent for p in committed_configs() if "/checkpoint" not in p})
 
 
 def test_every_committed_diff_resolves_to_the_hash_its_run_recorded():
