@@ -17,10 +17,11 @@ from zoo.envs import get_env
 from zoo.run.rollout import rollout_batch
 from zoo.run.run_config import RunConfig
 from zoo.run.runlog import is_timing_key
+from zoo.run.wiring import trainer_config_of
 from zoo.services.batch import RolloutBatch, response_logprobs
 from zoo.services.reference import Reference
 from zoo.services.sampling import SamplingConfig
-from zoo.services.trainer import Trainer, TrainerConfig
+from zoo.services.trainer import Trainer, TrainerConfig, mini_batch_rows, mini_batch_slices
 
 GROUP = 2
 
@@ -64,6 +65,47 @@ def test_train_is_mini_batches_x_epochs_optimizer_steps_against_one_old_policy(
             by_hand.step(batch.rows(slice(k * rows, (k + 1) * rows)), LOSS)
     ours, theirs = weights(scheduled), weights(by_hand)
     assert all(torch.equal(ours[k], theirs[k]) for k in ours)
+
+
+def test_shuffled_mini_batches_draw_a_new_order_each_pass_from_seed_version_and_pass():
+    def split(seed=(3, 0, 0), rows=16, count=3):
+        return [t.tolist() for t in mini_batch_rows(rows, 4, count, "shuffled", seed)]
+
+    first = split()
+    assert sorted(r for rows in first for r in rows) == list(range(16))  # every row once
+    assert [len(rows) for rows in first] == [6, 5, 5]  # as even as rows allow
+    assert any(len({r // 4 for r in rows}) > 2 for rows in first)  # groups are cut
+    assert split() == first  # the same seed, version and pass: the same order (a resume)
+    for other in ((4, 0, 0), (3, 1, 0), (3, 0, 1)):  # another seed, version or pass
+        assert split(other) != first
+    # one mini-batch: the batch as it is (its order changes nothing)
+    assert mini_batch_rows(16, 4, 1, "shuffled", (3, 0, 0)) == [slice(0, 16)]
+    assert mini_batch_rows(16, 4, 2, "groups", (3, 0, 0)) == mini_batch_slices(16, 4, 2)
+
+
+def test_a_shuffled_regime_trains_on_those_rows_pass_after_pass(tiny_path):
+    batch = random_batch()
+    shuffled = trainer_with(
+        tiny_path, mini_batches=2, epochs=2, mini_batch_rows="shuffled", shuffle_seed=11
+    )
+    batch.old_logprobs = shuffled.logprobs(batch)
+    shuffled.train(batch, LOSS)
+    by_hand = trainer_with(tiny_path)
+    for epoch in range(2):
+        for rows in mini_batch_rows(batch.size, GROUP, 2, "shuffled", (11, 0, epoch)):
+            by_hand.step(batch.rows(rows), LOSS)
+    ours, theirs = weights(shuffled), weights(by_hand)
+    assert all(torch.equal(ours[k], theirs[k]) for k in ours)
+    grouped = trainer_with(tiny_path, mini_batches=2, epochs=2)
+    grouped.train(batch, LOSS)
+    assert not all(torch.equal(ours[k], v) for k, v in weights(grouped).items())
+
+
+def test_a_run_shuffles_with_its_own_seed():
+    cfg = RunConfig.from_flat(seed=7, mini_batch_rows="shuffled")
+    trainer_config = trainer_config_of(cfg)
+    assert trainer_config.shuffle_seed == 7
+    assert trainer_config.regime.mini_batch_rows == "shuffled"
 
 
 def test_the_first_update_is_on_policy_and_the_later_ones_are_not(tiny_path):
@@ -143,9 +185,10 @@ def test_greedy_temperature_is_refused_with_the_reason():
     [
         ({"mini_batches": 0}, "mini_batches must be >= 1"),
         ({"epochs": 0}, "epochs must be >= 1"),
-        ({"mini_batches": 9, "prompts_per_step": 8}, "a mini-batch holds whole groups"),
+        ({"mini_batches": 9, "prompts_per_step": 8}, "at most one mini-batch per group"),
         ({"correction": "icepop"}, "valid: none, tis, mis-token, mis-sequence, bypass"),
         ({"old_logprob_pass": "never"}, "valid: when_needed, always"),
+        ({"mini_batch_rows": "random"}, "valid: groups, shuffled"),
         ({"correction_low": 1.5}, "correction_low <= 1"),
         ({"warmup_ratio": 1.0}, "warmup_ratio must be in"),
         ({"warmup_ratio": 0.1, "warmup_steps": 5}, "leave --warmup-steps"),

@@ -333,9 +333,11 @@ UNMATCHED: dict[str, list[tuple[str, str]]] = {
         (
             "mini-batch make-up: TRL shuffles the generation batch's rows "
             "(shuffle_sequence_dict) before splitting it into steps_per_generation slices; "
-            "forge-zoo keeps whole groups, in order",
+            "forge-zoo keeps whole groups, in order, by default (--mini-batch-rows shuffled "
+            "draws the same kind of make-up, not TRL's permutation)",
             "the same expected update, different per-step noise; level b reproduces TRL's "
-            "order on forge-zoo's side (group_size 1 for the split) to compare the numbers",
+            "order on forge-zoo's side (group_size 1 for the split) to compare the numbers; "
+            "level c runs forge-zoo's default, as the board did",
         ),
         (
             "sampler RNG: TRL samples with transformers' generate under its seed; forge-zoo "

@@ -18,6 +18,7 @@ from zoo.services.settings import (
     CORRECTIONS,
     GENERATOR_BACKENDS,
     LR_SCHEDULES,
+    MINI_BATCH_ROWS,
     OLD_LOGPROB_PASSES,
     OptimizerSection,
     RegimeSection,
@@ -67,6 +68,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "eval_split": EVAL_SPLITS,
     "eval_overlap": EVAL_OVERLAPS,
     "old_logprob_pass": OLD_LOGPROB_PASSES,
+    "mini_batch_rows": MINI_BATCH_ROWS,
 }
 """The valid values of RunConfig's string fields that have a fixed set: ``validate`` and
 the command line (harness/parsing.py builds its flags from RunConfig) read them here."""
@@ -514,7 +516,8 @@ class RunConfig:
         if self.regime.mini_batches > self.sampling.prompts_per_step:
             raise ConfigError(
                 f"mini_batches {self.regime.mini_batches} > prompts_per_step "
-                f"{self.sampling.prompts_per_step}: a mini-batch holds whole groups, at least one"
+                f"{self.sampling.prompts_per_step}: at most one mini-batch per group (a mini-batch "
+                "of whole groups holds at least one)"
             )
 
     @classmethod

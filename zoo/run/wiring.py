@@ -59,6 +59,7 @@ def trainer_config_of(cfg: RunConfig, device: str = "cpu") -> TrainerConfig:
         decay_steps=optimizer.decay_steps or max(1, optimizer_steps - optimizer.warmup_steps),
         schedule_over_budget=cfg.schedule_over_budget,
         mixed_precision="bf16" if device == "cuda" else "none",
+        shuffle_seed=cfg.run.seed,
     )
 
 

@@ -94,6 +94,9 @@ class OptimizerSection:
 OLD_LOGPROB_PASSES = ("when_needed", "always")
 """When the trainer runs its old-log-prob pass (RegimeSection.old_logprob_pass)."""
 
+MINI_BATCH_ROWS = ("groups", "shuffled")
+"""Which rows share a mini-batch (RegimeSection.mini_batch_rows)."""
+
 
 @dataclass
 class RegimeSection:
@@ -109,6 +112,15 @@ class RegimeSection:
     1 (with epochs 1) is the on-policy regime, in which they never do."""
     epochs: int = 1
     """Passes over each rollout batch (verl: ppo_epochs; TRL: num_iterations)."""
+    mini_batch_rows: str = "groups"
+    """Which rows share a mini-batch: "groups", whole groups in sampling order, contiguous,
+    the same split every pass (verl's default); "shuffled", all the batch's rows in a new
+    random order each pass (drawn from the run's seed, the policy version and the pass),
+    cut into ``mini_batches`` slices as even as rows allow, so a group's completions meet
+    in different optimizer steps (TRL's GRPOTrainer, which shuffles its generation batch
+    before its steps_per_generation steps). Advantages are computed on the whole batch
+    first, so both train the same objective; the steps' noise differs. The policy only:
+    a critic (ppo) keeps whole groups."""
     old_logprob_pass: str = "when_needed"
     """The trainer's forward over a batch before it trains on it, for log pi_old:
     "when_needed" skips it where one update trains a batch the current weights sampled
@@ -118,6 +130,11 @@ class RegimeSection:
     "always" runs it (what runs recorded before this field did)."""
 
     def validate(self) -> None:
+        if self.mini_batch_rows not in MINI_BATCH_ROWS:
+            raise ConfigError(
+                f"unknown mini_batch_rows {self.mini_batch_rows!r}; valid: "
+                f"{', '.join(MINI_BATCH_ROWS)}"
+            )
         if self.old_logprob_pass not in OLD_LOGPROB_PASSES:
             raise ConfigError(
                 f"unknown old_logprob_pass {self.old_logprob_pass!r}; valid: "

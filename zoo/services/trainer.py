@@ -5,7 +5,7 @@ This is where an algorithm's loss is called. One rollout batch trains in ``Train
     old = trainer.logprobs(batch)        once, before any update, with the weights that
                                          sampled each row (the caller stores it in the batch)
     for each of ``epochs`` passes:
-        for each of ``mini_batches`` group-aligned mini-batches:
+        for each of ``mini_batches`` mini-batches (whole groups, or rows shuffled):
             trainer.step(mini_batch)     one optimizer step; micro-batched for memory
     version += 1                         the policy version the generators get next
 
@@ -40,6 +40,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
+import numpy as np
 import torch
 from torch.distributed.tensor import DTensor
 
@@ -73,6 +74,9 @@ class TrainerConfig:
     """"bf16": compute in bfloat16 under autocast, float32 master weights and optimizer
     state (TorchTitan's FSDP2 mixed-precision policy, on one device). Sharded: FSDP2's
     MixedPrecisionPolicy (bf16 parameters in compute, float32 gradient reduction)."""
+    shuffle_seed: int = 0
+    """The run's seed: with ``regime.mini_batch_rows`` "shuffled", pass e over the batch
+    policy version v trains on draws its row order from (shuffle_seed, v, e)."""
 
     @classmethod
     def of(cls, **settings) -> TrainerConfig:
@@ -147,6 +151,20 @@ def mini_batch_slices(rows: int, group_size: int, count: int) -> list[slice]:
     sizes = [(base + (i < extra)) * group_size for i in range(count)]
     bounds = [0, *itertools.accumulate(sizes)]
     return [slice(lo, hi) for lo, hi in itertools.pairwise(bounds)]
+
+
+def mini_batch_rows(
+    rows: int, group_size: int, count: int, order: str, seed: tuple[int, ...]
+) -> list[slice] | list[torch.Tensor]:
+    """The rows of each mini-batch of a batch of ``rows`` (RegimeSection.mini_batch_rows):
+    "groups", ``mini_batch_slices``; "shuffled", a permutation of all rows drawn from
+    ``seed`` (a numpy SeedSequence entropy: the same on every rank and after a resume),
+    cut into ``count`` index tensors as even as rows allow, the first ``rows % count`` one
+    row longer. One mini-batch is the batch as it is: its order changes nothing."""
+    if order == "groups" or min(count, rows) <= 1:
+        return mini_batch_slices(rows, group_size, count)
+    permutation = torch.from_numpy(np.random.default_rng(seed).permutation(rows))
+    return list(torch.tensor_split(permutation, min(count, rows)))
 
 
 def combine_updates(updates: list[dict[str, float]]) -> dict[str, float]:
@@ -301,7 +319,7 @@ class Trainer:
 
     def train(self, batch: RolloutBatch, loss_fn: Callable[[TrainBatch], LossOutput]) -> dict:
         """Train on one rollout batch: ``epochs`` passes, each over ``mini_batches``
-        group-aligned mini-batches, one optimizer step each; then the policy version
+        mini-batches (``mini_batch_rows``), one optimizer step each; then the policy version
         advances by one. ``batch.old_logprobs`` must be set when there is more than one
         update (``logprobs`` gives them); without them the one update's own forward is
         pi_old, and the result holds it too, as ``old_logprobs`` ([B, T], what ``logprobs``
@@ -309,9 +327,19 @@ class Trainer:
         ``updates``, ``staleness_kl`` (the policy KL at the first update, before any step on
         this batch: 0 when the batch was sampled by the current weights) and
         ``response_tokens`` of the whole batch."""
-        slices = mini_batch_slices(batch.size, batch.group_size, self.config.regime.mini_batches)
+        regime = self.config.regime
+        passes = [  # each pass's mini-batches (the same split each pass unless shuffled)
+            mini_batch_rows(
+                batch.size,
+                batch.group_size,
+                regime.mini_batches,
+                regime.mini_batch_rows,
+                seed=(self.config.shuffle_seed, self.version, epoch),
+            )
+            for epoch in range(regime.epochs)
+        ]
         own_forward = batch.old_logprobs is None
-        if own_forward and len(slices) * self.config.regime.epochs > 1:
+        if own_forward and sum(map(len, passes)) > 1:
             raise ValueError("several updates per batch need batch.old_logprobs (logprobs())")
         if self.max_policy_age:  # later batches may have been sampled by this version
             self.kept_weights[self.version] = [p.detach().clone() for p in self._parameters()]
@@ -320,11 +348,7 @@ class Trainer:
         kept = None  # this rank's rows of the one update's log-probs, when they are pi_old
         if own_forward:
             kept = torch.zeros(batch.size, batch.mask.shape[1], device=self.device)
-        updates = [
-            self.step(batch.rows(rows), loss_fn, kept)
-            for _ in range(self.config.regime.epochs)
-            for rows in slices
-        ]
+        updates = [self.step(batch.rows(rows), loss_fn, kept) for split in passes for rows in split]
         self.version += 1
         out = {
             **combine_updates(updates),
