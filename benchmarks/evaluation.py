@@ -31,7 +31,7 @@ def evaluation_table(root: Path, quick: bool = False) -> list[dict[str, Any]]:
     problems = get_env("arithmetic").eval_split("heldout")[: 50 if quick else None]
     prompts = [list(p.text.encode()) for p in problems]
     n, sampling = 8, SamplingConfig(max_tokens=6)
-    seeds = [sampling_seed(EVAL_SEED_OFFSET, i) for i in range(len(prompts))]
+    seeds = [sampling_seed(EVAL_SEED_OFFSET, i, samples=n) for i in range(len(prompts))]
     greedy = generator.requests(prompts, 1, sampling, greedy=True)
     sampled = generator.requests(prompts, n, sampling, seeds)
 

@@ -143,7 +143,7 @@ def test_the_assistant_mask_is_one_on_sampled_tokens_only(episode_loop):
     # turn 1: one call for the whole batch; turn 2: one call, one sample per episode
     assert [(len(c["prompts"]), c["n"]) for c in calls] == [(4, 4), (16, 1)]
     # the first turn is sampled as a single-turn step samples: per-prompt seeds
-    assert calls[0]["seeds"] == [sampling_seed(5, p.index) for p in prompts]
+    assert calls[0]["seeds"] == [sampling_seed(5, p.index, samples=4) for p in prompts]
     assert len(set(calls[1]["seeds"])) == 16  # a seed per (prompt, member, turn)
     second = {}
     for context, out in zip(calls[1]["prompts"], calls[1]["out"], strict=True):

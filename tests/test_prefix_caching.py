@@ -133,7 +133,7 @@ def rollout(engine: VLLMGenerator, tool_path, greedy: bool = False):
     tokenizer = AutoTokenizer.from_pretrained(tool_path)
     prompts = env.train_prompts(0, 16 if greedy else 4, 11)
     encoded = [list(p.text.encode()) for p in prompts]
-    seeds = None if greedy else [sampling_seed(11, p.index) for p in prompts]
+    seeds = None if greedy else [sampling_seed(11, p.index, samples=4) for p in prompts]
     sampling = SamplingConfig(temperature=1.0, max_tokens=TURN, ignore_eos=True)
     groups = rollout_episodes(
         env,

@@ -72,5 +72,8 @@ def test_every_built_in_at_its_papers_constants_reports_what_acts(tmp_path):
         for r in steps:  # reported every step, a share of units, whatever its size
             total = sum(r[m] for m in shares)
             assert math.isfinite(total) and 0 <= total <= 1, (name, shares, r)
-    # about half the groups of the first step carry a gradient (256 prompts: 0.51)
-    assert statistics.fmean(informative) > 0.4, informative
+    # About half the groups of the first step carry a gradient (0.51 measured over 256
+    # prompts). Every built-in draws the same first step (same seed, start weights and
+    # engine), so this is one draw of 64 groups: standard error ~0.06, and 0.3 sits 3.5 of
+    # them below 0.51 (a share near 0, the testbed too hard or too easy, still fails).
+    assert statistics.fmean(informative) > 0.3, informative

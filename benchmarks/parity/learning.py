@@ -56,6 +56,9 @@ NOT_COMPARED = {
     "eval_overlap",
     "device",  # the board's "auto" resolves to the CPU (config.json's "device", checked)
     "steps",  # unused under a FLOPs budget
+    # how forge-zoo seeds its samples (the board at ca952d6 ran "consecutive"): the same
+    # sampling distribution either way, and TRL's side samples with its own generator
+    "sample_streams",
     "eval_every",  # unused under a FLOPs budget
 }
 """RunConfig fields a committed run may hold other values of (``--fz-from``): none of them

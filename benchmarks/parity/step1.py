@@ -168,7 +168,9 @@ def run_forge_zoo(batches: list[list[Any]], seed: int, global_rng: bool = False)
                 for i, ids in enumerate(rows)
             ]
         else:
-            seeds = [sampling_seed(seed, p.index, cfg.sampling.noise_seed) for p in prompts]
+            noise, streams = cfg.sampling.noise_seed, cfg.sampling.sample_streams  # as a run's
+            n = cfg.sampling.group_size
+            seeds = [sampling_seed(seed, p.index, noise, streams, samples=n) for p in prompts]
             groups = generator.generate(
                 encoded, n=cfg.sampling.group_size, sampling=sampling, seeds=seeds
             )

@@ -95,7 +95,10 @@ class Evaluator:
         s, n = self.s, self.cfg.evaluation.eval_samples if sampled else 0
         prompts = s.env.eval_split(self.cfg.evaluation.eval_split)
         eval_seed = self.cfg.run.seed + EVAL_SEED_OFFSET
-        seeds = [sampling_seed(eval_seed, i) for i in range(len(prompts))]
+        streams = self.cfg.sampling.sample_streams
+        seeds = [
+            sampling_seed(eval_seed, i, streams=streams, samples=n) for i in range(len(prompts))
+        ]
         return prompts, [s.encode(p) for p in prompts], n, seeds
 
     def _record(

@@ -214,7 +214,7 @@ class RLLoop:
         if cfg.placement.mode == "sync":
             prompts = self._next_prompts(n)
             encoded = [s.encode(p) for p in prompts]
-            seeds = [sampling_seed(cfg.run.seed, p.index, cfg.sampling.noise_seed) for p in prompts]
+            seeds = self._seeds(prompts)
             with ledger.timed("generate"):  # a multi-turn env's steps included
                 groups = self.rollouts.sample(prompts, encoded, cfg.sampling.group_size, seeds)
         else:
@@ -255,6 +255,12 @@ class RLLoop:
         self.cursor += n
         return prompts
 
+    def _seeds(self, prompts: list[Prompt]) -> list[int]:
+        """The training samples' seeds, one per prompt (zoo.run.rollout.sampling_seed)."""
+        seed, sampling = self.cfg.run.seed, self.cfg.sampling
+        noise, streams, n = sampling.noise_seed, sampling.sample_streams, sampling.group_size
+        return [sampling_seed(seed, p.index, noise, streams, samples=n) for p in prompts]
+
     def _submit(self, n: int) -> tuple[int, list[Prompt], PendingGeneration]:
         """Request completions for the next ``n`` prompts without waiting for them."""
         cfg, s = self.cfg, self.s
@@ -269,7 +275,7 @@ class RLLoop:
             [s.encode(p) for p in prompts],
             n=cfg.sampling.group_size,
             sampling=self.sampling,
-            seeds=[sampling_seed(cfg.run.seed, p.index, cfg.sampling.noise_seed) for p in prompts],
+            seeds=self._seeds(prompts),
         )
         return start, prompts, pending
 

@@ -10,6 +10,7 @@ import torch
 
 from zoo.core.types import Completion
 from zoo.envs import Prompt
+from zoo.run.run_config import MAX_SAMPLES_PER_PROMPT
 from zoo.services.batch import RolloutBatch
 from zoo.services.sampling import SamplingConfig
 
@@ -20,14 +21,50 @@ EVAL_SEED_OFFSET = 7_919
 """Held-out sampling uses the seeds of run seed + this, apart from the training stream's."""
 
 
-def sampling_seed(run_seed: int, prompt_index: int, noise_seed: int = 0) -> int:
-    """Per-prompt sampler seed: samples do not depend on how prompts are batched. A
-    ``noise_seed`` other than 0 (RunConfig.noise_seed) mixes into it multiplicatively, so
-    it gives other seeds than any (run_seed, prompt_index) pair alone."""
-    base = (run_seed * 1_000_003 + prompt_index) % (2**31)
-    if noise_seed == 0:
-        return base
-    return (base * 2_654_435_761 + noise_seed * 40_503 + 1) % (2**31)
+SAMPLE_STREAMS = ("disjoint", "consecutive")
+"""How prompt seeds are spaced (RunConfig.sample_streams); the first is the default."""
+
+SEED_SPACE = 2**32
+"""Seeds that draw different noise: torch's CPU generator (which both backends seed) keeps
+only a seed's low 32 bits (``manual_seed(2**32 + 5)`` draws what ``manual_seed(5)`` does)."""
+
+
+def stride_for(samples: int) -> int:
+    """Room between two prompts' seeds under "disjoint": the smallest power of two that
+    holds a prompt's ``samples`` (at most MAX_SAMPLES_PER_PROMPT)."""
+    if not 0 <= samples <= MAX_SAMPLES_PER_PROMPT:
+        raise ValueError(f"samples per prompt must be 0..{MAX_SAMPLES_PER_PROMPT}, got {samples}")
+    return 1 << max(samples - 1, 0).bit_length()
+
+
+def sampling_seed(
+    run_seed: int,
+    prompt_index: int,
+    noise_seed: int = 0,
+    streams: str = "disjoint",
+    *,
+    samples: int,
+) -> int:
+    """Per-prompt sampler seed: samples do not depend on how prompts are batched. Both
+    generators seed sample j of a prompt with this seed + j (as vLLM seeds the n samples of
+    one request), so "disjoint" (the default) spaces the prompts' seeds by the stride that
+    holds the prompt's ``samples`` (``stride_for``), modulo 2**32 (``SEED_SPACE``): no two
+    samples of a run share a noise stream unless the run has more than 2**32 / stride
+    prompts (2**29 at 8 samples a prompt).
+    "consecutive" is what runs recorded before the field did: prompt seeds 1 apart, so
+    sample j of prompt i drew the same noise as sample j - 1 of prompt i + 1, which made
+    neighbouring prompts' rewards correlate (+0.03 on running_sum: docs/parity.md, "Step-1
+    training reward"). A ``noise_seed`` other than 0 (RunConfig.noise_seed) mixes into the
+    seed multiplicatively (an odd factor mod 2**31, so one-to-one), giving other seeds than
+    any (run_seed, prompt_index) pair alone."""
+    if streams not in SAMPLE_STREAMS:
+        raise ValueError(f"unknown sample streams {streams!r} (valid: {', '.join(SAMPLE_STREAMS)})")
+    seed = (run_seed * 1_000_003 + prompt_index) % (2**31)
+    if noise_seed != 0:
+        seed = (seed * 2_654_435_761 + noise_seed * 40_503 + 1) % (2**31)
+    if streams == "consecutive":
+        return seed
+    return seed * stride_for(samples) % SEED_SPACE
 
 
 class Rollouts(Protocol):

@@ -132,6 +132,11 @@ class SamplingSection:
     """Draws the training samples' noise anew while the prompts' order, the evaluation and
     the trainer keep ``seed``'s: two runs that differ only here see the same prompts with
     independent sampling noise (a board's A/A control, harness/controls.py)."""
+    sample_streams: str = "disjoint"
+    """How the samples' noise streams are seeded (zoo.run.rollout.sampling_seed): disjoint,
+    every sample of a run its own; consecutive, what runs recorded before this field did
+    (neighbouring prompts' samples shared streams). Kept so that those runs resume and
+    reproduce (ADDED_LATER)."""
     long_prompts: str = "refuse"
     """A prompt longer than the context leaves next to the response budget: refuse (the
     run stops with the count of such held-out prompts before it starts, or names the train
@@ -143,6 +148,10 @@ class SamplingSection:
                 raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.noise_seed < 0:
             raise ConfigError(f"noise_seed must be >= 0, got {self.noise_seed}")
+        if self.sample_streams not in ("disjoint", "consecutive"):
+            raise ConfigError(
+                f"sample_streams must be one of disjoint, consecutive, got {self.sample_streams!r}"
+            )
         if self.group_size < 2:
             raise ConfigError(
                 f"group_size must be >= 2 (group advantages need a baseline), got {self.group_size}"
@@ -582,6 +591,7 @@ ADDED_LATER = {
     "warmup_ratio": 0.0,
     "old_logprob_pass": "always",
     "noise_seed": 0,
+    "sample_streams": "consecutive",
 }
 """Fields added since runs were first recorded, with the value that reproduces what a
 run recorded without them did (RunConfig.from_record)."""
