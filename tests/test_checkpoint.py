@@ -22,14 +22,15 @@ from zoo.core.config import ConfigError
 from zoo.core.losses import aggregate, clipped_objective, log_ratio, ratio_metrics
 from zoo.core.types import LossOutput, TrainBatch
 from zoo.run import checkpoint
+from zoo.run.algorithm_state import algorithm_state
 from zoo.run.checkpoint import (
     SAVE_STAGES,
     checkpoint_step,
     current,
     has_checkpoint,
     load_state_file,
+    restore_loop_state,
 )
-from zoo.run.loop import RLLoop, algorithm_state
 from zoo.run.run_config import RunConfig
 from zoo.run.runlog import is_timing_key
 
@@ -210,7 +211,7 @@ def test_a_checkpoint_without_the_state_an_algorithm_keeps_is_refused():
     holder = SimpleNamespace(s=SimpleNamespace(algorithm=MovingBaseline()))
     counters = {"step_index": 2, "cursor": 8, "samples": 64, "train_seconds": 1.0}
     with pytest.raises(ConfigError, match=r"holds no state of algorithm 'moving_baseline'"):
-        RLLoop.load_state(holder, {**counters, "evals_done": 1})
+        restore_loop_state(holder, {**counters, "evals_done": 1})
     # a stateless algorithm keeps none, and refuses state a checkpoint would hand it
     grpo = get_algorithm("grpo")
     assert algorithm_state(grpo) == {}

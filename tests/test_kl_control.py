@@ -13,7 +13,6 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 import torch
@@ -28,7 +27,7 @@ from zoo.core.losses import adaptive_kl_coef
 from zoo.core.types import LossOutput, TrainBatch
 from zoo.run import checkpoint
 from zoo.run.checkpoint import current, load_state_file
-from zoo.run.loop import RLLoop
+from zoo.run.kl_control import kl_controller
 from zoo.run.run_config import RunConfig
 from zoo.run.runlog import is_timing_key
 from zoo.services.batch import RolloutBatch
@@ -93,11 +92,13 @@ def test_kl_in_reward_moves_the_kl_from_the_loss_to_the_advantages():
 
 
 def kl_controlled(algo: Algorithm, batch: RolloutBatch) -> dict:
-    """``RLLoop.kl_control`` on ``batch`` for ``algo`` (no services but the algorithm)."""
+    """KL control's part of a step on ``batch`` for ``algo`` (``apply``: its figures), and
+    the weight the next step would train with (``next_value``; None when it does not
+    adapt), without moving it."""
     record: dict = {}
-    loop = SimpleNamespace(s=SimpleNamespace(algorithm=algo))
-    next_coef = RLLoop.kl_control(loop, batch, record)
-    return {**record, "next": next_coef}
+    kl = kl_controller(algo)
+    measured = kl.apply(batch, record)
+    return {**record, "next": None if measured is None else kl.next_value(measured, batch.size)}
 
 
 def rollout(seed: int) -> RolloutBatch:

@@ -476,14 +476,15 @@ class Algorithm(ABC):
     def state_dict(self) -> dict[str, Any]:
         """What this algorithm keeps across steps and a resume must restore, e.g. a
         running baseline its ``advantages`` updates each sampling round. The run's
-        checkpoint saves it (``RLLoop.state``, every ``checkpoint_every`` steps and at the
-        end, after the step's record) and a resume hands it to ``load_state_dict`` before
-        the first step; a loaded checkpoint is read with ``weights_only=True``, so it holds
-        tensors and plain values only (dict with str keys, list, tuple, str, int, float,
-        bool, None), which a save checks. Empty by default: the algorithm keeps no state
-        (the checkpoint then holds none). Only this instance's, the one the loop calls
-        for advantages, shaping, ``keep`` and ``train_mask``: a loss under the Monarch
-        placement runs on the trainer's own copy, built from the same config."""
+        checkpoint saves it (zoo.run.checkpoint's ``loop_state``, every ``checkpoint_every``
+        steps and at the end, after the step's record) and a resume hands it to
+        ``load_state_dict`` before the first step; a loaded checkpoint is read with
+        ``weights_only=True``, so it holds tensors and plain values only (dict with str
+        keys, list, tuple, str, int, float, bool, None), which a save checks. Empty by
+        default: the algorithm keeps no state (the checkpoint then holds none). Only this
+        instance's, the one the loop calls for advantages, shaping, ``keep`` and
+        ``train_mask``: a loss under the Monarch placement runs on the trainer's own copy,
+        built from the same config."""
         return {}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:

@@ -170,7 +170,7 @@ class TrainerActor(Actor):
 
     @endpoint
     def train(self, batch: RolloutBatch) -> dict:
-        if batch.kl_coef is not None:  # the loop's adaptive KL weight (RLLoop.kl_control)
+        if batch.kl_coef is not None:  # the loop's adaptive KL weight (zoo.run.kl_control)
             self.algorithm.set_kl_coef(batch.kl_coef)
         return self.trainer.train(batch, self.algorithm.loss)
 

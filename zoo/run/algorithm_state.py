@@ -1,6 +1,6 @@
 """What a checkpoint keeps of an algorithm's own state (``Algorithm.state_dict``: a
-plugin's running baseline, say), checked when saved and restored on resume; the loop's
-``state`` and ``load_state`` call these."""
+plugin's running baseline, say), checked when saved and restored on resume; the
+checkpoint's ``loop_state`` and ``restore_loop_state`` call these."""
 
 from __future__ import annotations
 

@@ -37,6 +37,7 @@ import torch
 from zoo.core.config import ConfigError
 from zoo.files import UnreadableFile, load_torch, read_json
 from zoo.models.titan import load_hf_state_dict
+from zoo.run.algorithm_state import algorithm_state, restore_algorithm_state
 from zoo.run.runlog import RESUME, StorageError, fsync_path
 
 if TYPE_CHECKING:
@@ -84,7 +85,7 @@ def save_checkpoint(directory: Path, loop: RLLoop, source_model: Path) -> None:
         critic = loop.s.critic  # an algorithm with a learned critic: its weights and AdamW
         torch.save(
             {
-                "loop": loop.state(),
+                "loop": loop_state(loop),
                 "optimizer": trainer.optimizer_state_dict(),
                 "version": trainer.version,
                 **({"critic": critic.state_dict()} if critic is not None else {}),
@@ -309,15 +310,52 @@ def load_checkpoint(directory: Path, loop: RLLoop, found: Found | None = None) -
                 f"{found.folder} holds no critic for algorithm {loop.s.algorithm.name!r}"
             )
         loop.s.critic.load_state(state["critic"])
-    loop.load_state(state["loop"])
+    restore_loop_state(loop, state["loop"])
     loop.s.sync_weights()
     return loop.step_index
+
+
+def loop_state(loop: RLLoop) -> dict[str, Any]:
+    """What the loop needs, beside the trainer's state, to continue its run exactly: its
+    counters, the ledger's totals, an adaptive KL weight and the algorithm's own state."""
+    ledger, algorithm = loop.s.ledger, loop.s.algorithm
+    return {
+        # prompts requested but not yet trained on are requested again after a resume
+        "step_index": loop.step_index,
+        "samples": loop.samples,
+        "cursor": loop.in_flight[0][0] if loop.in_flight else loop.cursor,
+        "train_seconds": loop.train_seconds,
+        "evals_done": loop.evals_done,
+        "ledger": {
+            "flops": dict(ledger.flops),
+            "tokens": dict(ledger.tokens),
+            "seconds": dict(ledger.seconds),
+        },
+        # the adaptive KL weight of the next step (a plain float: exact on resume)
+        **({"kl_coef": algorithm.kl_coef} if algorithm.options.kl_target > 0 else {}),
+        # the algorithm's own (a plugin's running baseline, say); none: no key, so a
+        # checkpoint of a stateless algorithm holds what it always held
+        **({"algorithm": kept} if (kept := algorithm_state(algorithm)) else {}),
+    }
+
+
+def restore_loop_state(loop: RLLoop, state: dict[str, Any]) -> None:
+    """Put back what ``loop_state`` saved."""
+    for key in ("step_index", "cursor", "samples", "train_seconds", "evals_done"):
+        setattr(loop, key, state[key])
+    if "kl_coef" in state:
+        loop.s.algorithm.set_kl_coef(state["kl_coef"])
+    restore_algorithm_state(loop.s.algorithm, state.get("algorithm"))
+    ledger = loop.s.ledger
+    for name in ("flops", "tokens", "seconds"):
+        getattr(ledger, name).update(state["ledger"][name])
+    ledger.step_delta()  # the next step's delta starts from the restored totals
 
 
 def load_state_file(path: Path) -> dict:
     """``trainer_state.pt`` read with ``weights_only=True``: tensors and plain values only
     (what save_checkpoint writes: the loop's counters, with an adaptive KL the next
-    step's KL weight (``RLLoop.state``), the optimizer's state dict, the policy version,
+    step's KL weight (``loop_state``), the optimizer's state dict, the policy version,
     and a learned critic's weights and optimizer state).
     A file that holds other objects is refused, not unpickled: resuming a run folder from
     elsewhere must not run code it carries (zoo.files.load_torch)."""

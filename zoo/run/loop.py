@@ -49,8 +49,6 @@ import torch
 
 from zoo.core.types import Completion
 from zoo.envs import Prompt
-from zoo.run.algorithm_state import algorithm_state as algorithm_state
-from zoo.run.algorithm_state import restore_algorithm_state
 from zoo.run.episodes import make_rollouts
 from zoo.run.evaluation import EVAL_SAMPLES as EVAL_SAMPLES
 from zoo.run.evaluation import (
@@ -296,15 +294,6 @@ class RLLoop:
         )
         return train_batch(cfg, self.s, self.kl, batch, shapes, own_forward)
 
-    def kl_control(self, batch: RolloutBatch, record: dict[str, Any]) -> float | None:
-        """KL control's part of one step on ``batch`` (``KLController.apply``, figures to
-        ``record``), returning the weight the next step would train with (None when it
-        does not adapt), without moving it: ``train`` moves it once the step has trained.
-        Needs of ``self`` only the services' algorithm."""
-        kl = kl_controller(self.s.algorithm)
-        measured = kl.apply(batch, record)
-        return None if measured is None else kl.next_value(measured, batch.size)
-
     def evaluate(self, sampled: bool = True) -> dict[str, float]:
         """Evaluate the current weights in place (zoo.run.evaluation); its sample rows are
         kept for samples.jsonl."""
@@ -445,43 +434,6 @@ class RLLoop:
         """The sample rows kept since last taken (``kept_samples``), now handed over."""
         rows, self.kept_samples = self.kept_samples, []
         return rows
-
-    def state(self) -> dict[str, Any]:
-        """Everything needed to continue this run exactly (with the trainer's state)."""
-        ledger = self.s.ledger
-        return {
-            # prompts requested but not yet trained on are requested again after a resume
-            "step_index": self.step_index,
-            "samples": self.samples,
-            "cursor": self.in_flight[0][0] if self.in_flight else self.cursor,
-            "train_seconds": self.train_seconds,
-            "evals_done": self.evals_done,
-            "ledger": {
-                "flops": dict(ledger.flops),
-                "tokens": dict(ledger.tokens),
-                "seconds": dict(ledger.seconds),
-            },
-            # the adaptive KL weight of the next step (a plain float: exact on resume)
-            **(
-                {"kl_coef": self.s.algorithm.kl_coef}
-                if self.s.algorithm.options.kl_target > 0
-                else {}
-            ),
-            # the algorithm's own (a plugin's running baseline, say); none: no key, so a
-            # checkpoint of a stateless algorithm holds what it always held
-            **({"algorithm": kept} if (kept := algorithm_state(self.s.algorithm)) else {}),
-        }
-
-    def load_state(self, state: dict[str, Any]) -> None:
-        for key in ("step_index", "cursor", "samples", "train_seconds", "evals_done"):
-            setattr(self, key, state[key])
-        if "kl_coef" in state:
-            self.s.algorithm.set_kl_coef(state["kl_coef"])
-        restore_algorithm_state(self.s.algorithm, state.get("algorithm"))
-        ledger = self.s.ledger
-        for name in ("flops", "tokens", "seconds"):
-            getattr(ledger, name).update(state["ledger"][name])
-        ledger.step_delta()  # the next step's delta starts from the restored totals
 
 
 def non_finite(record: dict[str, Any]) -> list[str]:

@@ -51,9 +51,9 @@ class RolloutBatch:
     """Share of the run's budget spent when this batch is trained (0-1], set by the loop:
     what a learning-rate schedule over the budget reads (RunConfig.warmup_ratio)."""
     kl_coef: float | None = None
-    """The adaptive KL weight to train this batch with, set by the loop (``RLLoop.kl_control``)
-    for a trainer whose algorithm lives in another process (``Algorithm.set_kl_coef``);
-    None: the algorithm's own."""
+    """The adaptive KL weight to train this batch with, set by the loop's KL controller
+    (zoo.run.kl_control) for a trainer whose algorithm lives in another process
+    (``Algorithm.set_kl_coef``); None: the algorithm's own."""
     values: torch.Tensor | None = None
     """[B, T] the critic's V(s_t) at sampling time (an algorithm with ``needs_values``;
     zoo/services/value.py): the centre of the value clip. None: no critic."""
