@@ -308,6 +308,8 @@ def mean_of(records: list[dict], of) -> float:
 
 
 @pytest.mark.slow
+@pytest.mark.extra  # CI keeps a PPO run end to end (charged, logged, resumed: default set),
+# the critic fitting a batch, PPO on Monarch, and GRPO's learning test
 def test_ppo_learns_and_its_critic_learns_on_the_tiny_model(tmp_path):
     """30 steps of 32 prompts on arithmetic (the tiny recipe otherwise; 17 minutes on two
     busy cores). Measured (seed 0, Intel Xeon): held-out reward 0.242 -> 0.324 (step 15)

@@ -290,6 +290,8 @@ def test_a_short_run_beside_grpo_charges_the_baseline_from_the_same_budget(tmp_p
 
 
 @pytest.mark.slow
+@pytest.mark.extra  # CI keeps a ReMax run beside grpo end to end (the test above), its
+# resume (default set) and GRPO's learning test
 def test_remax_raises_heldout_accuracy_on_the_tiny_model(tmp_path):
     """With the run defaults (128 prompts x 8, 4 mini-batches), seed 0 measured held-out
     greedy accuracy 0.242 -> 0.374 at step 10, 0.388 at step 20, 0.392 at step 30 (sampled
