@@ -109,7 +109,7 @@ def test_one_recipe_per_model_preset():
         ({"correction_cap": 0.5}, "correction_cap >= 1"),
         ({"mode": "async"}, "needs --placement monarch"),
         ({"checkpoint_every": -1}, "checkpoint_every must be >= 0"),
-        ({"mini_batches": 8, "prompts_per_step": 4}, "a mini-batch holds whole groups"),
+        ({"mini_batches": 8, "prompts_per_step": 4}, "at most one mini-batch per group"),
     ],
 )
 def test_each_section_refuses_its_own_bad_values(overrides, message):

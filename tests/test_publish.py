@@ -30,6 +30,8 @@ from zoo.core.config import ConfigError
 
 TOKEN = "hf_writer_token"
 SOURCE = REPO / "results" / "tiny-arithmetic"
+METRICS = "metrics.jsonl.gz"
+"""A finished run's metrics as SOURCE stores them (compressed: scripts/compress_jsonl.py)."""
 RUNS = [
     "grpo__arithmetic__seed0",
     "grpo__arithmetic__seed1",
@@ -172,7 +174,7 @@ def test_checkpoints_samples_pages_and_links_are_left_out(board):
     assert files == sorted(published(board))
     assert "experiment.json" in files and "report.md" in files
     assert f"runs/{RUNS[1]}/source.diff" in files
-    assert all(f"runs/{name}/metrics.jsonl" in files for name in RUNS)
+    assert all(f"runs/{name}/{METRICS}" in files for name in RUNS)
     assert left == sorted(
         [
             f"runs/{RUNS[0]}/checkpoint",
@@ -327,7 +329,7 @@ def test_a_tampered_or_missing_file_in_the_cache_is_caught(hub, fetched, tmp_pat
     cache = tmp_path / "hf-home"
     shutil.copytree(home, cache, symlinks=True)
     snapshot = snapshot_of(cache, "alice/shared", hub)
-    metrics = f"runs/{RUNS[2]}/metrics.jsonl"
+    metrics = f"runs/{RUNS[2]}/{METRICS}"
     blob = (snapshot / metrics).resolve()
     blob.write_bytes(blob.read_bytes() + b'{"step": 99}\n')
     for offline in (False, True):  # online the cached blob is not fetched again
