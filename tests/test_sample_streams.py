@@ -64,5 +64,5 @@ def test_a_config_recorded_before_the_setting_keeps_consecutive_streams():
     recorded = RunConfig().to_flat()
     del recorded["sample_streams"]
     assert RunConfig.from_record(recorded).sampling.sample_streams == "consecutive"
-    with pytest.raises(ConfigError, match="sample_streams must be one of disjoint, consecutive"):
+    with pytest.raises(ConfigError, match="valid: disjoint, consecutive"):
         RunConfig.from_flat(sample_streams="shared").validate()

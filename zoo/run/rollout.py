@@ -10,7 +10,7 @@ import torch
 
 from zoo.core.types import Completion
 from zoo.envs import Prompt
-from zoo.run.run_config import MAX_SAMPLES_PER_PROMPT
+from zoo.run.run_config import MAX_SAMPLES_PER_PROMPT, SAMPLE_STREAMS
 from zoo.services.batch import RolloutBatch
 from zoo.services.sampling import SamplingConfig
 
@@ -20,9 +20,6 @@ if TYPE_CHECKING:  # (the wiring builds the services; a rollout only calls them)
 EVAL_SEED_OFFSET = 7_919
 """Held-out sampling uses the seeds of run seed + this, apart from the training stream's."""
 
-
-SAMPLE_STREAMS = ("disjoint", "consecutive")
-"""How prompt seeds are spaced (RunConfig.sample_streams); the first is the default."""
 
 SEED_SPACE = 2**32
 """Seeds that draw different noise: torch's CPU generator (which both backends seed) keeps

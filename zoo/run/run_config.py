@@ -55,6 +55,8 @@ EVAL_OVERLAPS = ("off", "on")
 (``cfg.evaluation.eval_overlap``)."""
 LONG_PROMPTS = ("refuse", "truncate-left")
 """What a run does with a prompt longer than the context leaves for it (RunConfig)."""
+SAMPLE_STREAMS = ("disjoint", "consecutive")
+"""How prompt seeds are spaced (SamplingSection.sample_streams); the first is the default."""
 CHOICES: dict[str, tuple[str, ...]] = {
     "init": INITS,
     "generator": GENERATOR_BACKENDS,
@@ -69,6 +71,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "eval_overlap": EVAL_OVERLAPS,
     "old_logprob_pass": OLD_LOGPROB_PASSES,
     "mini_batch_rows": MINI_BATCH_ROWS,
+    "sample_streams": SAMPLE_STREAMS,
 }
 """The valid values of RunConfig's string fields that have a fixed set: ``validate`` and
 the command line (harness/parsing.py builds its flags from RunConfig) read them here."""
@@ -148,9 +151,10 @@ class SamplingSection:
                 raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.noise_seed < 0:
             raise ConfigError(f"noise_seed must be >= 0, got {self.noise_seed}")
-        if self.sample_streams not in ("disjoint", "consecutive"):
+        if self.sample_streams not in SAMPLE_STREAMS:
             raise ConfigError(
-                f"sample_streams must be one of disjoint, consecutive, got {self.sample_streams!r}"
+                f"unknown sample_streams {self.sample_streams!r}; valid: "
+                f"{', '.join(SAMPLE_STREAMS)}"
             )
         if self.group_size < 2:
             raise ConfigError(
