@@ -19,6 +19,7 @@ import re
 import sys
 from html import escape
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
@@ -29,7 +30,7 @@ from harness.runner import read_metrics, row_of
 from harness.samples import STYLE as SAMPLES_STYLE
 from harness.samples import last_eval_samples, samples_table, write_samples_pages
 from harness.scores import HEADLINE, experiment_headline
-from harness.stats import row_mdd
+from harness.stats import min_detectable_difference
 from zoo.core.config import ConfigError
 from zoo.files import UnreadableFile, jsonl_exists, jsonl_shown, read_json, read_table
 from zoo.run.diffs import kept_diffs
@@ -168,6 +169,17 @@ STAT_FIELDS = (
 """Columns of an experiment's tables/summary.csv (harness/analysis.py) a row carries."""
 
 
+def _row_mdd(row: Any) -> float | None:
+    """One pair's MDD at 5% of a summary row (what ``reproduce`` judges a re-run against):
+    its ``mdd_80``, or, in a many-to-one summary, which leaves that column out, the same
+    formula on the row's seed spread (``seed_sd``, at full precision: ``per_seed`` is
+    rounded to 3 decimals for reading, which moved this by ~2% with 2 seeds)."""
+    if hasattr(row, "mdd_80"):
+        return _plain(row.mdd_80)
+    seeds = int(row.seeds)
+    return _plain(min_detectable_difference(float(row.seed_sd), seeds, seeds))
+
+
 def experiment_rows(experiment: Path) -> list[dict]:
     summary_csv = experiment / "tables" / "summary.csv"
     if not summary_csv.exists() or "headline_mean" not in read_table(summary_csv):
@@ -203,11 +215,7 @@ def experiment_rows(experiment: Path) -> list[dict]:
                 "ci_high": r.ci_high,
                 **{k: _plain(getattr(r, k, None)) for k in STAT_FIELDS},
                 "seeds": int(r.seeds),
-                # one pair's MDD at 5% (what reproduce judges a re-run against); many-to-one
-                # summaries leave it out of their tables, so it is derived here alike
-                "mdd_80": _plain(getattr(r, "mdd_80", None))
-                if hasattr(r, "mdd_80")
-                else row_mdd([float(v) for v in str(r.per_seed).split()]),
+                "mdd_80": _row_mdd(r),
                 "generate_tokens_per_s": float(t.generate_tokens_per_s.iloc[0]),
                 "train_tokens_per_s": float(t.train_tokens_per_s.iloc[0]),
                 "budget": _budget(config["run"]),
