@@ -10,6 +10,7 @@ import ast
 import re
 from pathlib import Path
 
+import pytest
 from harness_cli import REPO, run_harness
 
 # Lowest first. A module may import its own layer and the layers below it. Each layer is a
@@ -174,6 +175,7 @@ def test_only_the_warm_start_command_imports_the_warm_start():
     assert importers == ["harness.commands.warm_start"]
 
 
+@pytest.mark.slow  # ~1 minute under the import profiler; the static check above is the default's
 def test_a_run_does_not_load_the_warm_start(tmp_path):
     """Dynamically: a one-step run of the tiny model never imports zoo.warm_start
     (PYTHONPROFILEIMPORTTIME makes Python list every module it imports on stderr)."""

@@ -93,7 +93,10 @@ def test_the_board_benchmark_splits_a_boards_run_and_prices_the_bare_loop(tmp_pa
         assert r["bare s / run s"] < r["bare s / training loop s"]
 
 
-@pytest.mark.parametrize("trainer", ["titan", "hf"])
+# The GPU machine runs TorchTitan's trainer; transformers' fallback runs in scripts/check-all.sh.
+@pytest.mark.parametrize(
+    "trainer", ["titan", pytest.param("hf", marks=[pytest.mark.slow, pytest.mark.extra])]
+)
 def test_the_gpu_check_runs_on_cpu_with_either_trainer(tmp_path, tiny_model_path, trainer):
     """benchmarks/gpu_check.py on the tiny model with tiny sizes, so that the script a lent
     GPU machine runs once has run here first: every figure it reports is there and sane."""

@@ -286,7 +286,10 @@ def test_beta_zero_never_runs_the_reference(tiny_model_path, tmp_path):
         assert r["reference_flops"] == 0 and r["reference_seconds"] == 0
 
 
-@pytest.mark.slow  # ~18 s: two runs (default-set resume tests match runs exactly too)
+# ~18 s: two runs. CI leaves it to scripts/check-all.sh: test_jobs' two-jobs run (CI) and
+# the default set's resume tests match runs exactly too.
+@pytest.mark.slow
+@pytest.mark.extra
 def test_same_seed_gives_identical_metrics(tiny_model_path, tmp_path):
     runs = []
     for name in ("a", "b"):

@@ -450,7 +450,11 @@ def test_resume_accepts_runs_recorded_before_newer_config_fields(experiment, tmp
     assert result.returncode == 2 and "recorded by an older forge-zoo" in result.stderr
 
 
+# ~2.5 minutes. CI's resume-after-a-kill checks are the default set's
+# test_checkpoint (a save killed at each stage, in process) and test_faults' killed trainer;
+# this whole-compare case runs in scripts/check-all.sh.
 @pytest.mark.slow
+@pytest.mark.extra
 def test_resume_after_a_kill_equals_an_uninterrupted_run(tiny_model_path, tmp_path):
     args = [
         "compare",

@@ -352,7 +352,10 @@ def test_ppo_learns_and_its_critic_learns_on_the_tiny_model(tmp_path):
     assert records[-1]["eval_reward"] > records[0]["eval_reward"]
 
 
-@pytest.mark.slow  # ~25 s: a local and a Monarch run
+# ~25 s: a local and a Monarch run. CI runs PPO in the refactor guard and Monarch in
+# test_placement; this pairing runs in scripts/check-all.sh.
+@pytest.mark.slow
+@pytest.mark.extra
 def test_the_monarch_placement_gives_ppo_the_local_numbers_and_critic(tmp_path, tiny_model_path):
     """The critic as a Monarch actor of its own: the same metrics as the local placement,
     and a checkpoint holding the same critic."""
