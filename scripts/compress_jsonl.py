@@ -1,7 +1,9 @@
 """Store the JSON Lines files of finished runs compressed: each ``metrics.jsonl``,
 ``samples.jsonl`` and ``sessions.jsonl`` of a run that holds complete.json becomes
 ``metrics.jsonl.gz`` ... (gzip level 9, no time or name in the header, so the same bytes
-always give the same file). Every reader takes either form (zoo/files.py, ``jsonl_file``).
+always give the same file), and each source diff of an experiment's store
+(``diffs/<sha256>.diff`` -> ``.diff.gz``). Every reader takes either form (zoo/files.py,
+``jsonl_file``; zoo/run/diffs.py).
 
     .venv/bin/python scripts/compress_jsonl.py results/tiny-sum-running-sum [more ...]
 

@@ -289,3 +289,27 @@ def test_every_committed_diff_resolves_to_the_hash_its_run_recorded():
             assert sha(data) == git["diff_sha256"], run
             checked += 1
     assert checked > 0
+
+
+def test_a_compressed_store_reads_the_same_and_a_later_run_reuses_it(tmp_path, modified):
+    """scripts/compress_jsonl.py gzips a finished experiment's store files: the pointers
+    still resolve to the same bytes, a later run of the same diff writes no second copy,
+    and a .gz cut short is an UnreadableFile naming it."""
+    exp = experiment(tmp_path / "exp")
+    modified(A)
+    start(exp / "runs" / "a")
+    (exp / "runs" / "a" / "complete.json").write_text("{}\n")
+    done = runlog.compress_jsonl(exp)
+    store = exp / "diffs"
+    assert store / f"{sha(A)}.diff" in done.files
+    assert sorted(p.name for p in store.iterdir()) == [f"{sha(A)}.diff.gz"]
+    assert read_diff(exp / "runs" / "a") == A
+    assert kept_diffs(exp / "runs" / "a") == {"source.diff": store / f"{sha(A)}.diff.gz"}
+    start(exp / "runs" / "b")  # the same diff: found in its compressed form
+    assert sorted(p.name for p in store.iterdir()) == [f"{sha(A)}.diff.gz"]
+    assert read_diff(exp / "runs" / "b") == A
+    assert runlog.compress_jsonl(exp).files == []  # again: nothing to do
+    packed = store / f"{sha(A)}.diff.gz"
+    packed.write_bytes(packed.read_bytes()[:-8])
+    with pytest.raises(UnreadableFile, match="cut short"):
+        read_diff(exp / "runs" / "a")

@@ -25,6 +25,10 @@ checkout still running) and a pointer. ``diff_path`` is the one way in (``read_d
 missing or whose bytes do not hash to its name is an UnreadableFile naming the file
 (zoo/files.py). Writing (``store_diff``, and ``convert_diffs`` for folders recorded
 before the store) is zoo.run.runlog's, beside the other writes of a run.
+
+A store file may be kept compressed, ``diffs/<sha256>.diff.gz`` (``scripts/compress_jsonl.py``
+does it for finished experiments, as for their JSON Lines files): its name's sha256 is
+still that of the diff itself, and every reader here takes either form.
 """
 
 from __future__ import annotations
@@ -33,7 +37,7 @@ import hashlib
 import re
 from pathlib import Path
 
-from zoo.files import UnreadableFile, read_bytes
+from zoo.files import UnreadableFile, gunzip_file, jsonl_file, read_bytes
 
 SOURCE_DIFF = "source.diff"
 POINTER = ".sha256"
@@ -114,8 +118,20 @@ def read_pointer(path: Path) -> str:
     return text
 
 
+def stored_bytes(path: Path) -> bytes:
+    """The diff a file holds: its bytes, decompressed when it is a store's ``.diff.gz``."""
+    return gunzip_file(path) if path.name.endswith(".gz") else read_bytes(path)
+
+
+def stored_file(store: Path, digest: str) -> Path | None:
+    """Where the store ``store`` keeps the diff of sha256 ``digest``: ``<digest>.diff`` or
+    ``<digest>.diff.gz``; None when neither is there (both: an UnreadableFile)."""
+    return jsonl_file(store / f"{digest}.diff")  # (any file, plain or .gz, not only JSON Lines)
+
+
 def hash_of(path: Path) -> str:
-    """sha256 of the file at ``path`` (remembered while it keeps its size and mtime)."""
+    """sha256 of the diff the store file ``path`` holds (decompressed; remembered while the
+    file keeps its size and mtime)."""
     try:
         stat = path.stat()
     except OSError:
@@ -123,7 +139,7 @@ def hash_of(path: Path) -> str:
     key = (str(path), stat.st_size, stat.st_mtime_ns) if stat else None
     if key and key in _verified:
         return _verified[key]
-    digest = hashlib.sha256(read_bytes(path)).hexdigest()
+    digest = hashlib.sha256(stored_bytes(path)).hexdigest()
     if key:
         _verified[key] = digest
     return digest
@@ -147,8 +163,8 @@ def find_stored(pointer: Path) -> Path:
     digest = read_pointer(pointer)
     looked = stores(pointer.parent)
     for store in looked:
-        path = store / f"{digest}.diff"
-        if path.exists():
+        path = stored_file(store, digest)
+        if path is not None:
             found = hash_of(path)
             if found != digest:
                 raise UnreadableFile(
@@ -177,7 +193,7 @@ def diff_path(folder: Path, name: str = SOURCE_DIFF) -> Path | None:
 def read_diff(folder: Path, name: str = SOURCE_DIFF) -> bytes | None:
     """The bytes of the diff ``name`` of ``folder`` (``diff_path``); None when none."""
     path = diff_path(folder, name)
-    return read_bytes(path) if path is not None else None
+    return stored_bytes(path) if path is not None else None
 
 
 def kept_diffs(folder: Path) -> dict[str, Path]:

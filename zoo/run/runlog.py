@@ -51,6 +51,8 @@ from zoo.run.diffs import (
     read_pointer,
     recorded_sha256,
     store_of,
+    stored_bytes,
+    stored_file,
 )
 
 if TYPE_CHECKING:
@@ -305,11 +307,18 @@ def write_whole(path: Path, data: str | bytes, then: str) -> None:
 
 def put_diff(store: Path, data: bytes, then: str) -> str:
     """Write ``data`` into ``store`` as ``<sha256>.diff`` unless a file of those bytes is
-    there already (a damaged one is replaced); its sha256."""
+    there already, plain or compressed (a damaged one is replaced: its name says which
+    bytes belong there, and they are these); its sha256."""
     digest = hashlib.sha256(data).hexdigest()
     path = store / f"{digest}.diff"
-    if path.exists() and hash_of(path) == digest:
-        return digest
+    found = stored_file(store, digest)
+    if found is not None:
+        try:
+            if hash_of(found) == digest:
+                return digest
+        except UnreadableFile:  # (a .gz cut short)
+            pass
+        found.unlink()
     try:
         store.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -344,9 +353,11 @@ def convert_diff(folder: Path, name: str, then: str = "nothing was removed") -> 
         raise UnreadableFile(
             pointer, f"names another diff than {plain} beside it; resolve by hand", then
         )
-    stored = store_of(folder) / f"{put_diff(store_of(folder), data, then)}.diff"
-    if hashlib.sha256(read_bytes(stored)).hexdigest() != digest:
-        raise UnreadableFile(stored, "does not hold the bytes just written to it", then)
+    stored = stored_file(store_of(folder), put_diff(store_of(folder), data, then))
+    if stored is None or hashlib.sha256(stored_bytes(stored)).hexdigest() != digest:
+        raise UnreadableFile(
+            stored or store_of(folder), "does not hold the bytes just written to it", then
+        )
     if not pointer.exists():
         store_diff(folder, name, data, then)
     if read_diff(folder, name) != data:
@@ -596,13 +607,21 @@ class Compressed:
 
 def compress_jsonl(root: Path, then: str = "nothing was removed") -> Compressed:
     """Compress the JSON Lines files (``JSONL``) of every finished run under ``root`` (a
-    run folder, an experiment, a folder of them; no link followed, no checkpoint or store
-    folder entered): each into its .gz by ``compress_file``, which removes a plain file
+    run folder, an experiment, a folder of them; no link followed, no checkpoint folder
+    entered), and the diffs of every store (``diffs/<sha256>.diff``, written once and
+    never appended to): each into its .gz by ``compress_file``, which removes a plain file
     only after its bytes were found again in the .gz. A folder of a run not finished (no
     complete.json: running, or stopped) is left as it is and listed. Running it again
     changes nothing."""
     done = Compressed([], [])
     for top, dirs, names in os.walk(root):
+        if STORE in dirs:
+            for diff in sorted((Path(top) / STORE).glob("*.diff")):
+                size = diff.stat().st_size
+                if compress_file(diff, then):
+                    done.files.append(diff)
+                    done.plain_bytes += size
+                    done.packed_bytes += gzipped(diff).stat().st_size
         dirs[:] = sorted(
             d for d in dirs if not d.startswith("checkpoint") and d not in (STORE, "samples")
         )
