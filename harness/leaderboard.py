@@ -227,25 +227,31 @@ def experiment_rows(experiment: Path) -> list[dict]:
                 "runs": [str(d) for d in run_dirs],
                 "mechanism": mechanisms.get((r.env, r.algorithm), "not recorded"),
                 "design": "many_to_one" if manifest.get("design") else "legacy",
-                **verdicts.get((r.env, r.algorithm), {"verdict": None, "vs_baseline": None}),
+                **verdicts.get(
+                    (r.env, r.algorithm),
+                    {"verdict": None, "vs_baseline": None, "family_mdd": None},
+                ),
             }
         )
     return rows
 
 
 def verdict_cells(experiment: Path, manifest: dict) -> dict[tuple[str, str], dict]:
-    """(env, row) -> its verdict against the baseline and its difference with the 95%
-    interval, from tables/verdicts.csv (many-to-one experiments only: harness/board.py)."""
+    """(env, row) -> its verdict against the baseline, its difference with the 95%
+    interval, and the MDD at 80% power at the level its family decides at (the one a
+    board states: not one pair's at 5%), from tables/verdicts.csv (many-to-one experiments
+    only: harness/board.py)."""
     path = experiment / "tables" / "verdicts.csv"
     if not manifest.get("design") or not path.exists():
         return {}
-    table = read_table(path, ("env", "algorithm", "verdict_text", "difference"))
+    table = read_table(path, ("env", "algorithm", "verdict_text", "difference", "mdd"))
     return {
         (r.env, r.algorithm): {
             "verdict": r.verdict_text,
             "vs_baseline": ""
             if r.verdict_text == "baseline"
             else _interval(r.difference, r.ci_low, r.ci_high, "+.3f"),
+            "family_mdd": _plain(r.mdd),
         }
         for r in table.itertuples()
     }
@@ -457,8 +463,10 @@ LEGEND = (
     "unresolved, all of an experiment's verdicts one family at 5% (docs/statistics.md); the "
     "interval is that of the difference. Tie group (older experiments): algorithms whose "
     "difference from the best of their group is not significant (Holm over all pairs, 5%) "
-    "share a group, which orders nothing inside it. MDD 80% (older experiments): the "
-    "smallest difference one pair's seeds detect at 5% with 80% power. "
+    "share a group, which orders nothing inside it. MDD 80% (family level): the smallest "
+    "difference from the baseline the row's paired seeds detect with 80% power at the "
+    "level its family decides at. MDD 80% (one pair; older experiments): the smallest "
+    "difference one pair's seeds detect at 5% with 80% power. "
     "pass@k: unbiased estimator (Chen et al. 2021) from 8 samples per held-out problem at "
     "the run's temperature, same checkpoints. AUC: area under the reward curve over the "
     "budget. Mechanism: the mean share of response tokens (GSPO: sequences) whose gradient "
@@ -585,13 +593,23 @@ def build_leaderboards(results: Path, out: Path, allow_dirty: bool = False) -> l
     return written
 
 
+MDD_FAMILY = "MDD 80% (family level)"
+"""A verdict board's resolution: the smallest difference from the baseline its seeds detect
+with 80% power at the level its family decides at (tables/verdicts.csv's ``mdd``)."""
+MDD_ONE_PAIR = "MDD 80% (one pair)"
+"""An older board's: one pair's at 5%, which its Holm-over-all-pairs decisions did not use."""
+
+
 def board_columns(e: pd.DataFrame, shipped: str | None) -> pd.DataFrame:
     """Every column of a Markdown board, for the rows ``e`` of one experiment: its verdict
     against the baseline (a many-to-one experiment) or its tie group (an old one)."""
-    if (e.design == "many_to_one").all():
+    many_to_one = (e.design == "many_to_one").all()
+    if many_to_one:
         first = {"verdict": e.verdict, "vs baseline [95% CI]": e.vs_baseline}
+        mdd = {MDD_FAMILY: e.family_mdd.map(_num)}
     else:
         first = {"tie group": e.tie_group.map(lambda v: _num(v, ".0f"))}
+        mdd = {MDD_ONE_PAIR: e.mdd_80.map(_num)} if e.mdd_80.notna().any() else {}
     return pd.DataFrame(
         {
             **first,
@@ -600,7 +618,7 @@ def board_columns(e: pd.DataFrame, shipped: str | None) -> pd.DataFrame:
                 _interval(r.reward, r.ci_low, r.ci_high) for r in e.itertuples()
             ],
             "per seed": e.per_seed,
-            **({"MDD 80% (one pair)": e.mdd_80.map(_num)} if e.mdd_80.notna().any() else {}),
+            **mdd,
             "pass@1": e.pass_at_1.map(_num),
             "pass@8": e.pass_at_8.map(_num),
             "AUC": e.auc_mean.map(_num),
@@ -965,7 +983,7 @@ def stats_table(e: pd.DataFrame) -> str:
         [
             escape(r.algorithm),
             escape(str(r.per_seed)),
-            _num(r.mdd_80),
+            _num(r.family_mdd if r.design == "many_to_one" else r.mdd_80),
             _num(r.auc_mean),
             escape(r.mechanism),
             escape(r.budget),
@@ -977,7 +995,7 @@ def stats_table(e: pd.DataFrame) -> str:
     header = [
         "algorithm",
         "per seed",
-        "MDD 80% (one pair)",
+        MDD_FAMILY if (e.design == "many_to_one").all() else MDD_ONE_PAIR,
         "AUC",
         "mechanism",
         "budget",

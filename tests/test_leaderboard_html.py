@@ -195,6 +195,29 @@ def cells(table: str, tag: str = "td") -> list[list[str]]:
     ]
 
 
+def test_a_verdict_board_states_its_resolution_at_its_familys_level(board):
+    """The Markdown board of a many-to-one experiment gives each row the MDD its verdict was
+    decided at (tables/verdicts.csv's ``mdd``: 80% power at the family's level), not one
+    pair's at 5%, which the older boards state and label so."""
+    text = next(board.glob("*.md")).read_text()
+    verdict_part = text.split("## z-verdicts", 1)[1].split("\n## ", 1)[0]
+    header = next(line for line in verdict_part.splitlines() if line.startswith("| verdict"))
+    columns = [c.strip() for c in header.strip("|").split("|")]
+    assert "MDD 80% (family level)" in columns and "MDD 80% (one pair)" not in columns
+    at = columns.index("MDD 80% (family level)")
+    shown = {}
+    for line in verdict_part.splitlines():
+        cells_ = [c.strip() for c in line.strip("|").split("|")]
+        if len(cells_) == len(columns) and cells_[2] in VERDICT_ROWS:
+            shown[cells_[2]] = cells_[at]
+    exp = board.parent / "results" / "z-verdicts"
+    table = pd.read_csv(exp / "tables" / "verdicts.csv").set_index("algorithm")
+    for row in ("dapo", "gspo"):
+        assert shown[row] == f"{table.loc[row, 'mdd']:.3f}", (row, shown)
+    older = text.split("## ten-seeds", 1)[1].split("\n## ", 1)[0]
+    assert "MDD 80% (one pair)" in older and "MDD 80% (family level)" not in older
+
+
 def test_one_compact_table_per_experiment_with_fits_and_provenance_one_click_away(board):
     html = (board / "index.html").read_text()
     found = sections(html)
