@@ -604,6 +604,14 @@ class Compressed:
     plain_bytes: int = 0
     packed_bytes: int = 0
 
+    def pack(self, plain: Path, then: str) -> None:
+        """``compress_file(plain)``, counted here when it compressed anything."""
+        size = plain.stat().st_size
+        if compress_file(plain, then):
+            self.files.append(plain)
+            self.plain_bytes += size
+            self.packed_bytes += gzipped(plain).stat().st_size
+
 
 def compress_jsonl(root: Path, then: str = "nothing was removed") -> Compressed:
     """Compress the JSON Lines files (``JSONL``) of every finished run under ``root`` (a
@@ -617,11 +625,7 @@ def compress_jsonl(root: Path, then: str = "nothing was removed") -> Compressed:
     for top, dirs, names in os.walk(root):
         if STORE in dirs:
             for diff in sorted((Path(top) / STORE).glob("*.diff")):
-                size = diff.stat().st_size
-                if compress_file(diff, then):
-                    done.files.append(diff)
-                    done.plain_bytes += size
-                    done.packed_bytes += gzipped(diff).stat().st_size
+                done.pack(diff, then)
         dirs[:] = sorted(
             d for d in dirs if not d.startswith("checkpoint") and d not in (STORE, "samples")
         )
@@ -633,11 +637,7 @@ def compress_jsonl(root: Path, then: str = "nothing was removed") -> Compressed:
             done.unfinished.append(folder)
             continue
         for name in plain:
-            size = (folder / name).stat().st_size
-            if compress_file(folder / name, then):
-                done.files.append(folder / name)
-                done.plain_bytes += size
-                done.packed_bytes += gzipped(folder / name).stat().st_size
+            done.pack(folder / name, then)
     return done
 
 
