@@ -150,6 +150,7 @@ class MovingBaseline(Algorithm):
     name = "moving_baseline"
     config_class = MovingBaselineConfig
     aggregation = "token_mean"
+    inputs = frozenset()
     mechanism = {"clip_low_acting_frac": 0.0, "clip_high_acting_frac": 0.0}  # noqa: RUF012
 
     def __init__(self, **overrides: Any) -> None:

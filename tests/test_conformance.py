@@ -190,6 +190,8 @@ class FlippedSign(DeclaresActingShares):
 
 
 class IgnoresTheReward(DeclaresActingShares):
+    inputs = frozenset()
+
     def advantages(self, rewards: torch.Tensor) -> torch.Tensor:
         return rewards - rewards  # the response's own reward as its baseline
 

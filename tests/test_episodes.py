@@ -336,6 +336,7 @@ class TurnReturns(GRPO):
     ...) minus the group's mean return-to-go at turn k, over the episodes that reached it."""
 
     name = "test_turn_returns"
+    inputs = frozenset({"turn_rewards"})
 
     def advantages(self, rewards: torch.Tensor, turn_rewards: torch.Tensor) -> torch.Tensor:
         reached = ~turn_rewards.isnan()

@@ -140,11 +140,14 @@ def test_cli_set_advantage_and_kl_are_validated_before_anything_runs(tmp_path):
     assert "Traceback" not in bad.stderr and not (tmp_path / "r").exists()
 
 
-class OldStylePlugin(GRPO):
-    """A third-party override written before lengths were passed."""
+with pytest.warns(DeprecationWarning, match="declare inputs = frozenset"):
 
-    def advantages(self, rewards: torch.Tensor) -> torch.Tensor:
-        return rewards * 10
+    class OldStylePlugin(GRPO):
+        """A third-party override written before lengths were passed (and before plugins
+        declared their inputs: still accepted, with a warning naming the fix)."""
+
+        def advantages(self, rewards: torch.Tensor) -> torch.Tensor:
+            return rewards * 10
 
 
 class LengthAware(GRPO):
