@@ -163,6 +163,17 @@ def test_step1_gap_runs_on_a_tiny_setting(tmp_path) -> None:
         assert "reward correlation, (i, j) ~ (i+1, j-1)" in factors[f"{side}: neighbouring prompts"]
 
 
+def test_level_c_refuses_a_first_seed_outside_its_seeds(tmp_path, capsys) -> None:
+    from benchmarks.parity import run
+
+    out = tmp_path / "out"
+    with pytest.raises(SystemExit) as stop:
+        run.main(["--levels", "c", "--seeds", "3", "--first-seed", "3", "--out", str(out)])
+    assert stop.value.code == 2
+    assert "--first-seed 3: must be in 0..2" in capsys.readouterr().err
+    assert not out.exists()  # refused before anything was made
+
+
 @pytest.mark.slow  # ~45-65 s wall (~20 s CPU) on the busy 2-core machine, at nice 15
 @pytest.mark.extra  # a benchmark's smoke test; CI keeps level a (default set) and level b
 def test_level_c_runs_on_a_tiny_setting(tmp_path) -> None:
@@ -229,3 +240,11 @@ def test_level_c_runs_on_a_tiny_setting(tmp_path) -> None:
     assert {p.name: p.stat().st_mtime_ns for p in runs.iterdir()} == before
     with pytest.raises(SystemExit, match="eval_prompts"):
         run.main([*args[:-4], "--eval-prompts", "30", "--out", str(tmp_path)])
+    # a second process's share: seed 2 only, the others' files untouched, all three reported
+    run.main([*args, "--seeds", "3", "--first-seed", "2"])
+    assert {p.name: p.stat().st_mtime_ns for p in runs.iterdir()}.items() >= before.items()
+    assert sorted(p.name for p in runs.iterdir() if p.name not in before) == [
+        "fz__grpo__seed2.json",
+        "trl__grpo__seed2.json",
+    ]
+    assert json.loads((tmp_path / "levels_c.json").read_text())["rows"][0]["seeds"] == [0, 1, 2]

@@ -197,6 +197,13 @@ def main(argv: list[str] | None = None) -> None:
     )
     c.add_argument("--seeds", type=int, default=10, help="seeds 0..N-1 on each side")
     c.add_argument(
+        "--first-seed",
+        type=int,
+        default=0,
+        help="start at this seed (K..N-1), so that two processes can share the seeds "
+        "(the report reads every finished run in the folder)",
+    )
+    c.add_argument(
         "--steps",
         type=int,
         default=0,
@@ -240,6 +247,8 @@ def main(argv: list[str] | None = None) -> None:
     algorithms = tuple(a.strip() for a in args.algorithms.split(",") if a.strip())
     if not algorithms or set(algorithms) - set(ALGORITHMS):
         parser.error(f"--algorithms {args.algorithms!r}: valid are {', '.join(ALGORITHMS)}")
+    if not 0 <= args.first_seed < args.seeds:
+        parser.error(f"--first-seed {args.first_seed}: must be in 0..{args.seeds - 1}")
     from benchmarks.common import machine_line
 
     command = "python -m benchmarks.parity " + " ".join(argv if argv is not None else sys.argv[1:])
@@ -266,6 +275,7 @@ def main(argv: list[str] | None = None) -> None:
             fz_from=args.fz_from,
         )
         folder = args.runs_folder or args.out / "levels_c"
-        learning.run_level_c(folder, setting, algorithms, args.seeds, args.threads)
+        seeds = range(args.first_seed, args.seeds)
+        learning.run_level_c(folder, setting, algorithms, seeds, args.threads)
         learning.write_report(folder, args.out, command)
         print(f"wrote {args.out / 'levels_c.md'}")
