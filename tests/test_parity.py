@@ -125,6 +125,23 @@ def test_harness_bench_runs_parity(tmp_path) -> None:
     report = (tmp_path / "performance.md").read_text()
     assert "## 9. Parity with TRL's GRPOTrainer" in report
     assert "update relative L2 distance" in report and "max abs logprob diff" in report
+    assert "paired seeds: equivalent within" in report  # level c, from its committed report
+
+
+def test_bench_reads_level_c_from_its_report_and_says_when_there_is_none(tmp_path) -> None:
+    import json
+    import math
+
+    from benchmarks.parity import run
+
+    (missing,) = run.level_c_rows(tmp_path / "a" / "b" / "levels_c.json")
+    assert "not run" in missing["check"] and math.isnan(missing["value"])
+    committed = json.loads(run.LEVEL_C_REPORT.read_text())
+    rows = run.level_c_rows()
+    assert [r["algorithm"] for r in rows] == [r["algorithm"] for r in committed["rows"]]
+    for row, r in zip(rows, committed["rows"], strict=True):
+        assert row["value"] == r["difference"]["mean"] and r["verdict"] in row["check"]
+        assert f"{len(r['seeds'])} paired seeds" in row["check"]
 
 
 @pytest.mark.slow  # ~31 s wall (13 s CPU) on the busy 2-core machine: mostly imports

@@ -144,7 +144,8 @@ def report(result: dict[str, Any], command: str, machine: str) -> str:
 
 def parity_table(root: Path, quick: bool = False) -> list[dict[str, Any]]:
     """``harness bench``'s rows: level a's losses and log-probs, level b's updates (quick:
-    8 prompts, figures meaningless beyond a smoke test)."""
+    8 prompts, figures meaningless beyond a smoke test), and level c's verdicts as its
+    committed report holds them (``level_c_rows``)."""
     result = run_levels(["a", "b"], prompts=8 if quick else 64)
     a = result["a"]
     rows = [
@@ -178,7 +179,40 @@ def parity_table(root: Path, quick: bool = False) -> list[dict[str, Any]]:
         }
         for r in result["b"]
     ]
-    return rows
+    return rows + level_c_rows()
+
+
+LEVEL_C_REPORT = Path(__file__).resolve().parents[2] / "results" / "parity" / "levels_c.json"
+"""Level c's committed report (``python -m benchmarks.parity --levels c``, docs/parity.md)."""
+
+
+def level_c_rows(report: Path = LEVEL_C_REPORT) -> list[dict[str, Any]]:
+    """Level c's rows for ``harness bench``: read from its committed report, never re-run
+    here (it is hours of CPU: 60 TRL runs), each row naming the file, its seeds, verdict
+    and commit; one row saying how to make it when there is none."""
+    shown = report.relative_to(report.parents[2]) if len(report.parents) > 2 else report
+    if not report.exists():
+        return [
+            {
+                "level": "c",
+                "algorithm": "(none)",
+                "check": f"not run: no {shown} (python -m benchmarks.parity --levels c)",
+                "value": float("nan"),
+            }
+        ]
+    result = json.loads(report.read_text())
+    return [
+        {
+            "level": "c",
+            "algorithm": r["algorithm"],
+            "check": (
+                f"held-out headline, forge-zoo - TRL, {len(r['seeds'])} paired seeds: "
+                f"{r['verdict']} (read from {shown}, commit {result['commit']})"
+            ),
+            "value": r["difference"]["mean"],
+        }
+        for r in result["rows"]
+    ]
 
 
 def main(argv: list[str] | None = None) -> None:
