@@ -201,13 +201,15 @@ def level_c_rows(report: Path = LEVEL_C_REPORT) -> list[dict[str, Any]]:
             }
         ]
     result = json.loads(report.read_text())
+    within = f" within +/-{result['delta']:g}"
     return [
         {
             "level": "c",
             "algorithm": r["algorithm"],
             "check": (
                 f"held-out headline, forge-zoo - TRL, {len(r['seeds'])} paired seeds: "
-                f"{r['verdict']} (read from {shown}, commit {result['commit']})"
+                f"{r['verdict']}{within if r['verdict'] == 'equivalent' else ''} "
+                f"(read from {shown}, commit {result['commit']})"
             ),
             "value": r["difference"]["mean"],
         }
