@@ -388,6 +388,7 @@ def test_per_turn_advantages_of_the_wrong_shape_and_old_plugins():
 
     class Wrong(GRPO):
         name = "test_wrong_shape"
+        inputs = frozenset({"turn_rewards"})
 
         def advantages(self, rewards, turn_rewards):
             return rewards[0]
