@@ -444,17 +444,17 @@ def run_level_c(
     folder: Path,
     setting: Setting,
     algorithms: tuple[str, ...] = ALGORITHMS,
-    seeds: int | range = 10,
+    seeds: range = range(10),
     threads: int = 1,
     log: Any = print,
 ) -> None:
     """Every (side, algorithm, seed) not yet finished in ``folder``, forge-zoo's run of a
     seed before TRL's (whose steps and evaluation points it gives), each written to its
-    file as it finishes. ``seeds``: a count (0..N-1) or a range of them."""
+    file as it finishes."""
     torch.set_num_threads(threads)
     generators: dict = {}
     for algorithm in algorithms:
-        for seed in range(seeds) if isinstance(seeds, int) else seeds:
+        for seed in seeds:
             fz_path = run_file(folder, "fz", algorithm, seed)
             fz = finished(fz_path, setting)
             if fz is None:

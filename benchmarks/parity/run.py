@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from benchmarks.common import REPO
 from benchmarks.parity.settings import ALGORITHMS
 
 LEVELS = ("a", "b", "c")
@@ -182,7 +183,7 @@ def parity_table(root: Path, quick: bool = False) -> list[dict[str, Any]]:
     return rows + level_c_rows()
 
 
-LEVEL_C_REPORT = Path(__file__).resolve().parents[2] / "results" / "parity" / "levels_c.json"
+LEVEL_C_REPORT = REPO / "results" / "parity" / "levels_c.json"
 """Level c's committed report (``python -m benchmarks.parity --levels c``, docs/parity.md)."""
 
 
@@ -190,7 +191,7 @@ def level_c_rows(report: Path = LEVEL_C_REPORT) -> list[dict[str, Any]]:
     """Level c's rows for ``harness bench``: read from its committed report, never re-run
     here (it is hours of CPU: 60 TRL runs), each row naming the file, its seeds, verdict
     and commit; one row saying how to make it when there is none."""
-    shown = report.relative_to(report.parents[2]) if len(report.parents) > 2 else report
+    shown = report.relative_to(REPO) if report.is_relative_to(REPO) else report
     if not report.exists():
         return [
             {
